@@ -1,0 +1,20 @@
+"""Environments as JointEnvs: the protocol, the PettingZoo adapter, space layouts and the conformance check."""
+
+from marljoint.env.base import JointEnv, JointObs, JointStep
+from marljoint.env.check import JointEnvCheckError, check_joint_env, random_actions
+from marljoint.env.pettingzoo import PettingZooJointEnv
+from marljoint.env.spaces import ActionLayout, GroupSpec, JointSpec, ObservationLayout
+
+__all__ = [
+    "ActionLayout",
+    "GroupSpec",
+    "JointEnv",
+    "JointEnvCheckError",
+    "JointObs",
+    "JointSpec",
+    "JointStep",
+    "ObservationLayout",
+    "PettingZooJointEnv",
+    "check_joint_env",
+    "random_actions",
+]

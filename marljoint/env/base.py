@@ -1,0 +1,108 @@
+"""The JointEnv protocol: N agents in E env copies, stepped together, as fixed-shape arrays.
+
+Shape convention (used across marljoint): ``E`` env copies, ``N`` agents in ``possible_agents`` order, and per
+agent group ``g`` its ``n_g`` members. Observations and actions are held per group (the members share a shape);
+everything scalar per agent (rewards, flags, masks) is ``[E, N]``.
+
+Semantics of one :meth:`JointEnv.step`, for every env copy ``e`` and agent ``i``:
+
+- ``rewards[e, i]``: the reward agent ``i`` received during this step (0 for absent agents).
+- ``terminated[e, i]`` / ``truncated[e, i]``: agent ``i``'s episode ended during this step, by reaching a terminal
+  state / by a time limit or other cut. They are never merged: terminated stops bootstrapping, truncated does not.
+- ``final_obs``: for agents that ended this step, the observation they ended in (before any auto-reset); the
+  trainer bootstraps truncated agents from it. Rows of agents that did not end hold stale values.
+- ``obs``, ``alive``, ``acting``, ``action_masks``: the state to act on next. When every agent of a copy has ended,
+  that copy is reset at once and these describe the first state of the new episode (``reset_envs[e]`` is True).
+  Absent agents (dead, or not yet joined) have ``alive`` False and zero observations.
+- ``acting[e, i]``: whether agent ``i``'s next action is used. In simultaneous-move envs ``acting == alive``; in
+  turn-based (AEC) envs exactly one agent of each copy acts.
+
+Arrays returned by ``reset``/``step`` belong to the env and are overwritten by the next call: copy what you keep.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple, Protocol, Sequence, runtime_checkable
+
+import numpy as np
+
+from marljoint.env.spaces import JointSpec
+
+__all__ = ["JointEnv", "JointObs", "JointStep"]
+
+
+class JointObs(NamedTuple):
+    """What the agents see before acting.
+
+    Attributes:
+        obs: per group, ``[E, n_g, *obs_shape_g]`` (float32, or uint8 for byte images).
+        alive: ``[E, N]`` bool, the agent is present in the env.
+        acting: ``[E, N]`` bool, the agent's action is used on the next step.
+        action_masks: per group, ``[E, n_g, sum(nvec_g)]`` bool (True = allowed), or ``None`` for Box actions.
+            Every categorical head of an alive agent has at least one allowed choice.
+    """
+
+    obs: tuple[np.ndarray, ...]
+    alive: np.ndarray
+    acting: np.ndarray
+    action_masks: tuple[np.ndarray | None, ...]
+
+
+class JointStep(NamedTuple):
+    """The outcome of one joint step (see the module docstring for the exact semantics).
+
+    Attributes:
+        obs: per group, ``[E, n_g, *obs_shape_g]``, the next observations (after auto-reset).
+        alive: ``[E, N]`` bool, presence in the next state.
+        acting: ``[E, N]`` bool, whose next action is used.
+        action_masks: per group, ``[E, n_g, sum(nvec_g)]`` bool or ``None``.
+        rewards: ``[E, N]`` float32.
+        terminated: ``[E, N]`` bool.
+        truncated: ``[E, N]`` bool.
+        final_obs: per group, ``[E, n_g, *obs_shape_g]``, valid where ``terminated | truncated``.
+        reset_envs: ``[E]`` bool, the copy finished an episode and was reset.
+        episode_returns: ``[k, N]`` float64, undiscounted returns of the k episodes that finished this step.
+        episode_lengths: ``[k]`` int64, their lengths in steps.
+    """
+
+    obs: tuple[np.ndarray, ...]
+    alive: np.ndarray
+    acting: np.ndarray
+    action_masks: tuple[np.ndarray | None, ...]
+    rewards: np.ndarray
+    terminated: np.ndarray
+    truncated: np.ndarray
+    final_obs: tuple[np.ndarray, ...]
+    reset_envs: np.ndarray
+    episode_returns: np.ndarray
+    episode_lengths: np.ndarray
+
+
+@runtime_checkable
+class JointEnv(Protocol):
+    """E copies of an N-agent environment as fixed-shape arrays.
+
+    Attributes:
+        spec: agents, their observation/action layouts and groups.
+        num_envs: E.
+    """
+
+    spec: JointSpec
+    num_envs: int
+
+    def reset(self, seed: int | None = None) -> JointObs:
+        """Resets every copy; copy ``e`` is seeded deterministically from ``seed`` (``seed + e``)."""
+        ...
+
+    def step(self, actions: Sequence[np.ndarray]) -> JointStep:
+        """Steps every copy.
+
+        Args:
+            actions: per group, ``[E, n_g, *action_shape_g]`` (int64 for categorical heads, float32 for Box).
+                Actions of agents that are not ``acting`` are ignored.
+        """
+        ...
+
+    def close(self) -> None:
+        """Releases the env copies."""
+        ...

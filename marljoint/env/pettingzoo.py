@@ -1,0 +1,500 @@
+"""The adapter from any PettingZoo environment (parallel or turn-based AEC) to a :class:`~marljoint.env.JointEnv`."""
+
+from __future__ import annotations
+
+import types
+from typing import Any, Callable, Sequence
+
+import gymnasium
+import numpy as np
+from pettingzoo.utils.env import AECEnv, ParallelEnv
+
+from marljoint.env.base import JointObs, JointStep
+from marljoint.env.spaces import (
+    ActionLayout,
+    JointSpec,
+    action_layout,
+    group_agents,
+    observation_layout,
+    process_observation,
+)
+
+__all__ = ["PettingZooJointEnv"]
+
+EnvFactory = Callable[[], "ParallelEnv | AECEnv"]
+
+
+def _resolve_factory(env_fn: Any) -> Callable[[], Any]:
+    """Accepts a factory, or a PettingZoo env module (uses its ``parallel_env``, else its ``env``)."""
+    if isinstance(env_fn, types.ModuleType):
+        for name in ("parallel_env", "env"):
+            factory = getattr(env_fn, name, None)
+            if callable(factory):
+                return factory
+        raise TypeError(
+            f"module {env_fn.__name__!r} has neither parallel_env() nor env(); pass a function that builds the env"
+        )
+    if isinstance(env_fn, (ParallelEnv, AECEnv)):
+        raise TypeError(
+            "PettingZooJointEnv needs a function that builds a new env (one per copy), not an env instance; "
+            "pass e.g. `lambda: simple_spread_v3.parallel_env()` or the env module itself"
+        )
+    if not callable(env_fn):
+        raise TypeError(f"env_fn must be callable and return a PettingZoo env, got {type(env_fn).__name__}")
+    return env_fn
+
+
+class PettingZooJointEnv:
+    """E copies of a PettingZoo env stepped together, as fixed-shape arrays (a :class:`JointEnv`).
+
+    Agents keep ``possible_agents`` order. Agents with identical spaces form a group; observations, actions and masks
+    are arrays per group. Parallel envs move all agents at once; turn-based (AEC) envs are played one move per step,
+    with ``acting`` marking the agent to move and rewards credited to every agent on the step they arrive.
+
+    Example:
+        >>> from marljoint_envs import counter_v0
+        >>> env = PettingZooJointEnv(counter_v0.parallel_env, num_envs=2, seed=0)
+        >>> first = env.reset()
+        >>> first.obs[0].shape  # [E, n_g, obs_size]
+        (2, 2, 1)
+        >>> out = env.step([np.ones((2, 2), dtype=np.int64)])
+        >>> out.rewards.tolist()
+        [[1.0, 1.0], [1.0, 1.0]]
+
+    Args:
+        env_fn: a function returning a new ``ParallelEnv`` or ``AECEnv`` each call, or a PettingZoo env module.
+        num_envs: number of copies E.
+        seed: seed used by the first :meth:`reset` when it is given none. Copy e is seeded with ``seed + e``.
+
+    Raises:
+        ValueError: for unsupported spaces (naming the agent, the space and the fix), or copies that disagree.
+        TypeError: if ``env_fn`` does not build PettingZoo envs.
+    """
+
+    def __init__(self, env_fn: Any, num_envs: int = 1, seed: int | None = None) -> None:
+        if not isinstance(num_envs, (int, np.integer)) or isinstance(num_envs, bool) or num_envs < 1:
+            raise ValueError(f"num_envs must be a positive integer, got {num_envs!r}")
+        factory = _resolve_factory(env_fn)
+        self.num_envs = int(num_envs)
+        self._seed = seed
+        self._envs = [factory() for _ in range(self.num_envs)]
+        first = self._envs[0]
+        if not isinstance(first, (ParallelEnv, AECEnv)):
+            raise TypeError(
+                f"env_fn returned {type(first).__name__}, which is neither a PettingZoo ParallelEnv nor an AECEnv"
+            )
+        self._turn_based = isinstance(first, AECEnv)
+        agents = tuple(first.possible_agents)
+        if not agents:
+            raise ValueError("the env has no possible_agents; marljoint needs at least one agent")
+        for e, env in enumerate(self._envs[1:], start=1):
+            if tuple(env.possible_agents) != agents:
+                raise ValueError(
+                    f"env copy {e} has possible_agents {list(env.possible_agents)}, copy 0 has {list(agents)}; "
+                    "env_fn must build identical envs"
+                )
+        self._obs_spaces: tuple[gymnasium.Space, ...] = tuple(first.observation_space(a) for a in agents)
+        self._act_spaces: tuple[gymnasium.Space, ...] = tuple(first.action_space(a) for a in agents)
+        obs_layouts = tuple(observation_layout(a, s) for a, s in zip(agents, self._obs_spaces))
+        act_layouts = tuple(action_layout(a, s) for a, s in zip(agents, self._act_spaces))
+        self.spec = JointSpec(
+            agents=agents,
+            observations=obs_layouts,
+            actions=act_layouts,
+            groups=group_agents(agents, obs_layouts, act_layouts),
+            turn_based=self._turn_based,
+        )
+        self._index = {a: i for i, a in enumerate(agents)}
+        self._episode_seeds: list[np.random.Generator] = []
+        self._slot = [self.spec.group_of(i) for i in range(len(agents))]
+        self._allocate()
+
+    # ------------------------------------------------------------------ buffers
+    def _allocate(self) -> None:
+        E, N = self.num_envs, self.spec.num_agents
+        groups = self.spec.groups
+        self._obs = tuple(np.zeros((E, g.size, *g.observation.shape), g.observation.dtype) for g in groups)
+        self._final_obs = tuple(np.zeros_like(o) for o in self._obs)
+        self._masks = tuple(
+            np.ones((E, g.size, g.action.mask_size), bool) if g.action.kind != "box" else None for g in groups
+        )
+        self._alive = np.zeros((E, N), bool)
+        self._acting = np.zeros((E, N), bool)
+        self._rewards = np.zeros((E, N), np.float32)
+        self._terminated = np.zeros((E, N), bool)
+        self._truncated = np.zeros((E, N), bool)
+        self._reset_envs = np.zeros(E, bool)
+        self._returns = np.zeros((E, N), np.float64)
+        self._lengths = np.zeros(E, np.int64)
+        # AEC agents whose end was already reported but who still wait for their dead step.
+        self._ended = np.zeros((E, N), bool)
+
+    # ------------------------------------------------------------------ public API
+    @property
+    def envs(self) -> list[Any]:
+        """The wrapped PettingZoo env copies (read them, do not step them)."""
+        return list(self._envs)
+
+    @property
+    def observation_spaces(self) -> tuple[gymnasium.Space, ...]:
+        """The raw PettingZoo observation space of each agent, in ``possible_agents`` order."""
+        return self._obs_spaces
+
+    @property
+    def action_spaces(self) -> tuple[gymnasium.Space, ...]:
+        """The raw PettingZoo action space of each agent, in ``possible_agents`` order."""
+        return self._act_spaces
+
+    def reset(self, seed: int | None = None) -> JointObs:
+        """Resets every copy.
+
+        Args:
+            seed: copy e is reset with ``seed + e``; ``None`` uses the constructor's seed on the first reset, and
+                fresh entropy after that. Each later episode of copy e is reset with a seed drawn from a generator
+                derived from ``(seed, e)``, so the whole stream is reproducible.
+
+        Returns:
+            The first :class:`JointObs` (arrays owned by the env, overwritten on the next call).
+        """
+        if seed is None:
+            seed, self._seed = self._seed, None
+        # Every later episode of copy e is seeded from this generator: some envs reseed from entropy when reset
+        # with seed=None, which would make the stream irreproducible.
+        root = np.random.SeedSequence() if seed is None else np.random.SeedSequence([int(seed) % 2**63, 0x6A6F696E74])
+        self._episode_seeds = [np.random.default_rng(s) for s in root.spawn(self.num_envs)]
+        for e in range(self.num_envs):
+            first_seed = int(self._episode_seeds[e].integers(2**31)) if seed is None else int(seed) + e
+            self._reset_copy(e, first_seed)
+        self._returns[:] = 0.0
+        self._lengths[:] = 0
+        self._terminated[:] = False
+        self._truncated[:] = False
+        self._check_finite()
+        return JointObs(self._obs, self._alive, self._acting, self._masks)
+
+    def step(self, actions: Sequence[np.ndarray]) -> JointStep:
+        """Steps every copy once (see :class:`~marljoint.env.JointStep` for the exact semantics).
+
+        Args:
+            actions: per group, ``[E, n_g, *action_shape_g]``; torch tensors are accepted.
+
+        Raises:
+            ValueError: wrong number of groups, wrong shape, out-of-range or masked-out actions, non-finite Box
+                actions, or non-finite observations from the env; each names the agent and the value.
+        """
+        if not self._episode_seeds:
+            raise RuntimeError("step() was called before reset(); call env.reset(seed=...) first")
+        actions = self._check_actions(actions)
+        self._rewards[:] = 0.0
+        self._terminated[:] = False
+        self._truncated[:] = False
+        self._reset_envs[:] = False
+        finished_returns: list[np.ndarray] = []
+        finished_lengths: list[int] = []
+        step_copy = self._step_aec if self._turn_based else self._step_parallel
+        for e in range(self.num_envs):
+            copy_done = step_copy(e, actions)
+            self._returns[e] += self._rewards[e]
+            self._lengths[e] += 1
+            if copy_done:
+                finished_returns.append(self._returns[e].copy())
+                finished_lengths.append(int(self._lengths[e]))
+                self._returns[e] = 0.0
+                self._lengths[e] = 0
+                self._reset_copy(e, int(self._episode_seeds[e].integers(2**31)))
+                self._reset_envs[e] = True
+        self._check_finite()
+        N = self.spec.num_agents
+        return JointStep(
+            obs=self._obs,
+            alive=self._alive,
+            acting=self._acting,
+            action_masks=self._masks,
+            rewards=self._rewards,
+            terminated=self._terminated,
+            truncated=self._truncated,
+            final_obs=self._final_obs,
+            reset_envs=self._reset_envs,
+            episode_returns=np.asarray(finished_returns, np.float64).reshape(-1, N),
+            episode_lengths=np.asarray(finished_lengths, np.int64),
+        )
+
+    def close(self) -> None:
+        """Closes every copy."""
+        for env in self._envs:
+            env.close()
+
+    def __repr__(self) -> str:
+        kind = "AEC" if self._turn_based else "parallel"
+        return f"PettingZooJointEnv({kind}, num_envs={self.num_envs}, agents={list(self.spec.agents)})"
+
+    # ------------------------------------------------------------------ observations and masks
+    def _clear_copy(self, e: int) -> None:
+        for obs in self._obs:
+            obs[e] = 0
+        for mask in self._masks:
+            if mask is not None:
+                mask[e] = True
+        self._alive[e] = False
+        self._acting[e] = False
+        self._ended[e] = False
+
+    def _write_obs(self, e: int, agent: str, raw: Any, target: tuple[np.ndarray, ...]) -> None:
+        i = self._index[agent]
+        g, j = self._slot[i]
+        target[g][e, j] = process_observation(agent, self._obs_spaces[i], self.spec.observations[i], raw)
+
+    def _write_mask(self, e: int, agent: str, raw_obs: Any, info: Any) -> None:
+        i = self._index[agent]
+        g, j = self._slot[i]
+        mask_buf = self._masks[g]
+        if mask_buf is None:
+            return
+        mask = None
+        if self.spec.observations[i].has_mask:
+            mask = raw_obs["action_mask"]
+        elif isinstance(info, dict) and "action_mask" in info:
+            mask = info["action_mask"]
+        if mask is None:
+            mask_buf[e, j] = True
+            return
+        mask = np.asarray(mask).reshape(-1)
+        if mask.size != mask_buf.shape[-1]:
+            raise ValueError(
+                f"agent {agent!r}: action mask of length {mask.size} does not fit its action space "
+                f"{self._act_spaces[i]} (expected {mask_buf.shape[-1]} entries, one per choice of every head)"
+            )
+        mask_buf[e, j] = mask.astype(bool)
+
+    def _check_finite(self) -> None:
+        ended = self._terminated | self._truncated
+        for g, group in enumerate(self.spec.groups):
+            for obs, rows in ((self._obs[g], None), (self._final_obs[g], ended[:, list(group.agent_indices)])):
+                if obs.dtype.kind != "f":
+                    continue
+                bad = ~np.isfinite(obs.reshape(obs.shape[0], obs.shape[1], -1)).all(-1)
+                if rows is not None:
+                    bad &= rows
+                if not bad.any():
+                    continue
+                e, j = np.argwhere(bad)[0]
+                raise ValueError(
+                    f"agent {group.agents[j]!r} (env copy {e}): the env returned a non-finite observation "
+                    "(NaN or inf); fix the env, or clean it with supersuit.observation_lambda_v0(env, np.nan_to_num)"
+                )
+
+    # ------------------------------------------------------------------ actions
+    def _check_actions(self, actions: Sequence[Any]) -> list[np.ndarray]:
+        groups = self.spec.groups
+        if isinstance(actions, np.ndarray) or len(actions) != len(groups):
+            count = "an array" if isinstance(actions, np.ndarray) else f"{len(actions)} arrays"
+            raise ValueError(
+                f"step() needs one action array per agent group ({len(groups)} groups: "
+                f"{[list(g.agents) for g in groups]}), got {count}; see env.spec.groups"
+            )
+        checked = []
+        counts = self._acting
+        for g, (group, raw) in enumerate(zip(groups, actions)):
+            arr = raw.detach().cpu().numpy() if hasattr(raw, "detach") else np.asarray(raw)
+            expected = (self.num_envs, group.size, *group.action.shape)
+            if arr.shape != expected:
+                raise ValueError(
+                    f"actions for group {list(group.agents)} have shape {arr.shape}, expected {expected} "
+                    f"([num_envs, agents in group, *action_shape] for {group.action.kind} actions)"
+                )
+            used = counts[:, list(group.agent_indices)]
+            if group.action.kind == "box":
+                self._check_box(group.agents, group.action, arr, used)
+            else:
+                arr = self._check_categorical(g, group.agents, group.action, arr, used)
+            checked.append(arr)
+        return checked
+
+    def _check_box(self, agents: tuple[str, ...], layout: ActionLayout, arr: np.ndarray, used: np.ndarray) -> None:
+        flat = arr.reshape(arr.shape[0], arr.shape[1], -1)
+        bad = used & ~np.isfinite(flat).all(-1)
+        if bad.any():
+            e, j = np.argwhere(bad)[0]
+            raise ValueError(f"agent {agents[j]!r} (env copy {e}): action {flat[e, j]} is not finite")
+        tol = 1e-6
+        outside = used & ((flat < layout.low - tol) | (flat > layout.high + tol)).any(-1)
+        if outside.any():
+            e, j = np.argwhere(outside)[0]
+            raise ValueError(
+                f"agent {agents[j]!r} (env copy {e}): action {flat[e, j]} is outside its Box bounds "
+                f"[{layout.low}, {layout.high}]; clip it first (np.clip(action, low, high))"
+            )
+
+    def _check_categorical(
+        self, g: int, agents: tuple[str, ...], layout: ActionLayout, arr: np.ndarray, used: np.ndarray
+    ) -> np.ndarray:
+        if arr.dtype.kind not in "iu":
+            if arr.dtype.kind == "f" and np.array_equal(arr, np.round(arr)):
+                arr = arr.astype(np.int64)
+            else:
+                raise ValueError(
+                    f"actions for group {list(agents)} have dtype {arr.dtype}; {layout.kind} actions must be integers"
+                )
+        heads = arr.reshape(arr.shape[0], arr.shape[1], -1)
+        nvec = np.asarray(layout.nvec)
+        outside = used[..., None] & ((heads < 0) | (heads >= nvec))
+        if outside.any():
+            e, j, k = np.argwhere(outside)[0]
+            raise ValueError(
+                f"agent {agents[j]!r} (env copy {e}): action {heads[e, j].tolist()} is out of range for head {k} "
+                f"with {nvec[k]} choices (valid: 0..{nvec[k] - 1})"
+            )
+        mask = self._masks[g]
+        if mask is not None:
+            offsets = np.concatenate([[0], np.cumsum(nvec)[:-1]])
+            allowed = np.take_along_axis(mask, np.where(used[..., None], heads, 0) + offsets, axis=-1)
+            forbidden = used[..., None] & ~allowed
+            if forbidden.any():
+                e, j, k = np.argwhere(forbidden)[0]
+                raise ValueError(
+                    f"agent {agents[j]!r} (env copy {e}): action {heads[e, j].tolist()} is forbidden by its action "
+                    f"mask (head {k}); sample from the masked distribution"
+                )
+        return arr
+
+    def _env_action(self, i: int, value: np.ndarray) -> Any:
+        layout = self.spec.actions[i]
+        if layout.kind == "discrete":
+            return int(value) + layout.start[0]
+        if layout.kind == "multidiscrete":
+            return value.astype(self._act_spaces[i].dtype) + np.asarray(layout.start, self._act_spaces[i].dtype)
+        return value.reshape(layout.env_shape).astype(self._act_spaces[i].dtype)
+
+    # ------------------------------------------------------------------ parallel envs
+    def _reset_copy(self, e: int, seed: int | None) -> None:
+        self._clear_copy(e)
+        env = self._envs[e]
+        if self._turn_based:
+            env.reset(seed=seed)
+            self._observe_aec(e)
+            if not self._acting[e].any():
+                raise ValueError(f"env copy {e}: the AEC env has no agent to act right after reset")
+            return
+        result = env.reset(seed=seed)
+        if not (isinstance(result, tuple) and len(result) == 2):
+            raise TypeError(
+                "ParallelEnv.reset() must return (observations, infos); this env returns "
+                f"{type(result).__name__} (an old PettingZoo API)"
+            )
+        observations, infos = result
+        for agent in env.agents:
+            self._enter(e, agent, observations, infos)
+        if not self._alive[e].any():
+            raise ValueError(f"env copy {e}: reset() returned no live agent")
+
+    def _enter(self, e: int, agent: str, observations: dict, infos: dict) -> None:
+        if agent not in self._index:
+            raise ValueError(f"agent {agent!r} is not in possible_agents {list(self.spec.agents)}")
+        if agent not in observations:
+            raise ValueError(f"env copy {e}: agent {agent!r} is in env.agents but has no observation")
+        raw = observations[agent]
+        self._write_obs(e, agent, raw, self._obs)
+        self._write_mask(e, agent, raw, infos.get(agent) if infos else None)
+        i = self._index[agent]
+        self._alive[e, i] = True
+        self._acting[e, i] = True
+
+    def _step_parallel(self, e: int, actions: list[np.ndarray]) -> bool:
+        env = self._envs[e]
+        alive_before = self._alive[e].copy()
+        action_dict = {}
+        for agent in env.agents:
+            i = self._index[agent]
+            if alive_before[i]:
+                g, j = self._slot[i]
+                action_dict[agent] = self._env_action(i, actions[g][e, j])
+        observations, rewards, terminations, truncations, infos = env.step(action_dict)
+        for agent, reward in rewards.items():
+            self._rewards[e, self._index[agent]] = reward
+        for i in np.flatnonzero(alive_before):
+            agent = self.spec.agents[i]
+            ended_term = bool(terminations.get(agent, False))
+            ended_trunc = bool(truncations.get(agent, False))
+            if not (ended_term or ended_trunc) and agent not in env.agents:
+                # The agent left without a flag (an API slip of the env): treat it as a terminal exit.
+                ended_term = True
+            if ended_term or ended_trunc:
+                self._terminated[e, i] = ended_term
+                self._truncated[e, i] = ended_trunc and not ended_term
+                if agent in observations:
+                    self._write_obs(e, agent, observations[agent], self._final_obs)
+                else:
+                    g, j = self._slot[i]
+                    self._final_obs[g][e, j] = self._obs[g][e, j]
+        ended = self._terminated[e] | self._truncated[e]
+        live_next = [a for a in env.agents if not ended[self._index[a]]]
+        if not live_next:
+            return True
+        for obs in self._obs:
+            obs[e] = 0
+        self._alive[e] = False
+        self._acting[e] = False
+        for agent in live_next:
+            self._enter(e, agent, observations, infos)
+        return False
+
+    # ------------------------------------------------------------------ AEC envs
+    def _observe_aec(self, e: int) -> None:
+        env = self._envs[e]
+        for obs in self._obs:
+            obs[e] = 0
+        self._alive[e] = False
+        self._acting[e] = False
+        for agent in env.agents:
+            i = self._index[agent]
+            if env.terminations.get(agent, False) or env.truncations.get(agent, False) or self._ended[e, i]:
+                continue
+            raw = env.observe(agent)
+            self._write_obs(e, agent, raw, self._obs)
+            self._write_mask(e, agent, raw, env.infos.get(agent))
+            self._alive[e, i] = True
+        selected = env.agent_selection
+        if selected is not None and selected in self._index and self._alive[e, self._index[selected]]:
+            self._acting[e, self._index[selected]] = True
+
+    def _step_aec(self, e: int, actions: list[np.ndarray]) -> bool:
+        env = self._envs[e]
+        acting = np.flatnonzero(self._acting[e])
+        i = int(acting[0])
+        g, j = self._slot[i]
+        env.step(self._env_action(i, actions[g][e, j]))
+        self._collect_aec_rewards(e)
+        self._record_aec_endings(e)
+        # Agents that ended are stepped out with None actions (PettingZoo's dead steps).
+        while env.agents and (
+            env.terminations.get(env.agent_selection, False) or env.truncations.get(env.agent_selection, False)
+        ):
+            env.step(None)
+        if not env.agents or not any(
+            not (env.terminations.get(a, False) or env.truncations.get(a, False)) for a in env.agents
+        ):
+            return True
+        self._observe_aec(e)
+        if not self._acting[e].any():
+            raise ValueError(
+                f"env copy {e}: after a step the AEC env selects {env.agent_selection!r}, which is not a live agent"
+            )
+        return False
+
+    def _collect_aec_rewards(self, e: int) -> None:
+        for agent, reward in self._envs[e].rewards.items():
+            self._rewards[e, self._index[agent]] += reward
+
+    def _record_aec_endings(self, e: int) -> None:
+        env = self._envs[e]
+        for agent in env.agents:
+            i = self._index[agent]
+            if self._ended[e, i]:
+                continue
+            term = bool(env.terminations.get(agent, False))
+            trunc = bool(env.truncations.get(agent, False))
+            if term or trunc:
+                self._ended[e, i] = True
+                self._terminated[e, i] = term
+                self._truncated[e, i] = trunc and not term
+                self._write_obs(e, agent, env.observe(agent), self._final_obs)

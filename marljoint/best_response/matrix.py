@@ -1,17 +1,18 @@
 """Normal-form (matrix) games: validation, expected action values, and exact two-player Nash solvers.
 
-A game of ``P`` players is a list of ``P`` payoff arrays, one per player, each of shape ``[n_1, ..., n_P]`` and
-indexed by every player's pure-strategy index (in PSRO: the index of a policy in that player's population).
-``payoffs[p][i_1, ..., i_P]`` is what player ``p`` receives when player ``q`` plays its strategy ``i_q``.
-A mixed strategy of player ``p`` is a float64 vector of shape ``[n_p]``, non-negative, summing to 1.
+A game of ``P`` players is a list of ``P`` payoff arrays, one per player, each of shape ``[n_1, ..., n_P]``
+and indexed by every player's pure-strategy index (in PSRO: the index of a policy in that player's
+population). ``payoffs[p][i_1, ..., i_P]`` is what player ``p`` receives when player ``q`` plays its strategy
+``i_q``. A mixed strategy of player ``p`` is a float64 vector of shape ``[n_p]``, non-negative, summing to 1.
 
 The two exact solvers are :func:`zero_sum_nash` (a linear program, for constant-sum games) and
-:func:`lemke_howson` (complementary pivoting with a lexicographic ratio test, for any bimatrix game, degenerate
-ones included).
+:func:`lemke_howson` (complementary pivoting with a lexicographic ratio test, for any bimatrix game,
+degenerate ones included).
 """
 
 from __future__ import annotations
 
+import string
 from collections.abc import Sequence
 
 import numpy as np
@@ -40,7 +41,7 @@ def validate_payoffs(payoffs: Sequence[np.ndarray]) -> list[np.ndarray]:
 
     Raises:
         ValueError: no players; an array whose number of dimensions is not the number of players; arrays of
-            different shapes; a player with no strategy; a NaN or infinite entry (an unfilled meta-game entry).
+            different shapes; a player with no strategy; a NaN or infinite entry (an unfilled entry).
     """
     if isinstance(payoffs, np.ndarray):
         raise ValueError(
@@ -60,14 +61,14 @@ def validate_payoffs(payoffs: Sequence[np.ndarray]) -> list[np.ndarray]:
             )
         if payoff.shape != shape:
             raise ValueError(
-                f"payoffs[{player}] has shape {payoff.shape} but payoffs[0] has shape {shape}; every player's "
-                "array must be indexed by the same strategy profiles"
+                f"payoffs[{player}] has shape {payoff.shape} but payoffs[0] has shape {shape}; every "
+                "player's array must be indexed by the same strategy profiles"
             )
         if not np.all(np.isfinite(payoff)):
             bad = tuple(int(i) for i in np.argwhere(~np.isfinite(payoff))[0])
             raise ValueError(
-                f"payoffs[{player}] holds {payoff[bad]} at index {bad}; every entry of the game must be a finite "
-                "number: simulate (fill in) the missing meta-game entries before solving it"
+                f"payoffs[{player}] holds {payoff[bad]} at index {bad}; every entry of the game must be a "
+                "finite number: simulate (fill in) the missing meta-game entries before solving it"
             )
     if 0 in shape:
         raise ValueError(f"payoffs have shape {shape}; every player needs at least one strategy")
@@ -85,20 +86,21 @@ def validate_strategies(strategies: Sequence[np.ndarray], shape: tuple[int, ...]
         The strategies as float64 vectors.
 
     Raises:
-        ValueError: the wrong number of strategies, a wrong length, a negative or non-finite entry, or a vector
-            whose sum is not 1 (within 1e-6).
+        ValueError: the wrong number of strategies, a wrong length, a negative or non-finite entry, or a
+            vector whose sum is not 1 (within 1e-6).
     """
     if len(strategies) != len(shape):
         raise ValueError(
-            f"got {len(strategies)} strategies for a game of {len(shape)} players; pass one mixed strategy per player"
+            f"got {len(strategies)} strategies for a game of {len(shape)} players; pass one mixed strategy "
+            "per player"
         )
     result = []
     for player, (strategy, size) in enumerate(zip(strategies, shape)):
         vector = np.asarray(strategy, dtype=np.float64)
         if vector.shape != (size,):
             raise ValueError(
-                f"strategies[{player}] has shape {vector.shape}; player {player} has {size} strategies, so pass "
-                f"a vector of shape ({size},)"
+                f"strategies[{player}] has shape {vector.shape}; player {player} has {size} strategies, so "
+                f"pass a vector of shape ({size},)"
             )
         if not np.all(np.isfinite(vector)) or np.any(vector < 0):
             raise ValueError(
@@ -107,7 +109,8 @@ def validate_strategies(strategies: Sequence[np.ndarray], shape: tuple[int, ...]
             )
         if abs(vector.sum() - 1.0) > _PROBABILITY_ATOL:
             raise ValueError(
-                f"strategies[{player}] sums to {vector.sum()}; a mixed strategy must sum to 1: divide it by its sum"
+                f"strategies[{player}] sums to {vector.sum()}; a mixed strategy must sum to 1: divide it by "
+                "its sum"
             )
         result.append(vector)
     return result
@@ -118,23 +121,22 @@ def action_values(payoff: np.ndarray, strategies: Sequence[np.ndarray], player: 
 
     Args:
         payoff: one payoff array of shape ``[n_1, ..., n_P]`` (usually ``payoffs[player]``).
-        strategies: one mixed strategy per player, player ``q``'s of shape ``[n_q]``; ``strategies[player]`` is
-            ignored.
+        strategies: one mixed strategy per player, player ``q``'s of shape ``[n_q]``; ``strategies[player]``
+            is ignored.
         player: whose pure strategies to evaluate.
 
     Returns:
         Array of shape ``[n_player]``.
     """
-    values = np.asarray(payoff, dtype=np.float64)
-    # Contract the highest axes first, so the axis numbers of the lower ones stay valid.
-    for other in range(values.ndim - 1, -1, -1):
-        if other != player:
-            values = np.tensordot(values, strategies[other], axes=([other], [0]))
-    return values
+    payoff = np.asarray(payoff, dtype=np.float64)
+    axes = string.ascii_letters[: payoff.ndim]
+    others = [other for other in range(payoff.ndim) if other != player]
+    subscripts = ",".join([axes, *(axes[other] for other in others)]) + "->" + axes[player]
+    return np.einsum(subscripts, payoff, *(strategies[other] for other in others))
 
 
 def is_constant_sum(payoff_row: np.ndarray, payoff_col: np.ndarray, rtol: float = 1e-9) -> bool:
-    """Whether a two-player game is constant-sum (zero-sum included): ``payoff_row + payoff_col`` is one value.
+    """Whether a two-player game is constant-sum (zero-sum included): ``payoff_row + payoff_col`` is constant.
 
     Args:
         payoff_row: the row player's payoffs, shape ``[n, m]``.
@@ -152,7 +154,8 @@ def is_constant_sum(payoff_row: np.ndarray, payoff_col: np.ndarray, rtol: float 
 def _maximin(payoff: np.ndarray) -> tuple[np.ndarray, float]:
     """The row player's maximin strategy and value of the zero-sum game ``payoff`` (shape ``[n, m]``)."""
     num_rows, num_cols = payoff.shape
-    # Variables (x_1..x_n, v): maximise v subject to (x^T payoff)_j >= v for every column j, sum(x) = 1, x >= 0.
+    # Variables (x_1..x_n, v): maximise v subject to (x^T payoff)_j >= v for every column j,
+    # sum(x) = 1 and x >= 0.
     objective = np.zeros(num_rows + 1)
     objective[-1] = -1.0
     upper_lhs = np.hstack([-payoff.T, np.ones((num_cols, 1))])
@@ -175,14 +178,14 @@ def _maximin(payoff: np.ndarray) -> tuple[np.ndarray, float]:
 def zero_sum_nash(payoff_row: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
     """Exact Nash equilibrium of a two-player zero-sum game by linear programming (scipy's HiGHS).
 
-    Each player's equilibrium strategy is its maximin strategy; a constant-sum game is solved by passing the row
-    player's payoffs, since adding a constant to the column player's payoffs changes no equilibrium.
+    Each player's equilibrium strategy is its maximin strategy; a constant-sum game is solved by passing the
+    row player's payoffs, since adding a constant to the column player's payoffs changes no equilibrium.
 
     Args:
         payoff_row: the row player's payoffs, shape ``[n, m]``; the column player receives ``-payoff_row``.
 
     Returns:
-        ``(row_strategy [n], col_strategy [m], value)``, where ``value`` is the row player's equilibrium payoff.
+        ``(row_strategy [n], col_strategy [m], value)``, ``value`` being the row player's equilibrium payoff.
     """
     payoff = np.asarray(payoff_row, dtype=np.float64)
     row_strategy, value = _maximin(payoff)
@@ -191,7 +194,7 @@ def zero_sum_nash(payoff_row: np.ndarray) -> tuple[np.ndarray, np.ndarray, float
 
 
 def _lexicographic_min_ratio(tableau: np.ndarray, column: int, basis_columns: np.ndarray, tol: float) -> int:
-    """Row leaving the basis when ``column`` enters: the lexicographic minimum of [rhs, B^-1] / pivot entry."""
+    """Row leaving the basis as ``column`` enters: the lexicographic minimum of [rhs, B^-1] / pivot entry."""
     candidates = np.flatnonzero(tableau[:, column] > tol)
     if candidates.size == 0:
         raise RuntimeError("Lemke-Howson found an unbounded ray; the payoffs were not shifted to be positive")
@@ -223,10 +226,12 @@ def _normalise_to_positive(payoff: np.ndarray) -> np.ndarray:
     return 1.0 + (payoff - low) / (high - low)
 
 
-def _lemke_howson_path(payoff_row: np.ndarray, payoff_col: np.ndarray, initial_label: int) -> tuple[np.ndarray, ...]:
+def _lemke_howson_path(
+    payoff_row: np.ndarray, payoff_col: np.ndarray, initial_label: int
+) -> tuple[np.ndarray, np.ndarray]:
     num_rows, num_cols = payoff_row.shape
     num_labels = num_rows + num_cols
-    # Columns are indexed by label: label i < n is row strategy i, label n + j is column strategy j; last = rhs.
+    # Columns are indexed by label (label i < n: row strategy i; label n + j: column strategy j), then rhs.
     # Row tableau (polytope of y):  payoff_row y + r = 1, r_i carries label i, y_j carries label n + j.
     row_tableau = np.zeros((num_rows, num_labels + 1))
     row_tableau[:, :num_rows] = np.eye(num_rows)
@@ -290,12 +295,13 @@ def lemke_howson(
 ) -> tuple[np.ndarray, np.ndarray]:
     """A Nash equilibrium of a two-player general-sum game by the Lemke–Howson algorithm.
 
-    Complementary pivoting on the two best-response polytopes (von Stengel, "Computing equilibria for two-person
-    games", 2002), with the lexicographic minimum-ratio test, so degenerate games (ties, repeated strategies)
-    terminate at an equilibrium too. Payoffs are first rescaled into [1, 2], which changes no equilibrium. The
-    path starts by dropping ``initial_label`` (``i < n``: row strategy ``i``; ``n + j``: column strategy ``j``);
-    should floating-point error leave that path's end short of an equilibrium (NashConv above 1e-9 times the
-    payoff range), the other labels are tried in turn and the most accurate end point is returned.
+    Complementary pivoting on the two best-response polytopes (von Stengel, "Computing equilibria for
+    two-person games", 2002), with the lexicographic minimum-ratio test, so degenerate games (ties, repeated
+    strategies) terminate at an equilibrium too. Payoffs are first rescaled into [1, 2], which changes no
+    equilibrium. The path starts by dropping ``initial_label`` (``i < n``: row strategy ``i``; ``n + j``:
+    column strategy ``j``); should floating-point error leave that path's end short of an equilibrium
+    (NashConv above 1e-9 times the payoff range), the other labels are tried in turn and the most accurate end
+    point is returned.
 
     Args:
         payoff_row: the row player's payoffs, shape ``[n, m]``.

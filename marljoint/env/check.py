@@ -36,11 +36,15 @@ def random_actions(env: JointEnv, state: JointObs, rng: np.random.Generator) -> 
         offset = 0
         for n in layout.nvec:
             allowed = mask[..., offset : offset + n] if mask is not None else np.ones((E, group.size, n), bool)
-            # Rows with nothing allowed (absent agents) fall back to choice 0, which the env ignores.
             weights = allowed / np.maximum(allowed.sum(-1, keepdims=True), 1)
             cdf = np.cumsum(weights, -1)
             u = rng.random((E, group.size, 1))
-            heads.append(np.minimum((u > cdf).sum(-1), n - 1))
+            # Rounding can leave the cdf's last entry just below 1, so a draw can pass every allowed choice:
+            # clamp to the last allowed one. Rows with nothing allowed (absent agents) get choice 0, which the
+            # env ignores.
+            last_allowed = n - 1 - np.argmax(allowed[..., ::-1], -1)
+            choice = np.minimum((u > cdf).sum(-1), last_allowed)
+            heads.append(np.where(allowed.any(-1), choice, 0))
             offset += n
         actions = np.stack(heads, -1).astype(np.int64)
         out.append(actions[..., 0] if layout.kind == "discrete" else actions)

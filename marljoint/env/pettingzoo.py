@@ -7,6 +7,7 @@ from typing import Any, Callable, Sequence
 
 import gymnasium
 import numpy as np
+from pettingzoo.utils.conversions import turn_based_aec_to_parallel_wrapper
 from pettingzoo.utils.env import AECEnv, ParallelEnv
 
 from marljoint.env.base import JointObs, JointStep
@@ -44,12 +45,22 @@ def _resolve_factory(env_fn: Any) -> Callable[[], Any]:
     return env_fn
 
 
+def _playable(env: Any) -> Any:
+    """Returns the env to step: PettingZoo's turn-based parallel conversion is played as the AEC env it wraps."""
+    # That conversion asks every agent for an action but uses only the mover's; stepped as a parallel env, every
+    # agent would count as acting, and the waiting one would carry an all-zero action mask.
+    if isinstance(env, turn_based_aec_to_parallel_wrapper):
+        return env.aec_env
+    return env
+
+
 class PettingZooJointEnv:
     """E copies of a PettingZoo env stepped together, as fixed-shape arrays (a :class:`JointEnv`).
 
     Agents keep ``possible_agents`` order. Agents with identical spaces form a group; observations, actions and masks
-    are arrays per group. Parallel envs move all agents at once; turn-based (AEC) envs are played one move per step,
-    with ``acting`` marking the agent to move and rewards credited to every agent on the step they arrive.
+    are arrays per group. Parallel envs move all agents at once; turn-based (AEC) envs, and PettingZoo's turn-based
+    parallel conversions of them, are played one move per step, with ``acting`` marking the agent to move and
+    rewards credited to every agent on the step they arrive.
 
     Example:
         >>> from marljoint_envs import counter_v0
@@ -77,7 +88,7 @@ class PettingZooJointEnv:
         factory = _resolve_factory(env_fn)
         self.num_envs = int(num_envs)
         self._seed = seed
-        self._envs = [factory() for _ in range(self.num_envs)]
+        self._envs = [_playable(factory()) for _ in range(self.num_envs)]
         first = self._envs[0]
         if not isinstance(first, (ParallelEnv, AECEnv)):
             raise TypeError(
@@ -95,6 +106,13 @@ class PettingZooJointEnv:
                 )
         self._obs_spaces: tuple[gymnasium.Space, ...] = tuple(first.observation_space(a) for a in agents)
         self._act_spaces: tuple[gymnasium.Space, ...] = tuple(first.action_space(a) for a in agents)
+        for e, env in enumerate(self._envs[1:], start=1):
+            for a, obs_space, act_space in zip(agents, self._obs_spaces, self._act_spaces):
+                if env.observation_space(a) != obs_space or env.action_space(a) != act_space:
+                    raise ValueError(
+                        f"env copy {e} gives agent {a!r} the spaces {env.observation_space(a)} / {env.action_space(a)}, "
+                        f"copy 0 gives {obs_space} / {act_space}; env_fn must build identical envs"
+                    )
         obs_layouts = tuple(observation_layout(a, s) for a, s in zip(agents, self._obs_spaces))
         act_layouts = tuple(action_layout(a, s) for a, s in zip(agents, self._act_spaces))
         self.spec = JointSpec(
@@ -230,6 +248,11 @@ class PettingZooJointEnv:
 
     # ------------------------------------------------------------------ observations and masks
     def _clear_copy(self, e: int) -> None:
+        self._clear_state(e)
+        self._ended[e] = False
+
+    def _clear_state(self, e: int) -> None:
+        """Zeroes copy e's observations, allows every action and marks every agent absent, before refilling."""
         for obs in self._obs:
             obs[e] = 0
         for mask in self._masks:
@@ -237,7 +260,6 @@ class PettingZooJointEnv:
                 mask[e] = True
         self._alive[e] = False
         self._acting[e] = False
-        self._ended[e] = False
 
     def _write_obs(self, e: int, agent: str, raw: Any, target: tuple[np.ndarray, ...]) -> None:
         i = self._index[agent]
@@ -267,6 +289,12 @@ class PettingZooJointEnv:
         mask_buf[e, j] = mask.astype(bool)
 
     def _check_finite(self) -> None:
+        if not np.isfinite(self._rewards).all():
+            e, i = np.argwhere(~np.isfinite(self._rewards))[0]
+            raise ValueError(
+                f"agent {self.spec.agents[i]!r} (env copy {e}): the env returned a non-finite reward "
+                f"({self._rewards[e, i]}); fix the env, or clip rewards with supersuit.clip_reward_v0"
+            )
         ended = self._terminated | self._truncated
         for g, group in enumerate(self.spec.groups):
             for obs, rows in ((self._obs[g], None), (self._final_obs[g], ended[:, list(group.agent_indices)])):
@@ -363,7 +391,9 @@ class PettingZooJointEnv:
             return int(value) + layout.start[0]
         if layout.kind == "multidiscrete":
             return value.astype(self._act_spaces[i].dtype) + np.asarray(layout.start, self._act_spaces[i].dtype)
-        return value.reshape(layout.env_shape).astype(self._act_spaces[i].dtype)
+        space = self._act_spaces[i]
+        # Actions within the check's tolerance of a bound are clipped onto it, so the env always gets a member.
+        return np.clip(value.reshape(layout.env_shape).astype(space.dtype), space.low, space.high)
 
     # ------------------------------------------------------------------ parallel envs
     def _reset_copy(self, e: int, seed: int | None) -> None:
@@ -430,10 +460,7 @@ class PettingZooJointEnv:
         live_next = [a for a in env.agents if not ended[self._index[a]]]
         if not live_next:
             return True
-        for obs in self._obs:
-            obs[e] = 0
-        self._alive[e] = False
-        self._acting[e] = False
+        self._clear_state(e)
         for agent in live_next:
             self._enter(e, agent, observations, infos)
         return False
@@ -441,19 +468,23 @@ class PettingZooJointEnv:
     # ------------------------------------------------------------------ AEC envs
     def _observe_aec(self, e: int) -> None:
         env = self._envs[e]
-        for obs in self._obs:
-            obs[e] = 0
-        self._alive[e] = False
-        self._acting[e] = False
+        self._clear_state(e)
+        selected = env.agent_selection
         for agent in env.agents:
             i = self._index[agent]
             if env.terminations.get(agent, False) or env.truncations.get(agent, False) or self._ended[e, i]:
                 continue
             raw = env.observe(agent)
             self._write_obs(e, agent, raw, self._obs)
-            self._write_mask(e, agent, raw, env.infos.get(agent))
+            if agent == selected:
+                self._write_mask(e, agent, raw, env.infos.get(agent))
+            else:
+                # Games often give waiting players an all-zero mask; their action is ignored, and an empty mask
+                # would break a masked distribution evaluated over the whole group.
+                g, j = self._slot[i]
+                if self._masks[g] is not None:
+                    self._masks[g][e, j] = True
             self._alive[e, i] = True
-        selected = env.agent_selection
         if selected is not None and selected in self._index and self._alive[e, self._index[selected]]:
             self._acting[e, self._index[selected]] = True
 

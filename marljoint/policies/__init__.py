@@ -1,0 +1,29 @@
+"""Policies: action distributions, stacked (per-agent) layers, the group actor-critic and its optimizer."""
+
+from marljoint.policies.actor_critic import ActorCritic, PolicyOutput
+from marljoint.policies.distributions import (
+    ActionDistribution,
+    Categorical,
+    DiagGaussian,
+    FactoredCategorical,
+    make_distribution,
+)
+from marljoint.policies.layers import StackedCNN, StackedConv2d, StackedLinear, StackedMLP
+from marljoint.policies.optim import StackedAdam, clip_member_grads_, member_grad_norms
+
+__all__ = [
+    "ActionDistribution",
+    "ActorCritic",
+    "Categorical",
+    "DiagGaussian",
+    "FactoredCategorical",
+    "PolicyOutput",
+    "StackedAdam",
+    "StackedCNN",
+    "StackedConv2d",
+    "StackedLinear",
+    "StackedMLP",
+    "clip_member_grads_",
+    "make_distribution",
+    "member_grad_norms",
+]

@@ -1,0 +1,33 @@
+"""Joint multi-agent PPO: config, rollout storage, GAE, losses and the trainer."""
+
+from marljoint.ppo.auxiliary import AuxFn, AuxOutput
+from marljoint.ppo.config import JointTrainerConfig
+from marljoint.ppo.gae import compute_gae
+from marljoint.ppo.losses import (
+    PolicyLossTerms,
+    explained_variance,
+    masked_mean,
+    normalize_advantages,
+    policy_loss,
+    value_loss,
+)
+from marljoint.ppo.normalizer import RunningNormalizer
+from marljoint.ppo.rollout import JointRollout
+from marljoint.ppo.trainer import JointMultiAgentTrainer, JointStats
+
+__all__ = [
+    "AuxFn",
+    "AuxOutput",
+    "JointMultiAgentTrainer",
+    "JointRollout",
+    "JointStats",
+    "JointTrainerConfig",
+    "PolicyLossTerms",
+    "RunningNormalizer",
+    "compute_gae",
+    "explained_variance",
+    "masked_mean",
+    "normalize_advantages",
+    "policy_loss",
+    "value_loss",
+]

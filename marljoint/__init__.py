@@ -1,0 +1,49 @@
+"""marljoint: synchronized joint multi-agent PPO for PettingZoo.
+
+Every agent's PPO loss and optional cross-agent auxiliary losses form one scalar; one backward pass runs; each
+agent's optimizer steps on its own parameters. Any PettingZoo env (parallel or turn-based) becomes a
+:class:`JointEnv` through :class:`PettingZooJointEnv`.
+"""
+
+from marljoint.env import (
+    ActionLayout,
+    GroupSpec,
+    JointEnv,
+    JointEnvCheckError,
+    JointObs,
+    JointSpec,
+    JointStep,
+    ObservationLayout,
+    PettingZooJointEnv,
+    check_joint_env,
+)
+from marljoint.ppo import (
+    AuxOutput,
+    JointMultiAgentTrainer,
+    JointRollout,
+    JointStats,
+    JointTrainerConfig,
+    compute_gae,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ActionLayout",
+    "AuxOutput",
+    "GroupSpec",
+    "JointEnv",
+    "JointEnvCheckError",
+    "JointMultiAgentTrainer",
+    "JointObs",
+    "JointRollout",
+    "JointSpec",
+    "JointStats",
+    "JointStep",
+    "JointTrainerConfig",
+    "ObservationLayout",
+    "PettingZooJointEnv",
+    "__version__",
+    "check_joint_env",
+    "compute_gae",
+]

@@ -1,0 +1,293 @@
+"""The actor-critic network of one agent group, evaluated for all of its agents in one batched forward."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import NamedTuple
+
+import torch
+from torch import nn
+
+from marljoint.env.spaces import ActionLayout, ObservationLayout
+from marljoint.policies.distributions import Categorical, DiagGaussian, FactoredCategorical, make_distribution
+from marljoint.policies.layers import Activation, StackedCNN, StackedLinear, StackedMLP
+
+__all__ = ["ActorCritic", "PolicyOutput"]
+
+
+class PolicyOutput(NamedTuple):
+    """One forward pass of a group's actor-critic.
+
+    Attributes:
+        head: ``[B, n_g, L]`` action-head output (logits, or Gaussian means for a Box), ``L = logits_size``.
+        values: ``[B, n_g]`` state-value estimates.
+        features: ``[B, n_g, d]`` encoder features (the input of the action head).
+    """
+
+    head: torch.Tensor
+    values: torch.Tensor
+    features: torch.Tensor
+
+
+class ActorCritic(nn.Module):
+    """Actor-critic for the n_g agents of one group, with shared or independent parameters.
+
+    With ``share_parameters=True`` one network (M = 1 member) serves every agent, and each agent's one-hot index
+    within the group is appended to its observation (after the CNN for images) so that agents can still act
+    differently. Otherwise each agent has its own network (M = n_g members), held as stacked weights. Both modes
+    run as one batched computation over all agents; no Python loop over agents.
+
+    Structure: an encoder trunk (CNN + MLP for images, MLP otherwise) gives features ``[B, n_g, d]``; a linear
+    action head (gain 0.01) gives logits or means; a linear value head (gain 1) gives values, reading either the
+    trunk features or, with ``critic_input_size`` (a centralised critic), a separate critic MLP on a critic input.
+    A Box action has a state-independent ``log_std`` ``[M, D]``. Every parameter's first axis is the member axis.
+
+    Args:
+        observation: the group's observation layout.
+        action: the group's action layout.
+        num_agents: number of agents n_g in the group.
+        share_parameters: one network for all agents (True) or one per agent (False).
+        hidden_sizes: hidden layer sizes of the encoder MLP (and of the critic MLP); ``d = hidden_sizes[-1]``.
+        critic_input_size: size of a per-agent critic input for a centralised critic; ``None`` reads the values
+            from the trunk features.
+        log_std_init: initial log standard deviation of a Box action.
+        activation: activation of the MLPs.
+        cnn_channels: output channels of each convolution (image observations).
+        cnn_kernel_sizes: kernel size of each convolution (image observations).
+        cnn_strides: stride of each convolution (image observations).
+        cnn_features: CNN output size, the input of the encoder MLP (image observations).
+        generator: source of the initial weights; ``None`` draws from torch's default generator.
+
+    Raises:
+        TypeError: if the layouts are not :class:`ObservationLayout` / :class:`ActionLayout`.
+        ValueError: for a non-positive ``num_agents``, empty or non-positive sizes, or an image too small for the
+            CNN.
+
+    Example:
+        >>> import numpy as np, torch
+        >>> from marljoint.env.spaces import ActionLayout, ObservationLayout
+        >>> obs = ObservationLayout("flat", (18,), np.dtype(np.float32))
+        >>> net = ActorCritic(
+        ...     obs, ActionLayout("discrete", (5,), ()), num_agents=3, share_parameters=False,
+        ...     generator=torch.Generator().manual_seed(0),
+        ... )
+        >>> out = net(torch.zeros(8, 3, 18))
+        >>> out.head.shape, out.values.shape, out.features.shape
+        (torch.Size([8, 3, 5]), torch.Size([8, 3]), torch.Size([8, 3, 64]))
+        >>> net.distribution(out.head).sample(torch.Generator().manual_seed(0)).shape
+        torch.Size([8, 3])
+    """
+
+    def __init__(
+        self,
+        observation: ObservationLayout,
+        action: ActionLayout,
+        num_agents: int,
+        share_parameters: bool,
+        hidden_sizes: Sequence[int] = (64, 64),
+        critic_input_size: int | None = None,
+        log_std_init: float = 0.0,
+        *,
+        activation: Activation = torch.tanh,
+        cnn_channels: Sequence[int] = (32, 64, 64),
+        cnn_kernel_sizes: Sequence[int] = (8, 4, 3),
+        cnn_strides: Sequence[int] = (4, 2, 1),
+        cnn_features: int = 512,
+        generator: torch.Generator | None = None,
+    ) -> None:
+        super().__init__()
+        if not isinstance(observation, ObservationLayout):
+            raise TypeError(f"observation must be an ObservationLayout, got {type(observation).__name__}")
+        if not isinstance(action, ActionLayout):
+            raise TypeError(f"action must be an ActionLayout, got {type(action).__name__}")
+        if isinstance(num_agents, bool) or not isinstance(num_agents, int) or num_agents < 1:
+            raise ValueError(f"num_agents must be a positive int (the group size n_g), got {num_agents!r}")
+        if critic_input_size is not None and (
+            isinstance(critic_input_size, bool) or not isinstance(critic_input_size, int) or critic_input_size < 1
+        ):
+            raise ValueError(
+                f"critic_input_size must be a positive int or None (no centralised critic), got {critic_input_size!r}"
+            )
+        self.observation = observation
+        self.action = action
+        self.num_agents = num_agents
+        self.share_parameters = bool(share_parameters)
+        self.members = 1 if self.share_parameters else num_agents
+        self.critic_input_size = critic_input_size
+        id_size = num_agents if self.share_parameters else 0
+        members = self.members
+
+        if observation.kind == "image":
+            self.cnn: StackedCNN | None = StackedCNN(
+                members,
+                observation.shape,
+                cnn_channels,
+                cnn_kernel_sizes,
+                cnn_strides,
+                cnn_features,
+                generator=generator,
+            )
+            encoder_in = cnn_features + id_size
+        else:
+            self.cnn = None
+            encoder_in = observation.size + id_size
+        self.encoder = StackedMLP(members, encoder_in, hidden_sizes, activation, generator=generator)
+        self.feature_size = self.encoder.out_features
+        self.actor_head = StackedLinear(members, self.feature_size, action.logits_size, 0.01, generator=generator)
+        if action.kind == "box":
+            self.log_std: nn.Parameter | None = nn.Parameter(
+                torch.full((members, action.logits_size), float(log_std_init))
+            )
+        else:
+            self.log_std = None
+        if critic_input_size is not None:
+            self.critic_encoder: StackedMLP | None = StackedMLP(
+                members, critic_input_size + id_size, hidden_sizes, activation, generator=generator
+            )
+            critic_features = self.critic_encoder.out_features
+        else:
+            self.critic_encoder = None
+            critic_features = self.feature_size
+        self.value_head = StackedLinear(members, critic_features, 1, 1.0, generator=generator)
+        self.register_buffer("agent_ids", torch.eye(num_agents), persistent=False)
+        self._obs_shape = (num_agents, *observation.shape)
+
+    def forward(self, obs: torch.Tensor, critic_obs: torch.Tensor | None = None) -> PolicyOutput:
+        """Evaluates every agent of the group.
+
+        Args:
+            obs: ``[B, n_g, *obs_shape]`` observations.
+            critic_obs: ``[B, n_g, critic_input_size]`` critic inputs; required with a centralised critic and
+                rejected without one.
+
+        Returns:
+            A :class:`PolicyOutput` with head ``[B, n_g, L]``, values ``[B, n_g]`` and features ``[B, n_g, d]``.
+
+        Raises:
+            ValueError: if a tensor has the wrong shape, or ``critic_obs`` is missing or unexpected.
+        """
+        batch = self._check_obs(obs)
+        features = self._trunk(obs)
+        head = self._agent_major(self.actor_head.forward_member_major(features), batch)
+        if self.critic_encoder is None:
+            self._reject_critic_obs(critic_obs)
+            values = self._agent_major(self.value_head.forward_member_major(features), batch).squeeze(-1)
+        else:
+            values = self._critic_values(self.critic_encoder, critic_obs, batch)
+        return PolicyOutput(head, values, self._agent_major(features, batch))
+
+    def encoder_features(self, obs: torch.Tensor) -> torch.Tensor:
+        """Trunk features of every agent, ``[B, n_g, d]`` (the input of the action head).
+
+        Args:
+            obs: ``[B, n_g, *obs_shape]`` observations.
+        """
+        batch = self._check_obs(obs)
+        return self._agent_major(self._trunk(obs), batch)
+
+    def value(self, obs: torch.Tensor, critic_obs: torch.Tensor | None = None) -> torch.Tensor:
+        """State values of every agent, ``[B, n_g]``.
+
+        Args:
+            obs: ``[B, n_g, *obs_shape]`` observations (not read by a centralised critic).
+            critic_obs: ``[B, n_g, critic_input_size]``; required with a centralised critic, rejected otherwise.
+        """
+        batch = self._check_obs(obs)
+        if self.critic_encoder is None:
+            self._reject_critic_obs(critic_obs)
+            return self._agent_major(self.value_head.forward_member_major(self._trunk(obs)), batch).squeeze(-1)
+        return self._critic_values(self.critic_encoder, critic_obs, batch)
+
+    def distribution(
+        self, head: torch.Tensor, mask: torch.Tensor | None = None
+    ) -> Categorical | FactoredCategorical | DiagGaussian:
+        """The action distribution of every agent.
+
+        Args:
+            head: ``[B, n_g, L]`` head output from :meth:`forward`.
+            mask: ``[B, n_g, sum(nvec)]`` bool action mask (True = allowed), categorical actions only.
+
+        Returns:
+            A distribution with batch shape ``[B, n_g]``.
+        """
+        return make_distribution(self.action, head, self.log_std, mask)
+
+    def actor_parameters(self) -> list[nn.Parameter]:
+        """Parameters of the policy: the encoder trunk, the action head and ``log_std``."""
+        critic = {id(p) for p in self.critic_parameters()}
+        return [p for p in self.parameters() if id(p) not in critic]
+
+    def critic_parameters(self) -> list[nn.Parameter]:
+        """Parameters of the value function: the value head and the centralised critic MLP, if any."""
+        modules = [self.value_head] if self.critic_encoder is None else [self.critic_encoder, self.value_head]
+        return [p for module in modules for p in module.parameters()]
+
+    def member_of_agent(self, agent: int) -> int:
+        """Index along the member axis of the parameters that act for agent ``agent`` of the group.
+
+        Raises:
+            IndexError: if ``agent`` is not in ``0 .. n_g - 1``.
+        """
+        if not 0 <= agent < self.num_agents:
+            raise IndexError(f"agent {agent} is out of range for a group of {self.num_agents} agents")
+        return 0 if self.share_parameters else agent
+
+    def _check_obs(self, obs: torch.Tensor) -> int:
+        if obs.dim() != len(self._obs_shape) + 1 or obs.shape[1:] != self._obs_shape:
+            raise ValueError(
+                f"obs of shape {tuple(obs.shape)} does not fit this group; expected [B, "
+                f"{', '.join(map(str, self._obs_shape))}] (batch, {self.num_agents} agents, observation shape "
+                f"{self.observation.shape})."
+            )
+        return obs.shape[0]
+
+    def _trunk(self, obs: torch.Tensor) -> torch.Tensor:
+        """Member-major encoder features ``[M, B', d]`` (``B' = B`` independent, ``B * n_g`` shared)."""
+        batch = obs.shape[0]
+        if self.cnn is None:
+            x = obs
+        else:
+            if self.share_parameters:
+                obs = obs.reshape(batch * self.num_agents, 1, *obs.shape[2:])
+            x = self.cnn(obs).reshape(batch, self.num_agents, -1)
+        return self.encoder.forward_member_major(self._member_major(x))
+
+    def _member_major(self, x: torch.Tensor) -> torch.Tensor:
+        """``[B, n_g, f]`` per-agent inputs → the ``[M, B', f']`` input of a stacked network.
+
+        Sharing folds the agents into the batch and appends each agent's one-hot id.
+        """
+        ids = self.agent_ids
+        if x.dtype != ids.dtype:
+            x = x.to(ids.dtype)
+        if not self.share_parameters:
+            return x.transpose(0, 1)
+        batch = x.shape[0]
+        ids = ids.expand(batch, self.num_agents, self.num_agents)
+        return torch.cat((x, ids), dim=-1).view(1, batch * self.num_agents, -1)
+
+    def _agent_major(self, y: torch.Tensor, batch: int) -> torch.Tensor:
+        """Inverse of :meth:`_member_major` for outputs: ``[M, B', k]`` → ``[B, n_g, k]``."""
+        if not self.share_parameters:
+            return y.transpose(0, 1)
+        return y.reshape(batch, self.num_agents, y.shape[-1])
+
+    def _critic_values(self, encoder: StackedMLP, critic_obs: torch.Tensor | None, batch: int) -> torch.Tensor:
+        expected = (batch, self.num_agents, self.critic_input_size)
+        if critic_obs is None:
+            raise ValueError(
+                f"this network has a centralised critic (critic_input_size={self.critic_input_size}); pass "
+                f"critic_obs of shape {list(expected)}."
+            )
+        if critic_obs.shape != expected:
+            raise ValueError(f"critic_obs of shape {tuple(critic_obs.shape)} does not fit; expected {list(expected)}.")
+        hidden = encoder.forward_member_major(self._member_major(critic_obs))
+        return self._agent_major(self.value_head.forward_member_major(hidden), batch).squeeze(-1)
+
+    @staticmethod
+    def _reject_critic_obs(critic_obs: torch.Tensor | None) -> None:
+        if critic_obs is not None:
+            raise ValueError(
+                "critic_obs was given but this network has no centralised critic; build it with "
+                "critic_input_size=... or pass critic_obs=None."
+            )

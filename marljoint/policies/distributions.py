@@ -1,0 +1,358 @@
+"""Action distributions for a batch of agents, built directly on tensors.
+
+``torch.distributions`` validates and broadcasts on every construction, which costs far more than the arithmetic
+for the small batches of a rollout step (a few envs times a few agents). The classes here do only the arithmetic.
+
+Every distribution has a batch shape ``[...]`` (typically ``[B, n_g]``: batch rows times agents of a group) and
+exposes ``sample(generator)``, ``mode()``, ``log_prob(actions)`` and ``entropy()``. Sampling always draws from the
+``torch.Generator`` it is given, never from torch's global generator.
+
+Categorical actions are head indices ``0 .. n_k - 1``; adding a gymnasium ``start`` offset is the env adapter's job.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Sequence
+from typing import Protocol
+
+import torch
+
+from marljoint.env.spaces import ActionLayout
+
+__all__ = [
+    "ActionDistribution",
+    "Categorical",
+    "DiagGaussian",
+    "FactoredCategorical",
+    "make_distribution",
+]
+
+_HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
+
+
+class ActionDistribution(Protocol):
+    """What the trainer needs from an action distribution with batch shape ``[...]``."""
+
+    def sample(self, generator: torch.Generator) -> torch.Tensor:
+        """Draws one action per batch entry from ``generator``."""
+        ...
+
+    def mode(self) -> torch.Tensor:
+        """The most likely action per batch entry."""
+        ...
+
+    def log_prob(self, actions: torch.Tensor) -> torch.Tensor:
+        """Log-probability (density for continuous actions) of ``actions``, shape ``[...]``."""
+        ...
+
+    def entropy(self) -> torch.Tensor:
+        """Entropy per batch entry, shape ``[...]``."""
+        ...
+
+
+def _check_generator(generator: torch.Generator) -> None:
+    if not isinstance(generator, torch.Generator):
+        raise TypeError(
+            f"sample() needs a torch.Generator, got {type(generator).__name__}; marljoint never draws from torch's "
+            "global generator. Pass e.g. torch.Generator().manual_seed(seed)."
+        )
+
+
+@functools.lru_cache(maxsize=64)
+def _padding_index(nvec: tuple[int, ...], device: torch.device) -> torch.Tensor:
+    """Position of each of the ``sum(nvec)`` logits in a row of ``K * max(nvec)`` padded logits."""
+    width = max(nvec)
+    positions = [k * width + j for k, n in enumerate(nvec) for j in range(n)]
+    return torch.tensor(positions, dtype=torch.long, device=device)
+
+
+class FactoredCategorical:
+    """Independent categorical heads (a MultiDiscrete action), with optional action masks.
+
+    One linear layer emits ``sum(nvec)`` logits, split into K heads of ``nvec[k]`` choices. The joint action is
+    the tuple of head choices, so :meth:`log_prob` is the SUM of head log-probabilities (PPO's ratio is then the
+    joint-action ratio) and :meth:`entropy` is the sum of head entropies.
+
+    Masked entries get the most negative finite logit of the dtype rather than ``-inf``: their probability is
+    exactly 0, they are never sampled, they add exactly 0 to the entropy, and no ``inf - inf`` can produce NaN in
+    the loss or its gradient. A head whose entries are ALL masked (PettingZoo gives all-zero masks to agents that
+    are not acting on this turn) is left unmasked, so its log-probabilities stay finite; the trainer excludes such
+    rows from the loss.
+
+    Heads of equal size are evaluated as one ``[..., K, n]`` tensor. Heads of different sizes are padded to the
+    largest size with masked entries, so every method is the same few tensor operations whatever ``nvec`` is.
+
+    Args:
+        logits: ``[..., sum(nvec)]`` unnormalised log-probabilities, heads concatenated in order.
+        nvec: number of choices of each head.
+        mask: ``[..., sum(nvec)]`` bool, True where the action is allowed; ``None`` allows everything.
+
+    Raises:
+        ValueError: if ``nvec`` is empty or has a non-positive entry, or the logits or mask have the wrong shape.
+        TypeError: if the logits are not floating point or the mask is not bool.
+
+    Example:
+        >>> import torch
+        >>> dist = FactoredCategorical(torch.zeros(2, 5), nvec=(3, 2))
+        >>> dist.sample(torch.Generator().manual_seed(0)).shape
+        torch.Size([2, 2])
+        >>> dist.entropy()  # log 3 + log 2 per row
+        tensor([1.7918, 1.7918])
+    """
+
+    #: whether actions carry the trailing K axis (False only for :class:`Categorical`).
+    _has_head_axis = True
+
+    def __init__(
+        self,
+        logits: torch.Tensor,
+        nvec: Sequence[int],
+        mask: torch.Tensor | None = None,
+    ) -> None:
+        nvec = tuple(int(n) for n in nvec)
+        if not nvec or min(nvec) < 1:
+            raise ValueError(f"nvec must hold at least one positive head size, got {nvec}")
+        if not logits.is_floating_point():
+            raise TypeError(f"logits must be a floating-point tensor, got dtype {logits.dtype}")
+        total = sum(nvec)
+        if logits.dim() == 0 or logits.shape[-1] != total:
+            raise ValueError(
+                f"logits of shape {tuple(logits.shape)} do not match nvec {nvec}: the last dimension must be "
+                f"sum(nvec) = {total}. Build the head with out_features = ActionLayout.logits_size."
+            )
+        self.nvec = nvec
+        self.batch_shape = logits.shape[:-1]
+        width = max(nvec)
+        fill = torch.finfo(logits.dtype).min
+        uniform = all(n == width for n in nvec)
+        head_shape = (*self.batch_shape, len(nvec), width)
+        if uniform:
+            logits3 = logits.reshape(head_shape)
+        else:
+            index = _padding_index(nvec, logits.device)
+            logits3 = logits.new_full((*self.batch_shape, len(nvec) * width), fill)
+            logits3 = logits3.index_copy(-1, index, logits).view(head_shape)
+        if mask is not None:
+            if mask.dtype != torch.bool:
+                raise TypeError(f"mask must be a bool tensor (True = allowed), got dtype {mask.dtype}")
+            if mask.shape != logits.shape:
+                raise ValueError(
+                    f"mask of shape {tuple(mask.shape)} does not match logits of shape {tuple(logits.shape)}; "
+                    "pass one entry per logit (ActionLayout.mask_size per agent)."
+                )
+            if uniform:
+                mask3 = mask.reshape(head_shape)
+            else:
+                mask3 = mask.new_zeros((*self.batch_shape, len(nvec) * width))
+                mask3 = mask3.index_copy(-1, index, mask).view(head_shape)
+            blocked = mask3.logical_not() & mask3.any(-1, keepdim=True)
+            logits3 = logits3.masked_fill(blocked, fill)
+        self._log_p = logits3.log_softmax(-1)
+
+    def sample(self, generator: torch.Generator) -> torch.Tensor:
+        """Draws one joint action per batch entry with the Gumbel-max trick.
+
+        Args:
+            generator: the source of randomness; the same generator state gives bit-identical samples.
+
+        Returns:
+            ``[..., K]`` int64 head choices (``[...]`` for :class:`Categorical`).
+
+        Raises:
+            TypeError: if ``generator`` is not a ``torch.Generator``.
+        """
+        _check_generator(generator)
+        log_p = self._log_p
+        uniform = torch.rand(log_p.shape, generator=generator, dtype=log_p.dtype, device=log_p.device)
+        # argmax(log p + Gumbel) with Gumbel = -log(E), E = -log(u) ~ Exp(1). Clamping u away from 0 bounds the
+        # noise to [-4.5, 16.7] (float32), so an allowed action always outscores a masked one (~dtype min).
+        log_exp = uniform.clamp_(min=torch.finfo(log_p.dtype).tiny).log_().neg_().log_()
+        return self._drop_head_axis((log_p - log_exp).argmax(-1))
+
+    def mode(self) -> torch.Tensor:
+        """The most likely choice of each head, ``[..., K]`` int64 (``[...]`` for :class:`Categorical`)."""
+        return self._drop_head_axis(self._log_p.argmax(-1))
+
+    def log_prob(self, actions: torch.Tensor) -> torch.Tensor:
+        """Joint-action log-probability: the sum over heads of each head's log-probability.
+
+        Args:
+            actions: ``[..., K]`` integer head choices (``[...]`` for :class:`Categorical`).
+
+        Returns:
+            ``[...]`` log-probabilities.
+
+        Raises:
+            ValueError: if ``actions`` does not have the distribution's batch shape (plus the K axis).
+            TypeError: if ``actions`` is not an integer tensor.
+
+        Actions must be valid head indices (``0 <= a_k < nvec[k]``); they are not range-checked here.
+        """
+        index = self._check_actions(actions)
+        return self._log_p.gather(-1, index).sum((-2, -1))
+
+    def entropy(self) -> torch.Tensor:
+        """Sum of the head entropies, ``[...]``; masked entries contribute exactly 0."""
+        return self.head_entropy().sum(-1)
+
+    def head_entropy(self) -> torch.Tensor:
+        """Entropy of each head, ``[..., K]``."""
+        log_p = self._log_p
+        return -(log_p.exp() * log_p).sum(-1)
+
+    def head_probs(self) -> list[torch.Tensor]:
+        """Probabilities of each head: a list of K tensors ``[..., nvec[k]]``."""
+        probs = self._log_p.exp()
+        return [probs[..., k, :n] for k, n in enumerate(self.nvec)]
+
+    def _drop_head_axis(self, actions: torch.Tensor) -> torch.Tensor:
+        return actions if self._has_head_axis else actions.squeeze(-1)
+
+    def _check_actions(self, actions: torch.Tensor) -> torch.Tensor:
+        """Validates ``actions`` and returns the ``[..., K, 1]`` gather index."""
+        expected = (*self.batch_shape, len(self.nvec)) if self._has_head_axis else tuple(self.batch_shape)
+        if actions.shape != expected:
+            raise ValueError(
+                f"actions of shape {tuple(actions.shape)} do not match the distribution: expected {expected} "
+                "(the batch shape of the logits"
+                + (", plus one entry per head)." if self._has_head_axis else "; a Discrete action has no head axis).")
+            )
+        if actions.dtype != torch.long:
+            if actions.is_floating_point() or actions.is_complex() or actions.dtype == torch.bool:
+                raise TypeError(f"actions must be an integer tensor of head indices, got dtype {actions.dtype}")
+            actions = actions.long()
+        return actions.unsqueeze(-1) if self._has_head_axis else actions.view(*expected, 1, 1)
+
+
+class Categorical(FactoredCategorical):
+    """A single categorical head (a Discrete action), with an optional action mask.
+
+    Same semantics as :class:`FactoredCategorical` with one head, except that actions have no head axis:
+    :meth:`sample` and :meth:`mode` return ``[...]`` and :meth:`log_prob` takes ``[...]``.
+
+    Args:
+        logits: ``[..., n]`` unnormalised log-probabilities.
+        mask: ``[..., n]`` bool, True where the action is allowed; ``None`` allows everything.
+
+    Example:
+        >>> import torch
+        >>> dist = Categorical(torch.zeros(4, 3), mask=torch.tensor([True, False, True]).expand(4, 3))
+        >>> dist.log_prob(torch.tensor([0, 2, 0, 2]))
+        tensor([-0.6931, -0.6931, -0.6931, -0.6931])
+    """
+
+    _has_head_axis = False
+
+    def __init__(self, logits: torch.Tensor, mask: torch.Tensor | None = None) -> None:
+        if logits.dim() == 0:
+            raise ValueError("logits must have at least one dimension (the choices), got a 0-d tensor")
+        super().__init__(logits, (logits.shape[-1],), mask)
+
+
+class DiagGaussian:
+    """A Gaussian with diagonal covariance (a Box action).
+
+    Samples are NOT clipped: PPO evaluates the log-probability of the unclipped sample, and the env adapter clips
+    to the Box bounds when stepping the env.
+
+    Args:
+        mean: ``[..., D]`` means.
+        log_std: log standard deviations, broadcastable to ``mean`` (e.g. a state-independent ``[M, D]``).
+
+    Raises:
+        ValueError: if ``log_std`` does not broadcast to the shape of ``mean``.
+        TypeError: if either tensor is not floating point.
+    """
+
+    def __init__(self, mean: torch.Tensor, log_std: torch.Tensor) -> None:
+        if not (mean.is_floating_point() and log_std.is_floating_point()):
+            raise TypeError(f"mean and log_std must be floating point, got {mean.dtype} and {log_std.dtype}")
+        if mean.dim() == 0:
+            raise ValueError("mean must have at least one dimension (the action dimensions D), got a 0-d tensor")
+        try:
+            shape = torch.broadcast_shapes(mean.shape, log_std.shape)
+        except RuntimeError as exc:
+            raise ValueError(
+                f"log_std of shape {tuple(log_std.shape)} does not broadcast to mean of shape {tuple(mean.shape)}; "
+                "give it shape [D] or [M, D] matching the trailing dimensions of the mean."
+            ) from exc
+        if shape != mean.shape:
+            raise ValueError(
+                f"log_std of shape {tuple(log_std.shape)} would enlarge mean of shape {tuple(mean.shape)} to "
+                f"{tuple(shape)}; give it shape [D] or [M, D] matching the trailing dimensions of the mean."
+            )
+        self.mean = mean
+        self.log_std = log_std
+        self.batch_shape = mean.shape[:-1]
+
+    def sample(self, generator: torch.Generator) -> torch.Tensor:
+        """Draws ``mean + std * noise`` from ``generator``, ``[..., D]``, without gradient.
+
+        Raises:
+            TypeError: if ``generator`` is not a ``torch.Generator``.
+        """
+        _check_generator(generator)
+        mean = self.mean.detach()
+        noise = torch.randn(mean.shape, generator=generator, dtype=mean.dtype, device=mean.device)
+        return torch.addcmul(mean, noise, self.log_std.detach().exp())
+
+    def mode(self) -> torch.Tensor:
+        """The mean, ``[..., D]``."""
+        return self.mean
+
+    def log_prob(self, actions: torch.Tensor) -> torch.Tensor:
+        """Log-density of ``actions`` ``[..., D]``, summed over the D dimensions: ``[...]``.
+
+        Raises:
+            ValueError: if ``actions`` does not have the shape of the mean.
+        """
+        if actions.shape != self.mean.shape:
+            raise ValueError(
+                f"actions of shape {tuple(actions.shape)} do not match the Gaussian's mean of shape "
+                f"{tuple(self.mean.shape)}; pass the unclipped sampled actions."
+            )
+        z = (actions - self.mean) * torch.exp(-self.log_std)
+        return (-0.5 * z.square() - self.log_std).sum(-1) - _HALF_LOG_2PI * self.mean.shape[-1]
+
+    def entropy(self) -> torch.Tensor:
+        """Sum over dimensions of ``0.5 + 0.5 log(2 pi) + log_std``, ``[...]``."""
+        return (self.log_std + (0.5 + _HALF_LOG_2PI)).expand(self.mean.shape).sum(-1)
+
+
+def make_distribution(
+    layout: ActionLayout,
+    head_output: torch.Tensor,
+    log_std: torch.Tensor | None = None,
+    mask: torch.Tensor | None = None,
+) -> Categorical | FactoredCategorical | DiagGaussian:
+    """Builds the distribution that matches an action layout.
+
+    Args:
+        layout: the agents' action layout.
+        head_output: ``[..., layout.logits_size]``: logits for categorical layouts, means for a Box.
+        log_std: log standard deviations broadcastable to ``head_output`` (Box only, required there).
+        mask: ``[..., layout.mask_size]`` bool, True = allowed (categorical layouts only).
+
+    Returns:
+        :class:`Categorical` for Discrete, :class:`FactoredCategorical` for MultiDiscrete, :class:`DiagGaussian`
+        for Box.
+
+    Raises:
+        ValueError: if the head output does not match the layout, a Box layout gets a mask or no ``log_std``.
+    """
+    if head_output.dim() == 0 or head_output.shape[-1] != layout.logits_size:
+        raise ValueError(
+            f"head output of shape {tuple(head_output.shape)} does not match the {layout.kind} action layout, "
+            f"which needs {layout.logits_size} entries in the last dimension (ActionLayout.logits_size)."
+        )
+    if layout.kind == "discrete":
+        return Categorical(head_output, mask)
+    if layout.kind == "multidiscrete":
+        return FactoredCategorical(head_output, layout.nvec, mask)
+    if mask is not None:
+        raise ValueError("a Box action layout takes no action mask; pass mask=None for continuous actions.")
+    if log_std is None:
+        raise ValueError("a Box action layout needs log_std (e.g. ActorCritic.log_std); got None.")
+    return DiagGaussian(head_output, log_std)

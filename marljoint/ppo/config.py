@@ -1,0 +1,170 @@
+"""The joint trainer's configuration: a frozen, validated dataclass."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+__all__ = ["JointTrainerConfig"]
+
+
+@dataclass(frozen=True)
+class JointTrainerConfig:
+    """Hyperparameters of :class:`~marljoint.JointMultiAgentTrainer`.
+
+    Example:
+        >>> cfg = JointTrainerConfig(num_envs=4, rollout_steps=32, minibatch_size=64)
+        >>> cfg.batch_rows, cfg.minibatches_per_epoch
+        (128, 2)
+    """
+
+    num_agents: int | None = None
+    """Expected number of agents N; checked against the env when given (``None``: take the env's)."""
+    num_envs: int = 8
+    """Env copies E stepped together (used by ``from_env`` helpers that build the env)."""
+    rollout_steps: int = 128
+    """Steps T per rollout; a rollout holds ``T × E`` rows per agent."""
+    gamma: float = 0.99
+    """Discount factor, in [0, 1]."""
+    gae_lambda: float = 0.95
+    """GAE λ, in [0, 1]."""
+    clip_range: float = 0.2
+    """PPO ratio clip ε (> 0)."""
+    clip_range_vf: float = math.inf
+    """Clip range of value updates; ``inf`` gives the plain squared error."""
+    vf_coef: float = 0.5
+    """Weight of the value loss in each agent's loss."""
+    ent_coef: float = 0.01
+    """Weight of the entropy bonus in each agent's loss."""
+    n_epochs: int = 4
+    """Passes over the rollout per update."""
+    minibatch_size: int = 256
+    """Rows ``(t, e)`` per minibatch; every agent sees the same rows."""
+    max_grad_norm: float = 0.5
+    """Per-agent global L2 norm cap of the gradient (direction kept); ``inf`` disables clipping."""
+    normalize_advantages: bool = True
+    """Standardise advantages per agent over its valid rows in each minibatch."""
+    iterate_all_minibatches: bool = True
+    """True: a full shuffled pass per epoch. False: one minibatch per epoch (the original trainer's mode)."""
+    critic_lr: float | None = None
+    """If set, critic parameters get their own optimizer with this learning rate (split critic)."""
+    max_minibatches_per_epoch: int | None = None
+    """Cap on minibatches per epoch (``None``: no cap; values below 1 count as 1)."""
+    learning_rate: float = 3e-4
+    """Adam learning rate of the policies (and of the critic unless ``critic_lr`` is set)."""
+    adam_eps: float = 1e-5
+    """Adam ε."""
+    seed: int = 0
+    """Seed of every generator the trainer owns (sampling, shuffling, env resets)."""
+    device: str = "cpu"
+    """Torch device of the networks and the rollout storage."""
+    share_parameters: bool = True
+    """Agents of one group share one network (agent one-hot appended); False gives one network per agent."""
+    value_normalization: bool = True
+    """Train the critic on returns standardised by running per-agent statistics (MAPPO's value normalisation)."""
+    centralized_critic: bool = False
+    """The critic sees every agent's observation (and who is alive), not only its own."""
+    anneal_lr: bool = False
+    """Decay learning rates linearly to 0 over ``train(total_steps)``."""
+    target_kl: float | None = None
+    """Stop an update's epochs early once an agent's approx KL exceeds ``1.5 × target_kl``."""
+    bootstrap_truncation: bool = True
+    """Bootstrap truncated episodes from V(final obs); False treats truncation as termination (for ablations)."""
+    hidden_sizes: tuple[int, ...] = (64, 64)
+    """Hidden layer widths of the default MLP encoders."""
+    extra: Mapping[str, Any] = field(default_factory=dict)
+    """Free-form settings recorded with a run (not used by the trainer)."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "hidden_sizes", tuple(int(h) for h in self.hidden_sizes))
+        if self.num_agents is not None:
+            _positive_int("num_agents", self.num_agents)
+        _positive_int("num_envs", self.num_envs)
+        _positive_int("rollout_steps", self.rollout_steps)
+        _positive_int("n_epochs", self.n_epochs)
+        _positive_int("minibatch_size", self.minibatch_size)
+        _in_unit_interval("gamma", self.gamma)
+        _in_unit_interval("gae_lambda", self.gae_lambda)
+        _positive("clip_range", self.clip_range, "e.g. 0.2")
+        _positive("clip_range_vf", self.clip_range_vf, "use math.inf for the plain squared error")
+        _positive("max_grad_norm", self.max_grad_norm, "use math.inf to disable clipping")
+        _positive("learning_rate", self.learning_rate, "e.g. 3e-4")
+        _positive("adam_eps", self.adam_eps, "e.g. 1e-5")
+        _non_negative("vf_coef", self.vf_coef)
+        _non_negative("ent_coef", self.ent_coef)
+        if self.critic_lr is not None:
+            _positive("critic_lr", self.critic_lr, "or None to train the critic with learning_rate")
+        if self.target_kl is not None:
+            _positive("target_kl", self.target_kl, "or None to disable early stopping")
+        if self.max_minibatches_per_epoch is not None and not _is_int(self.max_minibatches_per_epoch):
+            raise ValueError(
+                f"max_minibatches_per_epoch must be an integer or None, got {self.max_minibatches_per_epoch!r}"
+            )
+        if not self.hidden_sizes or any(h < 1 for h in self.hidden_sizes):
+            raise ValueError(f"hidden_sizes must be a non-empty sequence of positive widths, got {self.hidden_sizes}")
+        if not _is_int(self.seed):
+            raise ValueError(f"seed must be an integer, got {self.seed!r}")
+
+    @property
+    def batch_rows(self) -> int:
+        """Rows per agent in one rollout: ``rollout_steps × num_envs``."""
+        return self.rollout_steps * self.num_envs
+
+    @property
+    def minibatches_per_epoch(self) -> int:
+        """Minibatch steps per epoch after the single-minibatch mode and the cap are applied."""
+        full = math.ceil(self.batch_rows / self.minibatch_size)
+        count = full if self.iterate_all_minibatches else 1
+        if self.max_minibatches_per_epoch is not None:
+            count = min(count, max(1, self.max_minibatches_per_epoch))
+        return count
+
+    def replace(self, **changes: Any) -> "JointTrainerConfig":
+        """Returns a copy with ``changes`` applied (validated again)."""
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The fields as plain Python values (``inf`` kept as a float)."""
+        out = dataclasses.asdict(self)
+        out["hidden_sizes"] = list(self.hidden_sizes)
+        out["extra"] = dict(self.extra)
+        return out
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any]) -> "JointTrainerConfig":
+        """Builds a config from a mapping of field names, rejecting unknown keys.
+
+        Raises:
+            ValueError: naming the unknown keys and listing the valid ones.
+        """
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - names)
+        if unknown:
+            raise ValueError(f"unknown JointTrainerConfig field(s) {unknown}; valid fields: {sorted(names)}")
+        return cls(**dict(values))
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _positive_int(name: str, value: Any) -> None:
+    if not _is_int(value) or value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+
+
+def _positive(name: str, value: Any, hint: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise ValueError(f"{name} must be > 0, got {value!r} ({hint})")
+
+
+def _non_negative(name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0 or math.isinf(value):
+        raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+
+
+def _in_unit_interval(name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
+        raise ValueError(f"{name} must be in [0, 1], got {value!r}")

@@ -1,0 +1,81 @@
+"""Running per-agent statistics of returns, for value normalisation."""
+
+from __future__ import annotations
+
+import torch
+
+__all__ = ["RunningNormalizer"]
+
+
+class RunningNormalizer:
+    """Exact running mean and variance per agent (Chan et al.'s parallel merge), in float64.
+
+    The critic predicts normalised values; :meth:`denormalize` maps them back for GAE, and the value loss compares
+    predictions with :meth:`normalize` d returns. Frozen agents' statistics are left untouched.
+
+    Example:
+        >>> norm = RunningNormalizer(2)
+        >>> norm.update(torch.tensor([[1.0, 10.0], [3.0, 30.0]]), torch.ones(2, 2, dtype=torch.bool))
+        >>> norm.mean.tolist(), norm.var.tolist()
+        ([2.0, 20.0], [1.0, 100.0])
+
+    Args:
+        num_agents: N.
+        eps: floor of the variance.
+    """
+
+    def __init__(self, num_agents: int, eps: float = 1e-5) -> None:
+        self.mean = torch.zeros(num_agents, dtype=torch.float64)
+        self.var = torch.ones(num_agents, dtype=torch.float64)
+        self.count = torch.zeros(num_agents, dtype=torch.float64)
+        self.eps = eps
+
+    def update(self, values: torch.Tensor, mask: torch.Tensor, active: torch.Tensor | None = None) -> None:
+        """Merges a batch into the statistics.
+
+        Args:
+            values: ``[B, N]`` samples.
+            mask: ``[B, N]`` bool, which samples count.
+            active: ``[N]`` bool; agents set to False keep their statistics.
+        """
+        weights = mask.to(torch.float64)
+        if active is not None:
+            weights = weights * active.to(torch.float64)
+        x = values.to(torch.float64)
+        n = weights.sum(0)
+        batch_mean = (x * weights).sum(0) / n.clamp_min(1.0)
+        batch_var = (((x - batch_mean) ** 2) * weights).sum(0) / n.clamp_min(1.0)
+        total = self.count + n
+        delta = batch_mean - self.mean
+        has_data = n > 0
+        new_mean = self.mean + delta * n / total.clamp_min(1.0)
+        m2 = self.var * self.count + batch_var * n + delta**2 * self.count * n / total.clamp_min(1.0)
+        new_var = m2 / total.clamp_min(1.0)
+        first = self.count == 0
+        new_var = torch.where(first, batch_var, new_var)
+        self.mean = torch.where(has_data, new_mean, self.mean)
+        self.var = torch.where(has_data, new_var, self.var)
+        self.count = total
+
+    @property
+    def std(self) -> torch.Tensor:
+        """``[N]`` standard deviation (with the variance floor)."""
+        return (self.var + self.eps).sqrt()
+
+    def normalize(self, x: torch.Tensor) -> torch.Tensor:
+        """``(x − mean) / std`` per agent; ``x`` is ``[..., N]``."""
+        return ((x - self.mean.to(x.dtype)) / self.std.to(x.dtype)).to(x.dtype)
+
+    def denormalize(self, x: torch.Tensor) -> torch.Tensor:
+        """``x · std + mean`` per agent; ``x`` is ``[..., N]``."""
+        return (x * self.std.to(x.dtype) + self.mean.to(x.dtype)).to(x.dtype)
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """The statistics, for checkpoints."""
+        return {"mean": self.mean.clone(), "var": self.var.clone(), "count": self.count.clone()}
+
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        """Restores :meth:`state_dict` output."""
+        self.mean = state["mean"].clone().to(torch.float64)
+        self.var = state["var"].clone().to(torch.float64)
+        self.count = state["count"].clone().to(torch.float64)

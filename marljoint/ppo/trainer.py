@@ -1,0 +1,807 @@
+"""The synchronized joint multi-agent PPO trainer.
+
+Every agent's PPO loss and the optional cross-agent auxiliary loss are summed into ONE scalar; ONE backward pass
+runs; each agent's optimizer then steps on its own parameters, after clipping that agent's gradient to a global L2
+norm. Agents with identical spaces form a group whose networks run as one batched forward.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+import numpy as np
+import torch
+from torch import nn
+
+from marljoint.env.base import JointEnv, JointObs
+from marljoint.policies import ActorCritic, StackedAdam, clip_member_grads_
+from marljoint.ppo.auxiliary import AuxOutput
+from marljoint.ppo.config import JointTrainerConfig
+from marljoint.ppo.gae import compute_gae
+from marljoint.ppo.losses import (
+    explained_variance,
+    masked_mean,
+    normalize_advantages,
+    policy_loss,
+    value_loss,
+)
+from marljoint.ppo.normalizer import RunningNormalizer
+from marljoint.ppo.rollout import JointRollout
+
+__all__ = ["JointMultiAgentTrainer", "JointStats"]
+
+
+@dataclass
+class JointStats:
+    """Diagnostics of one :meth:`JointMultiAgentTrainer.update`, averaged over its minibatch steps.
+
+    Per-agent fields are lists of N floats in ``possible_agents`` order. Frozen agents are reported too.
+
+    Attributes:
+        policy_loss: clipped-surrogate loss per agent.
+        value_loss: value loss per agent (in normalised units when value normalisation is on).
+        entropy: policy entropy per agent (sum over heads).
+        clip_fraction: fraction of ratios outside the clip range, per agent.
+        approx_kl: approximate KL(old ‖ new) per agent.
+        explained_var: explained variance of the rollout's value estimates w.r.t. the returns, per agent.
+        aux_loss: mean auxiliary loss (0 without ``aux_fn``).
+        total_loss: mean joint loss (Σ agents' losses + aux).
+        num_mb_steps: optimizer steps taken (minibatches processed).
+        grad_norm: per-agent gradient norm before clipping (mean over steps).
+        aux_metrics: mean of every metric the aux function reported.
+    """
+
+    policy_loss: list[float]
+    value_loss: list[float]
+    entropy: list[float]
+    clip_fraction: list[float]
+    approx_kl: list[float]
+    explained_var: list[float]
+    aux_loss: float
+    total_loss: float
+    num_mb_steps: int
+    grad_norm: list[float] = field(default_factory=list)
+    aux_metrics: dict[str, float] = field(default_factory=dict)
+
+
+class _Unit:
+    """One network and its optimizers, serving some agents (a whole group, or one agent)."""
+
+    def __init__(
+        self,
+        group: int,
+        policy: ActorCritic,
+        agent_indices: tuple[int, ...],
+        optimizer: Any,
+        critic_optimizer: Any | None,
+        stacked: bool,
+    ) -> None:
+        self.group = group
+        self.policy = policy
+        self.agent_indices = agent_indices
+        self.optimizer = optimizer
+        self.critic_optimizer = critic_optimizer
+        self.stacked = stacked
+        self.actor_params = list(policy.actor_parameters())
+        self.critic_params = list(policy.critic_parameters())
+        # With one optimizer for everything, the clip covers all of the agent's parameters at once.
+        self.clip_groups = (
+            [self.actor_params, self.critic_params] if critic_optimizer is not None else [self.actor_params + self.critic_params]
+        )
+        self.members = len(agent_indices) if stacked and not policy.share_parameters else 1
+
+    def member_active(self, active: torch.Tensor) -> torch.Tensor:
+        """``[members]`` bool from the per-agent ``active`` mask; a shared network must be frozen as a whole."""
+        mine = active[list(self.agent_indices)]
+        if self.members == 1 and len(self.agent_indices) > 1:
+            if bool(mine.any()) != bool(mine.all()):
+                names = [int(i) for i in self.agent_indices]
+                raise ValueError(
+                    f"agents {names} share one network, so they cannot be frozen separately (active={mine.tolist()}); "
+                    "freeze all of them, or build the trainer with share_parameters=False"
+                )
+            return mine[:1]
+        return mine
+
+    def step(self, active: torch.Tensor, max_norm: float) -> torch.Tensor:
+        """Clips per member and steps the optimizers of the active members; returns ``[members]`` grad norms."""
+        member_active = self.member_active(active)
+        norms = torch.zeros(self.members)
+        for params, optimizer in zip(self.clip_groups, [self.optimizer, self.critic_optimizer]):
+            if not params:
+                continue
+            if self.stacked:
+                norms = norms + clip_member_grads_(params, max_norm) ** 2
+                optimizer.step(member_active)
+            else:
+                # With an infinite cap the scale is min(1, inf) = 1: the call only measures the norm.
+                norm = nn.utils.clip_grad_norm_(params, max_norm)
+                norms = norms + norm.detach() ** 2
+                if bool(member_active.all()):
+                    optimizer.step()
+        return norms.sqrt()
+
+    def zero_grad(self) -> None:
+        for p in self.actor_params + self.critic_params:
+            p.grad = None
+
+    def optimizers(self) -> list[Any]:
+        return [o for o in (self.optimizer, self.critic_optimizer) if o is not None]
+
+
+class JointMultiAgentTrainer:
+    """Synchronized joint multi-agent PPO over a :class:`~marljoint.env.JointEnv`.
+
+    Build it with :meth:`from_env` (default networks, one batched forward per agent group, per-agent Adam), or pass
+    one policy and one optimizer per agent to the constructor.
+
+    Example:
+        >>> from marljoint import PettingZooJointEnv, JointTrainerConfig, JointMultiAgentTrainer
+        >>> from marljoint_envs import mock_v0
+        >>> env = PettingZooJointEnv(mock_v0.parallel_env, num_envs=2, seed=0)
+        >>> cfg = JointTrainerConfig(num_envs=2, rollout_steps=8, minibatch_size=8, n_epochs=1)
+        >>> trainer = JointMultiAgentTrainer.from_env(env, cfg)
+        >>> rollout = trainer.collect_rollout()
+        >>> rollout.rewards.shape  # [T, E, N]
+        torch.Size([8, 2, 2])
+        >>> stats = trainer.update(rollout)
+        >>> stats.num_mb_steps
+        2
+
+    Args:
+        env: the JointEnv to train on.
+        config: hyperparameters.
+        policies: one :class:`~marljoint.policies.ActorCritic` per agent, each built for a single agent.
+        optimizers: one torch optimizer per agent over its policy's actor parameters (and critic parameters unless
+            ``critic_optimizers`` is given).
+        critic_optimizers: optional one optimizer per agent over its policy's critic parameters (split critic).
+
+    Raises:
+        ValueError: when the numbers of policies/optimizers do not match the env's agents, or the config's
+            ``num_agents`` disagrees with the env.
+    """
+
+    def __init__(
+        self,
+        env: JointEnv,
+        config: JointTrainerConfig,
+        policies: Sequence[ActorCritic],
+        optimizers: Sequence[torch.optim.Optimizer],
+        critic_optimizers: Sequence[torch.optim.Optimizer] | None = None,
+    ) -> None:
+        spec = env.spec
+        n = spec.num_agents
+        _check_agent_count(config, n)
+        for name, seq in (("policies", policies), ("optimizers", optimizers), ("critic_optimizers", critic_optimizers)):
+            if seq is not None and len(seq) != n:
+                raise ValueError(f"got {len(seq)} {name} for {n} agents {list(spec.agents)}; pass exactly one per agent")
+        units = []
+        for i, policy in enumerate(policies):
+            g, _ = spec.group_of(i)
+            if getattr(policy, "num_agents", 1) != 1:
+                raise ValueError(
+                    f"policy {i} is built for {policy.num_agents} agents; the constructor takes one single-agent "
+                    "policy per agent (use from_env for batched groups)"
+                )
+            critic = critic_optimizers[i] if critic_optimizers is not None else None
+            units.append(_Unit(g, policy, (i,), optimizers[i], critic, stacked=False))
+        self._setup(env, config, units)
+
+    @classmethod
+    def from_env(cls, env: JointEnv, config: JointTrainerConfig | None = None, **policy_kwargs: Any) -> "JointMultiAgentTrainer":
+        """Builds default policies and per-agent Adam optimizers for ``env``.
+
+        One :class:`~marljoint.policies.ActorCritic` per agent group (shared, or stacked per-agent weights) and a
+        :class:`~marljoint.policies.StackedAdam` that behaves like one independent Adam per agent.
+
+        Args:
+            env: the JointEnv.
+            config: hyperparameters (defaults when ``None``).
+            **policy_kwargs: passed to every ``ActorCritic`` (e.g. ``log_std_init``); ``hidden_sizes`` defaults to
+                ``config.hidden_sizes``.
+
+        Returns:
+            The trainer.
+        """
+        config = config or JointTrainerConfig()
+        spec = env.spec
+        _check_agent_count(config, spec.num_agents)
+        critic_size = _critic_input_size(spec) if config.centralized_critic else None
+        policy_kwargs.setdefault("hidden_sizes", config.hidden_sizes)
+        units = []
+        policy_kwargs.setdefault("generator", torch.Generator().manual_seed(config.seed))
+        for g, group in enumerate(spec.groups):
+            policy = ActorCritic(
+                group.observation,
+                group.action,
+                num_agents=group.size,
+                share_parameters=config.share_parameters,
+                critic_input_size=critic_size,
+                **policy_kwargs,
+            ).to(config.device)
+            members = 1 if config.share_parameters else group.size
+            actor = list(policy.actor_parameters())
+            critic = list(policy.critic_parameters())
+            if config.critic_lr is None:
+                optimizer = StackedAdam(actor + critic, lr=config.learning_rate, eps=config.adam_eps, members=members)
+                critic_optimizer = None
+            else:
+                optimizer = StackedAdam(actor, lr=config.learning_rate, eps=config.adam_eps, members=members)
+                critic_optimizer = StackedAdam(critic, lr=config.critic_lr, eps=config.adam_eps, members=members)
+            units.append(_Unit(g, policy, group.agent_indices, optimizer, critic_optimizer, stacked=True))
+        trainer = cls.__new__(cls)
+        trainer._setup(env, config, units)
+        return trainer
+
+    # ------------------------------------------------------------------ setup
+    def _setup(self, env: JointEnv, config: JointTrainerConfig, units: list[_Unit]) -> None:
+        self.env = env
+        self.config = config
+        self.spec = env.spec
+        self.device = torch.device(config.device)
+        self._units = units
+        self._generator = torch.Generator().manual_seed(config.seed)
+        n = self.spec.num_agents
+        self.value_normalizer = RunningNormalizer(n) if config.value_normalization else None
+        self._state: JointObs | None = None
+        self._rollout: JointRollout | None = None
+        self._centralized = config.centralized_critic
+        if self._centralized:
+            _critic_input_size(self.spec)
+        # Columns of the concatenated unit outputs, mapped back to possible_agents order.
+        order = [i for u in units for i in u.agent_indices]
+        self._to_agent_order = torch.as_tensor(np.argsort(order), dtype=torch.long)
+        self.iteration = 0
+        self.env_steps = 0
+        self._lr_scale = 1.0
+
+    # ------------------------------------------------------------------ public properties
+    @property
+    def policies(self) -> list[ActorCritic]:
+        """The networks, one per unit (per group with ``from_env``, per agent with the constructor)."""
+        return [u.policy for u in self._units]
+
+    @property
+    def generator(self) -> torch.Generator:
+        """The generator behind action sampling and minibatch shuffling."""
+        return self._generator
+
+    def policy_for(self, agent: int | str) -> tuple[ActorCritic, int]:
+        """Returns ``(network, slot)``: the network serving ``agent`` and the agent's position among its inputs."""
+        index = self.spec.agents.index(agent) if isinstance(agent, str) else int(agent)
+        for unit in self._units:
+            if index in unit.agent_indices:
+                return unit.policy, unit.agent_indices.index(index)
+        raise ValueError(f"unknown agent {agent!r}; agents are {list(self.spec.agents)}")
+
+    # ------------------------------------------------------------------ acting
+    def _unit_obs(self, unit: _Unit, group_obs: Sequence[torch.Tensor]) -> torch.Tensor:
+        obs = group_obs[unit.group]
+        if unit.stacked:
+            return obs
+        _, slot = self.spec.group_of(unit.agent_indices[0])
+        return obs[:, slot : slot + 1]
+
+    def _critic_obs(self, group_obs: Sequence[torch.Tensor], alive: torch.Tensor) -> torch.Tensor | None:
+        """``[B, S]`` joint state: every agent's flat observation and the alive mask."""
+        if not self._centralized:
+            return None
+        batch = alive.shape[0]
+        parts = [o.reshape(batch, -1).float() for o in group_obs]
+        parts.append(alive.float())
+        return torch.cat(parts, dim=1)
+
+    def _forward(
+        self,
+        group_obs: Sequence[torch.Tensor],
+        alive: torch.Tensor,
+        with_features: bool = False,
+    ) -> list[Any]:
+        critic_state = self._critic_obs(group_obs, alive)
+        outputs = []
+        for unit in self._units:
+            obs = self._unit_obs(unit, group_obs)
+            critic_obs = None
+            if critic_state is not None:
+                critic_obs = critic_state.unsqueeze(1).expand(-1, obs.shape[1], -1)
+            outputs.append(unit.policy(obs, critic_obs))
+        return outputs
+
+    def _unit_masks(self, unit: _Unit, masks: Sequence[torch.Tensor | None]) -> torch.Tensor | None:
+        mask = masks[unit.group]
+        if mask is None or unit.stacked:
+            return mask
+        _, slot = self.spec.group_of(unit.agent_indices[0])
+        return mask[:, slot : slot + 1]
+
+    def _agent_columns(self, per_unit: Iterable[torch.Tensor]) -> torch.Tensor:
+        """Concatenates ``[B, n_u]`` unit outputs into ``[B, N]`` in possible_agents order."""
+        return torch.cat(list(per_unit), dim=1).index_select(1, self._to_agent_order)
+
+    def _values(self, outputs: Sequence[Any]) -> torch.Tensor:
+        values = self._agent_columns(o.values for o in outputs)
+        if self.value_normalizer is not None:
+            values = self.value_normalizer.denormalize(values)
+        return values
+
+    def act(self, obs: JointObs, deterministic: bool = False) -> list[np.ndarray]:
+        """Chooses actions for a :class:`JointObs` (e.g. for evaluation), respecting masks.
+
+        Returns:
+            Per group, ``[E, n_g, *action_shape]`` actions ready for ``env.step`` (Box actions clipped to bounds).
+        """
+        group_obs = [torch.as_tensor(o, device=self.device) for o in obs.obs]
+        masks = [None if m is None else torch.as_tensor(m, device=self.device) for m in obs.action_masks]
+        alive = torch.as_tensor(obs.alive, device=self.device)
+        with torch.no_grad():
+            outputs = self._forward(group_obs, alive)
+            actions, _ = self._sample(outputs, masks, deterministic)
+        return self._env_actions(actions)
+
+    def predict_values(self, obs: JointObs) -> torch.Tensor:
+        """The critic's value estimates (in return units) for a :class:`JointObs`.
+
+        Returns:
+            ``[E, N]`` values; entries of absent agents are meaningless.
+        """
+        group_obs = [torch.as_tensor(o, device=self.device) for o in obs.obs]
+        alive = torch.as_tensor(obs.alive, device=self.device)
+        with torch.no_grad():
+            return self._values(self._forward(group_obs, alive))
+
+    def _sample(
+        self, outputs: Sequence[Any], masks: Sequence[torch.Tensor | None], deterministic: bool
+    ) -> tuple[list[torch.Tensor], torch.Tensor]:
+        """Samples per unit; returns per-group action tensors and ``[B, N]`` log-probs."""
+        group_actions: list[list[torch.Tensor]] = [[] for _ in self.spec.groups]
+        log_probs = []
+        for unit, out in zip(self._units, outputs):
+            dist = unit.policy.distribution(out.head, self._unit_masks(unit, masks))
+            action = dist.mode() if deterministic else dist.sample(self._generator)
+            log_probs.append(dist.log_prob(action))
+            group_actions[unit.group].append(action)
+        actions = [torch.cat(parts, dim=1) if len(parts) > 1 else parts[0] for parts in group_actions]
+        return actions, self._agent_columns(log_probs)
+
+    def _env_actions(self, actions: Sequence[torch.Tensor]) -> list[np.ndarray]:
+        out = []
+        for group, action in zip(self.spec.groups, actions):
+            arr = action.cpu().numpy()
+            if group.action.kind == "box":
+                arr = np.clip(arr, group.action.low, group.action.high)
+            out.append(arr)
+        return out
+
+    # ------------------------------------------------------------------ rollout
+    def collect_rollout(self) -> JointRollout:
+        """Plays ``rollout_steps`` joint steps in every env copy with the current policies.
+
+        The env is reset (with ``config.seed``) on the first call; later calls continue where the last stopped.
+
+        Returns:
+            A :class:`JointRollout` (its storage is reused by the next call: keep a copy if you need both).
+        """
+        cfg = self.config
+        if self._rollout is None or self._rollout.num_envs != self.env.num_envs:
+            self._rollout = JointRollout.allocate(self.spec, cfg.rollout_steps, self.env.num_envs, self.device)
+        ro = self._rollout
+        if self._state is None:
+            self._state = self.env.reset(seed=cfg.seed)
+        state = self._state
+        episode_returns: list[np.ndarray] = []
+        episode_lengths: list[np.ndarray] = []
+        for policy in self.policies:
+            policy.eval()
+        with torch.no_grad():
+            for t in range(cfg.rollout_steps):
+                for g in range(len(self.spec.groups)):
+                    ro.obs[g][t].copy_(torch.from_numpy(state.obs[g]))
+                    if ro.action_masks[g] is not None:
+                        ro.action_masks[g][t].copy_(torch.from_numpy(state.action_masks[g]))
+                ro.alive[t].copy_(torch.from_numpy(state.alive))
+                ro.acting[t].copy_(torch.from_numpy(state.acting))
+                valid = ro.alive[t] & ro.acting[t]
+                masks = self._safe_masks([m[t] if m is not None else None for m in ro.action_masks], valid)
+                group_obs = [o[t] for o in ro.obs]
+                outputs = self._forward(group_obs, ro.alive[t])
+                actions, log_probs = self._sample(outputs, masks, deterministic=False)
+                ro.values[t] = self._values(outputs)
+                ro.log_probs[t] = log_probs
+                for g, action in enumerate(actions):
+                    ro.actions[g][t].copy_(action)
+                step = self.env.step(self._env_actions(actions))
+                ro.rewards[t].copy_(torch.from_numpy(step.rewards))
+                ro.terminated[t].copy_(torch.from_numpy(step.terminated))
+                ro.truncated[t].copy_(torch.from_numpy(step.truncated))
+                ro.final_values[t] = 0.0
+                if step.truncated.any():
+                    ro.final_values[t] = self._final_values(step)
+                if len(step.episode_lengths):
+                    episode_returns.append(step.episode_returns.copy())
+                    episode_lengths.append(step.episode_lengths.copy())
+                state = step
+            alive = torch.from_numpy(state.alive).to(self.device)
+            outputs = self._forward([torch.from_numpy(o).to(self.device) for o in state.obs], alive)
+            ro.bootstrap_values.copy_(self._values(outputs) * alive)
+        self._state = JointObs(state.obs, state.alive, state.acting, state.action_masks)
+        ro.episode_returns = (
+            np.concatenate(episode_returns) if episode_returns else np.zeros((0, self.spec.num_agents))
+        )
+        ro.episode_lengths = np.concatenate(episode_lengths) if episode_lengths else np.zeros(0, np.int64)
+        self.env_steps += cfg.rollout_steps * self.env.num_envs
+        return ro
+
+    def _safe_masks(self, masks: Sequence[torch.Tensor | None], valid: torch.Tensor) -> list[torch.Tensor | None]:
+        """Allows every action on rows without a decision, so sampling there is well defined (and ignored)."""
+        out = []
+        for group, mask in zip(self.spec.groups, masks):
+            if mask is None:
+                out.append(None)
+                continue
+            idle = ~valid[:, list(group.agent_indices)]
+            out.append(mask | idle.unsqueeze(-1))
+        return out
+
+    def _final_values(self, step: Any) -> torch.Tensor:
+        """Values of the final states of agents that ended this step (bootstrap for truncation)."""
+        ended = torch.from_numpy(step.terminated | step.truncated).to(self.device)
+        reset = torch.from_numpy(step.reset_envs).to(self.device)
+        group_obs = []
+        for g, group in enumerate(self.spec.groups):
+            final = torch.from_numpy(step.final_obs[g]).to(self.device)
+            current = torch.from_numpy(step.obs[g]).to(self.device)
+            cols = ended[:, list(group.agent_indices)]
+            # Agents that did not end keep living in the same state, unless their copy was reset.
+            current = torch.where(reset.view(-1, *([1] * (current.dim() - 1))), torch.zeros_like(current), current)
+            shape = cols.shape + (1,) * (final.dim() - 2)
+            group_obs.append(torch.where(cols.view(shape), final, current))
+        alive_final = ended | (torch.from_numpy(step.alive).to(self.device) & ~reset.unsqueeze(1))
+        return self._values(self._forward(group_obs, alive_final))
+
+    # ------------------------------------------------------------------ update
+    def compute_advantages(self, rollout: JointRollout) -> tuple[torch.Tensor, torch.Tensor]:
+        """GAE advantages and returns, ``[T, E, N]`` each, for a rollout."""
+        terminated = rollout.terminated
+        if not self.config.bootstrap_truncation:
+            terminated = terminated | rollout.truncated
+        return compute_gae(
+            rollout.rewards,
+            rollout.values,
+            terminated,
+            rollout.truncated,
+            rollout.bootstrap_values,
+            self.config.gamma,
+            self.config.gae_lambda,
+            valid=rollout.valid,
+            final_values=rollout.final_values,
+        )
+
+    def update(
+        self,
+        rollout: JointRollout,
+        aux_fn: Callable[..., AuxOutput | torch.Tensor] | None = None,
+        active: Sequence[bool] | torch.Tensor | None = None,
+    ) -> JointStats:
+        """Runs the PPO epochs on a rollout: one joint loss and one backward per minibatch.
+
+        Args:
+            rollout: from :meth:`collect_rollout` (or built by hand with the same shapes).
+            aux_fn: optional cross-agent loss called as ``aux_fn(features, alive)`` (or ``aux_fn(features)``) with
+                ``features[i]`` = agent i's encoder features ``[B, d_i]`` on the minibatch rows and ``alive`` the
+                ``[B, N]`` validity mask; returns an :class:`~marljoint.ppo.auxiliary.AuxOutput` or a scalar.
+            active: ``[N]`` bools; False freezes that agent (its parameters, optimizer state and normaliser stay
+                bit-identical; its statistics are still reported).
+
+        Returns:
+            :class:`JointStats`.
+
+        Raises:
+            ValueError: for a rollout whose shapes disagree, an ``active`` of the wrong length, or an aux loss
+                that is not a finite scalar.
+        """
+        cfg = self.config
+        rollout.validate()
+        n = self.spec.num_agents
+        if rollout.spec.agents != self.spec.agents:
+            raise ValueError(f"rollout agents {list(rollout.spec.agents)} differ from the trainer's {list(self.spec.agents)}")
+        active_mask = self._active_mask(active)
+        call_aux = _aux_caller(aux_fn) if aux_fn is not None else None
+
+        advantages, returns = self.compute_advantages(rollout)
+        valid = rollout.valid
+        T, E = rollout.steps, rollout.num_envs
+        rows = T * E
+        if self.value_normalizer is not None:
+            self.value_normalizer.update(returns.reshape(rows, n), valid.reshape(rows, n), active_mask)
+        b_valid = valid.reshape(rows, n)
+        ev = explained_variance(rollout.values.reshape(rows, n), returns.reshape(rows, n), b_valid)
+        b_obs = [o.reshape(rows, *o.shape[2:]) for o in rollout.obs]
+        b_actions = [a.reshape(rows, *a.shape[2:]) for a in rollout.actions]
+        b_masks = [None if m is None else m.reshape(rows, *m.shape[2:]) for m in rollout.action_masks]
+        b_alive = rollout.alive.reshape(rows, n)
+        b_log_probs = rollout.log_probs.reshape(rows, n)
+        b_values = rollout.values.reshape(rows, n)
+        b_advantages = advantages.reshape(rows, n)
+        b_returns = returns.reshape(rows, n)
+        if self.value_normalizer is not None:
+            b_values = self.value_normalizer.normalize(b_values)
+            b_returns = self.value_normalizer.normalize(b_returns)
+
+        sums = {k: torch.zeros(n) for k in ("policy_loss", "value_loss", "entropy", "clip_fraction", "approx_kl", "grad_norm")}
+        aux_total = 0.0
+        loss_total = 0.0
+        aux_metric_sums: dict[str, float] = {}
+        steps = 0
+        per_epoch = cfg.minibatches_per_epoch
+        for policy in self.policies:
+            policy.train()
+        stop = False
+        for _ in range(cfg.n_epochs):
+            order = torch.randperm(rows, generator=self._generator).to(self.device)
+            for idx in order.split(cfg.minibatch_size)[:per_epoch]:
+                mb_valid = b_valid[idx]
+                outputs = self._forward([o[idx] for o in b_obs], b_alive[idx])
+                log_prob, entropy, features = self._evaluate(outputs, [a[idx] for a in b_actions], [
+                    None if m is None else m[idx] for m in b_masks
+                ], mb_valid)
+                mb_adv = b_advantages[idx]
+                if cfg.normalize_advantages:
+                    mb_adv = normalize_advantages(mb_adv, mb_valid)
+                pg = policy_loss(log_prob, b_log_probs[idx], mb_adv, cfg.clip_range, mb_valid)
+                new_values = self._agent_columns(o.values for o in outputs)
+                vl = value_loss(new_values, b_values[idx], b_returns[idx], cfg.clip_range_vf, mb_valid)
+                ent = masked_mean(entropy, mb_valid)
+                per_agent = pg.loss + cfg.vf_coef * vl - cfg.ent_coef * ent
+                joint = per_agent.sum()
+                aux_value = 0.0
+                if call_aux is not None:
+                    aux = call_aux(features, mb_valid)
+                    joint = joint + aux.loss
+                    aux_value = float(aux.loss.detach())
+                    for key, value in aux.metrics.items():
+                        aux_metric_sums[key] = aux_metric_sums.get(key, 0.0) + float(value)
+                for unit in self._units:
+                    unit.zero_grad()
+                joint.backward()
+                grad_norms = torch.zeros(n)
+                for unit in self._units:
+                    norms = unit.step(active_mask, cfg.max_grad_norm)
+                    grad_norms[list(unit.agent_indices)] = norms.expand(len(unit.agent_indices)) if unit.members == 1 else norms
+                steps += 1
+                sums["policy_loss"] += pg.loss.detach()
+                sums["value_loss"] += vl.detach()
+                sums["entropy"] += ent.detach()
+                sums["clip_fraction"] += pg.clip_fraction
+                sums["approx_kl"] += pg.approx_kl
+                sums["grad_norm"] += grad_norms
+                aux_total += aux_value
+                loss_total += float(joint.detach())
+                if cfg.target_kl is not None and bool((pg.approx_kl[active_mask] > 1.5 * cfg.target_kl).any()):
+                    stop = True
+                    break
+            if stop:
+                break
+        for unit in self._units:
+            unit.zero_grad()
+        denom = max(steps, 1)
+        return JointStats(
+            policy_loss=(sums["policy_loss"] / denom).tolist(),
+            value_loss=(sums["value_loss"] / denom).tolist(),
+            entropy=(sums["entropy"] / denom).tolist(),
+            clip_fraction=(sums["clip_fraction"] / denom).tolist(),
+            approx_kl=(sums["approx_kl"] / denom).tolist(),
+            explained_var=ev.tolist(),
+            aux_loss=aux_total / denom,
+            total_loss=loss_total / denom,
+            num_mb_steps=steps,
+            grad_norm=(sums["grad_norm"] / denom).tolist(),
+            aux_metrics={k: v / denom for k, v in aux_metric_sums.items()},
+        )
+
+    def _active_mask(self, active: Sequence[bool] | torch.Tensor | None) -> torch.Tensor:
+        n = self.spec.num_agents
+        if active is None:
+            return torch.ones(n, dtype=torch.bool)
+        mask = torch.as_tensor(active, dtype=torch.bool).reshape(-1).cpu()
+        if mask.numel() != n:
+            raise ValueError(f"active has {mask.numel()} entries for {n} agents {list(self.spec.agents)}; pass one bool per agent")
+        return mask
+
+    def _evaluate(
+        self,
+        outputs: Sequence[Any],
+        actions: Sequence[torch.Tensor],
+        masks: Sequence[torch.Tensor | None],
+        valid: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor, list[torch.Tensor]]:
+        """Log-probs and entropies ``[B, N]`` of the stored actions, and per-agent features ``[B, d_i]``."""
+        masks = self._safe_masks(masks, valid)
+        log_probs, entropies = [], []
+        features: list[torch.Tensor | None] = [None] * self.spec.num_agents
+        for unit, out in zip(self._units, outputs):
+            group_actions = actions[unit.group]
+            if not unit.stacked:
+                _, slot = self.spec.group_of(unit.agent_indices[0])
+                group_actions = group_actions[:, slot : slot + 1]
+            dist = unit.policy.distribution(out.head, self._unit_masks(unit, masks))
+            log_probs.append(dist.log_prob(group_actions))
+            entropies.append(dist.entropy())
+            for j, agent in enumerate(unit.agent_indices):
+                features[agent] = out.features[:, j]
+        return self._agent_columns(log_probs), self._agent_columns(entropies), features  # type: ignore[return-value]
+
+    # ------------------------------------------------------------------ training loop
+    def set_learning_rate_scale(self, scale: float) -> None:
+        """Scales every optimizer's learning rate to ``scale ×`` its configured value (used by ``anneal_lr``)."""
+        self._lr_scale = float(scale)
+        for unit in self._units:
+            for optimizer, base in ((unit.optimizer, self.config.learning_rate), (unit.critic_optimizer, self.config.critic_lr)):
+                if optimizer is None:
+                    continue
+                for group in optimizer.param_groups:
+                    group.setdefault("initial_lr", group["lr"] if base is None else base)
+                    group["lr"] = group["initial_lr"] * self._lr_scale
+
+    def train(
+        self,
+        total_steps: int,
+        callback: Callable[[dict[str, Any]], bool | None] | None = None,
+        aux_fn: Callable[..., AuxOutput | torch.Tensor] | None = None,
+    ) -> list[dict[str, Any]]:
+        """Alternates :meth:`collect_rollout` and :meth:`update` for ``total_steps`` env steps.
+
+        One env step is one joint step of one env copy; an iteration takes ``rollout_steps × num_envs`` of them.
+
+        Args:
+            total_steps: env steps to train for (rounded up to whole iterations).
+            callback: called with each iteration's metrics; returning ``False`` stops training.
+            aux_fn: passed to every :meth:`update`.
+
+        Returns:
+            One metrics dict per iteration (see :meth:`iteration_metrics`).
+        """
+        if not isinstance(total_steps, (int, np.integer)) or total_steps < 1:
+            raise ValueError(f"total_steps must be a positive integer, got {total_steps!r}")
+        per_iteration = self.config.rollout_steps * self.env.num_envs
+        iterations = math.ceil(total_steps / per_iteration)
+        history = []
+        start = time.perf_counter()
+        for k in range(iterations):
+            if self.config.anneal_lr:
+                self.set_learning_rate_scale(1.0 - k / iterations)
+            tick = time.perf_counter()
+            rollout = self.collect_rollout()
+            stats = self.update(rollout, aux_fn=aux_fn)
+            self.iteration += 1
+            metrics = self.iteration_metrics(rollout, stats, time.perf_counter() - tick)
+            metrics["wall_time"] = time.perf_counter() - start
+            history.append(metrics)
+            if callback is not None and callback(metrics) is False:
+                break
+        return history
+
+    def iteration_metrics(self, rollout: JointRollout, stats: JointStats, seconds: float) -> dict[str, Any]:
+        """Flat metrics of one iteration: counters, episode returns and every :class:`JointStats` field per agent."""
+        agents = self.spec.agents
+        env_steps = rollout.steps * rollout.num_envs
+        agent_steps = int(rollout.valid.sum())
+        out: dict[str, Any] = {
+            "iteration": self.iteration,
+            "env_steps": self.env_steps,
+            "agent_steps": agent_steps,
+            "sps": agent_steps / seconds if seconds > 0 else float("nan"),
+            "episodes": int(len(rollout.episode_lengths)),
+        }
+        returns = rollout.episode_returns
+        out["episode_return_mean"] = float(returns.mean()) if len(returns) else float("nan")
+        for i, agent in enumerate(agents):
+            out[f"episode_return/{agent}"] = float(returns[:, i].mean()) if len(returns) else float("nan")
+        for name in ("policy_loss", "value_loss", "entropy", "clip_fraction", "approx_kl", "explained_var", "grad_norm"):
+            for agent, value in zip(agents, getattr(stats, name)):
+                out[f"{name}/{agent}"] = value
+        out["aux_loss"] = stats.aux_loss
+        out["total_loss"] = stats.total_loss
+        out["num_mb_steps"] = stats.num_mb_steps
+        out["learning_rate"] = self.config.learning_rate * self._lr_scale
+        out["env_steps_this_iteration"] = env_steps
+        out.update(stats.aux_metrics)
+        return out
+
+    # ------------------------------------------------------------------ persistence
+    def state_dict(self) -> dict[str, Any]:
+        """Everything needed to continue training: networks, optimizers, normaliser, generator, counters, config."""
+        return {
+            "config": self.config.to_dict(),
+            "agents": list(self.spec.agents),
+            "policies": [u.policy.state_dict() for u in self._units],
+            "optimizers": [[o.state_dict() for o in u.optimizers()] for u in self._units],
+            "value_normalizer": None if self.value_normalizer is None else self.value_normalizer.state_dict(),
+            "generator": self._generator.get_state(),
+            "iteration": self.iteration,
+            "env_steps": self.env_steps,
+            "lr_scale": self._lr_scale,
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restores :meth:`state_dict` output into a trainer built for the same env and config.
+
+        Raises:
+            ValueError: if the agents or the number of networks differ.
+        """
+        if list(state["agents"]) != list(self.spec.agents):
+            raise ValueError(f"checkpoint agents {state['agents']} differ from this env's {list(self.spec.agents)}")
+        if len(state["policies"]) != len(self._units):
+            raise ValueError(
+                f"checkpoint holds {len(state['policies'])} networks, this trainer has {len(self._units)}; "
+                "build the trainer with the same share_parameters setting"
+            )
+        for unit, policy_state, optimizer_states in zip(self._units, state["policies"], state["optimizers"]):
+            unit.policy.load_state_dict(policy_state)
+            for optimizer, optimizer_state in zip(unit.optimizers(), optimizer_states):
+                optimizer.load_state_dict(optimizer_state)
+        if self.value_normalizer is not None and state["value_normalizer"] is not None:
+            self.value_normalizer.load_state_dict(state["value_normalizer"])
+        self._generator.set_state(state["generator"])
+        self.iteration = int(state["iteration"])
+        self.env_steps = int(state["env_steps"])
+        self._lr_scale = float(state.get("lr_scale", 1.0))
+
+    def save(self, path: str) -> None:
+        """Writes :meth:`state_dict` to ``path`` atomically (temporary file, fsync, rename)."""
+        from marljoint.checkpoint import atomic_torch_save
+
+        atomic_torch_save(self.state_dict(), path)
+
+    def load(self, path: str) -> None:
+        """Loads a checkpoint written by :meth:`save`.
+
+        Raises:
+            ValueError: if the file is not a readable marljoint checkpoint.
+        """
+        from marljoint.checkpoint import load_checkpoint
+
+        self.load_state_dict(load_checkpoint(path))
+
+
+def _check_agent_count(config: JointTrainerConfig, n: int) -> None:
+    if config.num_agents is not None and config.num_agents != n:
+        raise ValueError(
+            f"config.num_agents is {config.num_agents} but the env has {n} agents; set num_agents={n} or leave it None"
+        )
+
+
+def _critic_input_size(spec: Any) -> int:
+    for group in spec.groups:
+        if group.observation.kind == "image":
+            raise ValueError(
+                f"centralized_critic needs flat observations, but agents {list(group.agents)} observe images "
+                f"{group.observation.shape}; turn it off, or flatten/encode the images with a supersuit wrapper"
+            )
+    return sum(spec.observations[i].size for i in range(spec.num_agents)) + spec.num_agents
+
+
+def _aux_caller(aux_fn: Callable[..., Any]) -> Callable[[list[torch.Tensor], torch.Tensor], AuxOutput]:
+    """Normalises ``aux_fn(features, alive)`` / ``aux_fn(features)`` returning AuxOutput or a scalar."""
+    try:
+        params = inspect.signature(aux_fn).parameters.values()
+        positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL)]
+        takes_alive = len(positional) >= 2 or any(p.kind == p.VAR_POSITIONAL for p in positional)
+    except (TypeError, ValueError):
+        takes_alive = True
+
+    def call(features: list[torch.Tensor], alive: torch.Tensor) -> AuxOutput:
+        result = aux_fn(features, alive) if takes_alive else aux_fn(features)
+        if not isinstance(result, AuxOutput):
+            result = AuxOutput(result, {})
+        loss = result.loss
+        if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
+            raise ValueError(f"aux_fn must return a scalar tensor (or AuxOutput), got {type(loss).__name__}")
+        if not bool(torch.isfinite(loss.detach())):
+            raise ValueError(f"aux_fn returned a non-finite loss ({float(loss.detach())})")
+        return AuxOutput(loss.reshape(()), result.metrics)
+
+    return call

@@ -1,6 +1,7 @@
 """Policies: action distributions, stacked (per-agent) layers, the group actor-critic and its optimizer."""
 
 from marljoint.policies.actor_critic import ActorCritic, PolicyOutput
+from marljoint.policies.agent_policy import AgentPolicy
 from marljoint.policies.distributions import (
     ActionDistribution,
     Categorical,
@@ -14,6 +15,7 @@ from marljoint.policies.optim import StackedAdam, clip_member_grads_, member_gra
 __all__ = [
     "ActionDistribution",
     "ActorCritic",
+    "AgentPolicy",
     "Categorical",
     "DiagGaussian",
     "FactoredCategorical",

@@ -176,6 +176,15 @@ class ActorCritic(nn.Module):
             values = self._critic_values(self.critic_encoder, critic_obs, batch)
         return PolicyOutput(head, values, self._agent_major(features, batch))
 
+    def action_head(self, obs: torch.Tensor) -> torch.Tensor:
+        """The action-head output alone, ``[B, n_g, L]`` (no critic is evaluated).
+
+        Args:
+            obs: ``[B, n_g, *obs_shape]`` observations.
+        """
+        batch = self._check_obs(obs)
+        return self._agent_major(self.actor_head.forward_member_major(self._trunk(obs)), batch)
+
     def encoder_features(self, obs: torch.Tensor) -> torch.Tensor:
         """Trunk features of every agent, ``[B, n_g, d]`` (the input of the action head).
 

@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from marljoint.env.base import JointEnv, JointObs
-from marljoint.policies import ActorCritic, StackedAdam, clip_member_grads_
+from marljoint.policies import ActorCritic, AgentPolicy, StackedAdam, clip_member_grads_
 from marljoint.ppo.auxiliary import AuxOutput
 from marljoint.ppo.config import JointTrainerConfig
 from marljoint.ppo.gae import compute_gae
@@ -270,9 +270,19 @@ class JointMultiAgentTrainer:
         """The generator behind action sampling and minibatch shuffling."""
         return self._generator
 
+    def agent_policy(self, agent: int | str) -> AgentPolicy:
+        """A frozen copy of ``agent``'s current policy (later training does not change it)."""
+        network, slot = self.policy_for(agent)
+        return AgentPolicy(network, slot)
+
     def policy_for(self, agent: int | str) -> tuple[ActorCritic, int]:
         """Returns ``(network, slot)``: the network serving ``agent`` and the agent's position among its inputs."""
-        index = self.spec.agents.index(agent) if isinstance(agent, str) else int(agent)
+        if isinstance(agent, str):
+            if agent not in self.spec.agents:
+                raise ValueError(f"unknown agent {agent!r}; agents are {list(self.spec.agents)}")
+            index = self.spec.agents.index(agent)
+        else:
+            index = int(agent)
         for unit in self._units:
             if index in unit.agent_indices:
                 return unit.policy, unit.agent_indices.index(index)
@@ -552,6 +562,10 @@ class JointMultiAgentTrainer:
                 if cfg.normalize_advantages:
                     mb_adv = normalize_advantages(mb_adv, mb_valid)
                 pg = policy_loss(log_prob, b_log_probs[idx], mb_adv, cfg.clip_range, mb_valid)
+                if cfg.target_kl is not None and bool((pg.approx_kl[active_mask] > 1.5 * cfg.target_kl).any()):
+                    # The policy already moved too far on these rows: stop before stepping on them.
+                    stop = True
+                    break
                 new_values = self._agent_columns(o.values for o in outputs)
                 vl = value_loss(new_values, b_values[idx], b_returns[idx], cfg.clip_range_vf, mb_valid)
                 ent = masked_mean(entropy, mb_valid)
@@ -580,9 +594,6 @@ class JointMultiAgentTrainer:
                 sums["grad_norm"] += grad_norms
                 aux_total += aux_value
                 loss_total += float(joint.detach())
-                if cfg.target_kl is not None and bool((pg.approx_kl[active_mask] > 1.5 * cfg.target_kl).any()):
-                    stop = True
-                    break
             if stop:
                 break
         for unit in self._units:

@@ -247,3 +247,43 @@ def test_save_and_load_round_trip(tmp_path):
     other.load(tmp_path / "ckpt.pt")
     assert all(torch.equal(a, b) for a, b in zip(params(trainer), params(other)))
     assert other.iteration == trainer.iteration
+
+
+@pytest.mark.parametrize("share", [True, False])
+def test_agent_policy_reproduces_the_group_network_and_stays_frozen(share):
+    trainer = make(functools.partial(mock_v0.parallel_env, num_agents=3, one_hot_obs=True), share_parameters=share)
+    ro = trainer.collect_rollout()
+    obs = ro.obs[0][0]  # [E, n_g, obs]
+    network, _ = trainer.policy_for("agent_2")
+    with torch.no_grad():
+        head = network(obs).head[:, 2]
+    frozen = trainer.agent_policy("agent_2")
+    probs = frozen.action_probs(obs[:, 2])[0]
+    torch.testing.assert_close(probs, torch.softmax(head, -1))
+    trainer.update(ro)
+    torch.testing.assert_close(frozen.action_probs(obs[:, 2])[0], probs)
+    with pytest.raises(ValueError, match="unknown agent 'nobody'"):
+        trainer.agent_policy("nobody")
+
+
+def test_centralized_critic_anneal_and_target_kl_run():
+    trainer = make(centralized_critic=True, anneal_lr=True, target_kl=1e-12, n_epochs=4)
+    history = trainer.train(3 * 32)
+    assert history[0]["learning_rate"] == pytest.approx(3e-4)
+    assert history[-1]["learning_rate"] < history[0]["learning_rate"]
+    # a tiny target KL stops each update after its first minibatch
+    assert all(h["num_mb_steps"] == 1 for h in history)
+    frozen = trainer.agent_policy(0)
+    assert frozen.act(torch.zeros(2, 4), torch.Generator().manual_seed(0)).shape == (2,)
+
+
+def test_value_normalization_off_and_box_actions_are_clipped():
+    from marljoint_envs import identity_v0
+
+    trainer = make(functools.partial(identity_v0.parallel_env, action_type="box"), value_normalization=False)
+    ro = trainer.collect_rollout()
+    assert ro.actions[0].dtype == torch.float32 and ro.actions[0].shape == (16, 2, 2, 2)
+    actions = trainer.act(trainer._state)
+    assert all((a >= -1).all() and (a <= 1).all() for a in actions)
+    stats = trainer.update(ro)
+    assert all(math.isfinite(v) for v in stats.value_loss)

@@ -8,6 +8,7 @@ from typing import Any, Callable, Sequence
 import gymnasium
 import numpy as np
 from pettingzoo.utils.conversions import turn_based_aec_to_parallel_wrapper
+from gymnasium import spaces
 from pettingzoo.utils.env import AECEnv, ParallelEnv
 
 from marljoint.env.base import JointObs, JointStep
@@ -125,6 +126,12 @@ class PettingZooJointEnv:
         self._index = {a: i for i, a in enumerate(agents)}
         self._episode_seeds: list[np.random.Generator] = []
         self._slot = [self.spec.group_of(i) for i in range(len(agents))]
+        self._direct_obs = [
+            isinstance(space, spaces.Box) and tuple(space.shape) == layout.shape and not layout.has_mask
+            for space, layout in zip(self._obs_spaces, obs_layouts)
+        ]
+        # Groups whose env has shown an action mask; the others skip the per-step mask check.
+        self._masked_groups = [False] * len(self.spec.groups)
         self._allocate()
 
     # ------------------------------------------------------------------ buffers
@@ -264,6 +271,13 @@ class PettingZooJointEnv:
     def _write_obs(self, e: int, agent: str, raw: Any, target: tuple[np.ndarray, ...]) -> None:
         i = self._index[agent]
         g, j = self._slot[i]
+        if self._direct_obs[i]:
+            # Hot path: a Box observation already in its processed shape is copied straight into the buffer.
+            try:
+                target[g][e, j] = raw
+                return
+            except (ValueError, TypeError):
+                pass  # fall through to the checked path, which explains the problem
         target[g][e, j] = process_observation(agent, self._obs_spaces[i], self.spec.observations[i], raw)
 
     def _write_mask(self, e: int, agent: str, raw_obs: Any, info: Any) -> None:
@@ -278,8 +292,8 @@ class PettingZooJointEnv:
         elif isinstance(info, dict) and "action_mask" in info:
             mask = info["action_mask"]
         if mask is None:
-            mask_buf[e, j] = True
-            return
+            return  # the row was reset to all-allowed when the copy's state was cleared
+        self._masked_groups[g] = True
         mask = np.asarray(mask).reshape(-1)
         if mask.size != mask_buf.shape[-1]:
             raise ValueError(
@@ -295,16 +309,13 @@ class PettingZooJointEnv:
                 f"agent {self.spec.agents[i]!r} (env copy {e}): the env returned a non-finite reward "
                 f"({self._rewards[e, i]}); fix the env, or clip rewards with supersuit.clip_reward_v0"
             )
-        ended = self._terminated | self._truncated
         for g, group in enumerate(self.spec.groups):
-            for obs, rows in ((self._obs[g], None), (self._final_obs[g], ended[:, list(group.agent_indices)])):
-                if obs.dtype.kind != "f":
+            # Final-observation rows are only written for agents that end, and each write is checked here, so
+            # a non-finite value anywhere in either buffer arrived with this step.
+            for obs in (self._obs[g], self._final_obs[g]):
+                if obs.dtype.kind != "f" or np.isfinite(obs).all():
                     continue
                 bad = ~np.isfinite(obs.reshape(obs.shape[0], obs.shape[1], -1)).all(-1)
-                if rows is not None:
-                    bad &= rows
-                if not bad.any():
-                    continue
                 e, j = np.argwhere(bad)[0]
                 raise ValueError(
                     f"agent {group.agents[j]!r} (env copy {e}): the env returned a non-finite observation "
@@ -373,7 +384,7 @@ class PettingZooJointEnv:
                 f"with {nvec[k]} choices (valid: 0..{nvec[k] - 1})"
             )
         mask = self._masks[g]
-        if mask is not None:
+        if mask is not None and self._masked_groups[g]:
             offsets = np.concatenate([[0], np.cumsum(nvec)[:-1]])
             allowed = np.take_along_axis(mask, np.where(used[..., None], heads, 0) + offsets, axis=-1)
             forbidden = used[..., None] & ~allowed

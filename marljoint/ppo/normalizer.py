@@ -29,6 +29,7 @@ class RunningNormalizer:
         self.var = torch.ones(num_agents, dtype=torch.float64)
         self.count = torch.zeros(num_agents, dtype=torch.float64)
         self.eps = eps
+        self._cast: dict[torch.dtype, tuple[torch.Tensor, torch.Tensor]] = {}
 
     def update(self, values: torch.Tensor, mask: torch.Tensor, active: torch.Tensor | None = None) -> None:
         """Merges a batch into the statistics.
@@ -56,19 +57,28 @@ class RunningNormalizer:
         self.mean = torch.where(has_data, new_mean, self.mean)
         self.var = torch.where(has_data, new_var, self.var)
         self.count = total
+        self._cast.clear()
 
     @property
     def std(self) -> torch.Tensor:
         """``[N]`` standard deviation (with the variance floor)."""
         return (self.var + self.eps).sqrt()
 
+    def _stats(self, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """Mean and std cast to ``dtype``, cached until the next update (denormalising runs every env step)."""
+        if dtype not in self._cast:
+            self._cast[dtype] = (self.mean.to(dtype), self.std.to(dtype))
+        return self._cast[dtype]
+
     def normalize(self, x: torch.Tensor) -> torch.Tensor:
         """``(x − mean) / std`` per agent; ``x`` is ``[..., N]``."""
-        return ((x - self.mean.to(x.dtype)) / self.std.to(x.dtype)).to(x.dtype)
+        mean, std = self._stats(x.dtype)
+        return (x - mean) / std
 
     def denormalize(self, x: torch.Tensor) -> torch.Tensor:
         """``x · std + mean`` per agent; ``x`` is ``[..., N]``."""
-        return (x * self.std.to(x.dtype) + self.mean.to(x.dtype)).to(x.dtype)
+        mean, std = self._stats(x.dtype)
+        return x * std + mean
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         """The statistics, for checkpoints."""
@@ -79,3 +89,4 @@ class RunningNormalizer:
         self.mean = state["mean"].clone().to(torch.float64)
         self.var = state["var"].clone().to(torch.float64)
         self.count = state["count"].clone().to(torch.float64)
+        self._cast.clear()

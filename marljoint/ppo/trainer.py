@@ -414,8 +414,9 @@ class JointMultiAgentTrainer:
                         ro.action_masks[g][t].copy_(torch.from_numpy(state.action_masks[g]))
                 ro.alive[t].copy_(torch.from_numpy(state.alive))
                 ro.acting[t].copy_(torch.from_numpy(state.acting))
-                valid = ro.alive[t] & ro.acting[t]
-                masks = self._safe_masks([m[t] if m is not None else None for m in ro.action_masks], valid)
+                # Rows without a decision carry all-allowed masks (the adapter's contract; the distributions
+                # also treat an all-masked head as unmasked), so sampling there is well defined and ignored.
+                masks = [m[t] if m is not None else None for m in ro.action_masks]
                 group_obs = [o[t] for o in ro.obs]
                 outputs = self._forward(group_obs, ro.alive[t])
                 actions, log_probs = self._sample(outputs, masks, deterministic=False)
@@ -444,17 +445,6 @@ class JointMultiAgentTrainer:
         ro.episode_lengths = np.concatenate(episode_lengths) if episode_lengths else np.zeros(0, np.int64)
         self.env_steps += cfg.rollout_steps * self.env.num_envs
         return ro
-
-    def _safe_masks(self, masks: Sequence[torch.Tensor | None], valid: torch.Tensor) -> list[torch.Tensor | None]:
-        """Allows every action on rows without a decision, so sampling there is well defined (and ignored)."""
-        out = []
-        for group, mask in zip(self.spec.groups, masks):
-            if mask is None:
-                out.append(None)
-                continue
-            idle = ~valid[:, list(group.agent_indices)]
-            out.append(mask | idle.unsqueeze(-1))
-        return out
 
     def _final_values(self, step: Any) -> torch.Tensor:
         """Values of the final states of agents that ended this step (bootstrap for truncation)."""
@@ -555,9 +545,9 @@ class JointMultiAgentTrainer:
             for idx in order.split(cfg.minibatch_size)[:per_epoch]:
                 mb_valid = b_valid[idx]
                 outputs = self._forward([o[idx] for o in b_obs], b_alive[idx])
-                log_prob, entropy, features = self._evaluate(outputs, [a[idx] for a in b_actions], [
-                    None if m is None else m[idx] for m in b_masks
-                ], mb_valid)
+                log_prob, entropy, features = self._evaluate(
+                    outputs, [a[idx] for a in b_actions], [None if m is None else m[idx] for m in b_masks]
+                )
                 mb_adv = b_advantages[idx]
                 if cfg.normalize_advantages:
                     mb_adv = normalize_advantages(mb_adv, mb_valid)
@@ -627,10 +617,8 @@ class JointMultiAgentTrainer:
         outputs: Sequence[Any],
         actions: Sequence[torch.Tensor],
         masks: Sequence[torch.Tensor | None],
-        valid: torch.Tensor,
     ) -> tuple[torch.Tensor, torch.Tensor, list[torch.Tensor]]:
         """Log-probs and entropies ``[B, N]`` of the stored actions, and per-agent features ``[B, d_i]``."""
-        masks = self._safe_masks(masks, valid)
         log_probs, entropies = [], []
         features: list[torch.Tensor | None] = [None] * self.spec.num_agents
         for unit, out in zip(self._units, outputs):

@@ -15,7 +15,9 @@ from marljoint.env import (
     JointStep,
     ObservationLayout,
     PettingZooJointEnv,
+    SubprocessJointEnv,
     check_joint_env,
+    make_joint_env,
 )
 from marljoint.ppo import (
     AuxOutput,
@@ -43,7 +45,9 @@ __all__ = [
     "JointTrainerConfig",
     "ObservationLayout",
     "PettingZooJointEnv",
+    "SubprocessJointEnv",
     "__version__",
     "check_joint_env",
     "compute_gae",
+    "make_joint_env",
 ]

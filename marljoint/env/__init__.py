@@ -3,6 +3,7 @@
 from marljoint.env.base import JointEnv, JointObs, JointStep
 from marljoint.env.check import JointEnvCheckError, check_joint_env, random_actions
 from marljoint.env.pettingzoo import PettingZooJointEnv
+from marljoint.env.subprocess import SubprocessJointEnv, make_joint_env
 from marljoint.env.spaces import ActionLayout, GroupSpec, JointSpec, ObservationLayout
 
 __all__ = [
@@ -15,6 +16,8 @@ __all__ = [
     "JointStep",
     "ObservationLayout",
     "PettingZooJointEnv",
+    "SubprocessJointEnv",
     "check_joint_env",
+    "make_joint_env",
     "random_actions",
 ]

@@ -125,6 +125,7 @@ class PettingZooJointEnv:
         )
         self._index = {a: i for i, a in enumerate(agents)}
         self._episode_seeds: list[np.random.Generator] = []
+        self._copy_offset = 0
         self._slot = [self.spec.group_of(i) for i in range(len(agents))]
         self._direct_obs = [
             isinstance(space, spaces.Box) and tuple(space.shape) == layout.shape and not layout.has_mask
@@ -186,9 +187,15 @@ class PettingZooJointEnv:
         # Every later episode of copy e is seeded from this generator: some envs reseed from entropy when reset
         # with seed=None, which would make the stream irreproducible.
         root = np.random.SeedSequence() if seed is None else np.random.SeedSequence([int(seed) % 2**63, 0x6A6F696E74])
-        self._episode_seeds = [np.random.default_rng(s) for s in root.spawn(self.num_envs)]
+        # Children are addressed by the copy's global index, so a worker holding copies [a, b) of a larger set
+        # draws exactly the streams those copies would draw in one process.
+        offset = self._copy_offset
+        self._episode_seeds = [
+            np.random.default_rng(np.random.SeedSequence(root.entropy, spawn_key=(offset + e,)))
+            for e in range(self.num_envs)
+        ]
         for e in range(self.num_envs):
-            first_seed = int(self._episode_seeds[e].integers(2**31)) if seed is None else int(seed) + e
+            first_seed = int(self._episode_seeds[e].integers(2**31)) if seed is None else int(seed) + offset + e
             self._reset_copy(e, first_seed)
         self._returns[:] = 0.0
         self._lengths[:] = 0

@@ -72,6 +72,13 @@ class JointTrainerConfig:
     """Stop an update's epochs early once an agent's approx KL exceeds ``1.5 × target_kl``."""
     bootstrap_truncation: bool = True
     """Bootstrap truncated episodes from V(final obs); False treats truncation as termination (for ablations)."""
+    vector_mode: str = "sync"
+    """How :func:`~marljoint.env.make_joint_env` steps the copies: ``"sync"`` (in-process) or ``"subprocess"``."""
+    num_env_workers: int = 2
+    """Worker processes for ``vector_mode="subprocess"``."""
+    torch_threads: int | None = None
+    """If set, the trainer calls ``torch.set_num_threads`` with it (1 is fastest for small networks, and leaves
+    cores to env workers)."""
     hidden_sizes: tuple[int, ...] = (64, 64)
     """Hidden layer widths of the default MLP encoders."""
     extra: Mapping[str, Any] = field(default_factory=dict)
@@ -104,6 +111,11 @@ class JointTrainerConfig:
             )
         if not self.hidden_sizes or any(h < 1 for h in self.hidden_sizes):
             raise ValueError(f"hidden_sizes must be a non-empty sequence of positive widths, got {self.hidden_sizes}")
+        if self.vector_mode not in ("sync", "subprocess"):
+            raise ValueError(f"vector_mode must be 'sync' or 'subprocess', got {self.vector_mode!r}")
+        _positive_int("num_env_workers", self.num_env_workers)
+        if self.torch_threads is not None:
+            _positive_int("torch_threads", self.torch_threads)
         if not _is_int(self.seed):
             raise ValueError(f"seed must be an integer, got {self.seed!r}")
 

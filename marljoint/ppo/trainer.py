@@ -241,6 +241,8 @@ class JointMultiAgentTrainer:
     def _setup(self, env: JointEnv, config: JointTrainerConfig, units: list[_Unit]) -> None:
         self.env = env
         self.config = config
+        if config.torch_threads is not None:
+            torch.set_num_threads(config.torch_threads)
         self.spec = env.spec
         self.device = torch.device(config.device)
         self._units = units

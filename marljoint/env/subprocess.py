@@ -1,0 +1,311 @@
+"""Env copies stepped in worker processes, exchanging arrays through shared memory."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import traceback
+from multiprocessing import shared_memory
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from marljoint.env.base import JointObs, JointStep
+from marljoint.env.pettingzoo import PettingZooJointEnv
+
+__all__ = ["SubprocessJointEnv", "make_joint_env"]
+
+class _SharedArrays:
+    """Named numpy arrays living in one shared-memory block, re-openable by name in another process."""
+
+    def __init__(self, layout: dict[str, tuple[tuple[int, ...], str]], name: str | None = None) -> None:
+        self.layout = layout
+        offsets, total = {}, 0
+        for key, (shape, dtype) in layout.items():
+            total = -(-total // 16) * 16
+            offsets[key] = total
+            total += int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+        self._owner = name is None
+        self.shm = shared_memory.SharedMemory(create=name is None, size=max(total, 1), name=name)
+        self.arrays = {
+            key: np.ndarray(shape, dtype=np.dtype(dtype), buffer=self.shm.buf, offset=offsets[key])
+            for key, (shape, dtype) in layout.items()
+        }
+
+    def close(self) -> None:
+        self.arrays = {}
+        self.shm.close()
+        if self._owner:
+            self.shm.unlink()
+
+
+def _layout(env: PettingZooJointEnv) -> dict[str, tuple[tuple[int, ...], str]]:
+    E, N = env.num_envs, env.spec.num_agents
+    layout: dict[str, tuple[tuple[int, ...], str]] = {}
+    for g, group in enumerate(env.spec.groups):
+        obs_shape = (E, group.size, *group.observation.shape)
+        layout[f"obs{g}"] = (obs_shape, group.observation.dtype.str)
+        layout[f"final{g}"] = (obs_shape, group.observation.dtype.str)
+        layout[f"act{g}"] = ((E, group.size, *group.action.shape), group.action.dtype.str)
+        if group.action.kind != "box":
+            layout[f"mask{g}"] = ((E, group.size, group.action.mask_size), "|b1")
+    for key in ("alive", "acting", "terminated", "truncated"):
+        layout[key] = ((E, N), "|b1")
+    layout["rewards"] = ((E, N), "<f4")
+    layout["reset_envs"] = ((E,), "|b1")
+    return layout
+
+
+def _worker(
+    conn: Any,
+    env_fn: Callable[[], Any],
+    start: int,
+    stop: int,
+    shm_name: str,
+    layout: dict[str, tuple[tuple[int, ...], str]],
+) -> None:
+    shared = None
+    try:
+        env = PettingZooJointEnv(env_fn, num_envs=stop - start)
+        env._copy_offset = start
+        shared = _SharedArrays(layout, name=shm_name)
+        arrays = shared.arrays
+        groups = range(len(env.spec.groups))
+
+        def publish(state: Any) -> None:
+            for g in groups:
+                arrays[f"obs{g}"][start:stop] = state.obs[g]
+                if state.action_masks[g] is not None:
+                    arrays[f"mask{g}"][start:stop] = state.action_masks[g]
+            arrays["alive"][start:stop] = state.alive
+            arrays["acting"][start:stop] = state.acting
+
+        conn.send(("ready", None))
+        while True:
+            command, payload = conn.recv()
+            if command == "reset":
+                publish(env.reset(seed=payload))
+                conn.send(("ok", None))
+            elif command == "step":
+                out = env.step([arrays[f"act{g}"][start:stop] for g in groups])
+                publish(out)
+                for g in groups:
+                    arrays[f"final{g}"][start:stop] = out.final_obs[g]
+                for key in ("rewards", "terminated", "truncated", "reset_envs"):
+                    arrays[key][start:stop] = getattr(out, key)
+                conn.send(("ok", (out.episode_returns.copy(), out.episode_lengths.copy())))
+            elif command == "close":
+                env.close()
+                conn.send(("ok", None))
+                break
+    except KeyboardInterrupt:
+        pass
+    except BaseException as exc:  # the main process re-raises it with the worker's traceback
+        try:
+            conn.send(("error", (type(exc).__name__, str(exc), traceback.format_exc())))
+        except (BrokenPipeError, OSError):
+            pass
+    finally:
+        if shared is not None:
+            shared.close()
+        conn.close()
+
+
+class SubprocessJointEnv:
+    """A :class:`~marljoint.env.JointEnv` whose copies step in worker processes, in parallel.
+
+    Each worker holds a contiguous slice of the E copies in a :class:`PettingZooJointEnv`; actions and results
+    cross through one shared-memory block, so only a short message per worker and step goes through a pipe. Copy e
+    is seeded exactly as in one process, so the same seed gives the same streams as :class:`PettingZooJointEnv`.
+
+    Args:
+        env_fn: a function building one PettingZoo env (picklable when the start method is not ``fork``).
+        num_envs: number of copies E.
+        num_workers: worker processes (at most E).
+        seed: seed of the first reset when it is given none.
+        start_method: multiprocessing start method; ``None`` uses ``fork`` where available, else ``spawn``.
+
+    Raises:
+        ValueError: for a non-positive ``num_workers``; errors raised inside a worker are re-raised with their
+            original type and message.
+    """
+
+    def __init__(
+        self,
+        env_fn: Any,
+        num_envs: int = 2,
+        num_workers: int = 2,
+        seed: int | None = None,
+        start_method: str | None = None,
+    ) -> None:
+        if not isinstance(num_workers, int) or isinstance(num_workers, bool) or num_workers < 1:
+            raise ValueError(f"num_workers must be a positive integer, got {num_workers!r}")
+        probe = PettingZooJointEnv(env_fn, num_envs=num_envs)
+        self.spec = probe.spec
+        self.num_envs = probe.num_envs
+        self.num_workers = min(num_workers, self.num_envs)
+        self._seed = seed
+        self._observation_spaces = probe.observation_spaces
+        self._action_spaces = probe.action_spaces
+        self._layout = _layout(probe)
+        probe.close()
+        self._shared = _SharedArrays(self._layout)
+        a = self._shared.arrays
+        groups = range(len(self.spec.groups))
+        self._obs = tuple(a[f"obs{g}"] for g in groups)
+        self._final = tuple(a[f"final{g}"] for g in groups)
+        self._masks = tuple(a.get(f"mask{g}") for g in groups)
+        self._actions = tuple(a[f"act{g}"] for g in groups)
+        if start_method is None:
+            start_method = "fork" if "fork" in mp.get_all_start_methods() else "spawn"
+        ctx = mp.get_context(start_method)
+        bounds = np.linspace(0, self.num_envs, self.num_workers + 1).round().astype(int)
+        self._conns = []
+        self._procs = []
+        self._closed = False
+        for w in range(self.num_workers):
+            parent, child = ctx.Pipe()
+            proc = ctx.Process(
+                target=_worker,
+                args=(child, env_fn, int(bounds[w]), int(bounds[w + 1]), self._shared.shm.name, self._layout),
+                daemon=True,
+            )
+            proc.start()
+            child.close()
+            self._conns.append(parent)
+            self._procs.append(proc)
+        self._gather()
+        self._reset_done = False
+
+    @property
+    def observation_spaces(self) -> tuple[Any, ...]:
+        """The raw PettingZoo observation space of each agent."""
+        return self._observation_spaces
+
+    @property
+    def action_spaces(self) -> tuple[Any, ...]:
+        """The raw PettingZoo action space of each agent."""
+        return self._action_spaces
+
+    def _gather(self) -> list[Any]:
+        results = []
+        error = None
+        for w, conn in enumerate(self._conns):
+            try:
+                status, payload = conn.recv()
+            except EOFError:
+                status, payload = "error", ("RuntimeError", f"env worker {w} exited unexpectedly", "")
+            if status == "error" and error is None:
+                error = (w, payload)
+            results.append(payload)
+        if error is not None:
+            w, (name, message, trace) = error
+            exc_type = {"ValueError": ValueError, "TypeError": TypeError, "RuntimeError": RuntimeError}.get(name)
+            if exc_type is None:
+                raise RuntimeError(f"env worker {w} failed with {name}: {message}\n{trace}")
+            raise exc_type(message)
+        return results
+
+    def reset(self, seed: int | None = None) -> JointObs:
+        """Resets every copy (copy e with ``seed + e``, as :meth:`PettingZooJointEnv.reset`)."""
+        if seed is None:
+            seed, self._seed = self._seed, None
+        for conn in self._conns:
+            conn.send(("reset", seed))
+        self._gather()
+        self._reset_done = True
+        a = self._shared.arrays
+        return JointObs(self._obs, a["alive"], a["acting"], self._masks)
+
+    def step(self, actions: Sequence[np.ndarray]) -> JointStep:
+        """Steps every copy in parallel (same contract as :meth:`PettingZooJointEnv.step`)."""
+        if not self._reset_done:
+            raise RuntimeError("step() was called before reset(); call env.reset(seed=...) first")
+        if isinstance(actions, np.ndarray) or len(actions) != len(self._actions):
+            raise ValueError(
+                f"step() needs one action array per agent group ({len(self._actions)} groups), got "
+                f"{'an array' if isinstance(actions, np.ndarray) else f'{len(actions)} arrays'}"
+            )
+        for g, (buf, act) in enumerate(zip(self._actions, actions)):
+            arr = act.detach().cpu().numpy() if hasattr(act, "detach") else np.asarray(act)
+            if arr.shape != buf.shape:
+                group = self.spec.groups[g]
+                raise ValueError(
+                    f"actions for group {list(group.agents)} have shape {arr.shape}, expected {buf.shape} "
+                    f"([num_envs, agents in group, *action_shape] for {group.action.kind} actions)"
+                )
+            buf[...] = arr
+        for conn in self._conns:
+            conn.send(("step", None))
+        results = self._gather()
+        N = self.spec.num_agents
+        returns = [r[0] for r in results if len(r[1])]
+        lengths = [r[1] for r in results if len(r[1])]
+        a = self._shared.arrays
+        return JointStep(
+            obs=self._obs,
+            alive=a["alive"],
+            acting=a["acting"],
+            action_masks=self._masks,
+            rewards=a["rewards"],
+            terminated=a["terminated"],
+            truncated=a["truncated"],
+            final_obs=self._final,
+            reset_envs=a["reset_envs"],
+            episode_returns=np.concatenate(returns) if returns else np.zeros((0, N)),
+            episode_lengths=np.concatenate(lengths) if lengths else np.zeros(0, np.int64),
+        )
+
+    def close(self) -> None:
+        """Stops the workers and frees the shared memory."""
+        if self._closed:
+            return
+        self._closed = True
+        for conn in self._conns:
+            try:
+                conn.send(("close", None))
+                conn.recv()
+            except (BrokenPipeError, EOFError, OSError):
+                pass
+        for proc in self._procs:
+            proc.join(timeout=5)
+            if proc.is_alive():
+                proc.terminate()
+        self._shared.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def __repr__(self) -> str:
+        return (
+            f"SubprocessJointEnv(num_envs={self.num_envs}, num_workers={self.num_workers}, "
+            f"agents={list(self.spec.agents)})"
+        )
+
+
+def make_joint_env(
+    env_fn: Any,
+    num_envs: int,
+    seed: int | None = None,
+    vector_mode: str = "sync",
+    num_env_workers: int | None = None,
+) -> PettingZooJointEnv | SubprocessJointEnv:
+    """Builds the JointEnv a config asks for: in-process (``"sync"``) or in worker processes (``"subprocess"``).
+
+    Args:
+        env_fn: a PettingZoo env factory or module.
+        num_envs: number of copies E.
+        seed: seed of the first reset.
+        vector_mode: ``"sync"`` or ``"subprocess"``.
+        num_env_workers: worker processes for ``"subprocess"`` (default: 2).
+
+    Raises:
+        ValueError: for an unknown ``vector_mode``.
+    """
+    if vector_mode == "sync":
+        return PettingZooJointEnv(env_fn, num_envs=num_envs, seed=seed)
+    if vector_mode == "subprocess":
+        return SubprocessJointEnv(env_fn, num_envs=num_envs, num_workers=num_env_workers or 2, seed=seed)
+    raise ValueError(f"vector_mode must be 'sync' or 'subprocess', got {vector_mode!r}")

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import copyreg
+import io
+import pickle
 import types
 from typing import Any, Callable, Sequence
 
+import cloudpickle
 import gymnasium
 import numpy as np
+from gymnasium.utils import EzPickle
 from pettingzoo.utils.conversions import turn_based_aec_to_parallel_wrapper
 from gymnasium import spaces
 from pettingzoo.utils.env import AECEnv, ParallelEnv
@@ -24,6 +29,77 @@ from marljoint.env.spaces import (
 __all__ = ["PettingZooJointEnv"]
 
 EnvFactory = Callable[[], "ParallelEnv | AECEnv"]
+
+def _set_attributes(obj: Any, attributes: dict[str, Any]) -> None:
+    obj.__dict__.update(attributes)
+
+
+class _StatePickler(cloudpickle.Pickler):
+    """Pickles env objects with their current attributes.
+
+    Gymnasium's and PettingZoo's ``EzPickle`` pickles an env as its constructor arguments, which rebuilds a fresh
+    env: the episode in progress would be lost. Here such objects are pickled attribute by attribute instead.
+    """
+
+    def reducer_override(self, obj: Any) -> Any:
+        if isinstance(obj, EzPickle) and not isinstance(obj, type) and hasattr(obj, "__dict__"):
+            return copyreg.__newobj__, (type(obj),), obj.__dict__, None, None, _set_attributes
+        return super().reducer_override(obj)
+
+    def persistent_id(self, obj: Any) -> Any:
+        # pygame surfaces and fonts only serve rendering and cannot be pickled: they are left out, and set_state
+        # takes them from the env copies it replaces.
+        if type(obj).__module__.partition(".")[0] == "pygame":
+            return "render-resource"
+        return None
+
+
+class _LeftOut:
+    """Stands for an object :class:`_StatePickler` left out, until :func:`_transplant` replaces it."""
+
+
+class _StateUnpickler(pickle.Unpickler):
+    def persistent_load(self, pid: Any) -> Any:
+        if pid != "render-resource":
+            raise pickle.UnpicklingError(f"unknown persistent id {pid!r}")
+        return _LeftOut()
+
+
+def _transplant(restored: Any, live: Any, seen: set[int]) -> int:
+    """Replaces the left-out attributes of ``restored`` (and of the objects it holds) with ``live``'s.
+
+    Returns:
+        How many were replaced.
+    """
+    if id(restored) in seen or not hasattr(restored, "__dict__") or type(restored) is not type(live):
+        return 0
+    seen.add(id(restored))
+    replaced = 0
+    for name, value in list(vars(restored).items()):
+        counterpart = vars(live).get(name)
+        if isinstance(value, _LeftOut):
+            restored.__dict__[name] = counterpart
+            replaced += 1
+        elif hasattr(value, "__dict__") and not isinstance(value, type):
+            replaced += _transplant(value, counterpart, seen)
+    return replaced
+
+
+# The adapter's arrays that carry over between steps (get_state / set_state).
+_STATE_BUFFERS = (
+    "_obs",
+    "_final_obs",
+    "_masks",
+    "_alive",
+    "_acting",
+    "_rewards",
+    "_terminated",
+    "_truncated",
+    "_reset_envs",
+    "_returns",
+    "_lengths",
+    "_ended",
+)
 
 
 def _resolve_factory(env_fn: Any) -> Callable[[], Any]:
@@ -255,6 +331,75 @@ class PettingZooJointEnv:
         """Closes every copy."""
         for env in self._envs:
             env.close()
+
+    def get_state(self) -> bytes:
+        """Snapshot of every copy mid-episode, for resuming training bit-identically.
+
+        Holds the pickled PettingZoo env copies (with their random generators; ``EzPickle`` envs are pickled
+        attribute by attribute, not rebuilt from their constructor arguments), the per-copy episode-seed generators
+        and the adapter's buffers (current observations, masks, running returns). pygame surfaces and fonts, which
+        only serve rendering, are left out.
+
+        Returns:
+            Bytes for :meth:`set_state`.
+
+        Raises:
+            TypeError: if an env copy cannot be pickled (e.g. it holds a physics engine or an open window); the
+                message names the env and the reason.
+        """
+        state = {
+            "num_envs": self.num_envs,
+            "agents": self.spec.agents,
+            "seed": self._seed,
+            "envs": self._envs,
+            "episode_seeds": self._episode_seeds,
+            "buffers": {name: getattr(self, name) for name in _STATE_BUFFERS},
+        }
+        buffer = io.BytesIO()
+        try:
+            _StatePickler(buffer).dump(state)
+        except Exception as exc:  # pickling raises TypeError, PicklingError, AttributeError, ...
+            raise TypeError(f"{self!r} cannot be pickled ({type(exc).__name__}: {exc})") from exc
+        return buffer.getvalue()
+
+    def set_state(self, state: bytes) -> JointObs:
+        """Restores a :meth:`get_state` snapshot taken from an adapter of the same env and ``num_envs``.
+
+        The current env copies are replaced by the snapshot's (and closed, unless the snapshot's copies take over
+        their pygame render resources, which snapshots leave out).
+
+        Returns:
+            The restored current :class:`JointObs` (arrays owned by the env), where the next step starts.
+
+        Raises:
+            ValueError: if the snapshot is unreadable or was taken with other agents or another ``num_envs``.
+        """
+        try:
+            snapshot = _StateUnpickler(io.BytesIO(state)).load()
+        except Exception as exc:  # unpickling damaged bytes raises many types
+            raise ValueError(f"the env state cannot be unpickled ({type(exc).__name__}: {exc})") from exc
+        if snapshot["num_envs"] != self.num_envs or tuple(snapshot["agents"]) != self.spec.agents:
+            raise ValueError(
+                f"the env state holds {snapshot['num_envs']} copies of agents {list(snapshot['agents'])}, this env "
+                f"has {self.num_envs} copies of {list(self.spec.agents)}; restore it into the same env"
+            )
+        restored = list(snapshot["envs"])
+        for old_env, new_env in zip(self._envs, restored):
+            # An env whose render resources were handed over stays open: closing it could release them.
+            if not _transplant(new_env, old_env, set()):
+                old_env.close()
+        self._envs = restored
+        self._seed = snapshot["seed"]
+        self._episode_seeds = list(snapshot["episode_seeds"])
+        for name, value in snapshot["buffers"].items():
+            target = getattr(self, name)
+            if isinstance(target, tuple):
+                for dst, src in zip(target, value):
+                    if dst is not None:
+                        np.copyto(dst, src)
+            else:
+                np.copyto(target, value)
+        return JointObs(self._obs, self._alive, self._acting, self._masks)
 
     def __repr__(self) -> str:
         kind = "AEC" if self._turn_based else "parallel"

@@ -51,6 +51,15 @@ class ActionDistribution(Protocol):
         """Entropy per batch entry, shape ``[...]``."""
         ...
 
+    @property
+    def noise_shape(self) -> torch.Size:
+        """Shape of the noise :meth:`sample_from_noise` consumes (leading axis = the batch's first axis)."""
+        ...
+
+    def sample_from_noise(self, noise: torch.Tensor) -> torch.Tensor:
+        """Samples with caller-supplied noise (``noise_kind``: ``"uniform"`` or ``"normal"``)."""
+        ...
+
 
 def _check_generator(generator: torch.Generator) -> None:
     if not isinstance(generator, torch.Generator):
@@ -165,7 +174,23 @@ class FactoredCategorical:
         """
         _check_generator(generator)
         log_p = self._log_p
-        uniform = torch.rand(log_p.shape, generator=generator, dtype=log_p.dtype, device=log_p.device)
+        return self.sample_from_noise(torch.rand(log_p.shape, generator=generator, dtype=log_p.dtype, device=log_p.device))
+
+    #: the noise :meth:`sample_from_noise` consumes: uniform on [0, 1).
+    noise_kind = "uniform"
+
+    @property
+    def noise_shape(self) -> torch.Size:
+        """Shape of the noise one :meth:`sample_from_noise` call consumes: ``[..., K, max(nvec)]``."""
+        return self._log_p.shape
+
+    def sample_from_noise(self, uniform: torch.Tensor) -> torch.Tensor:
+        """Samples with caller-supplied uniform noise of shape :attr:`noise_shape` (it is overwritten).
+
+        Lets a caller draw each env copy's noise from that copy's own generator, so results do not depend on how
+        copies are split across processes.
+        """
+        log_p = self._log_p
         # argmax(log p + Gumbel) with Gumbel = -log(E), E = -log(u) ~ Exp(1). Clamping u away from 0 bounds the
         # noise to [-4.5, 16.7] (float32), so an allowed action always outscores a masked one (~dtype min).
         log_exp = uniform.clamp_(min=torch.finfo(log_p.dtype).tiny).log_().neg_().log_()
@@ -295,8 +320,19 @@ class DiagGaussian:
         """
         _check_generator(generator)
         mean = self.mean.detach()
-        noise = torch.randn(mean.shape, generator=generator, dtype=mean.dtype, device=mean.device)
-        return torch.addcmul(mean, noise, self.log_std.detach().exp())
+        return self.sample_from_noise(torch.randn(mean.shape, generator=generator, dtype=mean.dtype, device=mean.device))
+
+    #: the noise :meth:`sample_from_noise` consumes: standard normal.
+    noise_kind = "normal"
+
+    @property
+    def noise_shape(self) -> torch.Size:
+        """Shape of the noise one :meth:`sample_from_noise` call consumes: the mean's, ``[..., D]``."""
+        return self.mean.shape
+
+    def sample_from_noise(self, noise: torch.Tensor) -> torch.Tensor:
+        """``mean + std * noise`` with caller-supplied standard-normal noise of shape :attr:`noise_shape`."""
+        return torch.addcmul(self.mean.detach(), noise, self.log_std.detach().exp())
 
     def mode(self) -> torch.Tensor:
         """The mean, ``[..., D]``."""

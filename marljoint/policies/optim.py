@@ -134,6 +134,8 @@ class StackedAdam(torch.optim.Optimizer):
             if index_list is not None:
                 lrs = [lrs[m] for m in index_list]
             beta1, beta2 = group["betas"]
+            if index is None and self._step_together(group, lrs):
+                continue
             for param in group["params"]:
                 if param.grad is None:
                     continue
@@ -166,6 +168,38 @@ class StackedAdam(torch.optim.Optimizer):
                 param.index_copy_(0, on_param, values)
                 state["exp_avg"].index_copy_(0, on_param, exp_avg)
                 state["exp_avg_sq"].index_copy_(0, on_param, exp_avg_sq)
+
+    def _step_together(self, group: dict, lrs: list[float]) -> bool:
+        """Steps the whole group with multi-tensor kernels when every member shares one step count and lr.
+
+        That is the usual case (all members active, one learning rate), and one fused pass over all parameters
+        costs a fraction of a per-parameter loop. Returns False, changing nothing, when the case does not apply.
+        """
+        params = [p for p in group["params"] if p.grad is not None]
+        if not params or any(p.grad.is_sparse for p in params) or len(set(lrs)) != 1:
+            return False
+        states = [self.state[p] for p in params]
+        if any(not state for state in states):
+            return False
+        step = states[0]["step"]
+        if bool((step != step[0]).any()) or any(not torch.equal(state["step"], step) for state in states[1:]):
+            return False
+        for state in states:
+            state["step"] += 1
+        count = float(step[0])
+        beta1, beta2 = group["betas"]
+        grads = [p.grad for p in params]
+        exp_avgs = [state["exp_avg"] for state in states]
+        exp_avg_sqs = [state["exp_avg_sq"] for state in states]
+        torch._foreach_lerp_(exp_avgs, grads, 1 - beta1)
+        torch._foreach_mul_(exp_avg_sqs, beta2)
+        torch._foreach_addcmul_(exp_avg_sqs, grads, grads, 1 - beta2)
+        step_size = lrs[0] / (1 - beta1**count)
+        denom = torch._foreach_sqrt(exp_avg_sqs)
+        torch._foreach_div_(denom, (1 - beta2**count) ** 0.5)
+        torch._foreach_add_(denom, group["eps"])
+        torch._foreach_addcdiv_(params, exp_avgs, denom, -step_size)
+        return True
 
     def _active_index(self, active: torch.Tensor | None) -> torch.Tensor | None:
         """Indices of the active members, or ``None`` when all are active."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 __all__ = ["compute_gae"]
@@ -69,26 +70,39 @@ def compute_gae(
         if tensor.shape != rewards.shape:
             raise ValueError(f"{name} has shape {tuple(tensor.shape)}, rewards {tuple(rewards.shape)}; they must match")
 
-    terminated = terminated.bool()
-    ended = terminated | truncated.bool()
-    valid = valid.bool()
-    advantages = torch.zeros_like(values)
-    next_value = bootstrap_values.to(values.dtype).clone()
-    next_advantage = torch.zeros_like(next_value)
-    pending_reward = torch.zeros_like(next_value)
-    zero = torch.zeros_like(next_value)
+    # The recursion is sequential in T; numpy's per-op cost on small arrays is a fraction of torch's.
+    device, dtype = values.device, values.dtype
+
+    def arr(x: torch.Tensor, kind: type | None = None) -> np.ndarray:
+        a = x.detach().cpu().numpy()
+        return a.astype(kind, copy=False) if kind is not None else a
+
+    np_dtype = arr(values).dtype
+    rewards_np = arr(rewards, np_dtype)
+    values_np = arr(values, np_dtype)
+    final_np = arr(final_values, np_dtype)
+    terminated_np = arr(terminated, bool)
+    ended_np = terminated_np | arr(truncated, bool)
+    valid_np = arr(valid, bool)
+    advantages = np.zeros_like(values_np)
+    next_value = arr(bootstrap_values, np_dtype).copy()
+    next_advantage = np.zeros_like(next_value)
+    pending_reward = np.zeros_like(next_value)
+    decay = np_dtype.type(gamma * gae_lambda)
+    discount = np_dtype.type(gamma)
     for t in range(steps - 1, -1, -1):
         # An episode end at row t discards everything carried from the next episode.
-        end_value = torch.where(terminated[t], zero, final_values[t])
-        next_value = torch.where(ended[t], end_value, next_value)
-        next_advantage = torch.where(ended[t], zero, next_advantage)
-        pending_reward = torch.where(ended[t], zero, pending_reward)
-        reward = rewards[t] + pending_reward
-        delta = reward + gamma * next_value - values[t]
-        advantage = delta + gamma * gae_lambda * next_advantage
-        advantages[t] = torch.where(valid[t], advantage, zero)
-        next_value = torch.where(valid[t], values[t], next_value)
-        next_advantage = torch.where(valid[t], advantage, next_advantage)
-        pending_reward = torch.where(valid[t], zero, reward)
-    returns = torch.where(valid, advantages + values, torch.zeros_like(values))
-    return advantages, returns
+        ended = ended_np[t]
+        if ended.any():
+            next_value = np.where(ended, np.where(terminated_np[t], 0, final_np[t]), next_value).astype(np_dtype)
+            next_advantage = np.where(ended, 0, next_advantage).astype(np_dtype)
+            pending_reward = np.where(ended, 0, pending_reward).astype(np_dtype)
+        reward = rewards_np[t] + pending_reward
+        advantage = reward + discount * next_value - values_np[t] + decay * next_advantage
+        is_valid = valid_np[t]
+        advantages[t] = np.where(is_valid, advantage, 0)
+        next_value = np.where(is_valid, values_np[t], next_value)
+        next_advantage = np.where(is_valid, advantage, next_advantage)
+        pending_reward = np.where(is_valid, 0, reward).astype(np_dtype)
+    returns = np.where(valid_np, advantages + values_np, 0).astype(np_dtype)
+    return torch.from_numpy(advantages).to(device=device, dtype=dtype), torch.from_numpy(returns).to(device, dtype)

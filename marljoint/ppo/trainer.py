@@ -247,6 +247,10 @@ class JointMultiAgentTrainer:
         self.device = torch.device(config.device)
         self._units = units
         self._generator = torch.Generator().manual_seed(config.seed)
+        # Action sampling in rollouts draws each env copy's noise from that copy's generator.
+        self._copy_generators: list[torch.Generator] = []
+        # Global index of this trainer's first env copy (non-zero when it collects one slice of a larger set).
+        self._first_copy = int(getattr(env, "_copy_offset", 0))
         n = self.spec.num_agents
         self.value_normalizer = RunningNormalizer(n) if config.value_normalization else None
         self._state: JointObs | None = None
@@ -366,14 +370,27 @@ class JointMultiAgentTrainer:
             return self._values(self._forward(group_obs, alive))
 
     def _sample(
-        self, outputs: Sequence[Any], masks: Sequence[torch.Tensor | None], deterministic: bool
+        self,
+        outputs: Sequence[Any],
+        masks: Sequence[torch.Tensor | None],
+        deterministic: bool,
+        copy_generators: Sequence[torch.Generator] | None = None,
     ) -> tuple[list[torch.Tensor], torch.Tensor]:
-        """Samples per unit; returns per-group action tensors and ``[B, N]`` log-probs."""
+        """Samples per unit; returns per-group action tensors and ``[B, N]`` log-probs.
+
+        With ``copy_generators`` (one per batch row, i.e. per env copy) each copy's noise comes from its own
+        generator, so a copy's actions do not depend on which other copies share the batch.
+        """
         group_actions: list[list[torch.Tensor]] = [[] for _ in self.spec.groups]
         log_probs = []
         for unit, out in zip(self._units, outputs):
             dist = unit.policy.distribution(out.head, self._unit_masks(unit, masks))
-            action = dist.mode() if deterministic else dist.sample(self._generator)
+            if deterministic:
+                action = dist.mode()
+            elif copy_generators is not None:
+                action = dist.sample_from_noise(_per_copy_noise(dist, copy_generators))
+            else:
+                action = dist.sample(self._generator)
             log_probs.append(dist.log_prob(action))
             group_actions[unit.group].append(action)
         actions = [torch.cat(parts, dim=1) if len(parts) > 1 else parts[0] for parts in group_actions]
@@ -403,6 +420,8 @@ class JointMultiAgentTrainer:
         ro = self._rollout
         if self._state is None:
             self._state = self.env.reset(seed=cfg.seed)
+        if len(self._copy_generators) != self.env.num_envs:
+            self._copy_generators = _make_copy_generators(cfg.seed, self.env.num_envs, self._first_copy)
         state = self._state
         episode_returns: list[np.ndarray] = []
         episode_lengths: list[np.ndarray] = []
@@ -421,7 +440,7 @@ class JointMultiAgentTrainer:
                 masks = [m[t] if m is not None else None for m in ro.action_masks]
                 group_obs = [o[t] for o in ro.obs]
                 outputs = self._forward(group_obs, ro.alive[t])
-                actions, log_probs = self._sample(outputs, masks, deterministic=False)
+                actions, log_probs = self._sample(outputs, masks, False, self._copy_generators)
                 ro.values[t] = self._values(outputs)
                 ro.log_probs[t] = log_probs
                 for g, action in enumerate(actions):
@@ -722,6 +741,7 @@ class JointMultiAgentTrainer:
             "optimizers": [[o.state_dict() for o in u.optimizers()] for u in self._units],
             "value_normalizer": None if self.value_normalizer is None else self.value_normalizer.state_dict(),
             "generator": self._generator.get_state(),
+            "copy_generators": [g.get_state() for g in self._copy_generators],
             "iteration": self.iteration,
             "env_steps": self.env_steps,
             "lr_scale": self._lr_scale,
@@ -747,6 +767,11 @@ class JointMultiAgentTrainer:
         if self.value_normalizer is not None and state["value_normalizer"] is not None:
             self.value_normalizer.load_state_dict(state["value_normalizer"])
         self._generator.set_state(state["generator"])
+        self._copy_generators = []
+        for saved in state.get("copy_generators", []):
+            generator = torch.Generator()
+            generator.set_state(saved)
+            self._copy_generators.append(generator)
         self.iteration = int(state["iteration"])
         self.env_steps = int(state["env_steps"])
         self._lr_scale = float(state.get("lr_scale", 1.0))
@@ -766,6 +791,47 @@ class JointMultiAgentTrainer:
         from marljoint.checkpoint import load_checkpoint
 
         self.load_state_dict(load_checkpoint(path))
+
+    def env_state(self) -> dict[str, Any] | None:
+        """Where the next rollout starts: the env's :meth:`~marljoint.PettingZooJointEnv.get_state` snapshot.
+
+        Saved beside :meth:`state_dict`, it makes a resumed run bit-identical to an uninterrupted one.
+
+        Returns:
+            ``None`` before the first rollout (the next one resets the env), else ``{"env": snapshot}``.
+
+        Raises:
+            TypeError: if the env has no ``get_state()`` or cannot be pickled.
+        """
+        if self._state is None:
+            return None
+        get_state = getattr(self.env, "get_state", None)
+        if get_state is None:
+            raise TypeError(f"{type(self.env).__name__} has no get_state(), so its episodes cannot be saved")
+        return {"env": get_state()}
+
+    def load_env_state(self, state: Mapping[str, Any] | None) -> None:
+        """Restores :meth:`env_state` output; ``None`` makes the next rollout reset the env with ``config.seed``."""
+        if state is None:
+            self._state = None
+            return
+        self._state = self.env.set_state(state["env"])
+
+
+def _make_copy_generators(seed: int, num_envs: int, first_copy: int = 0) -> list[torch.Generator]:
+    """One sampling generator per env copy, addressed by the copy's global index."""
+    root = np.random.SeedSequence([int(seed) % 2**63, 0x616374])
+    return [
+        torch.Generator().manual_seed(int(np.random.SeedSequence(root.entropy, spawn_key=(first_copy + e,)).generate_state(1)[0]))
+        for e in range(num_envs)
+    ]
+
+
+def _per_copy_noise(dist: Any, generators: Sequence[torch.Generator]) -> torch.Tensor:
+    """Noise of ``dist.noise_shape`` whose row e comes from ``generators[e]``."""
+    shape = dist.noise_shape
+    draw = torch.rand if dist.noise_kind == "uniform" else torch.randn
+    return torch.stack([draw(shape[1:], generator=g) for g in generators])
 
 
 def _check_agent_count(config: JointTrainerConfig, n: int) -> None:

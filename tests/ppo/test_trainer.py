@@ -287,3 +287,16 @@ def test_value_normalization_off_and_box_actions_are_clipped():
     assert all((a >= -1).all() and (a <= 1).all() for a in actions)
     stats = trainer.update(ro)
     assert all(math.isfinite(v) for v in stats.value_loss)
+
+
+def test_a_slice_of_copies_reproduces_the_same_rows_of_the_full_rollout():
+    """Each copy's env seeds and action noise depend only on its global index, not on the batch it is in."""
+    full = make(variable_agents_v0.parallel_env, num_envs=4, rollout_steps=12, seed=5)
+    ro_full = full.collect_rollout()
+    env = PettingZooJointEnv(variable_agents_v0.parallel_env, num_envs=2, seed=5)
+    env._copy_offset = 2
+    part = JointMultiAgentTrainer.from_env(env, full.config.replace(num_envs=2))
+    ro_part = part.collect_rollout()
+    assert torch.equal(ro_part.actions[0], ro_full.actions[0][:, 2:])
+    assert torch.equal(ro_part.rewards, ro_full.rewards[:, 2:])
+    torch.testing.assert_close(ro_part.log_probs, ro_full.log_probs[:, 2:])

@@ -4,15 +4,24 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import tempfile
 from pathlib import Path
 from typing import Any
 
 import torch
 
-__all__ = ["CheckpointError", "atomic_torch_save", "load_checkpoint"]
+__all__ = [
+    "CheckpointError",
+    "atomic_torch_save",
+    "checkpoint_path",
+    "list_checkpoints",
+    "load_checkpoint",
+    "save_checkpoint",
+]
 
 _MAGIC = "marljoint-checkpoint-v1"
+_NAME = re.compile(r"^ckpt_(\d+)\.pt$")
 
 
 class CheckpointError(ValueError):
@@ -72,3 +81,47 @@ def load_checkpoint(path: str | os.PathLike[str]) -> dict[str, Any]:
     if not isinstance(payload, dict) or payload.get("format") != _MAGIC:
         raise CheckpointError(f"{path} is not a marljoint checkpoint")
     return payload["state"]
+
+
+def checkpoint_path(directory: str | os.PathLike[str], iteration: int) -> Path:
+    """The file of the checkpoint taken after ``iteration`` iterations: ``directory/ckpt_<iteration>.pt``."""
+    return Path(directory) / f"ckpt_{int(iteration):07d}.pt"
+
+
+def list_checkpoints(directory: str | os.PathLike[str]) -> list[Path]:
+    """The checkpoints in ``directory``, oldest (lowest iteration) first; temporary files are ignored."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        return []
+    found = [(int(m.group(1)), p) for p in directory.iterdir() if (m := _NAME.match(p.name)) and p.is_file()]
+    return [p for _, p in sorted(found)]
+
+
+def save_checkpoint(
+    directory: str | os.PathLike[str], iteration: int, state: dict[str, Any], keep: int | None = None
+) -> Path:
+    """Writes ``state`` atomically as the checkpoint of ``iteration``, then deletes all but the newest ``keep``.
+
+    Older checkpoints are removed only after the new one is complete, so a crash at any point leaves at least
+    one loadable checkpoint (once one was written).
+
+    Args:
+        directory: the checkpoint folder (created if needed).
+        iteration: the iteration the state was taken after.
+        state: a ``torch.save``-able mapping.
+        keep: how many checkpoints to keep (>= 1); ``None`` keeps all.
+
+    Returns:
+        The path written.
+
+    Raises:
+        ValueError: if ``keep`` is not a positive integer.
+    """
+    if keep is not None and (not isinstance(keep, int) or isinstance(keep, bool) or keep < 1):
+        raise ValueError(f"keep must be a positive integer or None, got {keep!r}")
+    path = checkpoint_path(directory, iteration)
+    atomic_torch_save(state, path)
+    if keep is not None:
+        for old in list_checkpoints(directory)[:-keep]:
+            old.unlink(missing_ok=True)
+    return path

@@ -11,9 +11,9 @@ from typing import Any, Callable, Sequence
 import cloudpickle
 import gymnasium
 import numpy as np
+from gymnasium import spaces
 from gymnasium.utils import EzPickle
 from pettingzoo.utils.conversions import turn_based_aec_to_parallel_wrapper
-from gymnasium import spaces
 from pettingzoo.utils.env import AECEnv, ParallelEnv
 
 from marljoint.env.base import JointObs, JointStep

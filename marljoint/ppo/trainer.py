@@ -210,6 +210,9 @@ class JointMultiAgentTrainer:
         config = config or JointTrainerConfig()
         spec = env.spec
         _check_agent_count(config, spec.num_agents)
+        if config.torch_threads is not None:
+            # Before building: initial weights (orthogonal init) must not depend on the thread count in effect.
+            torch.set_num_threads(config.torch_threads)
         critic_size = _critic_input_size(spec) if config.centralized_critic else None
         policy_kwargs.setdefault("hidden_sizes", config.hidden_sizes)
         units = []

@@ -1,0 +1,386 @@
+"""The ``marljoint`` command: ``train``, ``eval``, ``plot``, and ``psro`` and ``nfsp`` from ``best_response``.
+
+Bad input ends the command with one ``marljoint: error: ...`` line on standard error and exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import math
+import sys
+from collections.abc import Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+__all__ = ["build_parser", "main"]
+
+USAGE_ERROR = 2
+"""Exit status for bad input (the same as argparse's)."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with our one-line error format."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(USAGE_ERROR, f"{self.prog}: error: {message}\n")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text.replace("_", ""))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {value}")
+    return value
+
+
+def _int(text: str) -> int:
+    try:
+        return int(text.replace("_", ""))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+
+
+def _non_negative_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text}")
+    return value
+
+
+def _json_object(text: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise argparse.ArgumentTypeError(f"not valid JSON ({exc.msg} at column {exc.colno}): {text!r}") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f'expected a JSON object like \'{{"scenario": "easy"}}\', got {text!r}')
+    return value
+
+
+def _add_train(subparsers: Any) -> None:
+    from marljoint.redundancy.functional import REDUNDANCY_KINDS
+    from marljoint.train import DEFAULT_ENV, DEFAULT_ENV_KWARGS, DEFAULT_TOTAL_STEPS, DEFAULT_TRAINER
+
+    p = subparsers.add_parser(
+        "train",
+        help="train agents with joint PPO and write a run directory",
+        description=(
+            "Train every agent of a PettingZoo env with synchronized joint PPO. The run directory gets config.toml "
+            "(the full resolved config), metrics.csv (one row per iteration), checkpoints/, learning_curve.png and, "
+            "when tensorboard is installed, tensorboard/. Settings come from the defaults, then --config, then the "
+            "options given here."
+        ),
+        epilog=(
+            f"With no options: {DEFAULT_ENV} {json.dumps(DEFAULT_ENV_KWARGS)} for {DEFAULT_TOTAL_STEPS:,} env steps "
+            f"with {', '.join(f'{k}={v}' for k, v in DEFAULT_TRAINER.items())}.  "
+            "Examples:  marljoint train --env mpe2.simple_spread_v3 --total-steps 100000 --out runs/spread;  "
+            "marljoint train --out runs/spread --resume --total-steps 200000"
+        ),
+    )
+    p.add_argument(
+        "--env",
+        metavar="NAME",
+        help=(
+            f"a bundled env ({DEFAULT_ENV}, kuhn_poker_v0, ...), a PettingZoo module path (mpe2.simple_spread_v3, "
+            f"pettingzoo.sisl.multiwalker_v9) or a factory 'package.module:function' (default: {DEFAULT_ENV})"
+        ),
+    )
+    p.add_argument(
+        "--env-kwargs",
+        metavar="JSON",
+        type=_json_object,
+        help=f"keyword arguments of the env factory, as a JSON object (default: none when --env is given, "
+        f"else '{json.dumps(DEFAULT_ENV_KWARGS)}')",
+    )
+    p.add_argument(
+        "--total-steps",
+        metavar="N",
+        type=_int,
+        help=f"env steps to train for, all env copies together, rounded up to whole iterations "
+        f"(default {DEFAULT_TOTAL_STEPS:,}); with --resume, the new total",
+    )
+    p.add_argument(
+        "--num-envs",
+        metavar="E",
+        type=_int,
+        help=f"env copies stepped together (default {DEFAULT_TRAINER['num_envs']})",
+    )
+    p.add_argument("--seed", metavar="S", type=_int, help="seed of every generator of the run (default 0)")
+    p.add_argument(
+        "--out",
+        metavar="DIR",
+        type=Path,
+        help="run directory (default runs/<env>-<date>-<time>); refused if it holds another run, unless --resume or "
+        "--force",
+    )
+    p.add_argument(
+        "--config",
+        metavar="FILE",
+        type=Path,
+        help="TOML file of settings: any JointTrainerConfig field under its own name (learning_rate, n_epochs, "
+        "...) and env, env_kwargs, total_steps, redundancy, redundancy_coef, checkpoint_every, keep_checkpoints; "
+        "a run's config.toml works as is",
+    )
+    p.add_argument(
+        "--redundancy",
+        metavar="KIND",
+        choices=REDUNDANCY_KINDS,
+        help=f"add the cross-agent redundancy penalty of this kind ({', '.join(REDUNDANCY_KINDS)}) to the joint loss",
+    )
+    p.add_argument(
+        "--redundancy-coef",
+        metavar="LAMBDA",
+        type=_non_negative_float,
+        help="weight λ of the redundancy penalty (default 0.05; needs --redundancy)",
+    )
+    p.add_argument(
+        "--checkpoint-every",
+        metavar="K",
+        type=_int,
+        help="iterations between checkpoints (default 10; the last is always saved)",
+    )
+    p.add_argument("--keep-checkpoints", metavar="K", type=_int, help="newest checkpoints to keep (default 3)")
+    group = p.add_mutually_exclusive_group()
+    group.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the run in --out from its newest checkpoint (its config.toml is used; only --total-steps, "
+        "--checkpoint-every and --keep-checkpoints may change)",
+    )
+    group.add_argument("--force", action="store_true", help="overwrite the run already in --out")
+    p.add_argument("--quiet", action="store_true", help="no progress display or messages")
+    p.set_defaults(handler=_train)
+
+
+def _train(args: argparse.Namespace) -> int:
+    from marljoint.train import RunError, RunSpec, read_config_file, resume_spec, train_run
+
+    options = {
+        "env": args.env,
+        "env_kwargs": args.env_kwargs,
+        "total_steps": args.total_steps,
+        "num_envs": args.num_envs,
+        "seed": args.seed,
+        "redundancy": args.redundancy,
+        "redundancy_coef": args.redundancy_coef,
+        "checkpoint_every": args.checkpoint_every,
+        "keep_checkpoints": args.keep_checkpoints,
+    }
+    options = {k: v for k, v in options.items() if v is not None}
+    if args.resume:
+        if args.out is None:
+            raise RunError("--resume needs --out DIR, the run directory to continue")
+        if args.config is not None:
+            raise RunError("--resume takes the run's own config.toml; drop --config")
+        spec = resume_spec(args.out, options)
+    else:
+        values = read_config_file(args.config) if args.config is not None else {}
+        values.update(options)
+        if "env" in values and "env_kwargs" not in values:
+            values["env_kwargs"] = {}
+        spec = RunSpec.from_dict(values)
+        if spec.redundancy is None and args.redundancy_coef is not None:
+            raise RunError("--redundancy-coef needs --redundancy KIND (xcorr, cka or hsic)")
+    out = args.out if args.out is not None else _default_out(spec)
+    result = train_run(spec, out, resume=args.resume, force=args.force, progress=not args.quiet)
+    if not args.quiet:
+        print(f"{result.run_dir}  final mean episode return {result.final_return:.4g}  ({result.seconds:.1f} s)")
+    return 0
+
+
+def _default_out(spec: Any) -> Path:
+    name = spec.env.replace(":", ".").split(".")[-1]
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    out = Path("runs") / f"{name}-{stamp}"
+    k = 1
+    while out.exists():
+        k += 1
+        out = Path("runs") / f"{name}-{stamp}-{k}"
+    return out
+
+
+def _add_eval(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "eval",
+        help="evaluate a trained run: per-agent return, mean ± 95%% CI",
+        description="Play episodes with a run's newest checkpoint and report each agent's mean episode return with "
+        "a 95%% confidence interval (Student t).",
+    )
+    p.add_argument("run_dir", metavar="RUN_DIR", type=Path, help="a run directory written by marljoint train")
+    p.add_argument("--episodes", metavar="N", type=_positive_int, default=10, help="episodes to play (default 10)")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument(
+        "--deterministic",
+        dest="deterministic",
+        action="store_true",
+        default=True,
+        help="take each policy's most likely action (the default)",
+    )
+    mode.add_argument("--sample", dest="deterministic", action="store_false", help="sample actions from the policies")
+    p.add_argument(
+        "--seed", metavar="S", type=_int, default=12345, help="seed of the evaluation episodes (default 12345)"
+    )
+    p.add_argument("--num-envs", metavar="E", type=_positive_int, help="env copies (default min(episodes, 8))")
+    p.add_argument("--checkpoint", metavar="FILE", type=Path, help="evaluate this checkpoint instead of the newest")
+    p.add_argument(
+        "--gif",
+        metavar="FILE",
+        type=Path,
+        help="also record the first episode to this GIF (the env must render rgb_array; needs Pillow or imageio)",
+    )
+    p.add_argument(
+        "--fps", metavar="F", type=_positive_int, default=10, help="frames per second of the GIF (default 10)"
+    )
+    p.add_argument(
+        "--max-steps",
+        metavar="N",
+        type=_positive_int,
+        default=1_000_000,
+        help="give up after this many joint steps (default 1,000,000)",
+    )
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.set_defaults(handler=_eval)
+
+
+def _eval(args: argparse.Namespace) -> int:
+    from marljoint.evaluate import evaluate_run
+
+    result = evaluate_run(
+        args.run_dir,
+        episodes=args.episodes,
+        deterministic=args.deterministic,
+        seed=args.seed,
+        num_envs=args.num_envs,
+        gif=args.gif,
+        gif_fps=args.fps,
+        checkpoint=args.checkpoint,
+        max_steps=args.max_steps,
+    )
+    if args.json:
+        summary = {name: {"mean": m, "ci95": h} for name, (m, h) in result.summary().items()}
+        payload = {
+            "episodes": len(result.returns),
+            "deterministic": result.deterministic,
+            "checkpoint": str(result.checkpoint),
+            "returns": summary,
+            "gif": None if result.gif is None else str(result.gif),
+        }
+        print(json.dumps(payload, indent=2, allow_nan=True))
+    else:
+        print(result.format())
+    return 0
+
+
+def _add_plot(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "plot",
+        help="compare runs' learning curves in one PNG",
+        description="Plot a metrics.csv column of one or more runs against env steps (or another column) in one PNG.",
+    )
+    p.add_argument("run_dirs", metavar="RUN_DIR", type=Path, nargs="+", help="run directories to compare")
+    p.add_argument(
+        "--out", metavar="FILE", type=Path, default=Path("runs.png"), help="the PNG to write (default runs.png)"
+    )
+    p.add_argument(
+        "--metric",
+        default="episode_return_mean",
+        help="the column to plot (default episode_return_mean; see docs/metrics.md)",
+    )
+    p.add_argument(
+        "--x",
+        default="env_steps",
+        choices=("env_steps", "agent_steps", "wall_time", "iteration"),
+        help="x axis (default env_steps)",
+    )
+    p.add_argument(
+        "--window", metavar="K", type=_positive_int, default=10, help="moving-average window in iterations (default 10)"
+    )
+    p.add_argument("--labels", metavar="NAME", nargs="+", help="legend labels, one per run (default: directory names)")
+    p.add_argument("--title", help="figure title")
+    p.set_defaults(handler=_plot)
+
+
+def _plot(args: argparse.Namespace) -> int:
+    from marljoint.plotting import plot_runs
+
+    out = plot_runs(
+        args.run_dirs, args.out, metric=args.metric, x=args.x, window=args.window, labels=args.labels, title=args.title
+    )
+    print(out)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``marljoint`` argument parser with every subcommand."""
+    from marljoint import __version__
+
+    parser = _Parser(
+        prog="marljoint",
+        description="Synchronized joint multi-agent PPO for PettingZoo environments.",
+    )
+    parser.add_argument("--version", action="version", version=f"marljoint {__version__}")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    _add_train(subparsers)
+    _add_eval(subparsers)
+    _add_plot(subparsers)
+    try:
+        commands = importlib.import_module("marljoint.best_response.commands")
+    except ImportError as exc:
+        if exc.name != "marljoint.best_response.commands":
+            raise
+    else:
+        commands.register(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Runs the command line; returns the exit status (raises ``SystemExit`` for bad input).
+
+    Example:
+        >>> main(["plot", "--help"])  # doctest: +SKIP
+    """
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    # Our commands set `handler`; the best-response commands set `func`.
+    handler = getattr(args, "handler", None) or getattr(args, "func", None)
+    if handler is None:
+        parser.print_help(sys.stderr)
+        return USAGE_ERROR
+    try:
+        return int(handler(args) or 0)
+    except KeyboardInterrupt:
+        sys.stderr.write(f"marljoint {args.command}: interrupted\n")
+        return 130
+    except _user_errors() as exc:
+        from marljoint.train import RunInterrupted
+
+        if isinstance(exc, RunInterrupted):
+            sys.stderr.write(f"marljoint {args.command}: {_one_line(exc)}\n")
+            return 130
+        parser.exit(USAGE_ERROR, f"marljoint {args.command}: error: {_one_line(exc)}\n")
+    return 0
+
+
+def _user_errors() -> tuple[type[BaseException], ...]:
+    from marljoint.checkpoint import CheckpointError
+    from marljoint.envs_registry import EnvSpecError
+    from marljoint.plotting import PlottingUnavailable
+    from marljoint.train import RunError
+
+    return (RunError, CheckpointError, EnvSpecError, PlottingUnavailable, OSError, ValueError)
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,140 @@
+"""Resolving an env name, as given to ``marljoint train --env``, into a factory of PettingZoo envs.
+
+Accepted forms:
+
+- a bundled env: ``bucket_brigade_v0`` (any module of :mod:`marljoint_envs`);
+- a module path: ``mpe2.simple_spread_v3``, ``pettingzoo.sisl.multiwalker_v9`` (its ``parallel_env``, else its
+  ``env``);
+- a factory path: ``my_pkg.my_env:make`` (any callable returning a PettingZoo env).
+
+Keyword arguments (``--env-kwargs``) are passed to the factory on every call.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import inspect
+import types
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import marljoint_envs
+
+__all__ = ["BUNDLED_ENVS", "EnvSpecError", "ResolvedEnv", "resolve_env"]
+
+BUNDLED_ENVS: tuple[str, ...] = tuple(marljoint_envs.__all__)
+"""Names accepted without a package prefix: the modules of :mod:`marljoint_envs`."""
+
+
+class EnvSpecError(ValueError):
+    """An env name that cannot be resolved, or keyword arguments the env does not accept."""
+
+
+@dataclass(frozen=True)
+class ResolvedEnv:
+    """A resolved ``--env``: the name as given, its keyword arguments, and the factory to call.
+
+    Attributes:
+        name: the name as given (``bucket_brigade_v0``, ``mpe2.simple_spread_v3``, ``pkg.mod:make``).
+        factory: the bare factory (``parallel_env``, ``env`` or the named callable).
+        kwargs: keyword arguments passed to ``factory`` on every call.
+    """
+
+    name: str
+    factory: Callable[..., Any] = field(repr=False, compare=False)
+    kwargs: dict[str, Any] = field(default_factory=dict)
+
+    def make(self, **extra: Any) -> Any:
+        """Builds one env with :attr:`kwargs` (``extra`` keyword arguments override them)."""
+        return self.factory(**{**self.kwargs, **extra})
+
+    def env_fn(self, **extra: Any) -> Callable[[], Any]:
+        """A picklable zero-argument function building one env, as :class:`~marljoint.PettingZooJointEnv` takes."""
+        return functools.partial(self.factory, **{**self.kwargs, **extra})
+
+
+def resolve_env(name: str, kwargs: dict[str, Any] | None = None) -> ResolvedEnv:
+    """Resolves ``name`` (see the module docstring) and checks that the factory accepts ``kwargs``.
+
+    Example:
+        >>> env = resolve_env("bucket_brigade_v0", {"scenario": "easy"})
+        >>> env.make().possible_agents[:2]
+        ['agent_0', 'agent_1']
+
+    Raises:
+        EnvSpecError: for a name that does not import, a module without ``parallel_env``/``env``, an attribute
+            that is not callable, or keyword arguments that the factory's signature rejects.
+    """
+    if not isinstance(name, str) or not name.strip():
+        raise EnvSpecError(f"env name must be a non-empty string, got {name!r}")
+    kwargs = dict(kwargs or {})
+    name = name.strip()
+    module_path, _, attribute = name.partition(":")
+    if ":" in name and (not module_path or not attribute):
+        raise EnvSpecError(f"env {name!r}: a factory path looks like 'package.module:function'")
+    if module_path in BUNDLED_ENVS:
+        module_path = f"marljoint_envs.{module_path}"
+    module = _import(name, module_path)
+    if attribute:
+        factory = module
+        for part in attribute.split("."):
+            factory = getattr(factory, part, None)
+            if factory is None:
+                raise EnvSpecError(f"env {name!r}: module {module_path!r} has no attribute {attribute!r}")
+        if not callable(factory):
+            raise EnvSpecError(f"env {name!r}: {attribute!r} is a {type(factory).__name__}, not a function")
+    else:
+        factory = _module_factory(name, module)
+    _check_kwargs(name, factory, kwargs)
+    return ResolvedEnv(name=name, factory=factory, kwargs=kwargs)
+
+
+def _import(name: str, module_path: str) -> types.ModuleType:
+    try:
+        return importlib.import_module(module_path)
+    except ModuleNotFoundError as exc:
+        missing = exc.name or module_path
+        if module_path.startswith(missing) or missing == module_path:
+            hint = f"bundled envs: {', '.join(BUNDLED_ENVS)}"
+            if "." not in module_path:
+                hint += "; for other envs give the module path, e.g. mpe2.simple_spread_v3"
+            elif missing.split(".")[0] == module_path.split(".")[0]:
+                hint += f"; is the package {missing.split('.')[0]!r} installed?"
+            raise EnvSpecError(f"unknown env {name!r}: no module named {missing!r} ({hint})") from None
+        raise EnvSpecError(
+            f"env {name!r}: importing {module_path!r} needs the missing package {missing!r}; install it "
+            f"(e.g. pip install {missing.split('.')[0]})"
+        ) from None
+    except Exception as exc:  # envs raise their own types for missing optional dependencies
+        raise EnvSpecError(f"env {name!r}: importing {module_path!r} failed ({type(exc).__name__}: {exc})") from None
+
+
+def _module_factory(name: str, module: types.ModuleType) -> Callable[..., Any]:
+    for attribute in ("parallel_env", "env"):
+        factory = getattr(module, attribute, None)
+        if callable(factory):
+            return factory
+    raise EnvSpecError(
+        f"env {name!r}: module {module.__name__!r} has neither parallel_env() nor env(); "
+        f"name the factory as '{module.__name__}:function'"
+    )
+
+
+def _check_kwargs(name: str, factory: Callable[..., Any], kwargs: dict[str, Any]) -> None:
+    try:
+        signature = inspect.signature(factory)
+    except (TypeError, ValueError):
+        return
+    try:
+        signature.bind_partial(**kwargs)
+    except TypeError:
+        params = signature.parameters.values()
+        if any(p.kind == p.VAR_KEYWORD for p in params):
+            return
+        accepted = [p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+        unknown = sorted(set(kwargs) - set(accepted))
+        raise EnvSpecError(
+            f"env {name!r} does not accept the keyword argument(s) {unknown}; it accepts {accepted}"
+        ) from None

@@ -1,0 +1,211 @@
+"""Logging of a training run: the metrics CSV, TensorBoard event files (when installed) and the progress display.
+
+The CSV has one row per iteration and a fixed header; the names are documented in ``docs/metrics.md``.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import os
+import sys
+import time
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any, TextIO
+
+__all__ = ["METRICS_FILE", "MetricsLog", "Progress", "read_metrics", "tensorboard_available"]
+
+METRICS_FILE = "metrics.csv"
+"""Name of the metrics file in a run directory."""
+
+TENSORBOARD_DIR = "tensorboard"
+"""Folder of the TensorBoard event files in a run directory."""
+
+
+def tensorboard_available() -> bool:
+    """Whether ``torch.utils.tensorboard`` can write event files (the ``tensorboard`` package is installed)."""
+    try:
+        import tensorboard  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def read_metrics(path: str | os.PathLike[str]) -> tuple[list[str], list[dict[str, float]]]:
+    """Reads a metrics CSV.
+
+    Returns:
+        ``(columns, rows)``; every value is a float (``nan`` where the cell is empty or ``nan``).
+
+    Raises:
+        FileNotFoundError: if the file does not exist.
+    """
+    with open(path, newline="") as f:
+        reader = csv.DictReader(f)
+        columns = list(reader.fieldnames or [])
+        rows = [{k: _float(v) for k, v in row.items() if k is not None} for row in reader]
+    return columns, rows
+
+
+def _float(text: str | None) -> float:
+    if text is None or text == "":
+        return math.nan
+    try:
+        return float(text)
+    except ValueError:
+        return math.nan
+
+
+class MetricsLog:
+    """Appends one row per iteration to ``metrics.csv`` and, when available, to TensorBoard.
+
+    The header is fixed by the first row. Keys that first appear later are added by rewriting the file with a
+    wider header (earlier rows get empty cells); keys missing from a row are left empty.
+
+    Args:
+        run_dir: the run directory.
+        tensorboard: write TensorBoard event files too (ignored when ``tensorboard`` is not installed).
+        keep_until: when resuming, keep only the existing rows with ``iteration <= keep_until`` (the rows after
+            the checkpoint are produced again); ``None`` starts a new file.
+    """
+
+    def __init__(
+        self, run_dir: str | os.PathLike[str], tensorboard: bool = True, keep_until: int | None = None
+    ) -> None:
+        self.path = Path(run_dir) / METRICS_FILE
+        self._columns: list[str] = []
+        self._rows: list[dict[str, Any]] = []
+        if keep_until is not None and self.path.exists():
+            with open(self.path, newline="") as f:
+                reader = csv.DictReader(f)
+                self._columns = list(reader.fieldnames or [])
+                # Rows are kept as the text they were written as, so a resumed file matches an uninterrupted one.
+                self._rows = [r for r in reader if _float(r.get("iteration")) <= keep_until]
+        self._rewrite()
+        self._writer: Any = None
+        if tensorboard and tensorboard_available():
+            from torch.utils.tensorboard import SummaryWriter
+
+            # Events are logged at env_steps: a resume discards those after the last row it keeps.
+            purge = None
+            if keep_until is not None:
+                purge = int(max((_float(r.get("env_steps")) for r in self._rows), default=-1)) + 1
+            self._writer = SummaryWriter(log_dir=str(Path(run_dir) / TENSORBOARD_DIR), purge_step=purge)
+
+    @property
+    def columns(self) -> list[str]:
+        """The CSV header."""
+        return list(self._columns)
+
+    def log(self, metrics: Mapping[str, Any]) -> None:
+        """Appends one iteration's metrics (numbers) to the CSV and TensorBoard."""
+        row = dict(metrics)
+        self._rows.append(row)
+        new = [k for k in row if k not in self._columns]
+        if new:
+            self._columns.extend(new)
+            self._rewrite()
+        else:
+            with open(self.path, "a", newline="") as f:
+                csv.DictWriter(f, self._columns).writerow(row)
+        if self._writer is not None:
+            step = int(row.get("env_steps", row.get("iteration", 0)))
+            for key, value in row.items():
+                if key not in ("iteration", "env_steps") and isinstance(value, (int, float)) and math.isfinite(value):
+                    self._writer.add_scalar(key, value, step)
+            self._writer.flush()
+
+    def _rewrite(self) -> None:
+        tmp = self.path.with_name(f".{self.path.name}.tmp")
+        with open(tmp, "w", newline="") as f:
+            writer = csv.DictWriter(f, self._columns)
+            if self._columns:
+                writer.writeheader()
+            writer.writerows(self._rows)
+        os.replace(tmp, self.path)
+
+    def close(self) -> None:
+        """Closes the TensorBoard writer."""
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+
+
+class Progress:
+    """A progress display: a redrawn bar on a terminal, plain lines otherwise.
+
+    Shows env steps done / total, agent-steps per second, the estimated time left and the latest mean episode
+    return.
+
+    Args:
+        total_steps: env steps the run will reach.
+        start_steps: env steps already done (when resuming).
+        stream: where to write (standard error by default).
+        enabled: False shows nothing.
+        line_interval: seconds between plain lines when ``stream`` is not a terminal.
+    """
+
+    def __init__(
+        self,
+        total_steps: int,
+        start_steps: int = 0,
+        stream: TextIO | None = None,
+        enabled: bool = True,
+        line_interval: float = 10.0,
+    ) -> None:
+        self.total = total_steps
+        self.stream = stream if stream is not None else sys.stderr
+        self.enabled = enabled
+        self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
+        self.line_interval = line_interval
+        self._start_steps = start_steps
+        self._start = time.perf_counter()
+        self._last_line = -math.inf
+        self._last_return = math.nan
+
+    def update(self, env_steps: int, sps: float, episode_return: float, force: bool = False) -> None:
+        """Shows the state after an iteration (``force`` prints a plain line even if one was printed recently)."""
+        if not self.enabled:
+            return
+        if math.isfinite(episode_return):
+            self._last_return = episode_return
+        now = time.perf_counter()
+        done = env_steps - self._start_steps
+        rate = done / (now - self._start) if now > self._start else 0.0
+        eta = (self.total - env_steps) / rate if rate > 0 else math.nan
+        text = (
+            f"{env_steps:,}/{self.total:,} steps  {sps:,.0f} agent-steps/s  ETA {_duration(eta)}  "
+            f"return {self._last_return:.4g}"
+        )
+        if self.tty:
+            width = 24
+            filled = int(width * min(env_steps / self.total, 1.0)) if self.total else width
+            self.stream.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {text}\x1b[K")
+            self.stream.flush()
+        elif force or now - self._last_line >= self.line_interval:
+            self._last_line = now
+            self.stream.write(text + "\n")
+            self.stream.flush()
+
+    def close(self) -> None:
+        """Ends the redrawn line on a terminal."""
+        if self.enabled and self.tty:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+def _duration(seconds: float) -> str:
+    if not math.isfinite(seconds):
+        return "?"
+    seconds = int(round(seconds))
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
+
+
+def ordered(keys: Iterable[str], first: Iterable[str]) -> list[str]:
+    """``keys`` with the names in ``first`` moved to the front, in that order."""
+    keys = list(keys)
+    head = [k for k in first if k in keys]
+    return head + [k for k in keys if k not in head]

@@ -1,0 +1,571 @@
+"""The main job behind ``marljoint train``: a training run that writes a run directory and can be resumed.
+
+A run directory holds:
+
+- ``config.toml``: the full resolved configuration (:class:`RunSpec`: the env, its keyword arguments, the budget,
+  the redundancy penalty and every :class:`~marljoint.JointTrainerConfig` field), readable by ``--config``;
+- ``metrics.csv``: one row per iteration (``docs/metrics.md`` lists every column);
+- ``tensorboard/``: TensorBoard event files, when the ``tensorboard`` package is installed;
+- ``checkpoints/ckpt_<iteration>.pt``: the newest checkpoints, each written atomically;
+- ``learning_curve.png``: mean episode return against env steps, when matplotlib is installed.
+
+A checkpoint holds the trainer's state and, when the env copies can be pickled, their state mid-episode, so a
+resumed run is bit-identical (on CPU) to one that was never interrupted.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import shutil
+import sys
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+from marljoint import _toml
+from marljoint.checkpoint import CheckpointError, list_checkpoints, load_checkpoint, save_checkpoint
+from marljoint.envs_registry import EnvSpecError, ResolvedEnv, resolve_env
+from marljoint.ppo.config import JointTrainerConfig
+
+__all__ = [
+    "CHECKPOINT_DIR",
+    "CONFIG_FILE",
+    "CURVE_FILE",
+    "DEFAULT_ENV",
+    "DEFAULT_ENV_KWARGS",
+    "RunError",
+    "RunInterrupted",
+    "RunResult",
+    "RunSpec",
+    "build_trainer",
+    "load_run_spec",
+    "make_env",
+    "resume_spec",
+    "train_run",
+]
+
+CONFIG_FILE = "config.toml"
+CHECKPOINT_DIR = "checkpoints"
+CURVE_FILE = "learning_curve.png"
+_RUN_FILES = (CONFIG_FILE, "metrics.csv", CURVE_FILE)
+_RUN_DIRS = (CHECKPOINT_DIR, "tensorboard")
+
+DEFAULT_ENV = "bucket_brigade_v0"
+"""The env trained when ``--env`` is not given."""
+DEFAULT_ENV_KWARGS: dict[str, Any] = {"scenario": "easy"}
+"""Keyword arguments of :data:`DEFAULT_ENV` when neither ``--env`` nor ``--env-kwargs`` is given."""
+DEFAULT_TOTAL_STEPS = 200_000
+"""Env steps of a run when ``--total-steps`` is not given (about two minutes on two CPU cores by default)."""
+DEFAULT_TRAINER = {
+    "num_envs": 16,
+    "rollout_steps": 64,
+    "minibatch_size": 512,
+    "learning_rate": 1e-3,
+    "torch_threads": 1,
+}
+"""Trainer settings of ``marljoint train`` that differ from :class:`~marljoint.JointTrainerConfig`'s defaults."""
+
+
+class RunError(ValueError):
+    """A run that cannot start or continue: bad settings, an unusable run directory or checkpoint."""
+
+
+class RunInterrupted(RunError):
+    """The run was interrupted (Ctrl-C); the message says how to resume it."""
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """Everything a run is defined by, as written to ``config.toml``.
+
+    ``config.toml`` (and a ``--config`` file) holds these fields and every
+    :class:`~marljoint.JointTrainerConfig` field at the top level, each under its own name.
+    """
+
+    env: str = DEFAULT_ENV
+    """A bundled env name, a module path (``mpe2.simple_spread_v3``) or a factory path (``pkg.mod:make``)."""
+    env_kwargs: Mapping[str, Any] = field(default_factory=lambda: dict(DEFAULT_ENV_KWARGS))
+    """Keyword arguments of the env factory."""
+    total_steps: int = DEFAULT_TOTAL_STEPS
+    """Env steps to train for (one step of one env copy is one env step), rounded up to whole iterations."""
+    redundancy: str | None = None
+    """Kind of :class:`~marljoint.redundancy.RedundancyPenalty` to add as the aux loss (``xcorr``, ``cka``,
+    ``hsic``), or ``None``."""
+    redundancy_coef: float = 0.05
+    """λ of the redundancy penalty."""
+    checkpoint_every: int = 10
+    """Iterations between checkpoints (the last iteration is always checkpointed)."""
+    keep_checkpoints: int = 3
+    """How many of the newest checkpoints to keep."""
+    trainer: JointTrainerConfig = field(default_factory=lambda: JointTrainerConfig(**DEFAULT_TRAINER))
+    """The trainer's hyperparameters."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.env, str) or not self.env:
+            raise RunError(f"env must be a non-empty string, got {self.env!r}")
+        if not isinstance(self.env_kwargs, Mapping):
+            raise RunError(f"env_kwargs must be a table of keyword arguments, got {self.env_kwargs!r}")
+        _positive_int("total_steps", self.total_steps)
+        _positive_int("checkpoint_every", self.checkpoint_every)
+        _positive_int("keep_checkpoints", self.keep_checkpoints)
+        if self.redundancy is not None:
+            self.penalty()
+        elif not isinstance(self.redundancy_coef, (int, float)) or isinstance(self.redundancy_coef, bool):
+            raise RunError(f"redundancy_coef must be a number, got {self.redundancy_coef!r}")
+
+    def penalty(self) -> Any:
+        """The redundancy penalty (an ``aux_fn``), or ``None``."""
+        if self.redundancy is None:
+            return None
+        from marljoint.redundancy import RedundancyPenalty
+
+        try:
+            return RedundancyPenalty(kind=self.redundancy, coef=self.redundancy_coef)
+        except (TypeError, ValueError) as exc:
+            raise RunError(f"redundancy: {exc}") from None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The run fields followed by the trainer fields, flat (as in ``config.toml``)."""
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "trainer"}
+        out["env_kwargs"] = dict(self.env_kwargs)
+        out.update(self.trainer.to_dict())
+        return out
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any], base: RunSpec | None = None) -> RunSpec:
+        """Applies flat ``values`` (run and trainer fields) on top of ``base`` (the defaults when ``None``).
+
+        Raises:
+            RunError: for unknown keys (listing the valid ones) or invalid values (naming the field).
+        """
+        base = base or cls()
+        run_names = [f.name for f in dataclasses.fields(cls) if f.name != "trainer"]
+        trainer_names = [f.name for f in dataclasses.fields(JointTrainerConfig)]
+        unknown = sorted(set(values) - set(run_names) - set(trainer_names))
+        if unknown:
+            raise RunError(
+                f"unknown config key(s) {unknown}; valid keys: {run_names} and the JointTrainerConfig fields "
+                f"{trainer_names}"
+            )
+        run_changes = {k: v for k, v in values.items() if k in run_names}
+        if "env_kwargs" in run_changes:
+            run_changes["env_kwargs"] = parse_env_kwargs(run_changes["env_kwargs"])
+        trainer_changes = {k: v for k, v in values.items() if k in trainer_names}
+        try:
+            trainer = base.trainer.replace(**trainer_changes)
+        except (TypeError, ValueError) as exc:
+            raise RunError(f"invalid trainer setting: {exc}") from None
+        return dataclasses.replace(base, trainer=trainer, **run_changes)
+
+
+def parse_env_kwargs(value: Any) -> dict[str, Any]:
+    """Env keyword arguments from a mapping or a JSON object string.
+
+    Raises:
+        RunError: for invalid JSON or JSON that is not an object.
+    """
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as exc:
+            raise RunError(
+                f'env kwargs are not valid JSON ({exc}): {value!r}; e.g. \'{{"scenario": "easy"}}\''
+            ) from None
+    if not isinstance(value, Mapping):
+        raise RunError(f"env kwargs must be a JSON object of keyword arguments, got {value!r}")
+    return dict(value)
+
+
+def _positive_int(name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise RunError(f"{name} must be a positive integer, got {value!r}")
+
+
+def read_config_file(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Reads a TOML config file (run and trainer fields at the top level).
+
+    Raises:
+        RunError: if the file is missing or not valid TOML.
+    """
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise RunError(f"cannot read config file {path}: {exc.strerror or exc}") from None
+    try:
+        return _toml.loads(text)
+    except ValueError as exc:  # tomllib.TOMLDecodeError is a ValueError
+        raise RunError(f"config file {path} is not valid TOML: {exc}") from None
+
+
+def write_config(spec: RunSpec, path: str | os.PathLike[str]) -> None:
+    """Writes ``spec`` as TOML (``env_kwargs`` as a JSON string when TOML cannot hold them)."""
+    values = spec.to_dict()
+    try:
+        _toml.dumps({"env_kwargs": values["env_kwargs"]})
+    except TypeError:
+        values["env_kwargs"] = json.dumps(values["env_kwargs"])
+    header = (
+        "marljoint run configuration: the run fields, then every JointTrainerConfig field.\n"
+        "Pass it to `marljoint train --config FILE`; options on the command line override it."
+    )
+    text = _toml.dumps({"__header__": None, **values}, comments={"__header__": header}).replace(
+        "# __header__ is not set (None)\n", ""
+    )
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def load_run_spec(run_dir: str | os.PathLike[str]) -> RunSpec:
+    """The :class:`RunSpec` saved in a run directory's ``config.toml``.
+
+    Raises:
+        RunError: if the directory holds no run or the file is invalid.
+    """
+    path = Path(run_dir) / CONFIG_FILE
+    if not path.is_file():
+        raise RunError(f"{run_dir} is not a marljoint run directory (no {CONFIG_FILE})")
+    return RunSpec.from_dict(read_config_file(path), base=RunSpec(env_kwargs={}))
+
+
+_RESUMABLE_CHANGES = ("total_steps", "checkpoint_every", "keep_checkpoints")
+
+
+def resume_spec(run_dir: str | os.PathLike[str], overrides: Mapping[str, Any] | None = None) -> RunSpec:
+    """The saved :class:`RunSpec` of a run, with the changes a resume may make.
+
+    Args:
+        run_dir: the run directory.
+        overrides: flat settings given for the resume; ``total_steps``, ``checkpoint_every`` and
+            ``keep_checkpoints`` may change, every other one must equal the saved value.
+
+    Raises:
+        RunError: if the directory holds no run, or an override contradicts the saved config.
+    """
+    saved = load_run_spec(run_dir)
+    overrides = dict(overrides or {})
+    current = saved.to_dict()
+    for key, value in overrides.items():
+        if key in _RESUMABLE_CHANGES or key not in current:
+            continue
+        if key == "env_kwargs":
+            value = parse_env_kwargs(value)
+        if _normal(value) != _normal(current[key]):
+            raise RunError(
+                f"cannot resume with {key} = {value!r}: the run in {run_dir} has {key} = {current[key]!r} "
+                f"(a resume keeps the run's config; only {', '.join(_RESUMABLE_CHANGES)} may change)"
+            )
+    return RunSpec.from_dict({k: v for k, v in overrides.items() if k in _RESUMABLE_CHANGES}, base=saved)
+
+
+def _normal(value: Any) -> Any:
+    if isinstance(value, (list, tuple)):
+        return [_normal(v) for v in value]
+    if isinstance(value, Mapping):
+        return {k: _normal(v) for k, v in value.items()}
+    return value
+
+
+def make_env(spec: RunSpec, num_envs: int | None = None, seed: int | None = None, **extra_kwargs: Any) -> Any:
+    """Builds the JointEnv of a run (a :class:`~marljoint.PettingZooJointEnv`, or worker processes when
+    ``vector_mode="subprocess"``).
+
+    Args:
+        spec: the run.
+        num_envs: copies (``spec.trainer.num_envs`` when ``None``).
+        seed: seed of the first reset (``spec.trainer.seed`` when ``None``).
+        **extra_kwargs: extra env keyword arguments (e.g. ``render_mode``).
+
+    Raises:
+        RunError: if the env cannot be resolved or built (naming the env and the reason).
+    """
+    from marljoint.env.subprocess import make_joint_env
+
+    try:
+        resolved: ResolvedEnv = resolve_env(spec.env, dict(spec.env_kwargs))
+    except EnvSpecError as exc:
+        raise RunError(str(exc)) from None
+    try:
+        return make_joint_env(
+            resolved.env_fn(**extra_kwargs),
+            num_envs=spec.trainer.num_envs if num_envs is None else num_envs,
+            seed=spec.trainer.seed if seed is None else seed,
+            vector_mode=spec.trainer.vector_mode,
+            num_env_workers=spec.trainer.num_env_workers,
+        )
+    except Exception as exc:  # env constructors raise anything for bad keyword arguments
+        raise RunError(f"env {spec.env!r} with kwargs {dict(spec.env_kwargs)} cannot be built: {exc}") from None
+
+
+def build_trainer(spec: RunSpec, env: Any) -> Any:
+    """The :class:`~marljoint.JointMultiAgentTrainer` of a run, on ``env``."""
+    import torch
+
+    from marljoint.ppo.trainer import JointMultiAgentTrainer
+
+    if spec.trainer.torch_threads is not None:
+        # Before the networks are built: their initialisation depends on the thread count.
+        torch.set_num_threads(spec.trainer.torch_threads)
+    try:
+        return JointMultiAgentTrainer.from_env(env, spec.trainer)
+    except ValueError as exc:
+        raise RunError(f"cannot build the trainer for env {spec.env!r}: {exc}") from None
+
+
+def holds_run(run_dir: str | os.PathLike[str]) -> bool:
+    """Whether ``run_dir`` holds (part of) a marljoint run."""
+    run_dir = Path(run_dir)
+    return any((run_dir / name).exists() for name in _RUN_FILES + _RUN_DIRS)
+
+
+def clear_run(run_dir: str | os.PathLike[str]) -> None:
+    """Deletes a run's files (only those a run writes) from ``run_dir``."""
+    run_dir = Path(run_dir)
+    for name in _RUN_FILES:
+        (run_dir / name).unlink(missing_ok=True)
+    for name in _RUN_DIRS:
+        shutil.rmtree(run_dir / name, ignore_errors=True)
+
+
+def iterations_for(spec: RunSpec) -> int:
+    """Iterations needed to reach ``spec.total_steps`` env steps."""
+    per_iteration = spec.trainer.rollout_steps * spec.trainer.num_envs
+    return math.ceil(spec.total_steps / per_iteration)
+
+
+@dataclass
+class RunResult:
+    """What :func:`train_run` did.
+
+    Attributes:
+        run_dir: the run directory.
+        iterations: iterations completed in total (including those before a resume).
+        env_steps: env steps completed in total.
+        seconds: wall time of this call.
+        final_return: mean episode return over the last iterations that finished episodes (``nan`` if none did).
+        env_state_saved: whether the checkpoints hold the env copies' state (False: resume is not bit-identical).
+    """
+
+    run_dir: Path
+    iterations: int
+    env_steps: int
+    seconds: float
+    final_return: float
+    env_state_saved: bool
+
+
+def train_run(
+    spec: RunSpec,
+    run_dir: str | os.PathLike[str],
+    resume: bool = False,
+    force: bool = False,
+    progress: bool = True,
+    stream: TextIO | None = None,
+    stop_after: int | None = None,
+    on_iteration: Callable[[dict[str, Any]], None] | None = None,
+) -> RunResult:
+    """Trains according to ``spec`` and writes the run directory.
+
+    Args:
+        spec: the run; when resuming, the run's own (see :func:`resume_spec`).
+        run_dir: the run directory (created if needed).
+        resume: continue the run in ``run_dir`` from its newest checkpoint.
+        force: overwrite a run already in ``run_dir``.
+        progress: show the progress display.
+        stream: where messages and progress go (standard error by default).
+        stop_after: stop after this many iterations in total, as if interrupted (for tests and experiments).
+        on_iteration: called with each iteration's metrics row.
+
+    Returns:
+        A :class:`RunResult`.
+
+    Raises:
+        RunError: for an unusable run directory, a corrupted checkpoint, or an env that cannot be built.
+    """
+    from marljoint import runlog
+
+    stream = stream if stream is not None else sys.stderr
+    run_dir = Path(run_dir)
+    started = time.perf_counter()
+    checkpoint = None
+    if resume:
+        if not (run_dir / CONFIG_FILE).is_file():
+            raise RunError(f"--resume: {run_dir} holds no run to resume (no {CONFIG_FILE})")
+        checkpoint = _latest_checkpoint(run_dir)
+    elif run_dir.exists() and not run_dir.is_dir():
+        raise RunError(f"output path {run_dir} exists and is not a directory")
+    elif holds_run(run_dir):
+        if not force:
+            raise RunError(
+                f"{run_dir} already holds a run; pass --resume to continue it, --force to overwrite it, "
+                "or choose another --out"
+            )
+        clear_run(run_dir)
+    env = make_env(spec)
+    trainer = build_trainer(spec, env)
+    aux_fn = spec.penalty()
+    run_dir.mkdir(parents=True, exist_ok=True)
+    write_config(spec, run_dir / CONFIG_FILE)
+
+    clock_offset, agent_steps, env_state_saved = 0.0, 0, True
+    if checkpoint is not None:
+        clock_offset, agent_steps, env_state_saved = _restore(trainer, checkpoint, stream)
+    total_iterations = iterations_for(spec)
+    log = runlog.MetricsLog(run_dir, keep_until=trainer.iteration if resume else None)
+    display = runlog.Progress(
+        total_iterations * spec.trainer.rollout_steps * spec.trainer.num_envs,
+        start_steps=trainer.env_steps,
+        stream=stream,
+        enabled=progress,
+    )
+    _say(stream, progress, _banner(spec, run_dir, trainer, total_iterations, resume))
+    if trainer.iteration >= total_iterations:
+        _say(stream, progress, f"the run already has {trainer.iteration} iterations; raise --total-steps to continue")
+    clock = time.perf_counter()
+    recent: list[float] = []
+    last_saved = trainer.iteration
+    try:
+        while trainer.iteration < total_iterations and (stop_after is None or trainer.iteration < stop_after):
+            if spec.trainer.anneal_lr:
+                trainer.set_learning_rate_scale(1.0 - trainer.iteration / total_iterations)
+            tick = time.perf_counter()
+            rollout = trainer.collect_rollout()
+            stats = trainer.update(rollout, aux_fn=aux_fn)
+            trainer.iteration += 1
+            seconds = time.perf_counter() - tick
+            metrics = trainer.iteration_metrics(rollout, stats, seconds)
+            agent_steps += metrics["agent_steps"]
+            row = _row(metrics, clock_offset + time.perf_counter() - clock, agent_steps)
+            log.log(row)
+            if math.isfinite(row["episode_return_mean"]):
+                recent = (recent + [row["episode_return_mean"]])[-10:]
+            if on_iteration is not None:
+                on_iteration(row)
+            last = trainer.iteration >= total_iterations
+            if last or trainer.iteration % spec.checkpoint_every == 0:
+                env_state_saved = _save(
+                    trainer,
+                    run_dir,
+                    spec,
+                    clock_offset + time.perf_counter() - clock,
+                    agent_steps,
+                    env_state_saved,
+                    stream,
+                )
+                last_saved = trainer.iteration
+            display.update(trainer.env_steps, row["sps"], row["episode_return_mean"], force=last)
+    except KeyboardInterrupt:
+        raise RunInterrupted(
+            f"interrupted at iteration {trainer.iteration}; the newest checkpoint is from iteration {last_saved}. "
+            f"Continue with: marljoint train --out {run_dir} --resume"
+        ) from None
+    finally:
+        display.close()
+        log.close()
+        env.close()
+    _write_curve(run_dir, stream, progress)
+    final = sum(recent) / len(recent) if recent else math.nan
+    _say(stream, progress, f"done: {trainer.iteration} iterations, {trainer.env_steps:,} env steps, run in {run_dir}")
+    return RunResult(
+        run_dir=run_dir,
+        iterations=trainer.iteration,
+        env_steps=trainer.env_steps,
+        seconds=time.perf_counter() - started,
+        final_return=final,
+        env_state_saved=env_state_saved,
+    )
+
+
+_FIRST_COLUMNS = ("iteration", "wall_time", "env_steps", "agent_steps", "sps", "episodes", "episode_return_mean")
+
+
+def _row(metrics: Mapping[str, Any], wall_time: float, agent_steps: int) -> dict[str, Any]:
+    """A metrics.csv row: the trainer's metrics with run-wide counters and a fixed column order."""
+    values = dict(metrics)
+    values["wall_time"] = wall_time
+    values["agent_steps"] = agent_steps
+    head = {k: values[k] for k in _FIRST_COLUMNS}
+    return {**head, **{k: v for k, v in values.items() if k not in head}}
+
+
+def _banner(spec: RunSpec, run_dir: Path, trainer: Any, iterations: int, resume: bool) -> str:
+    agents = ", ".join(trainer.spec.agents)
+    verb = f"resuming at iteration {trainer.iteration} of" if resume else "training"
+    kwargs = f" {json.dumps(dict(spec.env_kwargs))}" if spec.env_kwargs else ""
+    return (
+        f"{verb} {spec.env}{kwargs} ({agents}) for {iterations} iterations "
+        f"({iterations * spec.trainer.rollout_steps * spec.trainer.num_envs:,} env steps) -> {run_dir}"
+    )
+
+
+def _say(stream: TextIO, enabled: bool, text: str) -> None:
+    if enabled:
+        stream.write(text + "\n")
+        stream.flush()
+
+
+def _latest_checkpoint(run_dir: Path) -> dict[str, Any] | None:
+    paths = list_checkpoints(run_dir / CHECKPOINT_DIR)
+    if not paths:
+        return None
+    try:
+        return load_checkpoint(paths[-1])
+    except CheckpointError as exc:
+        hint = f"; delete it to resume from {paths[-2].name}" if len(paths) > 1 else ""
+        raise RunError(f"{exc}{hint}") from None
+
+
+def _save(
+    trainer: Any, run_dir: Path, spec: RunSpec, wall_time: float, agent_steps: int, with_env: bool, stream: TextIO
+) -> bool:
+    env_state = None
+    if with_env:
+        try:
+            env_state = trainer.env_state()
+        except TypeError as exc:
+            stream.write(
+                f"note: the env state cannot be saved ({exc}); checkpoints hold the trainer only, so a resumed run "
+                "restarts the env copies from fresh episodes and is not bit-identical to an uninterrupted one\n"
+            )
+            with_env = False
+    state = {
+        "trainer": trainer.state_dict(),
+        "env": env_state,
+        "env_state_saved": with_env,
+        "run": {"wall_time": wall_time, "agent_steps": agent_steps, "spec": spec.to_dict()},
+    }
+    save_checkpoint(run_dir / CHECKPOINT_DIR, trainer.iteration, state, keep=spec.keep_checkpoints)
+    return with_env
+
+
+def _restore(trainer: Any, checkpoint: Mapping[str, Any], stream: TextIO) -> tuple[float, int, bool]:
+    try:
+        trainer.load_state_dict(checkpoint["trainer"])
+        if checkpoint.get("env_state_saved", False):
+            trainer.load_env_state(checkpoint["env"])
+        else:
+            stream.write(
+                "note: the checkpoint holds no env state, so the env copies restart from fresh episodes and this "
+                "resume is not bit-identical to an uninterrupted run\n"
+            )
+            trainer.load_env_state(None)
+        run = checkpoint["run"]
+        return float(run["wall_time"]), int(run["agent_steps"]), bool(checkpoint.get("env_state_saved", False))
+    except (KeyError, TypeError, ValueError, RuntimeError) as exc:
+        raise RunError(f"the newest checkpoint does not fit this run ({type(exc).__name__}: {exc})") from None
+
+
+def _write_curve(run_dir: Path, stream: TextIO, verbose: bool) -> None:
+    from marljoint import plotting
+
+    try:
+        plotting.plot_learning_curve(run_dir, run_dir / CURVE_FILE)
+    except plotting.PlottingUnavailable as exc:
+        _say(stream, verbose, f"note: {exc}; {CURVE_FILE} not written")

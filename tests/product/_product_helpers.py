@@ -1,0 +1,80 @@
+"""Shared helpers of the product tests: tiny runs that finish in about a second."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from marljoint.cli import main
+from marljoint_envs import counter_v0
+
+TINY_ENV_KWARGS = {"scenario": "easy", "num_houses": 5, "num_agents": 2, "max_nights": 20}
+TINY_CONFIG = "rollout_steps = 16\nminibatch_size = 64\nn_epochs = 2\nhidden_sizes = [16]\ncheckpoint_every = 2\n"
+
+
+def tiny_config(directory: Path, extra: str = "") -> Path:
+    """A --config file for tiny runs (2 envs × 16 steps per iteration)."""
+    path = directory / "tiny.toml"
+    path.write_text(TINY_CONFIG + extra)
+    return path
+
+
+def train_args(out: Path, config: Path, total_steps: int = 4 * 64, *extra: str) -> list[str]:
+    """Arguments of a tiny ``marljoint train`` on bucket_brigade_v0 (4 iterations by default)."""
+    return [
+        "train",
+        "--env",
+        "bucket_brigade_v0",
+        "--env-kwargs",
+        json.dumps(TINY_ENV_KWARGS),
+        "--num-envs",
+        "4",
+        "--total-steps",
+        str(total_steps),
+        "--config",
+        str(config),
+        "--out",
+        str(out),
+        "--quiet",
+        *extra,
+    ]
+
+
+def resume_args(out: Path, total_steps: int, *extra: str) -> list[str]:
+    """Arguments of ``marljoint train --resume`` for a run made with :func:`train_args`."""
+    return ["train", "--out", str(out), "--resume", "--total-steps", str(total_steps), "--quiet", *extra]
+
+
+def run_cli(args: list[str]) -> int:
+    """Runs ``marljoint`` in-process and returns its exit status (SystemExit included)."""
+    try:
+        return main(args)
+    except SystemExit as exc:
+        return int(exc.code or 0)
+
+
+def rendering_counter(render_mode: str | None = None, **kwargs):
+    """counter_v0 whose render() returns a small rgb_array frame (for GIF tests)."""
+    env = counter_v0.parallel_env(**kwargs)
+    frames = {"count": 0}
+
+    def render():
+        frames["count"] += 1
+        frame = np.zeros((8, 8, 3), np.uint8)
+        frame[..., 0] = (frames["count"] * 20) % 256
+        return frame
+
+    env.render = render
+    env.render_mode = render_mode
+    return env
+
+
+def unpicklable_counter(**kwargs):
+    """counter_v0 holding a lock, which pickle refuses (stands in for envs with physics engines or windows)."""
+    import threading
+
+    env = counter_v0.parallel_env(num_agents=2, truncate_at=5, **kwargs)
+    env.lock = threading.Lock()
+    return env

@@ -15,6 +15,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from marljoint.presets import PRESETS, get_preset
+
 __all__ = ["build_parser", "main"]
 
 USAGE_ERROR = 2
@@ -122,6 +124,13 @@ def _add_train(subparsers: Any) -> None:
         "--force",
     )
     p.add_argument(
+        "--preset",
+        metavar="NAME",
+        choices=sorted(PRESETS),
+        help=f"start from a tuned preset ({', '.join(sorted(PRESETS))}): its env, budget and trainer settings; "
+        "--config and the options here override it",
+    )
+    p.add_argument(
         "--config",
         metavar="FILE",
         type=Path,
@@ -182,7 +191,9 @@ def _train(args: argparse.Namespace) -> int:
             raise RunError("--resume takes the run's own config.toml; drop --config")
         spec = resume_spec(args.out, options)
     else:
-        values = read_config_file(args.config) if args.config is not None else {}
+        values = _preset_values(args.preset) if args.preset is not None else {}
+        if args.config is not None:
+            values.update(read_config_file(args.config))
         values.update(options)
         if "env" in values and "env_kwargs" not in values:
             values["env_kwargs"] = {}
@@ -194,6 +205,17 @@ def _train(args: argparse.Namespace) -> int:
     if not args.quiet:
         print(f"{result.run_dir}  final mean episode return {result.final_return:.4g}  ({result.seconds:.1f} s)")
     return 0
+
+
+def _preset_values(name: str) -> dict[str, Any]:
+    """A preset as run settings: env, env_kwargs, total_steps and its trainer fields at the top level."""
+    preset = get_preset(name)
+    return {
+        "env": preset.env_name,
+        "env_kwargs": dict(preset.env_kwargs),
+        "total_steps": preset.total_steps,
+        **dict(preset.config_kwargs),
+    }
 
 
 def _default_out(spec: Any) -> Path:

@@ -8,7 +8,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -125,8 +125,6 @@ def evaluate_run(
         RunError: for a directory without a run or checkpoint, a corrupted checkpoint, an env that cannot
             render, or episodes that do not end within ``max_steps``.
     """
-    import torch
-
     if isinstance(episodes, bool) or not isinstance(episodes, int) or episodes < 1:
         raise RunError(f"episodes must be a positive integer, got {episodes!r}")
     run_dir = Path(run_dir)
@@ -146,16 +144,75 @@ def evaluate_run(
         trainer.load_state_dict(state.get("trainer", state))
     except (KeyError, TypeError, ValueError, RuntimeError) as exc:
         raise RunError(f"checkpoint {path} does not fit the run's env ({type(exc).__name__}: {exc})") from None
+    frames: list[np.ndarray] = []
+    on_step = None
+    if gif is not None:
+
+        def on_step(out: Any) -> bool:
+            # The first call brings the reset observation; recording stops when the first episode ends.
+            if getattr(out, "reset_envs", None) is not None and out.reset_envs.any():
+                return False
+            frames.append(_frame(env))
+            return True
+
+    returns, lengths = play_episodes(
+        trainer, env, episodes, deterministic=deterministic, seed=seed, max_steps=max_steps, on_step=on_step
+    )
+    env.close()
+    written = write_gif(frames, gif, fps=gif_fps) if gif is not None else None
+    return EvalResult(
+        agents=tuple(trainer.spec.agents),
+        returns=returns,
+        lengths=lengths,
+        checkpoint=path,
+        deterministic=deterministic,
+        gif=written,
+    )
+
+
+def play_episodes(
+    trainer: Any,
+    env: Any,
+    episodes: int,
+    deterministic: bool = True,
+    seed: int = 12345,
+    max_steps: int = 1_000_000,
+    on_step: Callable[[Any], bool] | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Plays ``episodes`` episodes of ``trainer``'s policies on ``env`` (the env is reset with ``seed``).
+
+    Episodes are spread evenly over the env copies and each copy contributes its first episodes, so short
+    episodes are not over-represented.
+
+    Args:
+        trainer: a :class:`~marljoint.JointMultiAgentTrainer` (its ``act`` chooses the actions).
+        env: a JointEnv with the trainer's agents (any number of copies).
+        episodes: episodes to play (>= 1).
+        deterministic: take each policy's most likely action; False samples (seeded by ``seed``).
+        seed: reset seed of the env and seed of the trainer's sampling generator.
+        max_steps: give up after this many joint steps.
+        on_step: called with the first :class:`~marljoint.JointObs` and then every :class:`~marljoint.JointStep`;
+            once it returns False it is not called again.
+
+    Returns:
+        ``(returns [episodes, N], lengths [episodes])``.
+
+    Raises:
+        RunError: for a non-positive ``episodes`` or episodes that do not end within ``max_steps``.
+    """
+    import torch
+
+    if isinstance(episodes, bool) or not isinstance(episodes, int) or episodes < 1:
+        raise RunError(f"episodes must be a positive integer, got {episodes!r}")
+    copies = env.num_envs
     trainer.generator.manual_seed(seed)
     quota = np.full(copies, episodes // copies)
     quota[: episodes % copies] += 1
     got: list[list[np.ndarray]] = [[] for _ in range(copies)]
     lengths: list[list[int]] = [[] for _ in range(copies)]
-    frames: list[np.ndarray] = []
-    recording = gif is not None
     obs = env.reset(seed=seed)
-    if recording:
-        frames.append(_frame(env))
+    if on_step is not None and not on_step(obs):
+        on_step = None
     steps = 0
     with torch.no_grad():
         while any(len(g) < q for g, q in zip(got, quota)):
@@ -167,28 +224,14 @@ def evaluate_run(
                 )
             out = env.step(trainer.act(obs, deterministic=deterministic))
             steps += 1
-            finished = np.flatnonzero(out.reset_envs)
-            for row, e in enumerate(finished):
+            for row, e in enumerate(np.flatnonzero(out.reset_envs)):
                 if len(got[e]) < quota[e]:
                     got[e].append(out.episode_returns[row].copy())
                     lengths[e].append(int(out.episode_lengths[row]))
-            if recording:
-                if finished.size:
-                    recording = False
-                else:
-                    frames.append(_frame(env))
+            if on_step is not None and not on_step(out):
+                on_step = None
             obs = out
-    env.close()
-    written = write_gif(frames, gif, fps=gif_fps) if gif is not None else None
-    returns = np.stack([r for g in got for r in g])
-    return EvalResult(
-        agents=tuple(trainer.spec.agents),
-        returns=returns,
-        lengths=np.asarray([n for g in lengths for n in g]),
-        checkpoint=path,
-        deterministic=deterministic,
-        gif=written,
-    )
+    return np.stack([r for g in got for r in g]), np.asarray([n for g in lengths for n in g])
 
 
 def _frame(env: Any) -> np.ndarray:

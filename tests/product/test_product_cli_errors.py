@@ -170,3 +170,20 @@ def test_plot_of_a_directory_without_metrics(capsys, tmp_path):
 def test_no_command_prints_help(capsys):
     assert run_cli([]) == 2
     assert "train" in capsys.readouterr().err
+
+
+def test_preset_fills_the_run_settings_and_options_override_it(tmp_path):
+    from marljoint.cli import _preset_values
+    from marljoint.presets import PRESETS, get_preset
+    from marljoint.train import RunSpec
+
+    values = _preset_values("bucket_brigade")
+    values.update({"total_steps": 512, "num_envs": 2})
+    spec = RunSpec.from_dict(values)
+    assert spec.env == "marljoint_envs.bucket_brigade_v0"
+    assert spec.trainer.centralized_critic is True and spec.trainer.num_envs == 2
+    assert spec.total_steps == 512
+    for name in PRESETS:
+        assert get_preset(name).config().value_normalization
+    with pytest.raises(ValueError, match=r"unknown preset 'nope'; known presets: \["):
+        get_preset("nope")

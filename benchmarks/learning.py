@@ -1,0 +1,122 @@
+"""Learning results: train a preset for a budget, evaluate the final policy, write one row per seed.
+
+Each row: task, preset, seed, env steps, wall time, per-agent return mean with its 95% confidence interval over the
+evaluation episodes (mean per-agent episode return, the scale the docs use), and the critic's final explained
+variance. Learning curves go to ``OUT/curves/<preset>_seed<k>.csv``.
+
+Usage::
+
+    python benchmarks/learning.py --preset spread --seeds 0 1 2 --steps 2000000 --episodes 200 --out results/
+    python benchmarks/learning.py --preset bucket_brigade --no-value-normalization   # an ablation
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from marljoint import JointMultiAgentTrainer, make_joint_env
+from marljoint.evaluate import confidence_interval, play_episodes
+from marljoint.presets import PRESETS, get_preset
+
+
+def run(preset_name: str, seed: int, steps: int, episodes: int, out: Path, overrides: dict[str, Any]) -> dict[str, Any]:
+    """Trains one seed and evaluates it; returns the result row."""
+    preset = get_preset(preset_name)
+    config = preset.config(seed=seed, **overrides)
+    env_fn = preset.env_fn()
+    env = make_joint_env(env_fn, config.num_envs, seed, config.vector_mode, config.num_env_workers)
+    trainer = JointMultiAgentTrainer.from_env(env, config)
+    curve_path = out / "curves" / f"{preset_name}{_suffix(overrides)}_seed{seed}.csv"
+    curve_path.parent.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    with curve_path.open("w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["iteration", "env_steps", "wall_time", "episode_return_mean", "explained_var_mean"])
+
+        def log(metrics: dict[str, Any]) -> None:
+            evs = [v for k, v in metrics.items() if k.startswith("explained_var/") and np.isfinite(v)]
+            writer.writerow([
+                metrics["iteration"],
+                metrics["env_steps"],
+                round(time.perf_counter() - start, 2),
+                metrics["episode_return_mean"],
+                float(np.mean(evs)) if evs else float("nan"),
+            ])
+            f.flush()
+
+        history = trainer.train(steps, callback=log)
+    wall = time.perf_counter() - start
+    env.close()
+    eval_env = make_joint_env(env_fn, min(episodes, 25), seed + 10_000)
+    returns, _ = play_episodes(trainer, eval_env, episodes, deterministic=True, seed=seed + 10_000)
+    eval_env.close()
+    per_episode = returns.mean(axis=1)  # mean over agents: the per-agent return of each episode
+    mean, half = confidence_interval(per_episode)
+    last = history[-1]
+    evs = [v for k, v in last.items() if k.startswith("explained_var/")]
+    return {
+        "task": preset.env_name,
+        "preset": preset_name + _suffix(overrides),
+        "seed": seed,
+        "env_steps": trainer.env_steps,
+        "wall_time_s": round(wall, 1),
+        "return_mean": round(float(mean), 3),
+        "return_ci95": round(float(half), 3),
+        "episodes": int(len(per_episode)),
+        "explained_var": round(float(np.nanmean(evs)), 3) if evs else float("nan"),
+        "overrides": json.dumps(overrides, sort_keys=True),
+    }
+
+
+def _suffix(overrides: dict[str, Any]) -> str:
+    return "".join(f"+{k}={v}" for k, v in sorted(overrides.items()))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--preset", required=True, choices=sorted(PRESETS))
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--steps", type=int, default=None, help="env steps per seed (default: the preset's)")
+    parser.add_argument("--episodes", type=int, default=200, help="evaluation episodes of the final policy")
+    parser.add_argument("--out", type=Path, default=Path("results"))
+    parser.add_argument("--no-value-normalization", action="store_true", help="ablation: raw critic targets")
+    parser.add_argument("--no-centralized-critic", action="store_true", help="ablation: local critic")
+    parser.add_argument("--no-truncation-bootstrap", action="store_true", help="ablation: truncation = termination")
+    args = parser.parse_args()
+    overrides: dict[str, Any] = {}
+    if args.no_value_normalization:
+        overrides["value_normalization"] = False
+    if args.no_centralized_critic:
+        overrides["centralized_critic"] = False
+    if args.no_truncation_bootstrap:
+        overrides["bootstrap_truncation"] = False
+    steps = args.steps or get_preset(args.preset).total_steps
+    args.out.mkdir(parents=True, exist_ok=True)
+    results = args.out / "learning.csv"
+    new = not results.exists()
+    with results.open("a", newline="") as f:
+        writer = None
+        for seed in args.seeds:
+            row = run(args.preset, seed, steps, args.episodes, args.out, overrides)
+            if writer is None:
+                writer = csv.DictWriter(f, fieldnames=list(row))
+                if new:
+                    writer.writeheader()
+            writer.writerow(row)
+            f.flush()
+            print(
+                f"{row['preset']} seed {seed}: {row['return_mean']:.2f} ± {row['return_ci95']:.2f} per agent "
+                f"after {row['env_steps']:,} env steps in {row['wall_time_s']:.0f} s (explained var {row['explained_var']})",
+                flush=True,
+            )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,230 @@
+"""Throughput: marljoint against the env's own speed and against SB3 + SuperSuit, in one run.
+
+Reports agent-steps per second (medians over repetitions) for
+
+  (a) the bare env with random actions (one process, one env instance): the physical limit R;
+  (b) marljoint's rollout alone;
+  (c) marljoint's full training (collect + update), in-process and with subprocess env workers;
+  (d) SB3 PPO on the SuperSuit-vectorised env (same batch, epochs, network size), if stable-baselines3 is installed;
+
+and, for independent (non-shared) policies on ``mock_v0`` with N = 2, 4, 8, 16 agents, the update time per
+agent-sample, with the parameter-shared update at N = 8 for comparison. ``--memory-steps`` adds a long run that
+samples the resident memory after every iteration.
+
+Usage::
+
+    python benchmarks/throughput.py                 # full tables (a few minutes on 2 cores)
+    python benchmarks/throughput.py --quick         # one repetition, fewer steps
+    python benchmarks/throughput.py --memory-steps 2000000
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import resource
+import statistics
+import time
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+from marljoint import JointMultiAgentTrainer, JointTrainerConfig, make_joint_env
+from marljoint_envs import bucket_brigade_v0, mock_v0
+
+# The batch shape of the comparison: 8 envs x N agents, 128 steps, 4 epochs x 4 minibatches, 64-unit networks.
+NUM_ENVS, ROLLOUT, EPOCHS, MINIBATCHES, HIDDEN = 8, 128, 4, 4, (64, 64)
+
+
+def _spread() -> Any:
+    from mpe2 import simple_spread_v3
+
+    return simple_spread_v3.parallel_env()
+
+
+def _bucket() -> Any:
+    return bucket_brigade_v0.parallel_env()
+
+
+ENVS: dict[str, Callable[[], Any]] = {"simple_spread_v3": _spread, "bucket_brigade_v0": _bucket}
+
+
+def bare_env_rate(env_fn: Callable[[], Any], agent_steps: int, seed: int = 0) -> float:
+    """Agent-steps per second of one env instance with uniformly random actions."""
+    env = env_fn()
+    env.reset(seed=seed)
+    spaces = {a: env.action_space(a) for a in env.possible_agents}
+    for i, space in enumerate(spaces.values()):
+        space.seed(seed + i)
+    done = 0
+    start = time.perf_counter()
+    while done < agent_steps:
+        actions = {a: spaces[a].sample() for a in env.agents}
+        env.step(actions)
+        done += len(actions)
+        if not env.agents:
+            env.reset()
+    return done / (time.perf_counter() - start)
+
+
+def _config(num_agents: int, **changes: Any) -> JointTrainerConfig:
+    rows = NUM_ENVS * ROLLOUT
+    return JointTrainerConfig(
+        num_envs=NUM_ENVS,
+        rollout_steps=ROLLOUT,
+        n_epochs=EPOCHS,
+        minibatch_size=rows // MINIBATCHES,
+        hidden_sizes=HIDDEN,
+        torch_threads=1,
+        **changes,
+    )
+
+
+def marljoint_rates(env_fn: Callable[[], Any], iterations: int, **changes: Any) -> tuple[float, float]:
+    """(rollout-only, full training) agent-steps per second."""
+    probe = env_fn()
+    cfg = _config(len(probe.possible_agents), **changes)
+    probe.close()
+    env = make_joint_env(env_fn, cfg.num_envs, cfg.seed, cfg.vector_mode, cfg.num_env_workers)
+    try:
+        trainer = JointMultiAgentTrainer.from_env(env, cfg)
+        trainer.update(trainer.collect_rollout())  # warm-up
+        collect = update = 0.0
+        agent_steps = 0
+        for _ in range(iterations):
+            t0 = time.perf_counter()
+            rollout = trainer.collect_rollout()
+            t1 = time.perf_counter()
+            trainer.update(rollout)
+            t2 = time.perf_counter()
+            collect += t1 - t0
+            update += t2 - t1
+            agent_steps += int(rollout.valid.sum())
+        return agent_steps / collect, agent_steps / (collect + update)
+    finally:
+        env.close()
+
+
+def sb3_rate(env_fn: Callable[[], Any], iterations: int) -> float | None:
+    """Agent-steps per second of SB3 PPO on the SuperSuit-vectorised env, or None without SB3."""
+    try:
+        import supersuit as ss
+        from stable_baselines3 import PPO
+    except ImportError:
+        return None
+    env = env_fn()
+    num_agents = len(env.possible_agents)
+    vec = ss.pettingzoo_env_to_vec_env_v1(env)
+    vec = ss.concat_vec_envs_v1(vec, NUM_ENVS, num_cpus=0, base_class="stable_baselines3")
+    rows = NUM_ENVS * num_agents * ROLLOUT
+    model = PPO(
+        "MlpPolicy",
+        vec,
+        n_steps=ROLLOUT,
+        batch_size=rows // MINIBATCHES,
+        n_epochs=EPOCHS,
+        policy_kwargs={"net_arch": list(HIDDEN)},
+        device="cpu",
+        verbose=0,
+    )
+    model.learn(rows)  # warm-up
+    start = time.perf_counter()
+    model.learn(rows * iterations, reset_num_timesteps=False)
+    rate = rows * iterations / (time.perf_counter() - start)
+    vec.close()
+    return rate
+
+
+def update_time_per_sample(num_agents: int, share: bool, repetitions: int) -> float:
+    """Seconds per agent-sample of one update on mock_v0 (cheap env, so the trainer dominates)."""
+    cfg = _config(num_agents, share_parameters=share)
+    env = make_joint_env(functools.partial(mock_v0.parallel_env, num_agents=num_agents, obs_dim=16), NUM_ENVS, 0)
+    trainer = JointMultiAgentTrainer.from_env(env, cfg)
+    rollout = trainer.collect_rollout()
+    trainer.update(rollout)
+    times = []
+    for _ in range(repetitions):
+        start = time.perf_counter()
+        trainer.update(rollout)
+        times.append(time.perf_counter() - start)
+    samples = NUM_ENVS * ROLLOUT * num_agents * EPOCHS
+    return statistics.median(times) / samples
+
+
+def peak_memory_run(total_steps: int) -> list[float]:
+    """Resident memory (MiB) after every iteration of a simple_spread run of ``total_steps`` env steps."""
+    import psutil  # optional; only this mode needs it
+
+    process = psutil.Process()
+    cfg = _config(3)
+    env = make_joint_env(_spread, cfg.num_envs, cfg.seed)
+    trainer = JointMultiAgentTrainer.from_env(env, cfg)
+    samples: list[float] = []
+    trainer.train(total_steps, callback=lambda m: samples.append(process.memory_info().rss / 2**20))
+    return samples
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repetitions", type=int, default=3)
+    parser.add_argument("--iterations", type=int, default=3, help="training iterations per measurement")
+    parser.add_argument("--quick", action="store_true", help="one repetition, one iteration")
+    parser.add_argument("--envs", nargs="*", default=list(ENVS), choices=list(ENVS))
+    parser.add_argument("--skip-sb3", action="store_true")
+    parser.add_argument("--memory-steps", type=int, default=0, help="also run the peak-memory check")
+    args = parser.parse_args()
+    reps = 1 if args.quick else args.repetitions
+    iters = 1 if args.quick else args.iterations
+    torch.set_num_threads(1)
+
+    print(f"batch: {NUM_ENVS} envs x {ROLLOUT} steps, {EPOCHS} epochs x {MINIBATCHES} minibatches, MLP {HIDDEN}")
+    print("| env | bare R | rollout | full (sync) | full (2 workers) | SB3+SuperSuit | rollout/R | full/R | workers/R | full/SB3 |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for name in args.envs:
+        env_fn = ENVS[name]
+        bare, roll, full, sub, sb3 = [], [], [], [], []
+        for _ in range(reps):
+            # Interleaving the measurements spreads machine noise evenly over them.
+            bare.append(bare_env_rate(env_fn, 20_000 if not args.quick else 5_000))
+            r, f = marljoint_rates(env_fn, iters)
+            roll.append(r)
+            full.append(f)
+            sub.append(marljoint_rates(env_fn, iters, vector_mode="subprocess", num_env_workers=2)[1])
+            if not args.skip_sb3:
+                rate = sb3_rate(env_fn, iters)
+                if rate is not None:
+                    sb3.append(rate)
+        m = {k: statistics.median(v) if v else float("nan") for k, v in
+             {"bare": bare, "roll": roll, "full": full, "sub": sub, "sb3": sb3}.items()}
+        print(
+            f"| {name} | {m['bare']:,.0f} | {m['roll']:,.0f} | {m['full']:,.0f} | {m['sub']:,.0f} | {m['sb3']:,.0f} "
+            f"| {m['roll'] / m['bare']:.2f} | {m['full'] / m['bare']:.2f} | {m['sub'] / m['bare']:.2f} "
+            f"| {m['full'] / m['sb3']:.2f} |"
+        )
+
+    print("\nindependent policies on mock_v0 (update time per agent-sample, microseconds)")
+    print("| N | independent | ratio to N=2 |")
+    print("|---|---|---|")
+    base = None
+    per_n = {}
+    for n in (2, 4, 8, 16):
+        t = update_time_per_sample(n, share=False, repetitions=reps) * 1e6
+        per_n[n] = t
+        base = base or t
+        print(f"| {n} | {t:.3f} | {t / base:.2f} |")
+    shared8 = update_time_per_sample(8, share=True, repetitions=reps) * 1e6
+    print(f"\nN=8 shared: {shared8:.3f} us/sample; independent/shared = {per_n[8] / shared8:.2f}")
+
+    if args.memory_steps:
+        samples = peak_memory_run(args.memory_steps)
+        third = max(1, len(samples) // 3)
+        print(
+            f"\nmemory over {len(samples)} iterations ({args.memory_steps:,} env steps): first {samples[0]:.0f} MiB, "
+            f"mean of first third {np.mean(samples[:third]):.0f}, of last third {np.mean(samples[-third:]):.0f}, "
+            f"max {max(samples):.0f}, ru_maxrss {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB"
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,379 @@
+"""The ``marljoint psro`` and ``marljoint nfsp`` subcommands.
+
+:func:`register` adds both to an ``argparse`` subparsers object; each subcommand stores its handler in
+``args.func``, to be called as ``args.func(args)``: it returns the exit status 0, and on bad input writes one line
+``marljoint <command>: error: ...`` to standard error and raises :class:`CommandError` (a ``SystemExit`` with
+status 2, whose text is that line). Both write ``DIR/metrics.csv`` (one row per
+iteration, rewritten after every iteration; columns as in ``PSRO_METRICS`` / ``NFSP_METRICS``) and a checkpoint
+(``DIR/psro.pt`` / ``DIR/nfsp.pt``) after every iteration; ``psro --resume`` continues a saved run.
+
+Example:
+    >>> import argparse
+    >>> parser = argparse.ArgumentParser(prog="marljoint")
+    >>> register(parser.add_subparsers(dest="command"))
+    >>> args = parser.parse_args(["psro", "--env", "kuhn_poker_v0", "--oracle", "exact", "--out", "/tmp/x"])
+    >>> args.oracle, args.iterations
+    ('exact', 10)
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import os
+import sys
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from marljoint.best_response.games import KnownGame, known_game
+from marljoint.best_response.meta_solvers import META_SOLVERS
+from marljoint.ppo.config import JointTrainerConfig
+
+__all__ = ["register", "CommandError", "Recipe", "RECIPES", "env_factory", "recipe_for", "write_metrics_csv"]
+
+BUNDLED_ENVS = ("kuhn_poker_v0", "matrix_game_v0", "bucket_brigade_v0")
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """Tuned defaults for one bundled env: how to build it and the PPO/PSRO/NFSP settings that suit it.
+
+    Attributes:
+        trainer: PPO settings of the best responses.
+        br_steps: env steps of PPO best-response training per PSRO iteration.
+        episodes_per_entry: episodes per simulated meta-game entry.
+        eval_num_envs: env copies for meta-game simulation.
+        nfsp: NfspConfig fields other than the trainer.
+        nfsp_trainer: changes to ``trainer`` for NFSP's best responses (see :meth:`nfsp_trainer_config`).
+    """
+
+    trainer: JointTrainerConfig
+    br_steps: int
+    episodes_per_entry: int = 32
+    eval_num_envs: int = 32
+    nfsp: Mapping[str, Any] = field(default_factory=dict)
+    nfsp_trainer: Mapping[str, Any] = field(default_factory=dict)
+
+    def nfsp_trainer_config(self) -> JointTrainerConfig:
+        """PPO settings of NFSP's best responses: ``trainer`` with ``nfsp_trainer`` applied.
+
+        NFSP's best responses must keep adapting to average policies that move, so they keep more entropy than
+        PSRO's, which answer a fixed meta-mixture.
+        """
+        return self.trainer.replace(**self.nfsp_trainer)
+
+
+RECIPES: dict[str, Recipe] = {
+    # Episodes are 2-3 moves: many copies, short rollouts, a small network, undiscounted returns.
+    "kuhn_poker_v0": Recipe(
+        trainer=JointTrainerConfig(
+            num_envs=128,
+            rollout_steps=8,
+            gamma=1.0,
+            gae_lambda=1.0,
+            learning_rate=1e-2,
+            ent_coef=0.01,
+            n_epochs=4,
+            minibatch_size=512,
+            hidden_sizes=(64,),
+            share_parameters=False,
+        ),
+        br_steps=40_000,
+        nfsp={"anticipatory": 0.3, "sl_steps_per_rollout": 8, "rollouts_per_iteration": 10},
+        nfsp_trainer={"ent_coef": 0.1, "learning_rate": 1e-3},
+    ),
+    # One-step episodes: a contextual bandit with a constant observation.
+    "matrix_game_v0": Recipe(
+        trainer=JointTrainerConfig(
+            num_envs=64,
+            rollout_steps=4,
+            gamma=1.0,
+            gae_lambda=1.0,
+            learning_rate=1e-2,
+            ent_coef=0.0,
+            n_epochs=4,
+            minibatch_size=256,
+            hidden_sizes=(16,),
+            share_parameters=False,
+        ),
+        br_steps=4_096,
+        episodes_per_entry=64,
+        nfsp={"anticipatory": 0.1, "sl_steps_per_rollout": 2, "rollouts_per_iteration": 10},
+    ),
+    # Long episodes (up to 100 nights) with large, state-dependent returns: many copies (each learner gets a
+    # quarter of them), a faster critic and more epochs, so the critics fit (explained variance > 0.5).
+    "bucket_brigade_v0": Recipe(
+        trainer=JointTrainerConfig(
+            num_envs=64,
+            rollout_steps=32,
+            gamma=0.99,
+            gae_lambda=0.9,
+            learning_rate=1e-3,
+            critic_lr=3e-3,
+            ent_coef=0.01,
+            n_epochs=8,
+            minibatch_size=512,
+            hidden_sizes=(64, 64),
+            share_parameters=False,
+        ),
+        br_steps=65_536,
+        episodes_per_entry=1,
+        eval_num_envs=64,
+        nfsp={"anticipatory": 0.1, "sl_steps_per_rollout": 2, "rollouts_per_iteration": 4},
+    ),
+}
+"""Bundled env name → its :class:`Recipe`."""
+
+
+def recipe_for(env_name: str) -> Recipe:
+    """The :class:`Recipe` of a bundled env.
+
+    Raises:
+        ValueError: an env without a recipe.
+    """
+    if env_name not in RECIPES:
+        raise ValueError(f"unknown env {env_name!r}; choose one of {list(BUNDLED_ENVS)}")
+    return RECIPES[env_name]
+
+
+def env_factory(env_name: str, env_kwargs: Mapping[str, Any]) -> Callable[[], Any]:
+    """A function building one env of a bundled module with ``env_kwargs``.
+
+    Kuhn poker is built as its bare AEC env (``raw_env``): the adapter checks actions itself, and PettingZoo's
+    checking wrappers would halve the env's speed.
+
+    Raises:
+        ValueError: an unknown env, or keyword arguments the env rejects (tried once here).
+    """
+    import marljoint_envs
+
+    if env_name not in BUNDLED_ENVS:
+        raise ValueError(f"unknown env {env_name!r}; choose one of {list(BUNDLED_ENVS)}")
+    module = getattr(marljoint_envs, env_name)
+    build = module.raw_env if env_name == "kuhn_poker_v0" else module.parallel_env
+    kwargs = dict(env_kwargs)
+
+    def factory() -> Any:
+        return build(**kwargs)
+
+    try:
+        factory().close()
+    except TypeError as exc:
+        raise ValueError(f"{env_name} does not accept the keyword arguments {kwargs}: {exc}") from exc
+    return factory
+
+
+def write_metrics_csv(rows: Sequence[Mapping[str, Any]], path: str | Path, first: Sequence[str] = ()) -> None:
+    """Writes metric rows to a CSV file atomically; columns are ``first`` then every other key, sorted.
+
+    Rows lacking a column leave it empty.
+    """
+    path = Path(path)
+    keys = {key for row in rows for key in row}
+    columns = [c for c in first if c in keys] + sorted(keys - set(first))
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", newline="") as handle:
+            writer = csv.DictWriter(handle, fieldnames=columns)
+            writer.writeheader()
+            for row in rows:
+                writer.writerow({key: _csv_value(row.get(key, "")) for key in columns})
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def _csv_value(value: Any) -> Any:
+    if isinstance(value, float) and math.isnan(value):
+        return "nan"
+    return value
+
+
+_FIRST_COLUMNS = ("iteration", "wall_time", "exploitability")
+
+
+def register(subparsers: Any) -> None:
+    """Adds the ``psro`` and ``nfsp`` subcommands to an ``argparse`` subparsers object.
+
+    Each sets ``func`` (call ``args.func(args)``; returns 0).
+    """
+    psro = subparsers.add_parser(
+        "psro",
+        help="PSRO: populations of best responses and an empirical meta-game",
+        description="Policy-Space Response Oracles on a bundled env; writes OUT/metrics.csv and OUT/psro.pt.",
+    )
+    _add_common(psro)
+    psro.add_argument("--oracle", choices=("exact", "ppo"), default="ppo", help="best-response oracle (default ppo)")
+    psro.add_argument(
+        "--meta-solver",
+        default="auto",
+        help=f"one of {sorted(META_SOLVERS)}; default: nash for two players, prd otherwise",
+    )
+    psro.add_argument("--iterations", type=int, default=10, help="PSRO iterations (default 10)")
+    psro.add_argument(
+        "--evaluation", choices=("auto", "exact", "simulation"), default="auto", help="meta-game estimation"
+    )
+    psro.add_argument("--br-steps", type=int, help="env steps of PPO training per best response iteration")
+    psro.add_argument("--episodes-per-entry", type=int, help="episodes per simulated meta-game entry")
+    psro.add_argument("--symmetric", action="store_true", help="two interchangeable seats share one population")
+    psro.add_argument("--resume", action="store_true", help="continue the run saved in OUT")
+    psro.set_defaults(func=run_psro)
+
+    nfsp = subparsers.add_parser(
+        "nfsp",
+        help="NFSP: PPO best responses and supervised average policies",
+        description="Neural Fictitious Self-Play on a bundled env; writes OUT/metrics.csv and OUT/nfsp.pt.",
+    )
+    _add_common(nfsp)
+    nfsp.add_argument("--iterations", type=int, help="stop after this many iterations")
+    nfsp.add_argument("--anticipatory", type=float, help="η, the probability of playing the best response")
+    nfsp.set_defaults(func=run_nfsp)
+
+
+def _add_common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--env", required=True, help=f"a bundled env: {', '.join(BUNDLED_ENVS)}")
+    parser.add_argument("--env-kwargs", default="{}", help='env keyword arguments as JSON, e.g. \'{"game": "rps"}\'')
+    parser.add_argument("--out", required=True, help="output directory")
+    parser.add_argument("--seed", type=int, default=0, help="seed of everything (default 0)")
+    parser.add_argument("--seconds", type=float, help="wall-time budget, checked between iterations")
+    parser.add_argument("--num-envs", type=int, help="env copies of the PPO trainer")
+    parser.add_argument("--learning-rate", type=float, help="PPO learning rate")
+
+
+class CommandError(SystemExit):
+    """Bad command-line input: exit status 2 (argparse's usage error), the message as the exception's text."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(USAGE_ERROR)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
+USAGE_ERROR = 2
+
+
+def _fail(command: str, message: str) -> CommandError:
+    """Writes ``marljoint COMMAND: error: MESSAGE`` (one line) to stderr and returns the exception to raise."""
+    line = f"marljoint {command}: error: {' '.join(message.split())}"
+    sys.stderr.write(line + "\n")
+    return CommandError(line)
+
+
+def _resolve(command: str, args: argparse.Namespace) -> tuple[Callable[[], Any], KnownGame | None, Recipe, Path]:
+    """Parses the options every command shares; raises the one-line error on bad input."""
+    try:
+        env_kwargs = json.loads(args.env_kwargs)
+    except json.JSONDecodeError as exc:
+        raise _fail(command, f"--env-kwargs is not valid JSON ({exc.msg}): {args.env_kwargs!r}") from None
+    if not isinstance(env_kwargs, dict):
+        example = '{"game": "rps"}'
+        raise _fail(command, f"--env-kwargs must be a JSON object such as '{example}', got {args.env_kwargs!r}")
+    if args.env not in BUNDLED_ENVS:
+        raise _fail(command, f"unknown env {args.env!r}; choose one of {', '.join(BUNDLED_ENVS)}")
+    if args.seconds is not None and not args.seconds > 0:
+        raise _fail(command, f"--seconds must be positive, got {args.seconds}")
+    try:
+        factory = env_factory(args.env, env_kwargs)
+        game = known_game(args.env, env_kwargs)
+    except ValueError as exc:
+        raise _fail(command, str(exc)) from None
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise _fail(command, f"--out {str(out)!r} exists and is not a directory")
+    out.mkdir(parents=True, exist_ok=True)
+    return factory, game, recipe_for(args.env), out
+
+
+def _trainer_config(command: str, base: JointTrainerConfig, args: argparse.Namespace) -> JointTrainerConfig:
+    changes: dict[str, Any] = {}
+    if args.num_envs is not None:
+        changes["num_envs"] = args.num_envs
+    if args.learning_rate is not None:
+        changes["learning_rate"] = args.learning_rate
+    try:
+        return base.replace(**changes)
+    except ValueError as exc:
+        raise _fail(command, str(exc)) from None
+
+
+def run_psro(args: argparse.Namespace) -> int:
+    """The ``psro`` subcommand."""
+    from marljoint.best_response.psro import CHECKPOINT_NAME, PSRO, PsroConfig
+    from marljoint.checkpoint import CheckpointError
+
+    factory, game, recipe, out = _resolve("psro", args)
+    if args.oracle == "exact" and game is None:
+        raise _fail("psro", f"--oracle exact needs a known game tree, which {args.env} lacks; use --oracle ppo")
+    if args.evaluation == "exact" and game is None:
+        raise _fail("psro", f"--evaluation exact needs a known game tree, which {args.env} lacks")
+    meta_solver = args.meta_solver
+    if meta_solver == "auto":
+        players = game.num_players if game is not None else len(factory().possible_agents)
+        meta_solver = "nash" if players == 2 else "prd"
+    try:
+        config = PsroConfig(
+            iterations=args.iterations,
+            oracle=args.oracle,
+            meta_solver=meta_solver,
+            evaluation=args.evaluation,
+            episodes_per_entry=args.episodes_per_entry or recipe.episodes_per_entry,
+            eval_num_envs=recipe.eval_num_envs,
+            br_steps=args.br_steps or recipe.br_steps,
+            trainer=_trainer_config("psro", recipe.trainer, args),
+            symmetric=args.symmetric,
+            seed=args.seed,
+        )
+        if args.resume:
+            if not (out / CHECKPOINT_NAME).exists():
+                raise _fail("psro", f"--resume: no {CHECKPOINT_NAME} in {str(out)!r}; run without --resume first")
+            psro = PSRO.load(out, factory, game, config)
+        else:
+            psro = PSRO(factory, config, game)
+    except (ValueError, CheckpointError) as exc:
+        raise _fail("psro", str(exc)) from None
+    metrics_path = out / "metrics.csv"
+
+    def record(_: Mapping[str, Any]) -> None:
+        write_metrics_csv(psro.history, metrics_path, _FIRST_COLUMNS)
+        psro.save(out)
+
+    record({})
+    psro.run(max_seconds=args.seconds, callback=record)
+    return 0
+
+
+def run_nfsp(args: argparse.Namespace) -> int:
+    """The ``nfsp`` subcommand."""
+    from marljoint.best_response.nfsp import NFSP, NfspConfig
+
+    factory, game, recipe, out = _resolve("nfsp", args)
+    if args.seconds is None and args.iterations is None:
+        raise _fail("nfsp", "pass --seconds S (wall-time budget) or --iterations K")
+    if args.iterations is not None and args.iterations < 1:
+        raise _fail("nfsp", f"--iterations must be a positive integer, got {args.iterations}")
+    settings = dict(recipe.nfsp)
+    if args.anticipatory is not None:
+        settings["anticipatory"] = args.anticipatory
+    try:
+        trainer = _trainer_config("nfsp", recipe.nfsp_trainer_config(), args)
+        config = NfspConfig(trainer=trainer, seed=args.seed, **settings)
+        nfsp = NFSP(factory, config, game)
+    except ValueError as exc:
+        raise _fail("nfsp", str(exc)) from None
+    metrics_path = out / "metrics.csv"
+
+    def record(_: Mapping[str, Any]) -> None:
+        write_metrics_csv(nfsp.history, metrics_path, _FIRST_COLUMNS)
+        nfsp.save(out)
+
+    nfsp.run(iterations=args.iterations, max_seconds=args.seconds, callback=record)
+    return 0

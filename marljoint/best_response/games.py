@@ -1,0 +1,297 @@
+"""Games whose tree is known, so that values, best responses and meta-game entries are computed exactly.
+
+A :class:`KnownGame` turns each seat's policy into a **table** (its behaviour at every information set) by
+querying the policy once, in one batch, on every information set's observation; everything else is arithmetic
+on tables:
+
+============ ============================== ============================================================
+game         table of seat ``p``            exact machinery
+============ ============================== ============================================================
+Kuhn poker   ``[6, 2]`` (see ``kuhn.py``)   tree walk (values, best response), reach-weighted mixtures
+matrix game  ``[n_p]`` mixed strategy       expected payoffs by ``einsum``, best pure reply
+============ ============================== ============================================================
+
+:func:`known_game` maps a bundled env name (and its keyword arguments) to its known game, or ``None`` when the
+env has no known tree; :func:`resolve_game` also accepts a game object, a Kuhn or matrix-game name, or a list
+of payoff arrays.
+"""
+
+from __future__ import annotations
+
+import string
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from marljoint.best_response.kuhn import (
+    kuhn_best_response,
+    kuhn_infoset_observations,
+    kuhn_mixture_table,
+    kuhn_policy_value,
+    kuhn_profile_values,
+)
+from marljoint.best_response.matrix import action_values, validate_payoffs, validate_strategies
+from marljoint.best_response.population import (
+    ConstantPolicy,
+    FrozenPolicy,
+    KuhnTablePolicy,
+    PolicyMixture,
+    normalised_weights,
+)
+
+__all__ = ["KnownGame", "KuhnGame", "MatrixGame", "known_game", "resolve_game"]
+
+PolicyLike = FrozenPolicy | PolicyMixture | np.ndarray
+
+
+class KnownGame:
+    """Base of the exactly solvable games; subclasses define the table of a policy and the game's arithmetic.
+
+    Attributes:
+        name: a short name for messages.
+        num_players: P.
+    """
+
+    name: str = "game"
+    num_players: int = 2
+
+    # ------------------------------------------------------------------ per game
+    def infoset_observations(self, player: int) -> np.ndarray:
+        """``[S, *obs_shape]`` float32: the env's observation at each of ``player``'s information sets."""
+        raise NotImplementedError
+
+    def check_table(self, table: np.ndarray, player: int) -> np.ndarray:
+        """Validates ``player``'s table and returns it as float64 (rows renormalised)."""
+        raise NotImplementedError
+
+    def mixture_table(self, tables: Sequence[np.ndarray], weights: np.ndarray, player: int) -> np.ndarray:
+        """The table of the behaviour policy equivalent to playing member ``k`` with ``weights[k]`` per episode."""
+        raise NotImplementedError
+
+    def values(self, tables: Sequence[np.ndarray]) -> np.ndarray:
+        """``[P]`` expected payoff of every player when each plays its table."""
+        raise NotImplementedError
+
+    def profile_values(self, member_tables: Sequence[Sequence[np.ndarray]], profiles: np.ndarray) -> np.ndarray:
+        """``[K, P]`` payoffs of ``K`` pure meta-profiles (``profiles[k, p]`` indexes ``member_tables[p]``)."""
+        raise NotImplementedError
+
+    def best_response(self, tables: Sequence[np.ndarray], player: int) -> tuple[float, np.ndarray]:
+        """``(value, table)``: a deterministic best response of ``player`` to the others' tables."""
+        raise NotImplementedError
+
+    def policy(self, table: np.ndarray, player: int) -> FrozenPolicy:
+        """A frozen policy that plays ``table`` in the env."""
+        raise NotImplementedError
+
+    def is_symmetric(self) -> bool:
+        """Whether the seats are interchangeable (a shared population is then valid)."""
+        return False
+
+    # ------------------------------------------------------------------ shared
+    def table(self, policy: PolicyLike, player: int) -> np.ndarray:
+        """``player``'s table of a frozen policy, a :class:`PolicyMixture`, or an array (checked).
+
+        A policy is queried once, in one batch, on every information set (action masks allow both actions).
+        """
+        self._check_player(player)
+        if isinstance(policy, PolicyMixture):
+            members = [self.table(member, player) for member in policy.members]
+            return self.mixture_table(members, policy.weights, player)
+        if isinstance(policy, np.ndarray):
+            return self.check_table(policy, player)
+        if not hasattr(policy, "action_probs"):
+            raise TypeError(
+                f"got {type(policy).__name__} for player {player}; pass a frozen policy (with action_probs), a "
+                "PolicyMixture, or a table as a numpy array"
+            )
+        observations = torch.as_tensor(self.infoset_observations(player))
+        with torch.no_grad():
+            probs = policy.action_probs(observations, None)
+        if len(probs) != 1:
+            raise ValueError(f"{self.name} has one action head per seat, the policy returned {len(probs)} heads")
+        return self.check_table(self._rows_to_table(probs[0].double().cpu().numpy()), player)
+
+    def tables(self, policies: Sequence[PolicyLike]) -> list[np.ndarray]:
+        """One table per player (see :meth:`table`)."""
+        if len(policies) != self.num_players:
+            raise ValueError(
+                f"got {len(policies)} policies for {self.name}, which has {self.num_players} players; pass one "
+                "policy (or PolicyMixture, or table) per player"
+            )
+        return [self.table(policy, player) for player, policy in enumerate(policies)]
+
+    def nash_conv(self, tables: Sequence[np.ndarray]) -> float:
+        """``sum_p (best-response value of p - value of p)`` for checked tables."""
+        values = self.values(tables)
+        return float(sum(self.best_response(tables, p)[0] - values[p] for p in range(self.num_players)))
+
+    def _rows_to_table(self, rows: np.ndarray) -> np.ndarray:
+        return rows
+
+    def _check_player(self, player: int) -> None:
+        if not (isinstance(player, (int, np.integer)) and 0 <= player < self.num_players):
+            raise ValueError(f"player={player!r}; {self.name} has players 0..{self.num_players - 1}")
+
+
+class KuhnGame(KnownGame):
+    """Kuhn poker (``marljoint_envs.kuhn_poker_v0``), exactly: tables ``[6, 2]`` per player."""
+
+    name = "kuhn_poker"
+    num_players = 2
+
+    def infoset_observations(self, player: int) -> np.ndarray:
+        return kuhn_infoset_observations(player)
+
+    def check_table(self, table: np.ndarray, player: int) -> np.ndarray:
+        # kuhn_mixture_table validates a single table and returns it renormalised.
+        return kuhn_mixture_table([table], np.ones(1), player)
+
+    def mixture_table(self, tables: Sequence[np.ndarray], weights: np.ndarray, player: int) -> np.ndarray:
+        return kuhn_mixture_table(tables, weights, player)
+
+    def values(self, tables: Sequence[np.ndarray]) -> np.ndarray:
+        return np.asarray(kuhn_policy_value(tables))
+
+    def profile_values(self, member_tables: Sequence[Sequence[np.ndarray]], profiles: np.ndarray) -> np.ndarray:
+        index = np.asarray(profiles, dtype=np.int64).reshape(-1, 2)
+        stack_0 = np.stack([member_tables[0][i] for i in index[:, 0]]) if len(index) else np.zeros((0, 6, 2))
+        stack_1 = np.stack([member_tables[1][j] for j in index[:, 1]]) if len(index) else np.zeros((0, 6, 2))
+        value = kuhn_profile_values(stack_0, stack_1)
+        return np.stack([value, -value], axis=1)
+
+    def best_response(self, tables: Sequence[np.ndarray], player: int) -> tuple[float, np.ndarray]:
+        return kuhn_best_response(tables, player)
+
+    def policy(self, table: np.ndarray, player: int) -> FrozenPolicy:
+        return KuhnTablePolicy(table, player)
+
+    def __repr__(self) -> str:
+        return "KuhnGame()"
+
+
+class MatrixGame(KnownGame):
+    """A normal-form game (``marljoint_envs.matrix_game_v0``): a seat's table is its mixed strategy ``[n_p]``.
+
+    Args:
+        payoffs: one array per player, each of shape ``[n_1, ..., n_P]``.
+        name: a label for messages.
+
+    Raises:
+        ValueError: an ill-formed game (see :func:`~marljoint.best_response.matrix.validate_payoffs`).
+    """
+
+    def __init__(self, payoffs: Sequence[np.ndarray], name: str = "matrix_game") -> None:
+        self.payoffs = validate_payoffs(payoffs)
+        self.num_players = len(self.payoffs)
+        self.shape = self.payoffs[0].shape
+        self.name = name
+
+    def infoset_observations(self, player: int) -> np.ndarray:
+        return np.ones((1, 1), dtype=np.float32)
+
+    def _rows_to_table(self, rows: np.ndarray) -> np.ndarray:
+        return rows[0]
+
+    def check_table(self, table: np.ndarray, player: int) -> np.ndarray:
+        self._check_player(player)
+        vector = np.asarray(table, dtype=np.float64).reshape(-1)
+        strategies = [np.full(size, 1.0 / size) for size in self.shape]
+        strategies[player] = vector
+        return validate_strategies(strategies, self.shape)[player] / vector.sum()
+
+    def mixture_table(self, tables: Sequence[np.ndarray], weights: np.ndarray, player: int) -> np.ndarray:
+        stacked = np.stack([self.check_table(t, player) for t in tables])
+        return normalised_weights(weights, len(tables)) @ stacked
+
+    def values(self, tables: Sequence[np.ndarray]) -> np.ndarray:
+        strategies = validate_strategies(tables, self.shape)
+        return np.array([strategies[p] @ action_values(payoff, strategies, p) for p, payoff in enumerate(self.payoffs)])
+
+    def profile_values(self, member_tables: Sequence[Sequence[np.ndarray]], profiles: np.ndarray) -> np.ndarray:
+        index = np.asarray(profiles, dtype=np.int64).reshape(-1, self.num_players)
+        axes = string.ascii_lowercase[: self.num_players]
+        subscripts = axes + "," + ",".join(f"z{a}" for a in axes) + "->z"
+        stacks = [
+            np.stack([member_tables[p][i] for i in index[:, p]]) if len(index) else np.zeros((0, self.shape[p]))
+            for p in range(self.num_players)
+        ]
+        return np.stack([np.einsum(subscripts, payoff, *stacks) for payoff in self.payoffs], axis=1)
+
+    def best_response(self, tables: Sequence[np.ndarray], player: int) -> tuple[float, np.ndarray]:
+        self._check_player(player)
+        strategies = validate_strategies(tables, self.shape)
+        values = action_values(self.payoffs[player], strategies, player)
+        # The lowest-index maximiser, so the best response is deterministic.
+        best = int(np.flatnonzero(values >= values.max() - 1e-12)[0])
+        return float(values[best]), np.eye(self.shape[player])[best]
+
+    def policy(self, table: np.ndarray, player: int) -> FrozenPolicy:
+        return ConstantPolicy([self.check_table(table, player)])
+
+    def is_symmetric(self) -> bool:
+        if self.num_players != 2 or self.shape[0] != self.shape[1]:
+            return False
+        return bool(np.allclose(self.payoffs[1], self.payoffs[0].T, atol=1e-12))
+
+    def __repr__(self) -> str:
+        return f"MatrixGame({self.name!r}, shape={self.shape})"
+
+
+_KUHN_NAMES = ("kuhn_poker", "kuhn_poker_v0")
+
+
+def known_game(env_name: str, env_kwargs: Mapping[str, Any] | None = None) -> KnownGame | None:
+    """The known game behind a bundled env, or ``None`` when the env has no known tree.
+
+    Args:
+        env_name: a ``marljoint_envs`` module name, e.g. ``"kuhn_poker_v0"`` or ``"matrix_game_v0"``.
+        env_kwargs: the env's keyword arguments (``game=`` or ``payoffs=`` for ``matrix_game_v0``).
+
+    Returns:
+        :class:`KuhnGame`, :class:`MatrixGame`, or ``None``.
+    """
+    kwargs = dict(env_kwargs or {})
+    if env_name in _KUHN_NAMES:
+        return KuhnGame()
+    if env_name == "matrix_game_v0":
+        from marljoint_envs import matrix_game_v0
+
+        if kwargs.get("payoffs") is not None:
+            return MatrixGame(matrix_game_v0.payoff_tensors(np.asarray(kwargs["payoffs"])), "custom")
+        name = kwargs.get("game", "rps")
+        return MatrixGame(matrix_game_v0.payoff_tensors(name), name)
+    return None
+
+
+def resolve_game(game: Any) -> KnownGame:
+    """A :class:`KnownGame` from a game object, a name, or a list of payoff arrays.
+
+    Args:
+        game: a :class:`KnownGame`; ``"kuhn_poker"`` / ``"kuhn_poker_v0"``; a name in
+            ``marljoint_envs.matrix_game_v0.GAMES`` (e.g. ``"rps"``); or one payoff array per player.
+
+    Raises:
+        ValueError: an unknown name or ill-formed payoffs.
+    """
+    if isinstance(game, KnownGame):
+        return game
+    if isinstance(game, str):
+        if game in _KUHN_NAMES:
+            return KuhnGame()
+        from marljoint_envs import matrix_game_v0
+
+        if game in matrix_game_v0.GAMES:
+            return MatrixGame(matrix_game_v0.payoff_tensors(game), game)
+        raise ValueError(
+            f"unknown game {game!r}; pass 'kuhn_poker', a matrix game name {sorted(matrix_game_v0.GAMES)}, a list "
+            "of payoff arrays, or a KnownGame"
+        )
+    if isinstance(game, (list, tuple)):
+        return MatrixGame(game)
+    raise ValueError(
+        f"cannot compute exactly on {type(game).__name__}; exact NashConv needs a known game (Kuhn poker or a "
+        "matrix game). For other envs estimate it with best_response_gain()"
+    )

@@ -1,0 +1,375 @@
+"""Frozen policies in the seats of a JointEnv: training against opponents, and simulating meta-profiles.
+
+:class:`PopulationEnv` wraps a :class:`~marljoint.env.JointEnv`. At the start of every episode of every env copy
+an **assigner** decides who controls each seat for that whole episode: the learner (controller ``-1``: the
+trainer's action is used) or member ``k`` of the seat's list of frozen policies (controller ``k``). Members' actions
+are computed inside :meth:`PopulationEnv.step`, one batched call per member in use, and replace whatever the
+caller sent for those seats.
+
+``acting`` then marks the learner's decisions only. The trainer derives row validity from ``alive & acting``, so
+rows a frozen policy played never enter the learner's PPO loss, its advantage normalisation, its value
+normaliser or its explained variance. How GAE treats those rows: an invalid row carries no decision, its reward
+is credited to the agent's previous valid row and its value is skipped, and every episode end resets the
+recursion. Because a seat's controller is fixed for a whole episode, a seat's rows in a frozen-controlled
+episode are ALL invalid, so nothing of that episode reaches another episode's advantages: the learner's
+advantages are exactly those of the episodes it played, bootstrapped as usual at the rollout end.
+
+This departs on purpose from one conformance rule of :func:`~marljoint.env.check_joint_env`: a copy whose
+movers are all frozen policies has no acting agent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import NamedTuple, Protocol
+
+import numpy as np
+import torch
+
+from marljoint.best_response.population import FrozenPolicy, PolicyMixture
+from marljoint.env.base import JointEnv, JointObs, JointStep
+
+__all__ = [
+    "LEARNER",
+    "SeatAssigner",
+    "MetaStrategyAssigner",
+    "AnticipatoryAssigner",
+    "FinishedEpisode",
+    "PopulationEnv",
+    "simulate_profiles",
+    "mixture_profiles",
+]
+
+LEARNER = -1
+"""Controller id of a seat whose actions come from the learner (the caller of ``step``)."""
+
+
+class SeatAssigner(Protocol):
+    """Chooses the controllers of the next episode of some env copies.
+
+    Called as ``assign(rng, copies)`` with ``copies`` ``[k]`` env-copy indices; returns ``[k, N]`` int64:
+    ``LEARNER`` (-1) or a member index of that seat.
+    """
+
+    def __call__(self, rng: np.random.Generator, copies: np.ndarray) -> np.ndarray: ...
+
+
+class MetaStrategyAssigner:
+    """PSRO's opponents: one learner seat per copy, every other seat drawn from its meta-strategy per episode.
+
+    Copy ``e``'s learner seat is ``learner_seats[e % len(learner_seats)]`` (fixed, so each learner gets an equal
+    share of the copies); with no learner seats every seat is drawn.
+
+    Args:
+        strategies: per seat, ``[n_seat]`` probabilities over that seat's members.
+        learner_seats: the seats that learn.
+
+    Raises:
+        ValueError: a strategy that is not a distribution, or a learner seat out of range.
+    """
+
+    def __init__(self, strategies: Sequence[np.ndarray], learner_seats: Sequence[int] = ()) -> None:
+        self.strategies = []
+        for seat, strategy in enumerate(strategies):
+            vector = np.asarray(strategy, dtype=np.float64).reshape(-1)
+            if vector.size == 0 or np.any(vector < 0) or not np.isclose(vector.sum(), 1.0, atol=1e-6):
+                raise ValueError(f"strategies[{seat}] = {vector} is not a probability vector")
+            self.strategies.append(vector / vector.sum())
+        self.learner_seats = np.asarray(list(learner_seats), dtype=np.int64)
+        if np.any((self.learner_seats < 0) | (self.learner_seats >= len(self.strategies))):
+            raise ValueError(
+                f"learner_seats {self.learner_seats.tolist()} out of range for {len(self.strategies)} seats"
+            )
+
+    def __call__(self, rng: np.random.Generator, copies: np.ndarray) -> np.ndarray:
+        controllers = np.stack(
+            [rng.choice(len(strategy), size=len(copies), p=strategy) for strategy in self.strategies], axis=1
+        ).astype(np.int64)
+        if len(self.learner_seats):
+            seats = self.learner_seats[np.asarray(copies) % len(self.learner_seats)]
+            controllers[np.arange(len(copies)), seats] = LEARNER
+        return controllers
+
+
+class AnticipatoryAssigner:
+    """NFSP's mixing: each seat, per episode, is the learner (best response) w.p. ``eta``, else member 0.
+
+    Args:
+        eta: the anticipatory parameter, in ``[0, 1]``.
+        num_seats: N.
+    """
+
+    def __init__(self, eta: float, num_seats: int) -> None:
+        if not 0.0 <= float(eta) <= 1.0:
+            raise ValueError(f"eta={eta!r}; the anticipatory parameter must lie in [0, 1]")
+        self.eta = float(eta)
+        self.num_seats = int(num_seats)
+
+    def __call__(self, rng: np.random.Generator, copies: np.ndarray) -> np.ndarray:
+        best_response = rng.random((len(copies), self.num_seats)) < self.eta
+        return np.where(best_response, LEARNER, 0).astype(np.int64)
+
+
+class FinishedEpisode(NamedTuple):
+    """An episode that ended during the last :meth:`PopulationEnv.step`.
+
+    Attributes:
+        copy: the env copy.
+        controllers: ``[N]`` who controlled each seat.
+        returns: ``[N]`` undiscounted returns.
+    """
+
+    copy: int
+    controllers: np.ndarray
+    returns: np.ndarray
+
+
+class PopulationEnv:
+    """A JointEnv whose seats are played, episode by episode, by the learner or by frozen member policies.
+
+    See the module docstring for the semantics of ``acting``.
+
+    Args:
+        env: the JointEnv to wrap (its ``step`` receives the merged actions).
+        members: per seat (``possible_agents`` order), its frozen policies; a seat the learner always plays may
+            have none.
+        assign: the :class:`SeatAssigner` called at every episode start.
+        seed: seeds the assigner's generator and the members' sampling generator.
+
+    Attributes:
+        controllers: ``[E, N]`` the current episode's controller of every seat of every copy.
+        finished: the episodes that ended during the last step.
+        log: every episode finished since the last :meth:`drain_log` or reset.
+
+    Raises:
+        ValueError: ``members`` of the wrong length.
+    """
+
+    def __init__(
+        self,
+        env: JointEnv,
+        members: Sequence[Sequence[FrozenPolicy]],
+        assign: SeatAssigner,
+        seed: int = 0,
+    ) -> None:
+        self.env = env
+        self.spec = env.spec
+        self.num_envs = env.num_envs
+        if len(members) != self.spec.num_agents:
+            raise ValueError(
+                f"members has {len(members)} entries for {self.spec.num_agents} seats {list(self.spec.agents)}; "
+                "pass one list of frozen policies per seat"
+            )
+        self.members = [list(seat) for seat in members]
+        self.assign = assign
+        self._seed_generators(seed)
+        self.controllers = np.full((self.num_envs, self.spec.num_agents), LEARNER, dtype=np.int64)
+        self.finished: list[FinishedEpisode] = []
+        self.log: list[FinishedEpisode] = []
+        self._returns = np.zeros((self.num_envs, self.spec.num_agents))
+        self._state: JointObs | None = None
+
+    def _seed_generators(self, seed: int) -> None:
+        sequence = np.random.SeedSequence([int(seed) % 2**63, 0x706F70])
+        assign_seed, torch_seed = sequence.spawn(2)
+        self._rng = np.random.default_rng(assign_seed)
+        self._generator = torch.Generator().manual_seed(int(torch_seed.generate_state(1, np.uint64)[0] % 2**63))
+
+    def reset(self, seed: int | None = None) -> JointObs:
+        """Resets every copy and assigns every copy's controllers; ``seed`` also reseeds the generators."""
+        if seed is not None:
+            self._seed_generators(seed)
+        state = self.env.reset(seed=seed)
+        self._state = state
+        self.controllers = self._assign(np.arange(self.num_envs))
+        self._returns[:] = 0.0
+        self.finished = []
+        self.log = []
+        return JointObs(state.obs, state.alive, self._learner_acting(state), state.action_masks)
+
+    def step(self, actions: Sequence[np.ndarray] | None) -> JointStep:
+        """Steps every copy: members' actions replace the caller's in the seats they control.
+
+        Args:
+            actions: per group, ``[E, n_g, *action_shape]`` (only the learner's seats are read); ``None`` when no
+                seat is the learner's.
+        """
+        merged = self._merge(actions)
+        step = self.env.step(merged)
+        self._returns += step.rewards
+        self.finished = []
+        done = np.flatnonzero(step.reset_envs)
+        for e in done:
+            self.finished.append(FinishedEpisode(int(e), self.controllers[e].copy(), self._returns[e].copy()))
+        self.log.extend(self.finished)
+        self._returns[done] = 0.0
+        if len(done):
+            self.controllers[done] = self._assign(done)
+        self._state = JointObs(step.obs, step.alive, step.acting, step.action_masks)
+        return step._replace(acting=self._learner_acting(step))
+
+    def drain_log(self) -> list[FinishedEpisode]:
+        """Every episode finished since the last call (or reset), oldest first; the log is emptied."""
+        log, self.log = self.log, []
+        return log
+
+    def close(self) -> None:
+        """Closes the wrapped env."""
+        self.env.close()
+
+    def set_members(self, members: Sequence[Sequence[FrozenPolicy]]) -> None:
+        """Replaces the member lists (takes effect immediately, also mid-episode)."""
+        if len(members) != self.spec.num_agents:
+            raise ValueError(f"members has {len(members)} entries for {self.spec.num_agents} seats")
+        self.members = [list(seat) for seat in members]
+
+    def _assign(self, copies: np.ndarray) -> np.ndarray:
+        controllers = np.asarray(self.assign(self._rng, copies), dtype=np.int64)
+        expected = (len(copies), self.spec.num_agents)
+        if controllers.shape != expected:
+            raise ValueError(f"the seat assigner returned shape {controllers.shape}, expected {expected}")
+        for seat, members in enumerate(self.members):
+            used = controllers[:, seat]
+            if np.any(used >= len(members)) or np.any(used < LEARNER):
+                raise ValueError(
+                    f"the seat assigner chose controller {int(used.max())} for seat {self.spec.agents[seat]!r}, "
+                    f"which has {len(members)} members"
+                )
+        return controllers
+
+    def _learner_acting(self, state: JointObs | JointStep) -> np.ndarray:
+        return state.acting & (self.controllers == LEARNER)
+
+    def _merge(self, actions: Sequence[np.ndarray] | None) -> list[np.ndarray]:
+        state = self._state
+        if state is None:
+            raise RuntimeError("step() was called before reset(); call reset(seed=...) first")
+        merged = []
+        for g, group in enumerate(self.spec.groups):
+            shape = (self.num_envs, group.size, *group.action.shape)
+            if actions is None:
+                base = np.zeros(shape, dtype=group.action.dtype)
+            else:
+                source = actions[g]
+                source = source.detach().cpu().numpy() if hasattr(source, "detach") else np.asarray(source)
+                base = source.astype(group.action.dtype, copy=True)
+            merged.append(base)
+        for seat in range(self.spec.num_agents):
+            g, slot = self.spec.group_of(seat)
+            action_shape = self.spec.groups[g].action.shape
+            controlled = state.acting[:, seat] & (self.controllers[:, seat] != LEARNER)
+            if not controlled.any():
+                continue
+            copies = np.flatnonzero(controlled)
+            owners = self.controllers[copies, seat]
+            obs = torch.from_numpy(np.ascontiguousarray(state.obs[g][copies, slot]))
+            mask = state.action_masks[g]
+            mask_rows = None if mask is None else torch.from_numpy(np.ascontiguousarray(mask[copies, slot]))
+            for member in np.unique(owners):
+                rows = owners == member
+                chosen = self.members[seat][member].act(
+                    obs[rows], self._generator, None if mask_rows is None else mask_rows[rows]
+                )
+                merged[g][copies[rows], slot] = chosen.cpu().numpy().reshape(int(rows.sum()), *action_shape)
+        return merged
+
+    def __repr__(self) -> str:
+        return f"PopulationEnv({self.env!r}, members={[len(m) for m in self.members]})"
+
+
+class _ProfileQueue:
+    """Assigns queued meta-profiles to copies as they reset; idle copies replay profile 0 (results discarded)."""
+
+    def __init__(self, profiles: np.ndarray) -> None:
+        self.profiles = profiles
+        self.next = 0
+        self.job_of_copy: dict[int, int] = {}
+
+    def __call__(self, rng: np.random.Generator, copies: np.ndarray) -> np.ndarray:
+        out = np.empty((len(copies), self.profiles.shape[1]), dtype=np.int64)
+        for row, copy in enumerate(copies):
+            if self.next < len(self.profiles):
+                self.job_of_copy[int(copy)] = self.next
+                out[row] = self.profiles[self.next]
+                self.next += 1
+            else:
+                self.job_of_copy[int(copy)] = -1
+                out[row] = self.profiles[0]
+        return out
+
+
+def simulate_profiles(
+    env: JointEnv,
+    members: Sequence[Sequence[FrozenPolicy]],
+    profiles: np.ndarray,
+    episodes_per_profile: int,
+    seed: int,
+    max_steps: int | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Plays every meta-profile ``episodes_per_profile`` times and averages the returns.
+
+    Every (profile, repetition) is one job; copies take jobs as they reset, and the function waits for every job,
+    so short episodes are not over-represented. All copies' members act in batches per member.
+
+    Args:
+        env: the JointEnv (it is reset with ``seed``).
+        members: per seat, its frozen policies.
+        profiles: ``[K, N]`` member indices.
+        episodes_per_profile: repetitions of each profile (>= 1).
+        seed: seeds the env reset and the members' sampling.
+        max_steps: optional safety cap on joint steps (``RuntimeError`` when exceeded).
+
+    Returns:
+        ``(means, standard_errors)``, each ``[K, N]`` float64 (standard errors are 0 with one repetition).
+
+    Raises:
+        ValueError: ``episodes_per_profile`` below 1 or profiles of the wrong width.
+    """
+    index = np.asarray(profiles, dtype=np.int64).reshape(-1, env.spec.num_agents)
+    if not isinstance(episodes_per_profile, (int, np.integer)) or episodes_per_profile < 1:
+        raise ValueError(f"episodes_per_profile={episodes_per_profile!r}; pass a positive integer")
+    num_profiles = len(index)
+    num_agents = env.spec.num_agents
+    if num_profiles == 0:
+        return np.zeros((0, num_agents)), np.zeros((0, num_agents))
+    jobs = np.repeat(index, episodes_per_profile, axis=0)
+    queue = _ProfileQueue(jobs)
+    wrapped = PopulationEnv(env, members, queue, seed)
+    results = np.full((len(jobs), num_agents), np.nan)
+    remaining = len(jobs)
+    wrapped.reset(seed=seed)
+    job_of_copy = dict(queue.job_of_copy)
+    steps = 0
+    while remaining:
+        wrapped.step(None)
+        steps += 1
+        for episode in wrapped.drain_log():
+            job = job_of_copy.get(episode.copy, -1)
+            if job >= 0:
+                results[job] = episode.returns
+                remaining -= 1
+        job_of_copy.update(queue.job_of_copy)
+        if max_steps is not None and steps >= max_steps and remaining:
+            raise RuntimeError(f"simulate_profiles: {remaining} episodes still running after {steps} joint steps")
+    per_profile = results.reshape(num_profiles, episodes_per_profile, num_agents)
+    means = per_profile.mean(axis=1)
+    if episodes_per_profile > 1:
+        errors = per_profile.std(axis=1, ddof=1) / np.sqrt(episodes_per_profile)
+    else:
+        errors = np.zeros_like(means)
+    return means, errors
+
+
+def mixture_profiles(
+    mixtures: Sequence[PolicyMixture], episodes: int, rng: np.random.Generator
+) -> tuple[list[list[FrozenPolicy]], np.ndarray]:
+    """Draws ``episodes`` pure profiles from independent per-seat mixtures, for :func:`simulate_profiles`.
+
+    Returns:
+        ``(members, profiles)``: per seat its member list, and ``[episodes, N]`` member indices.
+    """
+    members = [list(mixture.members) for mixture in mixtures]
+    profiles = np.stack(
+        [rng.choice(len(mixture), size=episodes, p=mixture.weights) for mixture in mixtures], axis=1
+    ).astype(np.int64)
+    return members, profiles

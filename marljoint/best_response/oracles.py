@@ -1,0 +1,281 @@
+"""Best-response oracles: PPO through the joint trainer, or exact for games with a known tree.
+
+An oracle is called as ``oracle(populations, strategies, learners, seed)`` and returns
+:class:`BestResponses`: one new frozen policy for each learner seat, each a best response (exact or
+approximate) to the other seats playing their meta-strategies over their populations.
+
+:func:`best_response_gain` uses the PPO oracle to estimate, with a confidence interval, how much each player
+could gain by deviating from a fixed profile: an approximate NashConv for envs without a known tree.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from marljoint.best_response.games import KnownGame
+from marljoint.best_response.opponents import (
+    LEARNER,
+    MetaStrategyAssigner,
+    PopulationEnv,
+    mixture_profiles,
+    simulate_profiles,
+)
+from marljoint.best_response.population import FrozenPolicy, PolicyMixture
+from marljoint.env.base import JointEnv
+from marljoint.ppo.config import JointTrainerConfig
+from marljoint.ppo.trainer import JointMultiAgentTrainer
+
+__all__ = ["BestResponses", "ExactOracle", "PPOOracle", "BestResponseGain", "best_response_gain"]
+
+
+class BestResponses(NamedTuple):
+    """What an oracle returns.
+
+    Attributes:
+        policies: learner seat → its new frozen policy.
+        metrics: diagnostics (PPO: ``br_env_steps``, ``br_seconds``, and per learner ``br_explained_var/<agent>``
+            and ``br_return/<agent>``, averaged over the last quarter of training; empty for the exact oracle).
+    """
+
+    policies: dict[int, FrozenPolicy]
+    metrics: dict[str, float]
+
+
+class ExactOracle:
+    """Exact best responses in a :class:`~marljoint.best_response.games.KnownGame`.
+
+    The opponents' meta-mixtures become behaviour tables (reach-weighted in Kuhn poker), and the best response
+    is the game's deterministic best response (ties to the lowest action).
+
+    Args:
+        game: the known game.
+    """
+
+    def __init__(self, game: KnownGame) -> None:
+        self.game = game
+
+    def __call__(
+        self,
+        populations: Sequence[Sequence[FrozenPolicy]],
+        strategies: Sequence[np.ndarray],
+        learners: Sequence[int],
+        seed: int,
+    ) -> BestResponses:
+        tables = [
+            self.game.table(PolicyMixture(population, strategy), seat)
+            for seat, (population, strategy) in enumerate(zip(populations, strategies))
+        ]
+        policies: dict[int, FrozenPolicy] = {}
+        for seat in learners:
+            _, table = self.game.best_response(tables, seat)
+            policies[seat] = self.game.policy(table, seat)
+        return BestResponses(policies, {})
+
+
+class PPOOracle:
+    """Best responses trained with the joint PPO trainer against meta-strategy opponents.
+
+    Each call builds a fresh trainer (fresh networks, ``share_parameters=False`` so that every seat has its own
+    network) on a :class:`~marljoint.best_response.opponents.PopulationEnv` over ``env``: env copy ``e`` trains
+    seat ``learners[e % len(learners)]`` while every other seat plays a member drawn from its meta-strategy for
+    the episode. All learners train at once, each on its own copies: ``update(rollout, active=mask)`` steps the
+    learner seats only, and the other seats' rows are excluded from the loss (see ``opponents.py``).
+
+    Args:
+        env: the JointEnv (its ``num_envs`` copies are used).
+        config: PPO settings; ``seed`` and ``share_parameters`` are replaced per call.
+        steps: env steps (joint steps × copies) of training per call, shared by all learners.
+        **policy_kwargs: passed to ``JointMultiAgentTrainer.from_env`` (e.g. ``activation``).
+
+    Raises:
+        ValueError: ``steps`` not a positive integer.
+    """
+
+    def __init__(self, env: JointEnv, config: JointTrainerConfig, steps: int, **policy_kwargs: Any) -> None:
+        if not isinstance(steps, (int, np.integer)) or steps < 1:
+            raise ValueError(f"steps={steps!r}; pass a positive number of env steps per best response")
+        self.env = env
+        self.config = config
+        self.steps = int(steps)
+        self.policy_kwargs = policy_kwargs
+
+    def __call__(
+        self,
+        populations: Sequence[Sequence[FrozenPolicy]],
+        strategies: Sequence[np.ndarray],
+        learners: Sequence[int],
+        seed: int,
+    ) -> BestResponses:
+        spec = self.env.spec
+        wrapped = PopulationEnv(self.env, populations, MetaStrategyAssigner(strategies, learners), seed)
+        config = self.config.replace(seed=int(seed), share_parameters=False, num_envs=self.env.num_envs)
+        trainer = JointMultiAgentTrainer.from_env(wrapped, config, **self.policy_kwargs)
+        active = np.zeros(spec.num_agents, dtype=bool)
+        active[list(learners)] = True
+        per_iteration = config.rollout_steps * self.env.num_envs
+        iterations = max(1, math.ceil(self.steps / per_iteration))
+        recent: list[Any] = []
+        explained: list[list[float]] = []
+        # The reported diagnostics average the last quarter of training.
+        last_quarter = iterations - max(1, iterations // 4)
+        start = time.perf_counter()
+        for k in range(iterations):
+            if config.anneal_lr:
+                trainer.set_learning_rate_scale(1.0 - k / iterations)
+            rollout = trainer.collect_rollout()
+            stats = trainer.update(rollout, active=active.tolist())
+            trainer.iteration += 1
+            episodes = wrapped.drain_log()
+            if k >= last_quarter:
+                recent.extend(episodes)
+                explained.append(stats.explained_var)
+        metrics: dict[str, float] = {"br_env_steps": float(iterations * per_iteration)}
+        metrics["br_seconds"] = time.perf_counter() - start
+        for seat in learners:
+            agent = spec.agents[seat]
+            values = [row[seat] for row in explained if math.isfinite(row[seat])]
+            metrics[f"br_explained_var/{agent}"] = float(np.mean(values)) if values else float("nan")
+            mine = [episode.returns[seat] for episode in recent if episode.controllers[seat] == LEARNER]
+            metrics[f"br_return/{agent}"] = float(np.mean(mine)) if mine else float("nan")
+        policies = {seat: trainer.agent_policy(seat) for seat in learners}
+        return BestResponses(policies, metrics)
+
+
+@dataclass(frozen=True)
+class BestResponseGain:
+    """An estimate of how much each player gains by best-responding to a fixed profile.
+
+    Attributes:
+        agents: agent names.
+        values: ``[N]`` mean return of each player in the profile.
+        best_response_values: ``[N]`` mean return of each player's trained best response against the others.
+        gains: ``[N]`` ``best_response_values - values``; a trained best response is at most as good as the
+            true one, so the expected gain is a lower bound of the true gain.
+        half_widths: ``[N]`` confidence half-width of each gain (normal approximation, independent samples).
+        nash_conv: the sum of the gains (an approximate NashConv), and ``nash_conv_half_width`` its half-width.
+        confidence: the confidence level.
+        episodes: episodes simulated per estimate.
+    """
+
+    agents: tuple[str, ...]
+    values: np.ndarray
+    best_response_values: np.ndarray
+    gains: np.ndarray
+    half_widths: np.ndarray
+    nash_conv: float
+    nash_conv_half_width: float
+    confidence: float
+    episodes: int
+
+
+def _normal_quantile(confidence: float) -> float:
+    """Two-sided standard normal quantile for ``confidence`` (bisection on erf; no scipy needed)."""
+    target = 0.5 + confidence / 2.0
+    low, high = 0.0, 10.0
+    for _ in range(100):
+        middle = (low + high) / 2.0
+        if 0.5 * (1.0 + math.erf(middle / math.sqrt(2.0))) < target:
+            low = middle
+        else:
+            high = middle
+    return (low + high) / 2.0
+
+
+def best_response_gain(
+    env: JointEnv,
+    policies: Sequence[FrozenPolicy | PolicyMixture],
+    config: JointTrainerConfig,
+    steps: int,
+    episodes: int = 1000,
+    players: Sequence[int] | None = None,
+    seed: int = 0,
+    confidence: float = 0.95,
+    eval_env: JointEnv | None = None,
+) -> BestResponseGain:
+    """Trains a fresh PPO best response for each player against a fixed profile and measures the gain.
+
+    For envs without a known tree this is the practical exploitability estimate: player ``p``'s gain is its
+    return when its best response plays against the others' fixed policies, minus its return in the profile;
+    their sum approximates NashConv (from below, as the best responses are approximate).
+
+    Args:
+        env: the JointEnv to train on (``num_envs`` copies).
+        policies: one frozen policy or :class:`~marljoint.best_response.population.PolicyMixture` per seat.
+        config: PPO settings of the best responses.
+        steps: env steps of best-response training (shared by all players, trained at once).
+        episodes: episodes per estimate (the profile, and each best response).
+        players: the players to best-respond for; all when ``None`` (others report a gain of NaN).
+        seed: seeds training and simulation.
+        confidence: the confidence level of the intervals, in ``(0, 1)``.
+        eval_env: JointEnv for the simulations; ``env`` when ``None``.
+
+    Returns:
+        :class:`BestResponseGain`.
+
+    Raises:
+        ValueError: the wrong number of policies, ``episodes`` below 2, or a confidence outside ``(0, 1)``.
+    """
+    spec = env.spec
+    num_agents = spec.num_agents
+    if len(policies) != num_agents:
+        raise ValueError(f"got {len(policies)} policies for {num_agents} seats {list(spec.agents)}; pass one per seat")
+    if not isinstance(episodes, (int, np.integer)) or episodes < 2:
+        raise ValueError(f"episodes={episodes!r}; pass at least 2 episodes per estimate")
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"confidence={confidence!r}; pass a level in (0, 1), e.g. 0.95")
+    learners = list(range(num_agents)) if players is None else [int(p) for p in players]
+    mixtures = [p if isinstance(p, PolicyMixture) else PolicyMixture([p]) for p in policies]
+    sequence = np.random.SeedSequence([int(seed) % 2**63, 0x627267])
+    train_seed, profile_seed, *player_seeds = (int(s.generate_state(1)[0]) for s in sequence.spawn(2 + num_agents))
+    oracle = PPOOracle(env, config, steps)
+    trained = oracle(
+        [m.members for m in mixtures], [m.weights for m in mixtures], learners, train_seed
+    ).policies
+    simulation_env = env if eval_env is None else eval_env
+    rng = np.random.default_rng(profile_seed)
+    members, profiles = mixture_profiles(mixtures, episodes, rng)
+    returns = _episode_returns(simulation_env, members, profiles, profile_seed)
+    values = returns.mean(axis=0)
+    value_vars = returns.var(axis=0, ddof=1) / episodes
+    br_variances = np.zeros(num_agents)
+    br_values = np.full(num_agents, np.nan)
+    gains = np.full(num_agents, np.nan)
+    half_widths = np.full(num_agents, np.nan)
+    z = _normal_quantile(confidence)
+    for seat in learners:
+        deviation = list(mixtures)
+        deviation[seat] = PolicyMixture([trained[seat]])
+        rng = np.random.default_rng(player_seeds[seat])
+        members, profiles = mixture_profiles(deviation, episodes, rng)
+        deviated = _episode_returns(simulation_env, members, profiles, player_seeds[seat])[:, seat]
+        br_values[seat] = deviated.mean()
+        gains[seat] = br_values[seat] - values[seat]
+        br_variances[seat] = deviated.var(ddof=1) / episodes
+        half_widths[seat] = z * math.sqrt(br_variances[seat] + value_vars[seat])
+    chosen = np.asarray(learners)
+    # The players' profile values come from the same episodes (in zero-sum games they cancel exactly), so the
+    # sum's variance uses the per-episode sum of the chosen players' returns.
+    total_variance = float(br_variances[chosen].sum() + returns[:, chosen].sum(axis=1).var(ddof=1) / episodes)
+    return BestResponseGain(
+        agents=tuple(spec.agents),
+        values=values,
+        best_response_values=br_values,
+        gains=gains,
+        half_widths=half_widths,
+        nash_conv=float(gains[chosen].sum()),
+        nash_conv_half_width=z * math.sqrt(total_variance),
+        confidence=confidence,
+        episodes=int(episodes),
+    )
+
+
+def _episode_returns(env: JointEnv, members: list[list[FrozenPolicy]], profiles: np.ndarray, seed: int) -> np.ndarray:
+    """``[episodes, N]``: the returns of one episode per row of ``profiles``."""
+    returns, _ = simulate_profiles(env, members, profiles, 1, seed)
+    return returns

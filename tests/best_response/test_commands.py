@@ -1,0 +1,79 @@
+"""The psro and nfsp subcommands: metrics files, resume, and one-line errors."""
+
+import argparse
+import csv
+
+import pytest
+
+from marljoint.best_response.commands import RECIPES, register
+
+
+def parse(argv):
+    parser = argparse.ArgumentParser(prog="marljoint")
+    register(parser.add_subparsers(dest="command", required=True))
+    return parser.parse_args(argv)
+
+
+def run(argv):
+    args = parse(argv)
+    return args.func(args)
+
+
+def read_rows(path):
+    with open(path, newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def test_psro_exact_writes_one_row_per_iteration_and_resumes(tmp_path):
+    out = tmp_path / "run"
+    assert run(["psro", "--env", "kuhn_poker_v0", "--oracle", "exact", "--iterations", "4", "--out", str(out)]) == 0
+    rows = read_rows(out / "metrics.csv")
+    assert list(rows[0])[:3] == ["iteration", "wall_time", "exploitability"]
+    assert [int(r["iteration"]) for r in rows] == [0, 1, 2, 3, 4]
+    assert float(rows[0]["exploitability"]) == pytest.approx(11 / 24)
+    assert (out / "psro.pt").is_file()
+    run(["psro", "--env", "kuhn_poker_v0", "--oracle", "exact", "--iterations", "8", "--out", str(out), "--resume"])
+    rows = read_rows(out / "metrics.csv")
+    assert [int(r["iteration"]) for r in rows] == list(range(9)) and float(rows[-1]["exploitability"]) < 0.01
+
+
+def test_psro_matrix_game_with_env_kwargs(tmp_path):
+    argv = ["psro", "--env", "matrix_game_v0", "--env-kwargs", '{"game": "matching_pennies"}', "--oracle", "exact"]
+    run(argv + ["--iterations", "2", "--out", str(tmp_path), "--seed", "1", "--meta-solver", "regret_matching"])
+    rows = read_rows(tmp_path / "metrics.csv")
+    assert len(rows) == 3 and float(rows[0]["exploitability"]) == 0.0  # uniform play is the equilibrium
+
+
+def test_nfsp_writes_metrics(tmp_path):
+    run(["nfsp", "--env", "kuhn_poker_v0", "--iterations", "1", "--num-envs", "8", "--out", str(tmp_path)])
+    rows = read_rows(tmp_path / "metrics.csv")
+    assert len(rows) == 1 and 0.0 < float(rows[0]["exploitability"]) < 1.0
+    assert (tmp_path / "nfsp.pt").is_file()
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["psro", "--env", "chess_v0"], r"marljoint psro: error: unknown env 'chess_v0'; choose one of"),
+        (["psro", "--env", "kuhn_poker_v0", "--env-kwargs", "{game"], r"error: --env-kwargs is not valid JSON"),
+        (["psro", "--env", "kuhn_poker_v0", "--env-kwargs", "[1]"], r"--env-kwargs must be a JSON object"),
+        (["psro", "--env", "bucket_brigade_v0", "--oracle", "exact"], r"--oracle exact needs a known game tree"),
+        (["psro", "--env", "kuhn_poker_v0", "--meta-solver", "best"], r"marljoint psro: error: meta_solver='best'"),
+        (["psro", "--env", "kuhn_poker_v0", "--iterations", "0"], r"iterations must be a positive integer, got 0"),
+        (["psro", "--env", "matrix_game_v0", "--env-kwargs", '{"game": "go"}'], r"marljoint psro: error: .*'go'"),
+        (["psro", "--env", "kuhn_poker_v0", "--resume"], r"--resume: no psro.pt"),
+        (["psro", "--env", "kuhn_poker_v0", "--seconds", "-1"], r"--seconds must be positive"),
+        (["nfsp", "--env", "kuhn_poker_v0"], r"marljoint nfsp: error: pass --seconds S"),
+        (["nfsp", "--env", "kuhn_poker_v0", "--seconds", "1", "--anticipatory", "2"], r"anticipatory must be in"),
+    ],
+)
+def test_bad_input_gives_one_line_errors(tmp_path, capsys, argv, message):
+    with pytest.raises(SystemExit, match=message) as raised:
+        run(argv + ["--out", str(tmp_path / "out")])
+    assert raised.value.code == 2
+    assert capsys.readouterr().err == str(raised.value) + "\n" and "\n" not in str(raised.value)
+
+
+def test_every_bundled_env_has_a_recipe():
+    assert set(RECIPES) == {"kuhn_poker_v0", "matrix_game_v0", "bucket_brigade_v0"}
+    assert all(not recipe.trainer.share_parameters for recipe in RECIPES.values())

@@ -84,7 +84,18 @@ PRESETS: dict[str, Preset] = {
         name="spread",
         env_name="mpe2.simple_spread_v3",
         env_kwargs={"N": 3, "max_cycles": 25, "local_ratio": 0.5},
-        config_kwargs={**_COOPERATIVE_MPE, "share_parameters": True},
+        # Measured on this task: shorter rollouts with 4 minibatches and γ = 0.95 (25-step episodes) learn several
+        # times faster per env step than 10 epochs over one large minibatch.
+        config_kwargs={
+            **_COOPERATIVE_MPE,
+            "num_envs": 16,
+            "rollout_steps": 64,
+            "minibatch_size": 256,
+            "n_epochs": 4,
+            "learning_rate": 1e-3,
+            "gamma": 0.95,
+            "share_parameters": True,
+        },
         total_steps=2_000_000,
         description="mpe2 simple_spread (3 identical agents): shared network with agent id, centralised critic",
         tags=("cooperative", "mpe"),
@@ -98,38 +109,29 @@ PRESETS: dict[str, Preset] = {
         description="mpe2 simple_speaker_listener (heterogeneous): one network per agent, centralised critic",
         tags=("cooperative", "mpe", "heterogeneous"),
     ),
-    "bucket_brigade": Preset(
-        name="bucket_brigade",
-        env_name="marljoint_envs.bucket_brigade_v0",
-        env_kwargs={"scenario": "default"},
-        config_kwargs={
-            **_COOPERATIVE_MPE,
-            "rollout_steps": 64,
-            "minibatch_size": 1024,
-            "n_epochs": 5,
-            "learning_rate": 5e-4,
-            "share_parameters": True,
-        },
-        total_steps=1_000_000,
-        description="bucket brigade (4 agents, MultiDiscrete): value normalisation for its large reward scale",
-        tags=("cooperative", "social-dilemma"),
-    ),
-    "bucket_brigade_minimal_specialization": Preset(
-        name="bucket_brigade_minimal_specialization",
-        env_name="marljoint_envs.bucket_brigade_v0",
-        env_kwargs={"scenario": "minimal_specialization"},
-        config_kwargs={
-            **_COOPERATIVE_MPE,
-            "rollout_steps": 64,
-            "minibatch_size": 1024,
-            "n_epochs": 5,
-            "learning_rate": 5e-4,
-            "share_parameters": True,
-        },
-        total_steps=1_000_000,
-        description="bucket brigade, minimal_specialization scenario",
-        tags=("cooperative", "social-dilemma"),
-    ),
+    **{
+        name: Preset(
+            name=name,
+            env_name="marljoint_envs.bucket_brigade_v0",
+            env_kwargs={"scenario": scenario},
+            config_kwargs={
+                **_COOPERATIVE_MPE,
+                "rollout_steps": 64,
+                "minibatch_size": 1024,
+                "n_epochs": 5,
+                "learning_rate": 5e-4,
+                "share_parameters": True,
+            },
+            total_steps=1_000_000,
+            description=f"bucket brigade, {scenario} scenario (4 agents, MultiDiscrete): value normalisation for "
+            "its large reward scale",
+            tags=("cooperative", "social-dilemma"),
+        )
+        for name, scenario in (
+            ("bucket_brigade", "default"),
+            ("bucket_brigade_minimal_specialization", "minimal_specialization"),
+        )
+    },
 }
 
 

@@ -214,7 +214,7 @@ def register(subparsers: Any) -> None:
     psro.add_argument(
         "--meta-solver",
         default="auto",
-        help=f"one of {sorted(META_SOLVERS)}; default: nash for two players, prd otherwise",
+        help=f"one of {sorted(META_SOLVERS)}; default: nash for two players, regret_matching otherwise",
     )
     psro.add_argument("--iterations", type=int, default=10, help="PSRO iterations (default 10)")
     psro.add_argument(
@@ -318,7 +318,7 @@ def run_psro(args: argparse.Namespace) -> int:
     meta_solver = args.meta_solver
     if meta_solver == "auto":
         players = game.num_players if game is not None else len(factory().possible_agents)
-        meta_solver = "nash" if players == 2 else "prd"
+        meta_solver = "nash" if players == 2 else "regret_matching"
     try:
         config = PsroConfig(
             iterations=args.iterations,

@@ -99,7 +99,7 @@ def test_same_seed_same_run_and_resume_continues_identically(tmp_path):
     np.testing.assert_array_equal(straight.strategies[0], resumed.strategies[0])
 
 
-def test_many_players_with_prd_on_bucket_brigade():
+def test_many_players_with_regret_matching_on_bucket_brigade():
     def env_fn():
         return bucket_brigade_v0.parallel_env(
             scenario="minimal_specialization", num_houses=4, num_agents=3, max_nights=6, min_nights=2
@@ -107,7 +107,7 @@ def test_many_players_with_prd_on_bucket_brigade():
 
     trainer = SMALL_PPO.replace(num_envs=6, rollout_steps=8, gamma=0.99, gae_lambda=0.95, minibatch_size=48)
     config = PsroConfig(
-        iterations=1, meta_solver="prd", br_steps=48, trainer=trainer, episodes_per_entry=1, eval_num_envs=8
+        iterations=1, meta_solver="regret_matching", br_steps=48, trainer=trainer, episodes_per_entry=1, eval_num_envs=8
     )
     psro = PSRO(env_fn, config)
     history = psro.run()

@@ -57,7 +57,7 @@ from marljoint.env.pettingzoo import PettingZooJointEnv
 from marljoint.env.spaces import ActionLayout, ObservationLayout
 from marljoint.policies.distributions import make_distribution
 from marljoint.policies.layers import StackedLinear, StackedMLP
-from marljoint.ppo.config import JointTrainerConfig
+from marljoint.ppo.config import JointTrainerConfig, known_fields
 from marljoint.ppo.trainer import JointMultiAgentTrainer
 
 __all__ = ["NFSP", "NfspConfig", "AveragePolicy", "NFSP_METRICS"]
@@ -156,11 +156,7 @@ class NfspConfig:
         Raises:
             ValueError: naming unknown keys.
         """
-        names = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(values) - names)
-        if unknown:
-            raise ValueError(f"unknown NfspConfig field(s) {unknown}; valid fields: {sorted(names)}")
-        return cls(**dict(values))
+        return cls(**known_fields(cls, values))
 
 
 class AveragePolicy(nn.Module):

@@ -42,7 +42,7 @@ from marljoint.best_response.oracles import ExactOracle, PPOOracle
 from marljoint.best_response.population import FrozenPolicy, PolicyMixture, UniformPolicy
 from marljoint.checkpoint import atomic_torch_save, load_checkpoint
 from marljoint.env.pettingzoo import PettingZooJointEnv
-from marljoint.ppo.config import JointTrainerConfig
+from marljoint.ppo.config import JointTrainerConfig, known_fields
 from marljoint.ppo.trainer import JointMultiAgentTrainer
 
 __all__ = ["PSRO", "PsroConfig", "PSRO_METRICS"]
@@ -143,11 +143,7 @@ class PsroConfig:
         Raises:
             ValueError: naming unknown keys.
         """
-        names = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(values) - names)
-        if unknown:
-            raise ValueError(f"unknown PsroConfig field(s) {unknown}; valid fields: {sorted(names)}")
-        return cls(**dict(values))
+        return cls(**known_fields(cls, values))
 
 
 def _check_positive_int(name: str, value: Any, hint: str) -> None:

@@ -151,11 +151,20 @@ class JointTrainerConfig:
         Raises:
             ValueError: naming the unknown keys and listing the valid ones.
         """
-        names = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(values) - names)
-        if unknown:
-            raise ValueError(f"unknown JointTrainerConfig field(s) {unknown}; valid fields: {sorted(names)}")
-        return cls(**dict(values))
+        return cls(**known_fields(cls, values))
+
+
+def known_fields(cls: type, values: Mapping[str, Any]) -> dict[str, Any]:
+    """``values`` as a dict, after checking every key is a field of the dataclass ``cls``.
+
+    Raises:
+        ValueError: naming the unknown keys and listing the valid ones.
+    """
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(values) - names)
+    if unknown:
+        raise ValueError(f"unknown {cls.__name__} field(s) {unknown}; valid fields: {sorted(names)}")
+    return dict(values)
 
 
 def _is_int(value: Any) -> bool:

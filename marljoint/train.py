@@ -469,6 +469,7 @@ def train_run(
     finally:
         display.close()
         log.close()
+        trainer.close()
         env.close()
     _write_curve(run_dir, stream, progress)
     final = sum(recent) / len(recent) if recent else math.nan

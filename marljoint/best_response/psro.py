@@ -38,7 +38,7 @@ from marljoint.best_response.games import KnownGame
 from marljoint.best_response.meta_game import MetaGame
 from marljoint.best_response.meta_solvers import META_SOLVERS, get_meta_solver
 from marljoint.best_response.opponents import simulate_profiles
-from marljoint.best_response.oracles import ExactOracle, PPOOracle
+from marljoint.best_response.oracles import BestResponses, ExactOracle, PPOOracle
 from marljoint.best_response.population import FrozenPolicy, PolicyMixture, UniformPolicy
 from marljoint.checkpoint import atomic_torch_save, load_checkpoint
 from marljoint.env.pettingzoo import PettingZooJointEnv
@@ -50,6 +50,7 @@ __all__ = ["PSRO", "PsroConfig", "PSRO_METRICS"]
 _ORACLES = ("ppo", "exact")
 _EVALUATIONS = ("auto", "exact", "simulation")
 _INITIAL_POLICIES = ("uniform", "network")
+_ENGINES = ("ray", "local")
 CHECKPOINT_NAME = "psro.pt"
 
 PSRO_METRICS: dict[str, str] = {
@@ -107,6 +108,14 @@ class PsroConfig:
     untrained network, for Box actions)."""
     seed: int = 0
     """Seed of everything (best-response training, simulation, initial networks)."""
+    num_workers: int = 0
+    """0: each iteration runs in this process as described above. K >= 1: the iteration is split into independent
+    tasks run by ``engine``: one PPO best-response training per learning seat (each on its own ``trainer.num_envs``
+    copies, with ``br_steps / learners`` steps, seeded by (seed, iteration, seat)) and K simulation chunks of the
+    missing meta-game entries (``eval_num_envs / K`` copies each). The result depends on K, not on the engine."""
+    engine: str = "ray"
+    """Who runs the tasks when ``num_workers >= 1``: ``"ray"`` (Ray tasks, ``pip install "marljoint[ray]"``) or
+    ``"local"`` (the same tasks one after another in this process)."""
 
     def __post_init__(self) -> None:
         if isinstance(self.trainer, Mapping):
@@ -121,6 +130,9 @@ class PsroConfig:
         _check_choice("evaluation", self.evaluation, _EVALUATIONS)
         _check_choice("initial_policy", self.initial_policy, _INITIAL_POLICIES)
         _check_choice("meta_solver", self.meta_solver, tuple(sorted(META_SOLVERS)))
+        _check_choice("engine", self.engine, _ENGINES)
+        if not isinstance(self.num_workers, (int, np.integer)) or isinstance(self.num_workers, bool) or self.num_workers < 0:
+            raise ValueError(f"num_workers must be an integer >= 0 (0: no task split), got {self.num_workers!r}")
         if not isinstance(self.seed, (int, np.integer)) or isinstance(self.seed, bool):
             raise ValueError(f"seed must be an integer, got {self.seed!r}")
         if not isinstance(self.symmetric, bool):
@@ -274,7 +286,10 @@ class PSRO:
         """
         learners = [0] if self.config.symmetric else list(range(self.num_players))
         seed = _derived_seed(self.config.seed, self.iteration + 1, 1)
-        responses = self.oracle(self.populations, self.strategies, learners, seed)
+        if self.config.num_workers > 0 and isinstance(self.oracle, PPOOracle):
+            responses = self._best_responses_as_tasks(learners)
+        else:
+            responses = self.oracle(self.populations, self.strategies, learners, seed)
         metrics = dict(responses.metrics)
         metrics.update(self._regrets(responses.policies))
         for seat in learners:
@@ -295,10 +310,13 @@ class PSRO:
             if self.game is not None and self.evaluation == "exact":
                 values = self.game.profile_values(self._tables, missing)
             else:
-                seed = _derived_seed(self.config.seed, self.iteration, 2)
-                values, _ = simulate_profiles(
-                    self._evaluation_env(), self.populations, missing, self.config.episodes_per_entry, seed
-                )
+                if self.config.num_workers > 0:
+                    values = self._simulate_as_tasks(missing)
+                else:
+                    seed = _derived_seed(self.config.seed, self.iteration, 2)
+                    values, _ = simulate_profiles(
+                        self._evaluation_env(), self.populations, missing, self.config.episodes_per_entry, seed
+                    )
                 episodes = len(missing) * self.config.episodes_per_entry
             self.meta_game.fill(missing, values)
         return {"meta_game_entries": float(len(missing)), "eval_episodes": float(episodes)}
@@ -442,6 +460,63 @@ class PSRO:
         psro._start = time.perf_counter()
         psro._tabulate_new()
         return psro
+
+    # ------------------------------------------------------------------ tasks (num_workers > 0)
+    def _engine(self) -> Any:
+        from marljoint.distributed.tasks import TaskEngine
+
+        if getattr(self, "_task_engine", None) is None:
+            self._task_engine = TaskEngine(self.config.engine)
+        return self._task_engine
+
+    def _best_responses_as_tasks(self, learners: Sequence[int]) -> BestResponses:
+        from marljoint.distributed.tasks import train_best_response
+
+        steps = max(1, math.ceil(self.config.br_steps / len(learners)))
+        trainer_config = self.config.trainer.replace(num_workers=0)
+        calls = [
+            (
+                self.env.env_fn,
+                trainer_config,
+                steps,
+                self.populations,
+                self.strategies,
+                seat,
+                _derived_seed(self.config.seed, self.iteration + 1, 1, seat),
+                self.policy_kwargs,
+            )
+            for seat in learners
+        ]
+        tick = time.perf_counter()
+        results = self._engine().map(train_best_response, calls)
+        policies = {seat: policy for seat, (policy, _) in zip(learners, results)}
+        metrics: dict[str, float] = {}
+        for _, task_metrics in results:
+            for key, value in task_metrics.items():
+                if key == "br_env_steps":
+                    metrics[key] = metrics.get(key, 0.0) + value
+                elif key != "br_seconds":
+                    metrics[key] = value
+        metrics["br_seconds"] = time.perf_counter() - tick
+        return BestResponses(policies, metrics)
+
+    def _simulate_as_tasks(self, missing: np.ndarray) -> np.ndarray:
+        from marljoint.distributed.tasks import chunk_envs, simulate_chunk, split_profiles
+
+        chunks = split_profiles(missing, self.config.num_workers)
+        num_envs = chunk_envs(self.config.eval_num_envs, len(chunks))
+        calls = [
+            (
+                self.env.env_fn,
+                num_envs,
+                self.populations,
+                chunk,
+                self.config.episodes_per_entry,
+                _derived_seed(self.config.seed, self.iteration, 2, k),
+            )
+            for k, chunk in enumerate(chunks)
+        ]
+        return np.concatenate([means for means, _ in self._engine().map(simulate_chunk, calls)])
 
     # ------------------------------------------------------------------ internals
     def _evaluation_env(self) -> PettingZooJointEnv:

@@ -163,6 +163,8 @@ class PettingZooJointEnv:
         if not isinstance(num_envs, (int, np.integer)) or isinstance(num_envs, bool) or num_envs < 1:
             raise ValueError(f"num_envs must be a positive integer, got {num_envs!r}")
         factory = _resolve_factory(env_fn)
+        self.env_fn: Callable[[], Any] = factory
+        """The factory building one env copy (what remote rollout workers rebuild the copies with)."""
         self.num_envs = int(num_envs)
         self._seed = seed
         self._envs = [_playable(factory()) for _ in range(self.num_envs)]

@@ -140,6 +140,8 @@ class SubprocessJointEnv:
         if not isinstance(num_workers, int) or isinstance(num_workers, bool) or num_workers < 1:
             raise ValueError(f"num_workers must be a positive integer, got {num_workers!r}")
         probe = PettingZooJointEnv(env_fn, num_envs=num_envs)
+        self.env_fn = probe.env_fn
+        """The factory building one env copy."""
         self.spec = probe.spec
         self.num_envs = probe.num_envs
         self.num_workers = min(num_workers, self.num_envs)

@@ -100,6 +100,12 @@ class StackedLinear(nn.Module):
         """The same computation on member-major tensors, without shape checks: ``[M, B, in]`` → ``[M, B, out]``."""
         # Reading _parameters directly skips nn.Module.__getattr__ (~0.7 µs per lookup) on the rollout hot path.
         params = self._parameters
+        if self.out_features == 1:
+            # A width-1 product takes a BLAS path whose summation order depends on the batch size; a row-wise
+            # multiply-and-sum gives every row the same bits whatever batch it is in (rollouts split over workers
+            # must reproduce the single-process values exactly).
+            weight = params["weight"].transpose(1, 2)  # [M, 1, in]
+            return (x * weight).sum(-1, keepdim=True) + params["bias"].unsqueeze(1)
         return torch.baddbmm(params["bias"].unsqueeze(1), x, params["weight"])
 
     def extra_repr(self) -> str:

@@ -76,6 +76,10 @@ class JointTrainerConfig:
     """How :func:`~marljoint.env.make_joint_env` steps the copies: ``"sync"`` (in-process) or ``"subprocess"``."""
     num_env_workers: int = 2
     """Worker processes for ``vector_mode="subprocess"``."""
+    num_workers: int = 0
+    """Ray rollout workers (``pip install "marljoint[ray]"``); 0 collects in this process. Each worker steps a
+    contiguous slice of the env copies with a CPU copy of the policies, and the rollout is bit-identical to the
+    in-process one for the same seed and total number of env copies."""
     torch_threads: int | None = None
     """If set, the trainer calls ``torch.set_num_threads`` with it (1 is fastest for small networks, and leaves
     cores to env workers)."""
@@ -114,6 +118,13 @@ class JointTrainerConfig:
         if self.vector_mode not in ("sync", "subprocess"):
             raise ValueError(f"vector_mode must be 'sync' or 'subprocess', got {self.vector_mode!r}")
         _positive_int("num_env_workers", self.num_env_workers)
+        if not _is_int(self.num_workers) or self.num_workers < 0:
+            raise ValueError(f"num_workers must be an integer >= 0 (0: no Ray workers), got {self.num_workers!r}")
+        if self.num_workers > 0 and self.vector_mode != "sync":
+            raise ValueError(
+                f"num_workers={self.num_workers} (Ray rollout workers) cannot be combined with "
+                f"vector_mode={self.vector_mode!r}; each Ray worker steps its copies in-process, so use vector_mode='sync'"
+            )
         if self.torch_threads is not None:
             _positive_int("torch_threads", self.torch_threads)
         if not _is_int(self.seed):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -39,6 +39,8 @@ class JointRollout:
         bootstrap_values: ``[E, N]`` value of the state after the last step (0 for absent agents).
         episode_returns: ``[k, N]`` float64 returns of the episodes that finished during the rollout.
         episode_lengths: ``[k]`` their lengths.
+        episode_steps: ``[k]`` the step t at which each of them finished (episodes finishing at the same step are
+            listed in env-copy order).
     """
 
     spec: JointSpec
@@ -56,6 +58,7 @@ class JointRollout:
     bootstrap_values: torch.Tensor
     episode_returns: np.ndarray
     episode_lengths: np.ndarray
+    episode_steps: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
 
     @classmethod
     def allocate(cls, spec: JointSpec, steps: int, num_envs: int, device: torch.device | str = "cpu") -> "JointRollout":

@@ -267,6 +267,16 @@ class JointMultiAgentTrainer:
         self.iteration = 0
         self.env_steps = 0
         self._lr_scale = 1.0
+        self._workers: Any = None
+        if config.num_workers > 0:
+            if getattr(env, "env_fn", None) is None:
+                raise ValueError(
+                    f"num_workers={config.num_workers} Ray workers rebuild the env copies from a factory, but "
+                    f"{type(env).__name__} has no env_fn; build the env with PettingZooJointEnv or make_joint_env"
+                )
+            from marljoint.distributed.rollout import worker_slices
+
+            worker_slices(env.num_envs, config.num_workers)  # fail here, not at the first rollout
 
     # ------------------------------------------------------------------ public properties
     @property
@@ -421,6 +431,10 @@ class JointMultiAgentTrainer:
         if self._rollout is None or self._rollout.num_envs != self.env.num_envs:
             self._rollout = JointRollout.allocate(self.spec, cfg.rollout_steps, self.env.num_envs, self.device)
         ro = self._rollout
+        if cfg.num_workers > 0:
+            self._ray_workers().collect(self._worker_weights(), ro)
+            self.env_steps += cfg.rollout_steps * self.env.num_envs
+            return ro
         if self._state is None:
             self._state = self.env.reset(seed=cfg.seed)
         if len(self._copy_generators) != self.env.num_envs:
@@ -428,6 +442,7 @@ class JointMultiAgentTrainer:
         state = self._state
         episode_returns: list[np.ndarray] = []
         episode_lengths: list[np.ndarray] = []
+        episode_steps: list[np.ndarray] = []
         for policy in self.policies:
             policy.eval()
         with torch.no_grad():
@@ -458,6 +473,7 @@ class JointMultiAgentTrainer:
                 if len(step.episode_lengths):
                     episode_returns.append(step.episode_returns.copy())
                     episode_lengths.append(step.episode_lengths.copy())
+                    episode_steps.append(np.full(len(step.episode_lengths), t, dtype=np.int64))
                 state = step
             alive = torch.from_numpy(state.alive).to(self.device)
             outputs = self._forward([torch.from_numpy(o).to(self.device) for o in state.obs], alive)
@@ -467,8 +483,28 @@ class JointMultiAgentTrainer:
             np.concatenate(episode_returns) if episode_returns else np.zeros((0, self.spec.num_agents))
         )
         ro.episode_lengths = np.concatenate(episode_lengths) if episode_lengths else np.zeros(0, np.int64)
+        ro.episode_steps = np.concatenate(episode_steps) if episode_steps else np.zeros(0, np.int64)
         self.env_steps += cfg.rollout_steps * self.env.num_envs
         return ro
+
+    def _ray_workers(self) -> Any:
+        if self._workers is None:
+            from marljoint.distributed.rollout import RayRolloutWorkers
+
+            self._workers = RayRolloutWorkers(self, self.env.env_fn, self.env.num_envs, self.config.num_workers)
+        return self._workers
+
+    def _worker_weights(self) -> dict[str, Any]:
+        return {
+            "policies": [{k: v.detach().cpu() for k, v in u.policy.state_dict().items()} for u in self._units],
+            "value_normalizer": None if self.value_normalizer is None else self.value_normalizer.state_dict(),
+        }
+
+    def close(self) -> None:
+        """Stops the Ray rollout workers, if any (the env, which the caller built, stays open)."""
+        if self._workers is not None:
+            self._workers.close()
+            self._workers = None
 
     def _final_values(self, step: Any) -> torch.Tensor:
         """Values of the final states of agents that ended this step (bootstrap for truncation)."""
@@ -801,11 +837,16 @@ class JointMultiAgentTrainer:
         Saved beside :meth:`state_dict`, it makes a resumed run bit-identical to an uninterrupted one.
 
         Returns:
-            ``None`` before the first rollout (the next one resets the env), else ``{"env": snapshot}``.
+            ``None`` before the first rollout (the next one resets the env), else ``{"env": snapshot}``; with Ray
+            rollout workers, ``{"workers": [snapshot per worker]}`` (each worker's copies and noise generators).
 
         Raises:
             TypeError: if the env has no ``get_state()`` or cannot be pickled.
         """
+        if self.config.num_workers > 0:
+            if self._workers is None or all(s is None for s in self._workers.states()):
+                return None
+            return {"workers": self._workers.states()}
         if self._state is None:
             return None
         get_state = getattr(self.env, "get_state", None)
@@ -815,9 +856,22 @@ class JointMultiAgentTrainer:
 
     def load_env_state(self, state: Mapping[str, Any] | None) -> None:
         """Restores :meth:`env_state` output; ``None`` makes the next rollout reset the env with ``config.seed``."""
+        if self.config.num_workers > 0:
+            if state is not None and "workers" not in state:
+                raise ValueError(
+                    "this env state was saved by an in-process trainer (num_workers=0); resume it with num_workers=0"
+                )
+            workers = self._ray_workers()
+            workers.load_states(state["workers"] if state is not None else [None] * workers.num_workers)
+            return
         if state is None:
             self._state = None
             return
+        if "env" not in state:
+            raise ValueError(
+                f"this env state was saved by {len(state['workers'])} Ray rollout workers; resume it with "
+                f"num_workers={len(state['workers'])}"
+            )
         self._state = self.env.set_state(state["env"])
 
 

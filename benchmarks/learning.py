@@ -2,7 +2,8 @@
 
 Each row: task, preset, seed, env steps, wall time, per-agent return mean with its 95% confidence interval over the
 evaluation episodes (mean per-agent episode return, the scale the docs use), and the critic's final explained
-variance. Learning curves go to ``OUT/curves/<preset>_seed<k>.csv``.
+variance, and the process's peak resident memory. Learning curves (with the resident memory after every iteration) go
+to ``OUT/curves/<preset>_seed<k>.csv``.
 
 Usage::
 
@@ -15,6 +16,8 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import os
+import resource
 import time
 from pathlib import Path
 from typing import Any
@@ -38,7 +41,7 @@ def run(preset_name: str, seed: int, steps: int, episodes: int, out: Path, overr
     start = time.perf_counter()
     with curve_path.open("w", newline="") as f:
         writer = csv.writer(f)
-        writer.writerow(["iteration", "env_steps", "wall_time", "episode_return_mean", "explained_var_mean"])
+        writer.writerow(["iteration", "env_steps", "wall_time", "episode_return_mean", "explained_var_mean", "rss_mib"])
 
         def log(metrics: dict[str, Any]) -> None:
             evs = [v for k, v in metrics.items() if k.startswith("explained_var/") and np.isfinite(v)]
@@ -48,6 +51,7 @@ def run(preset_name: str, seed: int, steps: int, episodes: int, out: Path, overr
                 round(time.perf_counter() - start, 2),
                 metrics["episode_return_mean"],
                 float(np.mean(evs)) if evs else float("nan"),
+                resident_mib(),
             ])
             f.flush()
 
@@ -71,8 +75,19 @@ def run(preset_name: str, seed: int, steps: int, episodes: int, out: Path, overr
         "return_ci95": round(float(half), 3),
         "episodes": int(len(per_episode)),
         "explained_var": round(float(np.nanmean(evs)), 3) if evs else float("nan"),
+        "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         "overrides": json.dumps(overrides, sort_keys=True),
     }
+
+
+def resident_mib() -> float:
+    """This process's resident memory now, in MiB (Linux ``/proc``; NaN elsewhere)."""
+    try:
+        with open("/proc/self/statm") as f:
+            pages = int(f.read().split()[1])
+    except (OSError, ValueError, IndexError):
+        return float("nan")
+    return round(pages * os.sysconf("SC_PAGE_SIZE") / 2**20, 1)
 
 
 def _suffix(overrides: dict[str, Any]) -> str:

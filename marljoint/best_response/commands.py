@@ -223,6 +223,14 @@ def register(subparsers: Any) -> None:
     psro.add_argument("--br-steps", type=int, help="env steps of PPO training per best response iteration")
     psro.add_argument("--episodes-per-entry", type=int, help="episodes per simulated meta-game entry")
     psro.add_argument("--symmetric", action="store_true", help="two interchangeable seats share one population")
+    psro.add_argument(
+        "--num-workers",
+        type=int,
+        default=0,
+        help="split each iteration into Ray tasks: one per best response and K meta-game chunks (default 0: one "
+        'process; needs pip install "marljoint[ray]")',
+    )
+    psro.add_argument("--ray-address", help="join this Ray cluster for the tasks (default: start a local one)")
     psro.add_argument("--resume", action="store_true", help="continue the run saved in OUT")
     psro.set_defaults(func=run_psro)
 
@@ -331,7 +339,12 @@ def run_psro(args: argparse.Namespace) -> int:
             trainer=_trainer_config("psro", recipe.trainer, args),
             symmetric=args.symmetric,
             seed=args.seed,
+            num_workers=args.num_workers,
         )
+        if args.ray_address is not None:
+            from marljoint.distributed import connect_ray
+
+            connect_ray(args.ray_address)
         if args.resume:
             if not (out / CHECKPOINT_NAME).exists():
                 raise _fail("psro", f"--resume: no {CHECKPOINT_NAME} in {str(out)!r}; run without --resume first")

@@ -3,8 +3,8 @@
 The learner broadcasts its weights once per iteration (one ``ray.put``), every worker plays ``rollout_steps`` steps
 in its copies, and the pieces are written side by side along the env axis of the learner's
 :class:`~marljoint.ppo.rollout.JointRollout`. Env seeds and action noise are addressed by each copy's global index
-and every network is evaluated row by row with batch-independent arithmetic, so the result is bit-identical to
-collecting all copies in one process.
+and every worker evaluates its copies at their rows of a batch of all E copies (matrix-product kernels choose their
+summation order by shape), so the result is bit-identical to collecting all copies in one process.
 
 A worker that dies is replaced: the new actor restores the dead one's last snapshot (its env copies mid-episode and
 its per-copy noise generators, taken after every rollout) and collects the same piece again with the same weights.
@@ -12,6 +12,7 @@ its per-copy noise generators, taken after every rollout) and collects the same 
 
 from __future__ import annotations
 
+import os
 import pickle
 import warnings
 from typing import TYPE_CHECKING, Any, Callable, Sequence
@@ -48,6 +49,10 @@ def connect_ray(address: str | None = None, num_cpus: int | None = None) -> Any:
     """Starts or joins Ray once: ``address=None`` starts a local instance, ``"auto"`` or ``"ray://host:port"`` joins a
     running cluster. Does nothing if Ray already runs in this process.
 
+    A local instance runs its workers at the driver's priority (``RAY_worker_niceness=0`` unless already set): Ray's
+    default niceness of 15 lets any other busy process starve the rollout workers, which measured 100× slower on a
+    2-core machine with one other job running, while the driver here mostly waits for its workers.
+
     Args:
         address: the cluster address (``None``: a new local instance).
         num_cpus: CPUs of a new local instance (``None``: all of this machine's).
@@ -61,6 +66,8 @@ def connect_ray(address: str | None = None, num_cpus: int | None = None) -> Any:
     ray = require_ray()
     if ray.is_initialized():
         return ray
+    if address is None:
+        os.environ.setdefault("RAY_worker_niceness", "0")
     try:
         ray.init(address=address, num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
     except ConnectionError as exc:
@@ -86,7 +93,9 @@ def worker_slices(num_envs: int, num_workers: int) -> list[tuple[int, int]]:
 class _RolloutWorker:
     """Body of one rollout actor: a learner-less trainer over copies ``[start, stop)``."""
 
-    def __init__(self, env_fn: Callable[[], Any], start: int, stop: int, config: dict[str, Any], blueprint: bytes) -> None:
+    def __init__(
+        self, env_fn: Callable[[], Any], start: int, stop: int, total: int, config: dict[str, Any], blueprint: bytes
+    ) -> None:
         from marljoint.env.pettingzoo import PettingZooJointEnv
         from marljoint.ppo.config import JointTrainerConfig
         from marljoint.ppo.trainer import JointMultiAgentTrainer, _Unit
@@ -98,11 +107,10 @@ class _RolloutWorker:
         units = [_Unit(g, policy, indices, None, None, stacked) for g, policy, indices, stacked in pickle.loads(blueprint)]
         trainer = JointMultiAgentTrainer.__new__(JointMultiAgentTrainer)
         trainer._setup(env, cfg, units)
+        trainer._row_pad = (start, total)
         self.trainer = trainer
 
     def pid(self) -> int:
-        import os
-
         return os.getpid()
 
     def restore(self, snapshot: dict[str, Any]) -> None:
@@ -189,7 +197,8 @@ class RayRolloutWorkers:
 
     def _spawn(self, k: int) -> Any:
         start, stop = self.slices[k]
-        actor = self._actor_class.remote(self._env_fn, start, stop, self._config, self._blueprint)
+        total = self.slices[-1][1]
+        actor = self._actor_class.remote(self._env_fn, start, stop, total, self._config, self._blueprint)
         if self.snapshots[k] is not None:
             actor.restore.remote(self.snapshots[k])
         return actor

@@ -254,6 +254,8 @@ class JointMultiAgentTrainer:
         self._copy_generators: list[torch.Generator] = []
         # Global index of this trainer's first env copy (non-zero when it collects one slice of a larger set).
         self._first_copy = int(getattr(env, "_copy_offset", 0))
+        # (first copy, total copies) when this trainer collects one slice of a larger set (a rollout worker).
+        self._row_pad: tuple[int, int] | None = None
         n = self.spec.num_agents
         self.value_normalizer = RunningNormalizer(n) if config.value_normalization else None
         self._state: JointObs | None = None
@@ -339,6 +341,28 @@ class JointMultiAgentTrainer:
                 critic_obs = critic_state.unsqueeze(1).expand(-1, obs.shape[1], -1)
             outputs.append(unit.policy(obs, critic_obs))
         return outputs
+
+    def _rollout_forward(self, group_obs: Sequence[torch.Tensor], alive: torch.Tensor) -> list[Any]:
+        """:meth:`_forward` of the rollout; a trainer collecting copies ``[a, b)`` of E evaluates them as rows
+        ``a..b-1`` of an E-row batch (the others zero).
+
+        Matrix-product kernels pick their summation order from the batch shape, so the same row gives other bits
+        in a batch of another size; at the same shape and position it gets exactly the bits it gets when one
+        process steps all E copies.
+        """
+        pad = self._row_pad
+        if pad is None:
+            return self._forward(group_obs, alive)
+        start, total = pad
+        rows = alive.shape[0]
+
+        def padded(x: torch.Tensor) -> torch.Tensor:
+            out = x.new_zeros((total, *x.shape[1:]))
+            out[start : start + rows] = x
+            return out
+
+        outputs = self._forward([padded(o) for o in group_obs], padded(alive))
+        return [type(o)(*(field[start : start + rows] for field in o)) for o in outputs]
 
     def _unit_masks(self, unit: _Unit, masks: Sequence[torch.Tensor | None]) -> torch.Tensor | None:
         mask = masks[unit.group]
@@ -457,7 +481,7 @@ class JointMultiAgentTrainer:
                 # also treat an all-masked head as unmasked), so sampling there is well defined and ignored.
                 masks = [m[t] if m is not None else None for m in ro.action_masks]
                 group_obs = [o[t] for o in ro.obs]
-                outputs = self._forward(group_obs, ro.alive[t])
+                outputs = self._rollout_forward(group_obs, ro.alive[t])
                 actions, log_probs = self._sample(outputs, masks, False, self._copy_generators)
                 ro.values[t] = self._values(outputs)
                 ro.log_probs[t] = log_probs
@@ -476,7 +500,7 @@ class JointMultiAgentTrainer:
                     episode_steps.append(np.full(len(step.episode_lengths), t, dtype=np.int64))
                 state = step
             alive = torch.from_numpy(state.alive).to(self.device)
-            outputs = self._forward([torch.from_numpy(o).to(self.device) for o in state.obs], alive)
+            outputs = self._rollout_forward([torch.from_numpy(o).to(self.device) for o in state.obs], alive)
             ro.bootstrap_values.copy_(self._values(outputs) * alive)
         self._state = JointObs(state.obs, state.alive, state.acting, state.action_masks)
         ro.episode_returns = (
@@ -520,7 +544,7 @@ class JointMultiAgentTrainer:
             shape = cols.shape + (1,) * (final.dim() - 2)
             group_obs.append(torch.where(cols.view(shape), final, current))
         alive_final = ended | (torch.from_numpy(step.alive).to(self.device) & ~reset.unsqueeze(1))
-        return self._values(self._forward(group_obs, alive_final))
+        return self._values(self._rollout_forward(group_obs, alive_final))
 
     # ------------------------------------------------------------------ update
     def compute_advantages(self, rollout: JointRollout) -> tuple[torch.Tensor, torch.Tensor]:

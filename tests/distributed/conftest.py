@@ -13,9 +13,11 @@ def ray_local():
     for name, module in list(sys.modules.items()):
         if name.startswith(("test_", "tests.")) or ".test_" in name:
             cloudpickle.register_pickle_by_value(module)
+    from marljoint.distributed import connect_ray
+
     started = not ray.is_initialized()
     if started:
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+        connect_ray(num_cpus=2)
     yield ray
     if started:
         ray.shutdown()

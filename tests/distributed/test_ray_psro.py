@@ -110,3 +110,24 @@ def test_task_engine_runs_calls_in_order_on_both_engines():
 def test_bad_distributed_psro_settings_are_refused(changes, match):
     with pytest.raises(ValueError, match=match):
         PsroConfig(**changes)
+
+
+def test_marljoint_psro_num_workers_runs_ray_tasks_and_saves_the_split(tmp_path):
+    import argparse
+    import csv
+
+    from marljoint.best_response.commands import register
+
+    def run_cli(out, *extra):
+        parser = argparse.ArgumentParser(prog="marljoint")
+        register(parser.add_subparsers(dest="command", required=True))
+        argv = ["psro", "--env", "matrix_game_v0", "--env-kwargs", '{"game": "biased_rps"}', "--iterations", "2"]
+        args = parser.parse_args([*argv, "--br-steps", "256", "--num-envs", "8", "--out", str(out), *extra])
+        assert args.func(args) == 0
+        with (out / "metrics.csv").open() as f:
+            return [(row["exploitability"], row["meta_nash_conv"]) for row in csv.DictReader(f)]
+
+    rows = run_cli(tmp_path / "ray", "--num-workers", "2")
+    assert len(rows) == 3
+    config = PSRO.load(tmp_path / "ray", biased_rps).config
+    assert config.num_workers == 2 and config.engine == "ray"

@@ -76,8 +76,10 @@ def run_pair(env_fn, num_envs, num_workers, iterations=3, **cfg):
         (spread, 5, 2, {"centralized_critic": True, "share_parameters": False}),
         # turn-based AEC env with action masks
         (kuhn_poker_v0.env, 3, 2, {"rollout_steps": 12}),
+        # odd layer shapes, where matrix-product kernels sum in another order for another batch size
+        (functools.partial(mock_v0.parallel_env, obs_dim=7, num_agents=3), 3, 2, {"share_parameters": False, "hidden_sizes": (512, 7)}),
     ],
-    ids=["variable-agents", "spread-independent", "kuhn-aec"],
+    ids=["variable-agents", "spread-independent", "kuhn-aec", "odd-shapes"],
 )
 def test_ray_workers_give_the_same_rollouts_and_parameters_as_one_process(env_fn, num_envs, num_workers, cfg):
     local, _ = run_pair(env_fn, num_envs, num_workers, **cfg)

@@ -123,8 +123,13 @@ class _RolloutWorker:
             generator.set_state(saved)
             trainer._copy_generators.append(generator)
 
-    def collect(self, weights: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-        """Loads the learner's weights, plays one rollout; returns its arrays and the snapshot after it."""
+    def collect(
+        self, weights: dict[str, Any], restore: dict[str, Any] | None = None
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """Restores ``restore`` if given, loads the learner's weights and plays one rollout; returns the rollout's
+        arrays and the snapshot after it."""
+        if restore is not None:
+            self.restore(restore)
         trainer = self.trainer
         for unit, state in zip(trainer._units, weights["policies"]):
             unit.policy.load_state_dict(state)
@@ -188,6 +193,7 @@ class RayRolloutWorkers:
         self.max_restarts = max_restarts
         self.restarts = 0
         self.snapshots: list[dict[str, Any] | None] = [None] * num_workers
+        self._pending_restore: list[dict[str, Any] | None] = [None] * num_workers
         self.actors = [self._spawn(k) for k in range(num_workers)]
 
     @property
@@ -198,10 +204,13 @@ class RayRolloutWorkers:
     def _spawn(self, k: int) -> Any:
         start, stop = self.slices[k]
         total = self.slices[-1][1]
-        actor = self._actor_class.remote(self._env_fn, start, stop, total, self._config, self._blueprint)
-        if self.snapshots[k] is not None:
-            actor.restore.remote(self.snapshots[k])
-        return actor
+        # A new actor starts from the last snapshot of the one it replaces (sent with its first collect call).
+        self._pending_restore[k] = self.snapshots[k]
+        return self._actor_class.remote(self._env_fn, start, stop, total, self._config, self._blueprint)
+
+    def _submit(self, k: int, weights_ref: Any) -> Any:
+        restore, self._pending_restore[k] = self._pending_restore[k], None
+        return self.actors[k].collect.remote(weights_ref, restore)
 
     def collect(self, weights: dict[str, Any], rollout: "JointRollout") -> None:
         """Collects one rollout into ``rollout`` (allocated for all E copies), replacing workers that die.
@@ -211,7 +220,7 @@ class RayRolloutWorkers:
         """
         ray = self._ray
         ref = ray.put(weights)
-        pending = {k: actor.collect.remote(ref) for k, actor in enumerate(self.actors)}
+        pending = {k: self._submit(k, ref) for k in range(self.num_workers)}
         failures = [0] * self.num_workers
         pieces: list[dict[str, Any] | None] = [None] * self.num_workers
         while pending:
@@ -229,7 +238,7 @@ class RayRolloutWorkers:
                         f"{failures[k]} times in one iteration; last error: {exc}"
                     ) from exc
                 self.actors[k] = self._spawn(k)
-                pending[k] = self.actors[k].collect.remote(ref)
+                pending[k] = self._submit(k, ref)
                 continue
             pieces[k] = piece
             self.snapshots[k] = snapshot

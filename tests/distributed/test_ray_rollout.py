@@ -177,6 +177,26 @@ def test_a_worker_that_keeps_dying_raises_after_the_allowed_restarts():
     trainer.close()
 
 
+class _FailingStep(BaseParallelWrapper):
+    def step(self, actions):
+        raise ValueError("this env refuses to step")
+
+
+def fail_outside(driver_pid):
+    env = variable_agents_v0.parallel_env()
+    return env if os.getpid() == driver_pid else _FailingStep(env)
+
+
+def test_an_error_raised_by_an_env_in_a_worker_reaches_the_caller_with_its_type():
+    trainer = make(functools.partial(fail_outside, os.getpid()), 2, num_workers=1)
+    try:
+        with pytest.raises(ValueError, match="this env refuses to step"):
+            trainer.collect_rollout()
+        assert trainer._workers.restarts == 0
+    finally:
+        trainer.close()
+
+
 def test_resuming_from_state_dict_and_env_state_continues_bit_identically():
     first = make(variable_agents_v0.parallel_env, 4, num_workers=2)
     try:

@@ -65,6 +65,7 @@ def run(preset_name: str, seed: int, steps: int, episodes: int, out: Path, overr
     mean, half = confidence_interval(per_episode)
     last = history[-1]
     evs = [v for k, v in last.items() if k.startswith("explained_var/")]
+    baselines = scripted_baselines(preset, episodes, seed + 10_000)
     return {
         "task": preset.env_name,
         "preset": preset_name + _suffix(overrides),
@@ -77,6 +78,33 @@ def run(preset_name: str, seed: int, steps: int, episodes: int, out: Path, overr
         "explained_var": round(float(np.nanmean(evs)), 3) if evs else float("nan"),
         "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         "overrides": json.dumps(overrides, sort_keys=True),
+        **baselines,
+        **(
+            {"gap_closed": round((float(mean) - baselines["random_return"]) / (baselines["specialist_return"] - baselines["random_return"]), 3)}
+            if baselines
+            else {}
+        ),
+    }
+
+
+FIELDS = [
+    "task", "preset", "seed", "env_steps", "wall_time_s", "return_mean", "return_ci95", "episodes", "explained_var",
+    "overrides", "peak_rss_mib", "random_return", "specialist_return", "gap_closed",
+]
+"""Columns of ``learning.csv`` (the last three for bucket brigade only)."""
+
+
+def scripted_baselines(preset: Any, episodes: int, seed: int) -> dict[str, float]:
+    """Bucket brigade only: the mean per-agent return of the scripted random and specialist teams."""
+    if not preset.env_name.endswith("bucket_brigade_v0"):
+        return {}
+    from marljoint_envs.bucket_brigade_v0 import evaluate_scripted
+
+    kwargs = dict(preset.env_kwargs)
+    scenario = kwargs.pop("scenario", "default")
+    return {
+        f"{name}_return": round(evaluate_scripted(name, scenario, episodes, seed, **kwargs), 1)
+        for name in ("random", "specialist")
     }
 
 
@@ -121,7 +149,7 @@ def main() -> None:
         for seed in args.seeds:
             row = run(args.preset, seed, steps, args.episodes, args.out, overrides)
             if writer is None:
-                writer = csv.DictWriter(f, fieldnames=list(row))
+                writer = csv.DictWriter(f, fieldnames=FIELDS, restval="")
                 if new:
                     writer.writeheader()
             writer.writerow(row)

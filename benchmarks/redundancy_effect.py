@@ -106,6 +106,8 @@ class BenchmarkConfig:
     """Env copies stepped together during evaluation."""
     eval_seed: int = 54321
     """Seed of the evaluation episodes and of the action sampling (the same for every policy)."""
+    centralized_critic: bool = False
+    """Give the critic its own MLP on the joint observation, so the penalised encoder serves the actor only."""
 
 
 def _uniform_actions(env: PettingZooJointEnv, rng: np.random.Generator) -> list[np.ndarray]:
@@ -231,6 +233,7 @@ def train_and_measure(
         learning_rate=cfg.learning_rate,
         gamma=cfg.gamma,
         share_parameters=False,
+        centralized_critic=cfg.centralized_critic,
         seed=seed,
         torch_threads=1,
     )
@@ -486,6 +489,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--learning-rate", type=float, default=defaults.learning_rate)
     parser.add_argument("--gamma", type=float, default=defaults.gamma)
     parser.add_argument("--probe-size", type=int, default=defaults.probe_size)
+    parser.add_argument(
+        "--centralized-critic", action="store_true", help="critic MLP of its own: the encoder serves the actor only"
+    )
     parser.add_argument("--eval-episodes", type=int, default=defaults.eval_episodes)
     parser.add_argument("--out", default=None, help="write the results as JSON to this path")
     parser.add_argument(
@@ -504,11 +510,12 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         gamma=args.gamma,
         probe_size=args.probe_size,
         eval_episodes=args.eval_episodes,
+        centralized_critic=args.centralized_critic,
     )
     print(
         f"simple_spread_v3, independent encoders, {cfg.steps} env steps per run "
         f"({cfg.num_envs} envs x {cfg.rollout_steps} steps), penalty {cfg.kind} reduction={cfg.reduction} "
-        f"debias={cfg.debias} variance_floor={cfg.variance_floor}"
+        f"debias={cfg.debias} variance_floor={cfg.variance_floor} centralized_critic={cfg.centralized_critic}"
     )
     baseline = None
     if args.baseline:

@@ -51,17 +51,24 @@ def assert_same_parameters(a, b):
             assert torch.equal(x, y), name
 
 
+def lockstep(local, remote, iterations=3, before=lambda iteration: None):
+    """Collects and updates both trainers side by side, checking they stay bit-identical."""
+    for iteration in range(iterations):
+        before(iteration)
+        b = remote.collect_rollout()  # Ray first: a worker meant to die does so before the local copies play
+        a = local.collect_rollout()
+        assert_same_rollout(a, b)
+        local.update(a)
+        remote.update(b)
+        assert_same_parameters(local, remote)
+    assert remote.env_steps == local.env_steps
+
+
 def run_pair(env_fn, num_envs, num_workers, iterations=3, **cfg):
     local = make(env_fn, num_envs, **cfg)
     remote = make(env_fn, num_envs, num_workers=num_workers, **cfg)
     try:
-        for _ in range(iterations):
-            a, b = local.collect_rollout(), remote.collect_rollout()
-            assert_same_rollout(a, b)
-            local.update(a)
-            remote.update(b)
-            assert_same_parameters(local, remote)
-        assert remote.env_steps == local.env_steps
+        lockstep(local, remote, iterations)
     finally:
         remote.close()
     return local, remote
@@ -105,15 +112,8 @@ def test_a_killed_worker_is_restarted_from_its_snapshot_and_the_run_stays_identi
     local = make(variable_agents_v0.parallel_env, 4)
     remote = make(variable_agents_v0.parallel_env, 4, num_workers=2)
     try:
-        for iteration in range(3):
-            if iteration == 2:
-                ray_local.kill(remote._workers.actors[1])
-            a, b = local.collect_rollout(), remote.collect_rollout()
-            assert_same_rollout(a, b)
-            local.update(a)
-            remote.update(b)
+        lockstep(local, remote, before=lambda i: i == 2 and ray_local.kill(remote._workers.actors[1]))
         assert remote._workers.restarts == 1
-        assert_same_parameters(local, remote)
     finally:
         remote.close()
 
@@ -147,18 +147,9 @@ def test_a_worker_dying_mid_rollout_is_replaced_and_its_share_recollected(tmp_pa
     local = make(env_fn, 4)
     remote = make(env_fn, 4, num_workers=2)
     try:
-        for iteration in range(3):
-            if iteration == 1:
-                marker.touch()
-            # Ray first: a worker claims the marker and dies, so the in-process copies find none and play on.
-            b = remote.collect_rollout()
-            assert not marker.exists()
-            a = local.collect_rollout()
-            assert_same_rollout(a, b)
-            local.update(a)
-            remote.update(b)
-        assert remote._workers.restarts == 1
-        assert_same_parameters(local, remote)
+        # A worker claims the marker and dies; the in-process copies, which play after it, find none.
+        lockstep(local, remote, before=lambda i: i == 1 and marker.touch())
+        assert not marker.exists() and remote._workers.restarts == 1
     finally:
         remote.close()
 

@@ -132,8 +132,14 @@ def main() -> None:
     parser.add_argument("--no-value-normalization", action="store_true", help="ablation: raw critic targets")
     parser.add_argument("--no-centralized-critic", action="store_true", help="ablation: local critic")
     parser.add_argument("--no-truncation-bootstrap", action="store_true", help="ablation: truncation = termination")
+    parser.add_argument(
+        "--set", metavar="FIELD=JSON", action="append", default=[], help="any other JointTrainerConfig override"
+    )
     args = parser.parse_args()
     overrides: dict[str, Any] = {}
+    for item in args.set:
+        name, _, value = item.partition("=")
+        overrides[name] = json.loads(value)
     if args.no_value_normalization:
         overrides["value_normalization"] = False
     if args.no_centralized_critic:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import os
 import resource
 import statistics
 import time
@@ -152,16 +153,19 @@ def update_time_per_sample(num_agents: int, share: bool, repetitions: int) -> fl
     return statistics.median(times) / samples
 
 
+def resident_mib() -> float:
+    """This process's resident memory now, in MiB (Linux ``/proc``)."""
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
 def peak_memory_run(total_steps: int) -> list[float]:
     """Resident memory (MiB) after every iteration of a simple_spread run of ``total_steps`` env steps."""
-    import psutil  # optional; only this mode needs it
-
-    process = psutil.Process()
     cfg = _config(3)
     env = make_joint_env(_spread, cfg.num_envs, cfg.seed)
     trainer = JointMultiAgentTrainer.from_env(env, cfg)
     samples: list[float] = []
-    trainer.train(total_steps, callback=lambda m: samples.append(process.memory_info().rss / 2**20))
+    trainer.train(total_steps, callback=lambda m: samples.append(resident_mib()))
     return samples
 
 

@@ -114,17 +114,25 @@ PRESETS: dict[str, Preset] = {
             name=name,
             env_name="marljoint_envs.bucket_brigade_v0",
             env_kwargs={"scenario": scenario},
+            # Measured: a ruined house costs every agent for the rest of the episode, so with γ = 0.99 a night's
+            # decision shows only in a long, noisy tail and nothing was learned in 1M steps. γ = λ = 0.9 (a
+            # ten-night horizon) and a small entropy bonus learn to beat the specialist team within 300k steps.
             config_kwargs={
-                **_COOPERATIVE_MPE,
+                "num_envs": 16,
                 "rollout_steps": 64,
-                "minibatch_size": 1024,
-                "n_epochs": 5,
-                "learning_rate": 5e-4,
+                "minibatch_size": 512,
+                "n_epochs": 4,
+                "learning_rate": 1e-3,
+                "gamma": 0.9,
+                "gae_lambda": 0.9,
+                "ent_coef": 0.001,
+                "value_normalization": True,
                 "share_parameters": True,
+                "torch_threads": 1,
             },
             total_steps=1_000_000,
-            description=f"bucket brigade, {scenario} scenario (4 agents, MultiDiscrete): value normalisation for "
-            "its large reward scale",
+            description=f"bucket brigade, {scenario} scenario (4 agents, MultiDiscrete): a ten-night horizon "
+            "(γ = λ = 0.9) and value normalisation for its large reward scale",
             tags=("cooperative", "social-dilemma"),
         )
         for name, scenario in (

@@ -181,7 +181,7 @@ def test_preset_fills_the_run_settings_and_options_override_it(tmp_path):
     values.update({"total_steps": 512, "num_envs": 2})
     spec = RunSpec.from_dict(values)
     assert spec.env == "marljoint_envs.bucket_brigade_v0"
-    assert spec.trainer.centralized_critic is True and spec.trainer.num_envs == 2
+    assert spec.trainer.gamma == 0.9 and spec.trainer.num_envs == 2
     assert spec.total_steps == 512
     for name in PRESETS:
         assert get_preset(name).config().value_normalization

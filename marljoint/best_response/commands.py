@@ -106,16 +106,18 @@ RECIPES: dict[str, Recipe] = {
         nfsp={"anticipatory": 0.1, "sl_steps_per_rollout": 2, "rollouts_per_iteration": 10},
     ),
     # Long episodes (up to 100 nights) with large, state-dependent returns: many copies (each learner gets a
-    # quarter of them), a faster critic and more epochs, so the critics fit (explained variance > 0.5).
+    # quarter of them), a faster critic and more epochs, so the critics fit (explained variance > 0.5). A ruined
+    # house costs every agent for the rest of the episode: a ten-night horizon (γ = λ = 0.9) keeps that tail from
+    # drowning each night's decision (see the bucket_brigade preset in docs/learning.md).
     "bucket_brigade_v0": Recipe(
         trainer=JointTrainerConfig(
             num_envs=64,
             rollout_steps=32,
-            gamma=0.99,
+            gamma=0.9,
             gae_lambda=0.9,
             learning_rate=1e-3,
             critic_lr=3e-3,
-            ent_coef=0.01,
+            ent_coef=0.001,
             n_epochs=8,
             minibatch_size=512,
             hidden_sizes=(64, 64),

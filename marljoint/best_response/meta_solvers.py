@@ -234,19 +234,29 @@ def prd(
     return [total / total.sum() for total in totals]
 
 
-def regret_matching(payoffs: Sequence[np.ndarray], *, iterations: int = 10_000) -> list[np.ndarray]:
-    """The average strategy of regret matching in self-play (Hart and Mas-Colell, 2000).
+def regret_matching(
+    payoffs: Sequence[np.ndarray], *, iterations: int = 10_000, refine: bool = True
+) -> list[np.ndarray]:
+    """The average strategy of regret matching in self-play (Hart and Mas-Colell, 2000), optionally refined.
 
     From uniform strategies, every player simultaneously accumulates, for each of its strategies, the regret
     ``u_p[i] - x_p . u_p`` against the others' current strategies, and next plays its positive regrets
     normalised (uniform when none is positive). The result is each player's uniform average over all iterates;
     in two-player zero-sum games it converges to a Nash equilibrium at rate ``O(1 / sqrt(iterations))``. In
-    other games only the average joint play converges (to a coarse correlated equilibrium); the returned
-    per-player averages need not form a Nash equilibrium.
+    other games only the average joint play converges (to a coarse correlated equilibrium); the per-player
+    averages need not form a Nash equilibrium.
+
+    With ``refine`` (the default), three candidates are compared by their exact NashConv in ``payoffs`` and the
+    smallest wins: the average strategy, the last iterate, and the pure profile reached by best-response dynamics
+    (players in turn switch to a strictly better pure strategy, at most 100 rounds) from each player's most played
+    strategy. In games with common or aligned interests, such as cooperative meta-games, best-response dynamics
+    reach a pure Nash equilibrium, which the average of regret matching only approaches. The result is never
+    worse than the average alone.
 
     Args:
         payoffs: one array per player, each of shape ``[n_1, ..., n_P]``.
         iterations: number of regret-matching steps.
+        refine: compare the average with the last iterate and a best-response-dynamics profile (see above).
 
     Returns:
         ``P`` vectors, player ``p``'s of shape ``[n_p]``.
@@ -272,7 +282,33 @@ def regret_matching(payoffs: Sequence[np.ndarray], *, iterations: int = 10_000) 
             strategies.append(
                 positive / mass if mass > 0 else np.full(regret.shape[0], 1.0 / regret.shape[0])
             )
-    return [total / total.sum() for total in totals]
+    average = [total / total.sum() for total in totals]
+    if not refine:
+        return average
+    candidates = [average, strategies, _best_response_dynamics(arrays, [int(np.argmax(a)) for a in average])]
+    return min(candidates, key=lambda profile: _nash_conv(arrays, profile))
+
+
+def _nash_conv(arrays: list[np.ndarray], strategies: list[np.ndarray]) -> float:
+    values = _all_action_values(arrays, strategies)
+    return float(sum(value.max() - strategy @ value for value, strategy in zip(values, strategies)))
+
+
+def _best_response_dynamics(arrays: list[np.ndarray], profile: list[int], rounds: int = 100) -> list[np.ndarray]:
+    """Players in turn switch to a strictly better pure strategy until none can (or ``rounds`` pass)."""
+    profile = list(profile)
+    for _ in range(rounds):
+        changed = False
+        for player, payoff in enumerate(arrays):
+            index = tuple(slice(None) if p == player else profile[p] for p in range(len(arrays)))
+            values = payoff[index]
+            best = int(np.argmax(values))
+            if values[best] > values[profile[player]] + 1e-12 * max(1.0, abs(values[best])):
+                profile[player] = best
+                changed = True
+        if not changed:
+            break
+    return [np.eye(size)[choice] for size, choice in zip(arrays[0].shape, profile)]
 
 
 META_SOLVERS: dict[str, MetaSolver] = {

@@ -205,8 +205,25 @@ def test_regret_matching_first_step_by_hand():
     # are (0.5 - 0.25, 0 - 0.25), so its second iterate is (1, 0); the average of the two is (0.75, 0.25).
     row_payoff = np.zeros((2, 2))
     col_payoff = np.array([[1.0, 0.0], [0.0, 0.0]])
-    _, col = regret_matching([row_payoff, col_payoff], iterations=2)
+    _, col = regret_matching([row_payoff, col_payoff], iterations=2, refine=False)
     np.testing.assert_allclose(col, [0.75, 0.25])
+    # Refined, the solver compares that average with the last iterate (1, 0) and a best-response profile: the
+    # column player is indifferent against row's (0.5, 0.5) average only at (1, 0), whose NashConv is 0.
+    _, refined = regret_matching([row_payoff, col_payoff], iterations=2)
+    np.testing.assert_allclose(refined, [1.0, 0.0])
+
+
+def test_refined_regret_matching_finds_a_pure_equilibrium_of_a_common_interest_game():
+    rng = np.random.default_rng(0)
+    common = rng.normal(size=(5, 5, 5, 5))
+    payoffs = [common + 0.1 * rng.normal(size=common.shape) for _ in range(4)]
+    plain = regret_matching(payoffs, refine=False)
+    refined = regret_matching(payoffs)
+    assert matrix_nash_conv(payoffs, plain) > 1e-4
+    assert matrix_nash_conv(payoffs, refined) == 0.0
+    assert all(sorted(s.tolist()) == [0, 0, 0, 0, 1] for s in refined)  # pure
+    # In matching pennies no pure profile is stable, so the average is kept.
+    np.testing.assert_allclose(regret_matching(zero_sum(MATCHING_PENNIES))[0], [0.5, 0.5], atol=1e-2)
 
 
 def test_iterative_solver_settings_are_validated():

@@ -303,3 +303,17 @@ def test_marljoint_train_ray_flag_defaults_to_two_workers(tmp_path, capsys):
     out = tmp_path / "run"
     assert main(["train", "--env", "mock_v0", "--num-envs", "2", "--ray", "--total-steps", "64", "--out", str(out), "--quiet"]) == 0
     assert "num_workers = 2" in (out / "config.toml").read_text()
+
+
+def test_connect_ray_names_the_address_when_no_cluster_answers(monkeypatch):
+    import ray
+
+    from marljoint.distributed import connect_ray
+
+    def refuse(**kwargs):
+        raise ConnectionError("could not find any running Ray instance")
+
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", refuse)
+    with pytest.raises(ConnectionError, match=r"no Ray cluster answers at 'ray://head:10001' .*ray start --head"):
+        connect_ray("ray://head:10001")

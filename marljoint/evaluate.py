@@ -135,7 +135,7 @@ def evaluate_run(
     except CheckpointError as exc:
         raise RunError(str(exc)) from None
     # In-process copies: a GIF reads frames from the first copy, and evaluation is too short to need workers.
-    spec = dataclasses.replace(spec, trainer=spec.trainer.replace(vector_mode="sync"))
+    spec = dataclasses.replace(spec, trainer=spec.trainer.replace(vector_mode="sync", num_workers=0))
     copies = 1 if gif is not None else (num_envs or min(episodes, 8))
     extra = {"render_mode": "rgb_array"} if gif is not None else {}
     env = make_env(spec, num_envs=copies, seed=seed, **extra)

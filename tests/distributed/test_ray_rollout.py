@@ -295,6 +295,8 @@ def test_marljoint_train_with_ray_workers_resumes_bit_identically(tmp_path):
     whole = losses(tmp_path / "whole")
     assert len(whole) == 4
     assert losses(tmp_path / "halves") == whole
+    # Evaluation of a Ray run plays in-process (a run's num_workers need not fit the evaluation's few copies).
+    assert main(["eval", str(tmp_path / "whole"), "--episodes", "1"]) == 0
 
 
 def test_marljoint_train_ray_flag_defaults_to_two_workers(tmp_path, capsys):

@@ -13,21 +13,18 @@ its per-copy noise generators, taken after every rollout) and collects the same 
 from __future__ import annotations
 
 import os
-import pickle
-import warnings
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 import torch
+
+from marljoint.ppo.slices import assemble, blueprint, load_weights, rollout_piece, slice_trainer
 
 if TYPE_CHECKING:  # pragma: no cover
     from marljoint.ppo.rollout import JointRollout
     from marljoint.ppo.trainer import JointMultiAgentTrainer
 
 __all__ = ["RayRolloutWorkers", "WorkerLostError", "connect_ray", "require_ray", "worker_slices"]
-
-
-_PER_AGENT = ("log_probs", "values", "rewards", "terminated", "truncated", "alive", "acting", "final_values")
 
 
 class WorkerLostError(RuntimeError):
@@ -97,18 +94,10 @@ class _RolloutWorker:
         self, env_fn: Callable[[], Any], start: int, stop: int, total: int, config: dict[str, Any], blueprint: bytes
     ) -> None:
         from marljoint.env.pettingzoo import PettingZooJointEnv
-        from marljoint.ppo.config import JointTrainerConfig
-        from marljoint.ppo.trainer import JointMultiAgentTrainer, _Unit
 
-        cfg = JointTrainerConfig.from_dict(config).replace(num_workers=0, num_envs=stop - start, device="cpu")
-        torch.set_num_threads(cfg.torch_threads or 1)
-        env = PettingZooJointEnv(env_fn, num_envs=stop - start, seed=cfg.seed)
+        env = PettingZooJointEnv(env_fn, num_envs=stop - start, seed=config["seed"])
         env._copy_offset = start
-        units = [_Unit(g, policy, indices, None, None, stacked) for g, policy, indices, stacked in pickle.loads(blueprint)]
-        trainer = JointMultiAgentTrainer.__new__(JointMultiAgentTrainer)
-        trainer._setup(env, cfg, units)
-        trainer._row_pad = (start, total)
-        self.trainer = trainer
+        self.trainer = slice_trainer(env, start, total, config, blueprint)
 
     def pid(self) -> int:
         return os.getpid()
@@ -131,18 +120,8 @@ class _RolloutWorker:
         if restore is not None:
             self.restore(restore)
         trainer = self.trainer
-        for unit, state in zip(trainer._units, weights["policies"]):
-            unit.policy.load_state_dict(state)
-        if trainer.value_normalizer is not None:
-            trainer.value_normalizer.load_state_dict(weights["value_normalizer"])
-        ro = trainer.collect_rollout()
-        piece = {name: getattr(ro, name).numpy().copy() for name in (*_PER_AGENT, "bootstrap_values")}
-        piece["obs"] = [o.numpy().copy() for o in ro.obs]
-        piece["actions"] = [a.numpy().copy() for a in ro.actions]
-        piece["action_masks"] = [None if m is None else m.numpy().copy() for m in ro.action_masks]
-        piece["episode_returns"] = ro.episode_returns
-        piece["episode_lengths"] = ro.episode_lengths
-        piece["episode_steps"] = ro.episode_steps
+        load_weights(trainer, weights)
+        piece = rollout_piece(trainer.collect_rollout())
         snapshot = {
             "env": trainer.env_state()["env"],
             "copy_generators": [g.get_state() for g in trainer._copy_generators],
@@ -186,9 +165,7 @@ class RayRolloutWorkers:
         self._ray = ray
         self._env_fn = env_fn
         self._config = trainer.config.to_dict()
-        self._blueprint = pickle.dumps(
-            [(u.group, _cpu_copy(u.policy), u.agent_indices, u.stacked) for u in trainer._units]
-        )
+        self._blueprint = blueprint(trainer)
         self._actor_class = ray.remote(num_cpus=1, max_restarts=0)(_RolloutWorker)
         self.max_restarts = max_restarts
         self.restarts = 0
@@ -242,7 +219,7 @@ class RayRolloutWorkers:
                 continue
             pieces[k] = piece
             self.snapshots[k] = snapshot
-        _assemble(rollout, pieces, self.slices)
+        assemble(rollout, pieces, self.slices)
 
     def states(self) -> list[dict[str, Any] | None]:
         """Every worker's snapshot after its last rollout (``None`` before the first)."""
@@ -272,32 +249,3 @@ class RayRolloutWorkers:
         for actor in self.actors:
             self._ray.kill(actor)
         self.actors = []
-
-
-def _cpu_copy(module: torch.nn.Module) -> torch.nn.Module:
-    import copy
-
-    return copy.deepcopy(module).cpu()
-
-
-def _assemble(rollout: "JointRollout", pieces: Sequence[dict[str, Any]], slices: Sequence[tuple[int, int]]) -> None:
-    """Writes every worker's piece into its env columns; merges episode records into single-process order."""
-    with warnings.catch_warnings():
-        # Arrays from Ray's object store are read-only; they are only read here.
-        warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
-        for piece, (a, b) in zip(pieces, slices):
-            for name in _PER_AGENT:
-                getattr(rollout, name)[:, a:b].copy_(torch.from_numpy(piece[name]))
-            rollout.bootstrap_values[a:b].copy_(torch.from_numpy(piece["bootstrap_values"]))
-            for g in range(len(rollout.obs)):
-                rollout.obs[g][:, a:b].copy_(torch.from_numpy(piece["obs"][g]))
-                rollout.actions[g][:, a:b].copy_(torch.from_numpy(piece["actions"][g]))
-                if rollout.action_masks[g] is not None:
-                    rollout.action_masks[g][:, a:b].copy_(torch.from_numpy(piece["action_masks"][g]))
-    steps = np.concatenate([p["episode_steps"] for p in pieces])
-    # Within one step, one process lists finished episodes in copy order, i.e. worker by worker: a stable sort by
-    # step of the worker-ordered concatenation restores exactly that order.
-    order = np.argsort(steps, kind="stable")
-    rollout.episode_returns = np.concatenate([p["episode_returns"] for p in pieces])[order]
-    rollout.episode_lengths = np.concatenate([p["episode_lengths"] for p in pieces])[order]
-    rollout.episode_steps = steps[order]

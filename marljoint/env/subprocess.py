@@ -8,6 +8,7 @@ from multiprocessing import shared_memory
 from typing import Any, Callable, Sequence
 
 import numpy as np
+import torch
 
 from marljoint.env.base import JointObs, JointStep
 from marljoint.env.pettingzoo import PettingZooJointEnv
@@ -60,16 +61,21 @@ def _worker(
     env_fn: Callable[[], Any],
     start: int,
     stop: int,
+    total: int,
     shm_name: str,
     layout: dict[str, tuple[tuple[int, ...], str]],
 ) -> None:
     shared = None
     try:
+        torch.set_num_threads(1)
         env = PettingZooJointEnv(env_fn, num_envs=stop - start)
         env._copy_offset = start
         shared = _SharedArrays(layout, name=shm_name)
         arrays = shared.arrays
         groups = range(len(env.spec.groups))
+        state: JointObs | None = None
+        trainer: Any = None
+        token = None
 
         def publish(state: Any) -> None:
             for g in groups:
@@ -83,10 +89,24 @@ def _worker(
         while True:
             command, payload = conn.recv()
             if command == "reset":
-                publish(env.reset(seed=payload))
+                state = env.reset(seed=payload)
+                publish(state)
                 conn.send(("ok", None))
+            elif command == "collect":
+                plan_token, plan, config, weights, reset = payload
+                from marljoint.ppo.slices import load_weights, rollout_piece, slice_trainer
+
+                if plan_token != token:
+                    trainer, token = slice_trainer(env, start, total, config, plan), plan_token
+                load_weights(trainer, weights)
+                trainer._state = None if reset or state is None else state
+                piece = rollout_piece(trainer.collect_rollout())
+                state = trainer._state
+                publish(state)
+                conn.send(("ok", piece))
             elif command == "step":
                 out = env.step([arrays[f"act{g}"][start:stop] for g in groups])
+                state = JointObs(out.obs, out.alive, out.acting, out.action_masks)
                 publish(out)
                 for g in groups:
                     arrays[f"final{g}"][start:stop] = out.final_obs[g]
@@ -168,13 +188,19 @@ class SubprocessJointEnv:
             parent, child = ctx.Pipe()
             proc = ctx.Process(
                 target=_worker,
-                args=(child, env_fn, int(bounds[w]), int(bounds[w + 1]), self._shared.shm.name, self._layout),
+                args=(
+                    child, env_fn, int(bounds[w]), int(bounds[w + 1]), self.num_envs, self._shared.shm.name,
+                    self._layout,
+                ),
                 daemon=True,
             )
             proc.start()
             child.close()
             self._conns.append(parent)
             self._procs.append(proc)
+        self.slices = [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])]
+        """Each worker's copies ``[start, stop)``."""
+        self._plan_token: str | None = None
         self._gather()
         self._reset_done = False
 
@@ -256,6 +282,40 @@ class SubprocessJointEnv:
             episode_returns=np.concatenate(returns) if returns else np.zeros((0, N)),
             episode_lengths=np.concatenate(lengths) if lengths else np.zeros(0, np.int64),
         )
+
+    def collect_in_workers(
+        self, rollout: Any, token: str, plan: bytes, config: dict[str, Any], weights: dict[str, Any], reset: bool
+    ) -> JointObs:
+        """Plays one rollout with the policies inside the workers, each over its own copies, into ``rollout``.
+
+        Every worker runs a learner-less trainer (:func:`marljoint.ppo.slices.slice_trainer`) on its slice: it
+        evaluates the policies, samples with its copies' noise generators and steps its env copies, so workers
+        overlap one another's env stepping with their policy inference and exchange nothing per step. The result is
+        bit-identical to collecting all copies in one process. Used by
+        :meth:`~marljoint.JointMultiAgentTrainer.collect_rollout`.
+
+        Args:
+            rollout: the learner's :class:`~marljoint.ppo.rollout.JointRollout` for all E copies.
+            token: identifies the learner; a new token rebuilds the workers' trainers from ``plan``.
+            plan: :func:`marljoint.ppo.slices.blueprint` of the learner.
+            config: the learner's ``JointTrainerConfig.to_dict()``.
+            weights: :func:`marljoint.ppo.slices.learner_weights` of the learner.
+            reset: reset every copy (with ``config["seed"]``) before playing.
+
+        Returns:
+            The state the next rollout starts from.
+        """
+        from marljoint.ppo.slices import assemble
+
+        send_plan = token != self._plan_token
+        for conn in self._conns:
+            conn.send(("collect", (token, plan if send_plan else None, config, weights, reset)))
+        pieces = self._gather()
+        self._plan_token = token
+        self._reset_done = True
+        assemble(rollout, pieces, self.slices)
+        a = self._shared.arrays
+        return JointObs(self._obs, a["alive"], a["acting"], self._masks)
 
     def close(self) -> None:
         """Stops the workers and frees the shared memory."""

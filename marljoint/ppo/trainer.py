@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import inspect
 import math
+import pickle
 import time
+import uuid
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
@@ -31,6 +34,7 @@ from marljoint.ppo.losses import (
 )
 from marljoint.ppo.normalizer import RunningNormalizer
 from marljoint.ppo.rollout import JointRollout
+from marljoint.ppo.slices import blueprint, learner_weights
 
 __all__ = ["JointMultiAgentTrainer", "JointStats"]
 
@@ -270,6 +274,9 @@ class JointMultiAgentTrainer:
         self.env_steps = 0
         self._lr_scale = 1.0
         self._workers: Any = None
+        # Subprocess envs: the pickled networks their workers collect with (False: they step the env only).
+        self._slice_plan: bytes | bool | None = None
+        self._slice_token = uuid.uuid4().hex
         if config.num_workers > 0:
             if getattr(env, "env_fn", None) is None:
                 raise ValueError(
@@ -459,6 +466,12 @@ class JointMultiAgentTrainer:
             self._ray_workers().collect(self._worker_weights(), ro)
             self.env_steps += cfg.rollout_steps * self.env.num_envs
             return ro
+        if self._collects_in_env_workers():
+            self._state = self.env.collect_in_workers(
+                ro, self._slice_token, self._slice_plan, cfg.to_dict(), learner_weights(self), self._state is None
+            )
+            self.env_steps += cfg.rollout_steps * self.env.num_envs
+            return ro
         if self._state is None:
             self._state = self.env.reset(seed=cfg.seed)
         if len(self._copy_generators) != self.env.num_envs:
@@ -511,6 +524,21 @@ class JointMultiAgentTrainer:
         self.env_steps += cfg.rollout_steps * self.env.num_envs
         return ro
 
+    def _collects_in_env_workers(self) -> bool:
+        """Whether the env's worker processes run the policies too (a subprocess env, CPU policies, picklable)."""
+        if self._slice_plan is None:
+            self._slice_plan = False
+            if callable(getattr(self.env, "collect_in_workers", None)) and self.device.type == "cpu":
+                try:
+                    self._slice_plan = blueprint(self)
+                except (pickle.PicklingError, TypeError, AttributeError) as exc:
+                    warnings.warn(
+                        f"the policies cannot be pickled to the env worker processes ({exc}); the workers step the "
+                        "env copies only and the policies run in this process, one step at a time",
+                        stacklevel=3,
+                    )
+        return self._slice_plan is not False
+
     def _ray_workers(self) -> Any:
         if self._workers is None:
             from marljoint.distributed.rollout import RayRolloutWorkers
@@ -519,10 +547,7 @@ class JointMultiAgentTrainer:
         return self._workers
 
     def _worker_weights(self) -> dict[str, Any]:
-        return {
-            "policies": [{k: v.detach().cpu() for k, v in u.policy.state_dict().items()} for u in self._units],
-            "value_normalizer": None if self.value_normalizer is None else self.value_normalizer.state_dict(),
-        }
+        return learner_weights(self)
 
     def close(self) -> None:
         """Stops the Ray rollout workers, if any (the env, which the caller built, stays open)."""

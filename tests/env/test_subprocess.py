@@ -5,6 +5,7 @@ import functools
 import numpy as np
 import pytest
 import torch
+from pettingzoo.utils.wrappers import BaseParallelWrapper
 
 from marljoint import JointMultiAgentTrainer, JointTrainerConfig, PettingZooJointEnv, SubprocessJointEnv
 from marljoint.env import check_joint_env, make_joint_env, random_actions
@@ -87,3 +88,120 @@ def test_bad_arguments():
             env.step([np.zeros((3, 2), np.int64)])
     finally:
         env.close()
+
+
+FIELDS = ("log_probs", "values", "rewards", "terminated", "truncated", "alive", "acting", "final_values", "bootstrap_values")
+
+
+def _spread():
+    from mpe2 import simple_spread_v3
+
+    return simple_spread_v3.parallel_env(N=3, max_cycles=10)
+
+
+def _trainer(env_fn, mode, num_envs=5, num_env_workers=2, **cfg):
+    cfg.setdefault("rollout_steps", 16)
+    cfg.setdefault("minibatch_size", 40)
+    cfg.setdefault("n_epochs", 2)
+    cfg.setdefault("seed", 11)
+    config = JointTrainerConfig(num_envs=num_envs, vector_mode=mode, num_env_workers=num_env_workers, **cfg)
+    env = make_joint_env(env_fn, config.num_envs, config.seed, config.vector_mode, config.num_env_workers)
+    return JointMultiAgentTrainer.from_env(env, config)
+
+
+def _assert_same(a, b):
+    for name in FIELDS:
+        assert torch.equal(getattr(a, name), getattr(b, name)), name
+    for g in range(len(a.obs)):
+        assert torch.equal(a.obs[g], b.obs[g])
+        assert torch.equal(a.actions[g], b.actions[g])
+        if a.action_masks[g] is not None:
+            assert torch.equal(a.action_masks[g], b.action_masks[g])
+    for name in ("episode_returns", "episode_lengths", "episode_steps"):
+        np.testing.assert_array_equal(getattr(a, name), getattr(b, name))
+
+
+def _lockstep(sync, sub, iterations=3):
+    for _ in range(iterations):
+        a, b = sync.collect_rollout(), sub.collect_rollout()
+        _assert_same(a, b)
+        sync.update(a)
+        sub.update(b)
+        for p, q in zip(sync.policies, sub.policies):
+            for (name, x), (_, y) in zip(p.state_dict().items(), q.state_dict().items()):
+                assert torch.equal(x, y), name
+    for x, y in zip(sync._state.obs, sub._state.obs):
+        np.testing.assert_array_equal(x, y)
+
+
+@pytest.mark.parametrize(
+    "env_fn,cfg",
+    [
+        # agents dying and joining mid-episode, one shared network
+        (variable_agents_v0.parallel_env, {}),
+        # centralised critic, one network per agent, truncations, 3 + 2 copies per worker
+        (_spread, {"share_parameters": False, "centralized_critic": True}),
+        # turn-based AEC env with action masks
+        (kuhn_poker_v0.env, {"value_normalization": True}),
+    ],
+    ids=["variable_agents", "spread", "kuhn"],
+)
+def test_policies_in_workers_give_the_sync_rollouts_and_parameters(env_fn, cfg):
+    sync, sub = _trainer(env_fn, "sync", **cfg), _trainer(env_fn, "subprocess", **cfg)
+    try:
+        assert sub._collects_in_env_workers()
+        _lockstep(sync, sub)
+        # the env state the workers left behind is the env's state: a lockstep step continues from it
+        state = sub._state
+        actions = sub.act(state)
+        np.testing.assert_array_equal(sub.env.step(actions).rewards, sync.env.step(sync.act(sync._state)).rewards)
+    finally:
+        sub.env.close()
+
+
+def test_a_second_trainer_on_the_same_env_rebuilds_the_workers_copies():
+    sync_env = PettingZooJointEnv(variable_agents_v0.parallel_env, num_envs=4)
+    sub_env = SubprocessJointEnv(variable_agents_v0.parallel_env, num_envs=4, num_workers=2)
+    try:
+        for seed in (1, 2):
+            cfg = JointTrainerConfig(num_envs=4, rollout_steps=8, minibatch_size=16, n_epochs=1, seed=seed)
+            a = JointMultiAgentTrainer.from_env(sync_env, cfg)
+            b = JointMultiAgentTrainer.from_env(sub_env, cfg)
+            _lockstep(a, b, iterations=2)
+    finally:
+        sub_env.close()
+
+
+def test_unpicklable_policies_fall_back_to_stepping_the_env_only():
+    sync = _trainer(variable_agents_v0.parallel_env, "sync")
+    sub = _trainer(variable_agents_v0.parallel_env, "subprocess")
+    try:
+        for trainer in (sync, sub):
+            trainer.policies[0].probe = lambda x: x  # a local lambda: the module can no longer be pickled
+        with pytest.warns(UserWarning, match="cannot be pickled to the env worker processes"):
+            assert not sub._collects_in_env_workers()
+        # the fallback steps copies in lockstep with one batch of all copies: the same results again
+        _lockstep(sync, sub, iterations=2)
+    finally:
+        sub.env.close()
+
+
+class _BreaksAtStep3(BaseParallelWrapper):
+    def __init__(self, env):
+        super().__init__(env)
+        self.steps = 0
+
+    def step(self, actions):
+        self.steps += 1
+        if self.steps == 3:
+            raise ValueError("the copy broke at step 3")
+        return super().step(actions)
+
+
+def test_env_errors_inside_a_workers_rollout_are_reraised():
+    sub = _trainer(lambda: _BreaksAtStep3(counter_v0.parallel_env()), "subprocess", num_envs=2)
+    try:
+        with pytest.raises(ValueError, match="the copy broke at step 3"):
+            sub.collect_rollout()
+    finally:
+        sub.env.close()

@@ -35,6 +35,9 @@ def main() -> None:
     parser.add_argument("--eval-num-envs", type=int, default=64)
     parser.add_argument("--meta-solver", default="regret_matching")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--warm-start", action="store_true", help="best responses start from their seat's newest member"
+    )
     parser.add_argument("--out", type=Path, default=Path("runs/psro_bucket_brigade"))
     args = parser.parse_args()
     torch.set_num_threads(1)
@@ -47,6 +50,7 @@ def main() -> None:
         episodes_per_entry=args.episodes_per_entry,
         eval_num_envs=args.eval_num_envs,
         seed=args.seed,
+        warm_start=args.warm_start,
     )
     env_fn = env_factory("bucket_brigade_v0", {"scenario": "minimal_specialization"})
     start = time.perf_counter()

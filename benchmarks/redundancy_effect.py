@@ -2,9 +2,10 @@
 
 For every coefficient λ in ``--coefs`` and every seed in ``--seeds``, trains independent (non-shared) encoders for
 ``--steps`` env steps with ``RedundancyPenalty(kind=..., coef=λ)`` as the ``aux_fn`` (λ = 0 is the baseline: the
-metrics are logged, training is untouched). Then, on one fixed probe set of observations (``--probe-size``
-joint observations collected once, with ``--probe-seed`` and a uniformly random policy, the same set for every
-run), it measures between every pair of agents (i < j):
+metrics are logged, training is untouched). Then, on two fixed probe sets of observations (each
+``--probe-size`` joint observations collected once with ``--probe-seed``, the same sets for every run: one visited
+by a uniformly random policy, one by agents that each head for their own landmark with 20% random actions, the
+states a policy solving the task sees), it measures between every pair of agents (i < j):
 
 * ``mean_abs_corr``: mean absolute Pearson correlation over all ``d_i × d_j`` feature pairs, each feature
   standardised over the probe set;
@@ -19,7 +20,7 @@ reseeded with the evaluation seed), on the same episodes (env seeds) for every r
 the same episodes gives the baseline. The return with deterministic (mode) actions is reported too, outside the
 criteria.
 
-Acceptance (for each correlation measure): every λ > 0 seed is at most half of every λ = 0 seed; no agent of a
+Acceptance (for each correlation measure and probe set): every λ > 0 seed is at most half of every λ = 0 seed; no agent of a
 λ > 0 run has a constant feature or a mean feature std below half of the smallest one among the λ = 0 runs; and
 the mean return over λ > 0 seeds keeps at least 90% of the λ = 0 improvement over the random policy.
 
@@ -48,7 +49,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import torch
 
-from marljoint import JointMultiAgentTrainer, JointTrainerConfig, PettingZooJointEnv
+from marljoint import JointMultiAgentTrainer, JointTrainerConfig, PettingZooJointEnv, make_joint_env
 from marljoint.redundancy import RedundancyPenalty, agent_pairs, pairwise_cka, pairwise_xcorr
 
 CONSTANT_STD = 1e-6
@@ -108,6 +109,8 @@ class BenchmarkConfig:
     """Seed of the evaluation episodes and of the action sampling (the same for every policy)."""
     centralized_critic: bool = False
     """Give the critic its own MLP on the joint observation, so the penalised encoder serves the actor only."""
+    env_workers: int = 0
+    """Env worker processes of a training run (0: in-process); the results are the same bit for bit."""
 
 
 def _uniform_actions(env: PettingZooJointEnv, rng: np.random.Generator) -> list[np.ndarray]:
@@ -119,8 +122,39 @@ def _uniform_actions(env: PettingZooJointEnv, rng: np.random.Generator) -> list[
     return actions
 
 
-def collect_probe(env_fn: Callable[[], Any], size: int, seed: int, num_envs: int = 16) -> list[torch.Tensor]:
-    """``size`` joint observations visited by a uniformly random policy, per group ``[size, n_g, *obs_shape]``."""
+def _landmark_seeking_actions(
+    env: PettingZooJointEnv, state: Any, rng: np.random.Generator, epsilon: float
+) -> list[np.ndarray]:
+    """simple_spread: agent i heads for landmark i along its larger offset (observation layout: own velocity, own
+    position, then the landmarks' positions relative to the agent); with probability ``epsilon`` a random action."""
+    actions = []
+    for g, group in enumerate(env.spec.groups):
+        obs = state.obs[g]  # [E, n_g, obs]
+        slots = np.arange(group.size)
+        offset = np.stack([obs[:, i, 4 + 2 * i : 6 + 2 * i] for i in slots], axis=1)  # [E, n_g, 2]
+        dx, dy = offset[..., 0], offset[..., 1]
+        # Discrete(5): no-op, left (-x), right (+x), down (-y), up (+y)
+        along_x = np.where(dx > 0, 2, 1)
+        along_y = np.where(dy > 0, 4, 3)
+        action = np.where(np.abs(dx) >= np.abs(dy), along_x, along_y)
+        explore = rng.random(action.shape) < epsilon
+        action = np.where(explore, rng.integers(0, group.action.nvec[0], size=action.shape), action)
+        actions.append(action.astype(np.int64))
+    return actions
+
+
+PROBE_POLICIES = ("random", "task")
+"""Probe sets: ``random`` (states a uniformly random policy visits) and ``task`` (states of agents that each head
+for their own landmark, 20% random actions: the part of the state space a policy that solves the task visits)."""
+
+
+def collect_probe(
+    env_fn: Callable[[], Any], size: int, seed: int, num_envs: int = 16, policy: str = "random"
+) -> list[torch.Tensor]:
+    """``size`` joint observations visited by a probe policy (:data:`PROBE_POLICIES`), per group
+    ``[size, n_g, *obs_shape]``."""
+    if policy not in PROBE_POLICIES:
+        raise ValueError(f"unknown probe policy {policy!r}; choose one of {PROBE_POLICIES}")
     env = PettingZooJointEnv(env_fn, num_envs=num_envs, seed=seed)
     rng = np.random.default_rng(seed)
     try:
@@ -133,7 +167,11 @@ def collect_probe(env_fn: Callable[[], Any], size: int, seed: int, num_envs: int
             for g, obs in enumerate(state.obs):
                 parts[g].append(obs.copy())  # the env overwrites its arrays on the next step
             collected += env.num_envs
-            state = env.step(_uniform_actions(env, rng))
+            if policy == "random":
+                actions = _uniform_actions(env, rng)
+            else:
+                actions = _landmark_seeking_actions(env, state, rng, epsilon=0.2)
+            state = env.step(actions)
         return [torch.from_numpy(np.concatenate(p)[:size]).float() for p in parts]
     finally:
         env.close()
@@ -221,9 +259,14 @@ def redundancy_measures(features: Sequence[torch.Tensor]) -> dict[str, Any]:
 
 
 def train_and_measure(
-    cfg: BenchmarkConfig, coef: float, seed: int, probe: Sequence[torch.Tensor], env_fn: Callable[[], Any] = make_spread
+    cfg: BenchmarkConfig,
+    coef: float,
+    seed: int,
+    probe: Sequence[torch.Tensor],
+    env_fn: Callable[[], Any] = make_spread,
+    task_probe: Sequence[torch.Tensor] | None = None,
 ) -> dict[str, Any]:
-    """Trains one run, then measures it on the probe set and on the evaluation episodes."""
+    """Trains one run, then measures it on the probe set(s) and on the evaluation episodes."""
     trainer_cfg = JointTrainerConfig(
         num_envs=cfg.num_envs,
         rollout_steps=cfg.rollout_steps,
@@ -240,7 +283,9 @@ def train_and_measure(
     penalty = RedundancyPenalty(
         kind=cfg.kind, coef=coef, reduction=cfg.reduction, debias=cfg.debias, variance_floor=cfg.variance_floor
     )
-    env = PettingZooJointEnv(env_fn, num_envs=cfg.num_envs, seed=seed)
+    env = make_joint_env(
+        env_fn, cfg.num_envs, seed, "subprocess" if cfg.env_workers else "sync", cfg.env_workers or None
+    )
     start = time.perf_counter()
     try:
         trainer = JointMultiAgentTrainer.from_env(env, trainer_cfg)
@@ -250,6 +295,8 @@ def train_and_measure(
     train_seconds = time.perf_counter() - start
     result: dict[str, Any] = {"coef": coef, "seed": seed, "kind": cfg.kind, "train_seconds": train_seconds}
     result.update(redundancy_measures(probe_features(trainer, probe)))
+    if task_probe is not None:
+        result["task_probe"] = redundancy_measures(probe_features(trainer, task_probe))
     episodes = (cfg.eval_episodes, cfg.eval_seed, cfg.eval_envs)
     trainer.generator.manual_seed(cfg.eval_seed)  # the same action-sampling stream for every run
     result.update(evaluate(env_fn, lambda s: trainer.act(s, deterministic=False), *episodes))
@@ -274,31 +321,36 @@ def summarise(runs: Sequence[dict[str, Any]], random_return: float) -> dict[str,
         row["min_agent_feature_std"] = min(min(r["feature_std"]) for r in rs)
         row["constant_features"] = sum(sum(r["constant_features"]) for r in rs)
         row["improvement_over_random"] = row["return"] - random_return
+        if all("task_probe" in r for r in rs):
+            row["task_probe"] = {m: statistics.fmean(r["task_probe"][m] for r in rs) for m in MEASURES}
+            row["task_probe"]["min_agent_feature_std"] = min(min(r["task_probe"]["feature_std"]) for r in rs)
         summary["per_coef"][str(c)] = row
     if 0.0 not in by_coef:
         return summary
     base = by_coef[0.0]
     base_improvement = summary["per_coef"]["0.0"]["improvement_over_random"]
-    base_min_std = min(min(r["feature_std"]) for r in base)
     for c, rs in by_coef.items():
         if c == 0.0:
             continue
         checks: dict[str, Any] = {}
-        for m in MEASURES:
-            worst, best_base = max(r[m] for r in rs), min(r[m] for r in base)
-            checks[f"{m}_halved"] = {
-                "max_penalised": worst,
-                "min_baseline": best_base,
-                "held": worst <= 0.5 * best_base,
+        for prefix, view in (("", lambda r: r), ("task_probe_", lambda r: r["task_probe"])):
+            if any("task_probe" not in r for r in (*rs, *base)) and prefix:
+                continue
+            for m in MEASURES:
+                worst, best_base = max(view(r)[m] for r in rs), min(view(r)[m] for r in base)
+                checks[f"{prefix}{m}_halved"] = {
+                    "max_penalised": worst,
+                    "min_baseline": best_base,
+                    "held": worst <= 0.5 * best_base,
+                }
+            min_std = min(min(view(r)["feature_std"]) for r in rs)
+            constants = sum(sum(view(r)["constant_features"]) for r in rs)
+            checks[f"{prefix}no_variance_collapse"] = {
+                "min_agent_feature_std": min_std,
+                "min_baseline_agent_feature_std": min(min(view(r)["feature_std"]) for r in base),
+                "constant_features": constants,
+                "held": constants == 0 and min_std >= 0.5 * min(min(view(r)["feature_std"]) for r in base),
             }
-        min_std = min(min(r["feature_std"]) for r in rs)
-        constants = sum(sum(r["constant_features"]) for r in rs)
-        checks["no_variance_collapse"] = {
-            "min_agent_feature_std": min_std,
-            "min_baseline_agent_feature_std": base_min_std,
-            "constant_features": constants,
-            "held": constants == 0 and min_std >= 0.5 * base_min_std,
-        }
         # Undefined (and so not held) when the baseline itself does not beat the random policy.
         kept = (
             summary["per_coef"][str(c)]["improvement_over_random"] / base_improvement
@@ -337,6 +389,7 @@ def code_fingerprint() -> dict[str, str]:
 # Fields that must match for λ = 0 runs to be reused: the penalty options do not change a λ = 0 run.
 _BASELINE_FIELDS = (
     "steps",
+    "centralized_critic",
     "num_envs",
     "rollout_steps",
     "minibatch_size",
@@ -391,6 +444,7 @@ def run_benchmark(
     code = code_fingerprint()
     torch.set_num_threads(1)
     probe = collect_probe(make_spread, cfg.probe_size, cfg.probe_seed)
+    task_probe = collect_probe(make_spread, cfg.probe_size, cfg.probe_seed, policy="task")
     random_eval = evaluate(make_spread, None, cfg.eval_episodes, cfg.eval_seed, cfg.eval_envs)
     log(f"uniformly random policy: return {random_eval['return']:.2f} ± {random_eval['return_sem']:.2f}")
     log(_TABLE_HEADER)
@@ -403,7 +457,7 @@ def run_benchmark(
         if baseline is not None and coef == 0:
             continue
         for seed in cfg.seeds:
-            run = train_and_measure(cfg, float(coef), seed, probe)
+            run = train_and_measure(cfg, float(coef), seed, probe, task_probe=task_probe)
             runs.append(run)
             log(_run_line(run))
     return {
@@ -418,18 +472,20 @@ def run_benchmark(
 
 
 _TABLE_HEADER = (
-    "| λ | seed | mean abs corr | xcorr | CKA | penalty (last iteration) | feature std per agent | constant features "
-    "| return (sampled) | return (mode) | train s |\n"
-    "|---|---|---|---|---|---|---|---|---|---|---|"
+    "| λ | seed | mean abs corr | xcorr | CKA | task probe: mean abs corr, xcorr, CKA | penalty (last iteration) "
+    "| feature std per agent | constant features | return (sampled) | return (mode) | train s |\n"
+    "|---|---|---|---|---|---|---|---|---|---|---|---|"
 )
 
 
 def _run_line(run: dict[str, Any]) -> str:
     stds = ", ".join(f"{s:.3f}" for s in run["feature_std"])
     on_policy = run["final_training_metrics"].get(f"redundancy/{run['kind']}", float("nan"))
+    task = run.get("task_probe")
+    task_cell = "–" if task is None else f"{task['mean_abs_corr']:.3f}, {task['xcorr']:.4f}, {task['cka']:.3f}"
     return (
         f"| {run['coef']:g} | {run['seed']} | {run['mean_abs_corr']:.3f} | {run['xcorr']:.4f} | {run['cka']:.3f} "
-        f"| {on_policy:.4f} "
+        f"| {task_cell} | {on_policy:.4f} "
         f"| {stds} | {sum(run['constant_features'])} | {run['return']:.2f} ± {run['return_sem']:.2f} "
         f"| {run['return_deterministic']:.2f} | {run['train_seconds']:.0f}{' (reused)' if run.get('reused') else ''} |"
     )
@@ -444,28 +500,34 @@ def report(results: dict[str, Any]) -> str:
         "",
         f"Uniformly random policy: return {results['random']['return']:.2f} ± {results['random']['return_sem']:.2f}.",
         "",
-        "| λ | mean abs corr | xcorr | CKA | min agent feature std | return | improvement over random |",
-        "|---|---|---|---|---|---|---|",
+        "| λ | mean abs corr | xcorr | CKA | task probe: mean abs corr, xcorr, CKA | min agent feature std "
+        "| return | improvement over random |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for c, row in summary["per_coef"].items():
+        task = row.get("task_probe")
+        task_cell = "–" if task is None else f"{task['mean_abs_corr']:.3f}, {task['xcorr']:.4f}, {task['cka']:.3f}"
         lines.append(
-            f"| {float(c):g} | {row['mean_abs_corr']:.3f} | {row['xcorr']:.4f} | {row['cka']:.3f} "
+            f"| {float(c):g} | {row['mean_abs_corr']:.3f} | {row['xcorr']:.4f} | {row['cka']:.3f} | {task_cell} "
             f"| {row['min_agent_feature_std']:.3f} | {row['return']:.2f} | {row['improvement_over_random']:.2f} |"
         )
     for c, checks in summary["criteria"].items():
         lines += ["", f"λ = {float(c):g} against λ = 0:"]
-        for m in MEASURES:
-            check = checks[f"{m}_halved"]
+        for prefix, probe in (("", "random-play probe"), ("task_probe_", "task probe")):
+            if f"{prefix}no_variance_collapse" not in checks:
+                continue
+            for m in MEASURES:
+                check = checks[f"{prefix}{m}_halved"]
+                lines.append(
+                    f"- {probe}, {m}: worst λ>0 seed {check['max_penalised']:.4f} vs half the best λ=0 seed "
+                    f"{0.5 * check['min_baseline']:.4f}: {'held' if check['held'] else 'FAILED'}"
+                )
+            check = checks[f"{prefix}no_variance_collapse"]
             lines.append(
-                f"- {m}: worst λ>0 seed {check['max_penalised']:.4f} vs half the best λ=0 seed "
-                f"{0.5 * check['min_baseline']:.4f}: {'held' if check['held'] else 'FAILED'}"
+                f"- {probe}, no variance collapse: smallest agent feature std {check['min_agent_feature_std']:.3f} "
+                f"vs half the smallest at λ=0 {0.5 * check['min_baseline_agent_feature_std']:.3f}, "
+                f"{check['constant_features']} constant features: {'held' if check['held'] else 'FAILED'}"
             )
-        check = checks["no_variance_collapse"]
-        lines.append(
-            f"- no variance collapse: smallest agent feature std {check['min_agent_feature_std']:.3f} vs half the "
-            f"smallest at λ=0 {0.5 * check['min_baseline_agent_feature_std']:.3f}, "
-            f"{check['constant_features']} constant features: {'held' if check['held'] else 'FAILED'}"
-        )
         check = checks["return_kept"]
         if check["baseline_improvement"] > 0:
             kept = f"keeps {100 * check['fraction_of_baseline_improvement']:.0f}% of the λ=0 improvement over random"
@@ -493,6 +555,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         "--centralized-critic", action="store_true", help="critic MLP of its own: the encoder serves the actor only"
     )
     parser.add_argument("--eval-episodes", type=int, default=defaults.eval_episodes)
+    parser.add_argument(
+        "--env-workers", type=int, default=0, help="env worker processes per training run (0: in-process; same results)"
+    )
     parser.add_argument("--out", default=None, help="write the results as JSON to this path")
     parser.add_argument(
         "--baseline", default=None, help="reuse the λ=0 runs of this earlier --out file (same steps, seeds, config)"
@@ -511,6 +576,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         probe_size=args.probe_size,
         eval_episodes=args.eval_episodes,
         centralized_critic=args.centralized_critic,
+        env_workers=args.env_workers,
     )
     print(
         f"simple_spread_v3, independent encoders, {cfg.steps} env steps per run "

@@ -183,8 +183,11 @@ def main() -> None:
     torch.set_num_threads(1)
 
     print(f"batch: {NUM_ENVS} envs x {ROLLOUT} steps, {EPOCHS} epochs x {MINIBATCHES} minibatches, MLP {HIDDEN}")
-    print("| env | bare R | rollout | full (sync) | full (2 workers) | SB3+SuperSuit | rollout/R | full/R | workers/R | full/SB3 |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print(
+        "| env | bare R | rollout | full (sync) | full (2 workers) | SB3+SuperSuit | rollout/R | full/R | workers/R "
+        "| full/SB3 | workers/SB3 |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for name in args.envs:
         env_fn = ENVS[name]
         bare, roll, full, sub, sb3 = [], [], [], [], []
@@ -204,7 +207,7 @@ def main() -> None:
         print(
             f"| {name} | {m['bare']:,.0f} | {m['roll']:,.0f} | {m['full']:,.0f} | {m['sub']:,.0f} | {m['sb3']:,.0f} "
             f"| {m['roll'] / m['bare']:.2f} | {m['full'] / m['bare']:.2f} | {m['sub'] / m['bare']:.2f} "
-            f"| {m['full'] / m['sb3']:.2f} |"
+            f"| {m['full'] / m['sb3']:.2f} | {m['sub'] / m['sb3']:.2f} |"
         )
 
     print("\nindependent policies on mock_v0 (update time per agent-sample, microseconds)")

@@ -226,6 +226,9 @@ def register(subparsers: Any) -> None:
     psro.add_argument("--episodes-per-entry", type=int, help="episodes per simulated meta-game entry")
     psro.add_argument("--symmetric", action="store_true", help="two interchangeable seats share one population")
     psro.add_argument(
+        "--warm-start", action="store_true", help="PPO best responses start from their seat's newest member"
+    )
+    psro.add_argument(
         "--num-workers",
         type=int,
         default=0,
@@ -340,6 +343,7 @@ def run_psro(args: argparse.Namespace) -> int:
             br_steps=args.br_steps or recipe.br_steps,
             trainer=_trainer_config("psro", recipe.trainer, args),
             symmetric=args.symmetric,
+            warm_start=args.warm_start,
             seed=args.seed,
             num_workers=args.num_workers,
         )

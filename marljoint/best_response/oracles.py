@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import numpy as np
+import torch
 
 from marljoint.best_response.games import KnownGame
 from marljoint.best_response.opponents import (
@@ -28,6 +29,7 @@ from marljoint.best_response.opponents import (
 )
 from marljoint.best_response.population import FrozenPolicy, PolicyMixture
 from marljoint.env.base import JointEnv
+from marljoint.policies import AgentPolicy
 from marljoint.ppo.config import JointTrainerConfig
 from marljoint.ppo.trainer import JointMultiAgentTrainer
 
@@ -91,18 +93,24 @@ class PPOOracle:
         env: the JointEnv (its ``num_envs`` copies are used).
         config: PPO settings; ``seed`` and ``share_parameters`` are replaced per call.
         steps: env steps (joint steps × copies) of training per call, shared by all learners.
+        warm_start: start each learner from the newest member of its population (actor and critic) when that member
+            is a network of the same shape, instead of from fresh networks: the best responses keep improving over
+            iterations, and the critic starts from values it already fitted (the value normaliser starts afresh).
         **policy_kwargs: passed to ``JointMultiAgentTrainer.from_env`` (e.g. ``activation``).
 
     Raises:
         ValueError: ``steps`` not a positive integer.
     """
 
-    def __init__(self, env: JointEnv, config: JointTrainerConfig, steps: int, **policy_kwargs: Any) -> None:
+    def __init__(
+        self, env: JointEnv, config: JointTrainerConfig, steps: int, warm_start: bool = False, **policy_kwargs: Any
+    ) -> None:
         if not isinstance(steps, (int, np.integer)) or steps < 1:
             raise ValueError(f"steps={steps!r}; pass a positive number of env steps per best response")
         self.env = env
         self.config = config
         self.steps = int(steps)
+        self.warm_start = bool(warm_start)
         self.policy_kwargs = policy_kwargs
 
     def __call__(
@@ -116,6 +124,9 @@ class PPOOracle:
         wrapped = PopulationEnv(self.env, populations, MetaStrategyAssigner(strategies, learners), seed)
         config = self.config.replace(seed=int(seed), share_parameters=False, num_envs=self.env.num_envs)
         trainer = JointMultiAgentTrainer.from_env(wrapped, config, **self.policy_kwargs)
+        warm = 0
+        if self.warm_start:
+            warm = sum(warm_start_seat(trainer, seat, populations[seat][-1]) for seat in learners)
         active = np.zeros(spec.num_agents, dtype=bool)
         active[list(learners)] = True
         per_iteration = config.rollout_steps * self.env.num_envs
@@ -136,6 +147,8 @@ class PPOOracle:
                 recent.extend(episodes)
                 explained.append(stats.explained_var)
         metrics: dict[str, float] = {"br_env_steps": float(iterations * per_iteration)}
+        if self.warm_start:
+            metrics["br_warm_started"] = float(warm)
         metrics["br_seconds"] = time.perf_counter() - start
         for seat in learners:
             agent = spec.agents[seat]
@@ -145,6 +158,29 @@ class PPOOracle:
             metrics[f"br_return/{agent}"] = float(np.mean(mine)) if mine else float("nan")
         policies = {seat: trainer.agent_policy(seat) for seat in learners}
         return BestResponses(policies, metrics)
+
+
+def warm_start_seat(trainer: JointMultiAgentTrainer, seat: int, member: Any) -> bool:
+    """Copies a population member's network (actor and critic) into ``seat``'s slot of a fresh trainer.
+
+    Works when ``member`` is an :class:`~marljoint.policies.AgentPolicy` over per-agent (stacked) weights whose
+    parameters match the seat's network slot by name and shape; anything else (the uniform initial policy, another
+    architecture) is left alone.
+
+    Returns:
+        Whether the seat was warm-started.
+    """
+    network, slot = trainer.policy_for(seat)
+    source = getattr(member, "network", None)
+    if not isinstance(member, AgentPolicy) or type(source) is not type(network) or network.share_parameters:
+        return False
+    mine, theirs = dict(network.named_parameters()), dict(source.named_parameters())
+    if mine.keys() != theirs.keys() or any(mine[k].shape[1:] != theirs[k].shape[1:] for k in mine):
+        return False
+    with torch.no_grad():
+        for name, param in mine.items():
+            param[slot].copy_(theirs[name][member.slot])
+    return True
 
 
 @dataclass(frozen=True)

@@ -65,6 +65,7 @@ PSRO_METRICS: dict[str, str] = {
     "eval_episodes": "episodes simulated to estimate them (0 with exact evaluation)",
     "br_env_steps": "env steps of best-response training this iteration (PPO oracle)",
     "br_seconds": "seconds of best-response training this iteration (PPO oracle)",
+    "br_warm_started": "learners that started from their seat's newest member (PPO oracle with warm_start)",
     "br_explained_var/<agent>": "explained variance of the best response's critic, mean of its last quarter of "
     "updates (PPO)",
     "br_return/<agent>": "mean return of the best response in its last quarter of training episodes (PPO)",
@@ -101,6 +102,9 @@ class PsroConfig:
     trainer: JointTrainerConfig = field(default_factory=lambda: JointTrainerConfig(share_parameters=False))
     """PPO settings of the best responses (``num_envs`` copies train them); ``seed`` is set per iteration and
     ``share_parameters`` is forced to False (one network per seat)."""
+    warm_start: bool = False
+    """PPO oracle: each new best response starts from its seat's newest population member (actor and critic)
+    instead of fresh networks, so best responses keep improving across iterations (see ``PPOOracle``)."""
     symmetric: bool = False
     """Two interchangeable seats share ONE population (one best response per iteration, trained in seat 0)."""
     initial_policy: str = "uniform"
@@ -137,6 +141,8 @@ class PsroConfig:
             raise ValueError(f"seed must be an integer, got {self.seed!r}")
         if not isinstance(self.symmetric, bool):
             raise ValueError(f"symmetric must be True or False, got {self.symmetric!r}")
+        if not isinstance(self.warm_start, bool):
+            raise ValueError(f"warm_start must be True or False, got {self.warm_start!r}")
 
     def replace(self, **changes: Any) -> "PsroConfig":
         """A copy with ``changes`` applied (validated again)."""
@@ -245,7 +251,9 @@ class PSRO:
         if game is not None and config.oracle == "exact":
             self.oracle: Callable[..., Any] = ExactOracle(game)
         else:
-            self.oracle = PPOOracle(self.env, config.trainer, config.br_steps, **policy_kwargs)
+            self.oracle = PPOOracle(
+                self.env, config.trainer, config.br_steps, warm_start=config.warm_start, **policy_kwargs
+            )
         self._eval_env: PettingZooJointEnv | None = None
         self.meta_game = MetaGame(self.num_players, config.symmetric)
         self.populations: list[list[FrozenPolicy]] = []
@@ -484,6 +492,7 @@ class PSRO:
                 seat,
                 _derived_seed(self.config.seed, self.iteration + 1, 1, seat),
                 self.policy_kwargs,
+                self.config.warm_start,
             )
             for seat in learners
         ]
@@ -493,7 +502,7 @@ class PSRO:
         metrics: dict[str, float] = {}
         for _, task_metrics in results:
             for key, value in task_metrics.items():
-                if key == "br_env_steps":
+                if key in ("br_env_steps", "br_warm_started"):
                     metrics[key] = metrics.get(key, 0.0) + value
                 elif key != "br_seconds":
                     metrics[key] = value

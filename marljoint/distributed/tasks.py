@@ -30,6 +30,7 @@ def train_best_response(
     seat: int,
     seed: int,
     policy_kwargs: dict[str, Any],
+    warm_start: bool = False,
 ) -> tuple[Any, dict[str, float]]:
     """Trains one seat's PPO best response to the other seats' meta-strategies.
 
@@ -42,6 +43,7 @@ def train_best_response(
         seat: the learning seat.
         seed: seeds the trainer and the opponents' sampling.
         policy_kwargs: passed to the networks.
+        warm_start: start from the seat's newest population member (see ``PPOOracle``).
 
     Returns:
         ``(policy, metrics)``: the frozen best response and the oracle's diagnostics.
@@ -54,7 +56,8 @@ def train_best_response(
     torch.set_num_threads(trainer_config.torch_threads or 1)
     env = PettingZooJointEnv(env_fn, num_envs=trainer_config.num_envs, seed=seed)
     try:
-        responses = PPOOracle(env, trainer_config, steps, **policy_kwargs)(populations, strategies, [seat], seed)
+        oracle = PPOOracle(env, trainer_config, steps, warm_start=warm_start, **policy_kwargs)
+        responses = oracle(populations, strategies, [seat], seed)
     finally:
         env.close()
     return responses.policies[seat], dict(responses.metrics)

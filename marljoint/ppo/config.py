@@ -73,7 +73,8 @@ class JointTrainerConfig:
     bootstrap_truncation: bool = True
     """Bootstrap truncated episodes from V(final obs); False treats truncation as termination (for ablations)."""
     vector_mode: str = "sync"
-    """How :func:`~marljoint.env.make_joint_env` steps the copies: ``"sync"`` (in-process) or ``"subprocess"``."""
+    """How :func:`~marljoint.env.make_joint_env` steps the copies: ``"sync"`` (in-process) or ``"subprocess"``
+    (worker processes that also run CPU policies for their own copies during rollouts; bit-identical results)."""
     num_env_workers: int = 2
     """Worker processes for ``vector_mode="subprocess"``."""
     num_workers: int = 0

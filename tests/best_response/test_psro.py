@@ -142,3 +142,31 @@ def test_configuration_errors_name_the_field_and_fix():
     assert PsroConfig.from_dict(PsroConfig(seed=3).to_dict()) == PsroConfig(seed=3)
     with pytest.raises(ValueError, match=r"unknown PsroConfig field\(s\) \['iters'\]"):
         PsroConfig.from_dict({"iters": 3})
+
+
+def test_warm_start_copies_the_newest_member_into_the_learners_slot():
+    from marljoint import JointMultiAgentTrainer, PettingZooJointEnv
+    from marljoint.best_response.oracles import warm_start_seat
+
+    env = PettingZooJointEnv(biased_rps, num_envs=2)
+    source = JointMultiAgentTrainer.from_env(env, SMALL_PPO.replace(seed=1, num_envs=2))
+    fresh = JointMultiAgentTrainer.from_env(env, SMALL_PPO.replace(seed=2, num_envs=2))
+    member = source.agent_policy(1)
+    assert warm_start_seat(fresh, 1, member)
+    for (name, mine), (_, theirs) in zip(fresh.policies[0].named_parameters(), source.policies[0].named_parameters()):
+        assert torch.equal(mine[1], theirs[1]), name
+        if name.endswith("weight"):  # the other seat keeps its own fresh weights (biases start at zero in both)
+            assert not torch.equal(mine[0], theirs[0]), name
+    assert not warm_start_seat(fresh, 0, UniformPolicy(env.spec.groups[0].action))
+    # another architecture is left alone
+    other = JointMultiAgentTrainer.from_env(env, SMALL_PPO.replace(hidden_sizes=(8,), num_envs=2))
+    assert not warm_start_seat(fresh, 0, other.agent_policy(0))
+
+
+def test_psro_with_warm_start_reports_which_learners_started_warm():
+    config = PsroConfig(iterations=2, br_steps=256, trainer=SMALL_PPO, warm_start=True, seed=0)
+    history = PSRO(biased_rps, config, game=known_game("matrix_game_v0", {"game": "biased_rps"})).run()
+    # iteration 1 answers the uniform initial policies (nothing to start from); iteration 2 starts both seats warm
+    assert [row["br_warm_started"] for row in history[1:]] == [0.0, 2.0]
+    with pytest.raises(ValueError, match="warm_start must be True or False"):
+        PsroConfig(warm_start="yes")

@@ -47,12 +47,18 @@ def test_cli_runs_on_a_tiny_budget(bench, tmp_path, capsys):
         for key in (*bench.MEASURES, "return"):
             assert math.isfinite(run[key])
         assert len(run["feature_std"]) == 3
+        for key in bench.MEASURES:
+            assert math.isfinite(run["task_probe"][key])
     checks = results["summary"]["criteria"]["1.0"]
     assert set(checks) == {
         "mean_abs_corr_halved",
         "xcorr_halved",
         "cka_halved",
         "no_variance_collapse",
+        "task_probe_mean_abs_corr_halved",
+        "task_probe_xcorr_halved",
+        "task_probe_cka_halved",
+        "task_probe_no_variance_collapse",
         "return_kept",
         "all_held",
     }
@@ -70,3 +76,17 @@ def test_a_baseline_made_by_other_code_is_refused(bench):
     earlier = {"code": {**bench.code_fingerprint(), "marljoint_sources_sha256": "0" * 64}, "config": {}, "runs": []}
     with pytest.raises(ValueError, match="the baseline file was made by other code"):
         bench.baseline_runs(bench.BenchmarkConfig(), earlier)
+
+
+def test_the_task_probe_visits_states_near_the_landmarks(bench):
+    """Agents heading for their own landmark end up closer to it than random play leaves them."""
+
+    def own_landmark_distance(probe):
+        obs = probe[0]  # [P, 3, 18]; agent i's landmark i sits at 4 + 2i .. 6 + 2i
+        return float(torch.stack([obs[:, i, 4 + 2 * i : 6 + 2 * i].norm(dim=-1) for i in range(3)]).mean())
+
+    random_probe = bench.collect_probe(bench.make_spread, 512, 3)
+    task_probe = bench.collect_probe(bench.make_spread, 512, 3, policy="task")
+    assert own_landmark_distance(task_probe) < 0.6 * own_landmark_distance(random_probe)
+    with pytest.raises(ValueError, match="unknown probe policy 'expert'"):
+        bench.collect_probe(bench.make_spread, 16, 3, policy="expert")

@@ -55,7 +55,7 @@ def run(preset_name: str, seed: int, steps: int, episodes: int, out: Path, overr
             ])
             f.flush()
 
-        history = trainer.train(steps, callback=log)
+        history = trainer.train(steps, callback=log, keep_history=False)
     wall = time.perf_counter() - start
     env.close()
     eval_env = make_joint_env(env_fn, min(episodes, 25), seed + 10_000)

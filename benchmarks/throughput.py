@@ -165,7 +165,7 @@ def peak_memory_run(total_steps: int) -> list[float]:
     env = make_joint_env(_spread, cfg.num_envs, cfg.seed)
     trainer = JointMultiAgentTrainer.from_env(env, cfg)
     samples: list[float] = []
-    trainer.train(total_steps, callback=lambda m: samples.append(resident_mib()))
+    trainer.train(total_steps, callback=lambda m: samples.append(resident_mib()), keep_history=False)
     return samples
 
 

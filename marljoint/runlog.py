@@ -75,14 +75,14 @@ class MetricsLog:
     ) -> None:
         self.path = Path(run_dir) / METRICS_FILE
         self._columns: list[str] = []
-        self._rows: list[dict[str, Any]] = []
+        rows: list[dict[str, Any]] = []
         if keep_until is not None and self.path.exists():
             with open(self.path, newline="") as f:
                 reader = csv.DictReader(f)
                 self._columns = list(reader.fieldnames or [])
                 # Rows are kept as the text they were written as, so a resumed file matches an uninterrupted one.
-                self._rows = [r for r in reader if _float(r.get("iteration")) <= keep_until]
-        self._rewrite()
+                rows = [r for r in reader if _float(r.get("iteration")) <= keep_until]
+        self._rewrite(rows)
         self._writer: Any = None
         if tensorboard and tensorboard_available():
             from torch.utils.tensorboard import SummaryWriter
@@ -90,7 +90,7 @@ class MetricsLog:
             # Events are logged at env_steps: a resume discards those after the last row it keeps.
             purge = None
             if keep_until is not None:
-                purge = int(max((_float(r.get("env_steps")) for r in self._rows), default=-1)) + 1
+                purge = int(max((_float(r.get("env_steps")) for r in rows), default=-1)) + 1
             self._writer = SummaryWriter(log_dir=str(Path(run_dir) / TENSORBOARD_DIR), purge_step=purge)
 
     @property
@@ -101,11 +101,13 @@ class MetricsLog:
     def log(self, metrics: Mapping[str, Any]) -> None:
         """Appends one iteration's metrics (numbers) to the CSV and TensorBoard."""
         row = dict(metrics)
-        self._rows.append(row)
         new = [k for k in row if k not in self._columns]
         if new:
+            # Rare (a metric that first appears late): the file is rewritten from disk with the wider header, so
+            # no row is held in memory however long the run.
+            rows = self._written_rows()
             self._columns.extend(new)
-            self._rewrite()
+            self._rewrite([*rows, row])
         else:
             with open(self.path, "a", newline="") as f:
                 csv.DictWriter(f, self._columns).writerow(row)
@@ -116,13 +118,17 @@ class MetricsLog:
                     self._writer.add_scalar(key, value, step)
             self._writer.flush()
 
-    def _rewrite(self) -> None:
+    def _written_rows(self) -> list[dict[str, str]]:
+        with open(self.path, newline="") as f:
+            return list(csv.DictReader(f))
+
+    def _rewrite(self, rows: list[dict[str, Any]]) -> None:
         tmp = self.path.with_name(f".{self.path.name}.tmp")
         with open(tmp, "w", newline="") as f:
             writer = csv.DictWriter(f, self._columns)
             if self._columns:
                 writer.writeheader()
-            writer.writerows(self._rows)
+            writer.writerows(rows)
         os.replace(tmp, self.path)
 
     def close(self) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import inspect
 import math
 import pickle
+import sys
 import time
 import uuid
 import warnings
@@ -277,6 +278,7 @@ class JointMultiAgentTrainer:
         # Subprocess envs: the pickled networks their workers collect with (False: they step the env only).
         self._slice_plan: bytes | bool | None = None
         self._slice_token = uuid.uuid4().hex
+        self._keys: dict[str, list[str]] | None = None
         if config.num_workers > 0:
             if getattr(env, "env_fn", None) is None:
                 raise ValueError(
@@ -759,6 +761,7 @@ class JointMultiAgentTrainer:
         total_steps: int,
         callback: Callable[[dict[str, Any]], bool | None] | None = None,
         aux_fn: Callable[..., AuxOutput | torch.Tensor] | None = None,
+        keep_history: bool = True,
     ) -> list[dict[str, Any]]:
         """Alternates :meth:`collect_rollout` and :meth:`update` for ``total_steps`` env steps.
 
@@ -768,9 +771,12 @@ class JointMultiAgentTrainer:
             total_steps: env steps to train for (rounded up to whole iterations).
             callback: called with each iteration's metrics; returning ``False`` stops training.
             aux_fn: passed to every :meth:`update`.
+            keep_history: keep every iteration's metrics (about 1–2 KB each for a few agents); ``False`` keeps only
+                the last, so memory stays constant however long the run (stream the rest through ``callback``).
 
         Returns:
-            One metrics dict per iteration (see :meth:`iteration_metrics`).
+            One metrics dict per iteration (see :meth:`iteration_metrics`); only the last one with
+            ``keep_history=False``.
         """
         if not isinstance(total_steps, (int, np.integer)) or total_steps < 1:
             raise ValueError(f"total_steps must be a positive integer, got {total_steps!r}")
@@ -787,7 +793,10 @@ class JointMultiAgentTrainer:
             self.iteration += 1
             metrics = self.iteration_metrics(rollout, stats, time.perf_counter() - tick)
             metrics["wall_time"] = time.perf_counter() - start
-            history.append(metrics)
+            if keep_history:
+                history.append(metrics)
+            else:
+                history[:] = [metrics]
             if callback is not None and callback(metrics) is False:
                 break
         return history
@@ -806,11 +815,12 @@ class JointMultiAgentTrainer:
         }
         returns = rollout.episode_returns
         out["episode_return_mean"] = float(returns.mean()) if len(returns) else float("nan")
-        for i, agent in enumerate(agents):
-            out[f"episode_return/{agent}"] = float(returns[:, i].mean()) if len(returns) else float("nan")
-        for name in ("policy_loss", "value_loss", "entropy", "clip_fraction", "approx_kl", "explained_var", "grad_norm"):
-            for agent, value in zip(agents, getattr(stats, name)):
-                out[f"{name}/{agent}"] = value
+        keys = self._metric_keys()
+        for i, key in enumerate(keys["episode_return"]):
+            out[key] = float(returns[:, i].mean()) if len(returns) else float("nan")
+        for name in _PER_AGENT_STATS:
+            for key, value in zip(keys[name], getattr(stats, name)):
+                out[key] = value
         out["aux_loss"] = stats.aux_loss
         out["total_loss"] = stats.total_loss
         out["num_mb_steps"] = stats.num_mb_steps
@@ -818,6 +828,13 @@ class JointMultiAgentTrainer:
         out["env_steps_this_iteration"] = env_steps
         out.update(stats.aux_metrics)
         return out
+
+    def _metric_keys(self) -> dict[str, list[str]]:
+        """``"<name>/<agent>"`` keys, built once: every metrics dict shares the same key strings."""
+        if self._keys is None:
+            names = ("episode_return", *_PER_AGENT_STATS)
+            self._keys = {n: [sys.intern(f"{n}/{agent}") for agent in self.spec.agents] for n in names}
+        return self._keys
 
     # ------------------------------------------------------------------ persistence
     def state_dict(self) -> dict[str, Any]:
@@ -922,6 +939,9 @@ class JointMultiAgentTrainer:
                 f"num_workers={len(state['workers'])}"
             )
         self._state = self.env.set_state(state["env"])
+
+
+_PER_AGENT_STATS = ("policy_loss", "value_loss", "entropy", "clip_fraction", "approx_kl", "explained_var", "grad_norm")
 
 
 def _make_copy_generators(seed: int, num_envs: int, first_copy: int = 0) -> list[torch.Generator]:

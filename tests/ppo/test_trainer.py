@@ -239,6 +239,17 @@ def test_train_reports_iterations_and_rejects_bad_budgets():
         trainer.train(0)
 
 
+def test_train_without_history_keeps_the_last_metrics_and_shares_metric_keys():
+    trainer = make()
+    seen = []
+    history = trainer.train(96, callback=seen.append, keep_history=False)
+    assert [h["iteration"] for h in seen] == [1, 2, 3]
+    assert history == [seen[-1]]
+    # every iteration's dict reuses the same key objects: long histories do not repeat the key strings
+    keys = [next(k for k in h if k.startswith("value_loss/")) for h in seen]
+    assert keys[0] is keys[1] is keys[2]
+
+
 def test_save_and_load_round_trip(tmp_path):
     trainer = make(share_parameters=False)
     trainer.update(trainer.collect_rollout())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import multiprocessing as mp
+import pickle
 import traceback
 from multiprocessing import shared_memory
 from typing import Any, Callable, Sequence
@@ -76,6 +77,7 @@ def _worker(
         state: JointObs | None = None
         trainer: Any = None
         token = None
+        pending: list[Any] | None = None
 
         def publish(state: Any) -> None:
             for g in groups:
@@ -92,12 +94,26 @@ def _worker(
                 state = env.reset(seed=payload)
                 publish(state)
                 conn.send(("ok", None))
+            elif command == "get_state":
+                generators = None if trainer is None else [g.get_state() for g in trainer._copy_generators]
+                conn.send(("ok", (env.get_state(), generators)))
+            elif command == "set_state":
+                env_bytes, pending = payload
+                state = env.set_state(env_bytes)
+                publish(state)
+                if trainer is not None and pending is not None:
+                    _restore_generators(trainer, pending)
+                    pending = None
+                conn.send(("ok", None))
             elif command == "collect":
                 plan_token, plan, config, weights, reset = payload
                 from marljoint.ppo.slices import load_weights, rollout_piece, slice_trainer
 
                 if plan_token != token:
                     trainer, token = slice_trainer(env, start, total, config, plan), plan_token
+                    if pending is not None:  # noise generators restored before this learner existed
+                        _restore_generators(trainer, pending)
+                        pending = None
                 load_weights(trainer, weights)
                 trainer._state = None if reset or state is None else state
                 piece = rollout_piece(trainer.collect_rollout())
@@ -128,6 +144,14 @@ def _worker(
         if shared is not None:
             shared.close()
         conn.close()
+
+
+def _restore_generators(trainer: Any, states: list[Any]) -> None:
+    trainer._copy_generators = []
+    for saved in states:
+        generator = torch.Generator()
+        generator.set_state(saved)
+        trainer._copy_generators.append(generator)
 
 
 class SubprocessJointEnv:
@@ -314,6 +338,45 @@ class SubprocessJointEnv:
         self._plan_token = token
         self._reset_done = True
         assemble(rollout, pieces, self.slices)
+        a = self._shared.arrays
+        return JointObs(self._obs, a["alive"], a["acting"], self._masks)
+
+    def get_state(self) -> bytes:
+        """Snapshot of every worker's copies mid-episode (:meth:`PettingZooJointEnv.get_state`), with the noise
+        generators of the policies that run inside the workers, for resuming training bit-identically.
+
+        Raises:
+            TypeError: if an env copy cannot be pickled.
+        """
+        for conn in self._conns:
+            conn.send(("get_state", None))
+        pieces = self._gather()
+        return pickle.dumps({"num_envs": self.num_envs, "slices": self.slices, "workers": pieces})
+
+    def set_state(self, state: bytes) -> JointObs:
+        """Restores a :meth:`get_state` snapshot taken from a subprocess env with the same copies and workers.
+
+        Returns:
+            The restored current :class:`JointObs`.
+
+        Raises:
+            ValueError: if the snapshot is unreadable or was taken with another split of the copies.
+        """
+        try:
+            snapshot = pickle.loads(state)
+            slices = [tuple(s) for s in snapshot["slices"]]
+        except Exception as exc:  # unpickling damaged bytes raises many types
+            raise ValueError(f"the env state cannot be unpickled ({type(exc).__name__}: {exc})") from exc
+        if slices != self.slices:
+            raise ValueError(
+                f"the env state was saved by a subprocess env with copies split {slices} over "
+                f"{len(slices)} workers, this one splits them {self.slices}; resume with the same num_envs and "
+                "num_env_workers"
+            )
+        for conn, (env_bytes, generators) in zip(self._conns, snapshot["workers"]):
+            conn.send(("set_state", (env_bytes, generators)))
+        self._gather()
+        self._reset_done = True
         a = self._shared.arrays
         return JointObs(self._obs, a["alive"], a["acting"], self._masks)
 

@@ -1,6 +1,7 @@
 """Worker-process env copies: same streams as in-process, errors re-raised, clean shutdown."""
 
 import functools
+import warnings
 
 import numpy as np
 import pytest
@@ -205,3 +206,46 @@ def test_env_errors_inside_a_workers_rollout_are_reraised():
             sub.collect_rollout()
     finally:
         sub.env.close()
+
+
+@pytest.mark.parametrize("policies_in_workers", [True, False])
+def test_resume_from_saved_state_continues_bit_identically(policies_in_workers):
+    def fresh():
+        trainer = _trainer(variable_agents_v0.parallel_env, "subprocess")
+        if not policies_in_workers:
+            trainer.policies[0].probe = lambda x: x  # unpicklable: the workers step the env only
+        return trainer
+
+    reference = _trainer(variable_agents_v0.parallel_env, "sync")
+    for _ in range(2):
+        reference.update(reference.collect_rollout())
+    first = fresh()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            for _ in range(2):
+                first.update(first.collect_rollout())
+            saved, env_saved = first.state_dict(), first.env_state()
+        finally:
+            first.env.close()
+        resumed = fresh()
+        try:
+            resumed.load_state_dict(saved)
+            resumed.load_env_state(env_saved)
+            _lockstep(reference, resumed, iterations=2)
+        finally:
+            resumed.env.close()
+
+
+def test_a_state_from_another_split_is_refused():
+    a = SubprocessJointEnv(counter_v0.parallel_env, num_envs=4, num_workers=2)
+    b = SubprocessJointEnv(counter_v0.parallel_env, num_envs=4, num_workers=3)
+    try:
+        a.reset(seed=0)
+        with pytest.raises(ValueError, match=r"split \[\(0, 2\), \(2, 4\)\] over 2 workers, this one splits them"):
+            b.set_state(a.get_state())
+        with pytest.raises(ValueError, match="the env state cannot be unpickled"):
+            b.set_state(b"not a state")
+    finally:
+        a.close()
+        b.close()

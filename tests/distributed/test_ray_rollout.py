@@ -11,11 +11,9 @@ from pettingzoo.utils.wrappers import BaseParallelWrapper
 from marljoint import JointMultiAgentTrainer, JointTrainerConfig, PettingZooJointEnv
 from marljoint.distributed import RayRolloutWorkers, WorkerLostError, worker_slices
 from marljoint_envs import kuhn_poker_v0, mock_v0, variable_agents_v0
+from rollout_checks import FIELDS, assert_same_parameters, assert_same_rollout
 
 pytestmark = pytest.mark.usefixtures("ray_local")
-
-FIELDS = ("log_probs", "values", "rewards", "terminated", "truncated", "alive", "acting", "final_values", "bootstrap_values")
-
 
 def spread(**kwargs):
     from mpe2 import simple_spread_v3
@@ -30,25 +28,6 @@ def make(env_fn, num_envs=4, num_workers=0, **cfg):
     cfg.setdefault("seed", 7)
     config = JointTrainerConfig(num_envs=num_envs, num_workers=num_workers, **cfg)
     return JointMultiAgentTrainer.from_env(PettingZooJointEnv(env_fn, num_envs=num_envs), config)
-
-
-def assert_same_rollout(a, b):
-    for name in FIELDS:
-        assert torch.equal(getattr(a, name), getattr(b, name)), name
-    for g in range(len(a.obs)):
-        assert torch.equal(a.obs[g], b.obs[g])
-        assert torch.equal(a.actions[g], b.actions[g])
-        if a.action_masks[g] is not None:
-            assert torch.equal(a.action_masks[g], b.action_masks[g])
-    assert np.array_equal(a.episode_returns, b.episode_returns)
-    assert np.array_equal(a.episode_lengths, b.episode_lengths)
-    assert np.array_equal(a.episode_steps, b.episode_steps)
-
-
-def assert_same_parameters(a, b):
-    for p, q in zip(a.policies, b.policies):
-        for (name, x), (_, y) in zip(p.state_dict().items(), q.state_dict().items()):
-            assert torch.equal(x, y), name
 
 
 def lockstep(local, remote, iterations=3, before=lambda iteration: None):

@@ -11,6 +11,7 @@ from pettingzoo.utils.wrappers import BaseParallelWrapper
 from marljoint import JointMultiAgentTrainer, JointTrainerConfig, PettingZooJointEnv, SubprocessJointEnv
 from marljoint.env import check_joint_env, make_joint_env, random_actions
 from marljoint_envs import counter_v0, kuhn_poker_v0, variable_agents_v0
+from rollout_checks import assert_same_parameters, assert_same_rollout
 
 
 def _stream(env, steps=40, seed=3):
@@ -91,9 +92,6 @@ def test_bad_arguments():
         env.close()
 
 
-FIELDS = ("log_probs", "values", "rewards", "terminated", "truncated", "alive", "acting", "final_values", "bootstrap_values")
-
-
 def _spread():
     from mpe2 import simple_spread_v3
 
@@ -110,27 +108,13 @@ def _trainer(env_fn, mode, num_envs=5, num_env_workers=2, **cfg):
     return JointMultiAgentTrainer.from_env(env, config)
 
 
-def _assert_same(a, b):
-    for name in FIELDS:
-        assert torch.equal(getattr(a, name), getattr(b, name)), name
-    for g in range(len(a.obs)):
-        assert torch.equal(a.obs[g], b.obs[g])
-        assert torch.equal(a.actions[g], b.actions[g])
-        if a.action_masks[g] is not None:
-            assert torch.equal(a.action_masks[g], b.action_masks[g])
-    for name in ("episode_returns", "episode_lengths", "episode_steps"):
-        np.testing.assert_array_equal(getattr(a, name), getattr(b, name))
-
-
 def _lockstep(sync, sub, iterations=3):
     for _ in range(iterations):
         a, b = sync.collect_rollout(), sub.collect_rollout()
-        _assert_same(a, b)
+        assert_same_rollout(a, b)
         sync.update(a)
         sub.update(b)
-        for p, q in zip(sync.policies, sub.policies):
-            for (name, x), (_, y) in zip(p.state_dict().items(), q.state_dict().items()):
-                assert torch.equal(x, y), name
+        assert_same_parameters(sync, sub)
     for x, y in zip(sync._state.obs, sub._state.obs):
         np.testing.assert_array_equal(x, y)
 

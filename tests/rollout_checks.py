@@ -1,0 +1,26 @@
+"""Bit-identity checks shared by the tests of the ways to collect a rollout (in-process, subprocess, Ray)."""
+
+import numpy as np
+import torch
+
+FIELDS = ("log_probs", "values", "rewards", "terminated", "truncated", "alive", "acting", "final_values", "bootstrap_values")
+
+
+def assert_same_rollout(a, b):
+    """Every tensor and episode record of two rollouts is equal, bit for bit."""
+    for name in FIELDS:
+        assert torch.equal(getattr(a, name), getattr(b, name)), name
+    for g in range(len(a.obs)):
+        assert torch.equal(a.obs[g], b.obs[g])
+        assert torch.equal(a.actions[g], b.actions[g])
+        if a.action_masks[g] is not None:
+            assert torch.equal(a.action_masks[g], b.action_masks[g])
+    for name in ("episode_returns", "episode_lengths", "episode_steps"):
+        np.testing.assert_array_equal(getattr(a, name), getattr(b, name))
+
+
+def assert_same_parameters(a, b):
+    """Two trainers' networks hold the same parameters and buffers, bit for bit."""
+    for p, q in zip(a.policies, b.policies):
+        for (name, x), (_, y) in zip(p.state_dict().items(), q.state_dict().items()):
+            assert torch.equal(x, y), name

@@ -174,6 +174,13 @@ def _add_train(subparsers: Any) -> None:
         type=_positive_int,
         help="Ray rollout workers, each stepping a slice of the env copies (default 2 with --ray); implies --ray",
     )
+    p.add_argument(
+        "--env-workers",
+        metavar="K",
+        type=_positive_int,
+        help="step the env copies in K worker processes that also run the policies for their copies "
+        "(vector_mode='subprocess'); same results as in-process, faster on several cores",
+    )
     group = p.add_mutually_exclusive_group()
     group.add_argument(
         "--resume",
@@ -202,6 +209,14 @@ def _train(args: argparse.Namespace) -> int:
         "num_workers": args.num_workers,
     }
     options = {k: v for k, v in options.items() if v is not None}
+    if args.env_workers is not None:
+        if args.ray or args.ray_address is not None or args.num_workers is not None:
+            raise RunError(
+                "--env-workers (worker processes on this machine) and --ray/--num-workers (Ray rollout workers) are "
+                "two ways to collect on several cores; choose one"
+            )
+        options["vector_mode"] = "subprocess"
+        options["num_env_workers"] = args.env_workers
     if (args.ray or args.ray_address is not None) and args.num_workers is None:
         options["num_workers"] = 2
     if args.ray_address is not None:

@@ -207,3 +207,18 @@ def test_plot_compares_runs(run_dir, tmp_path, capsys):
     assert out.read_bytes()[:4] == b"\x89PNG"
     assert run_cli(["plot", str(run_dir), "--metric", "nope", "--out", str(out)]) == 2
     assert "has no column 'nope'" in capsys.readouterr().err
+
+
+def test_env_workers_give_the_same_run_as_one_process(run_dir, tmp_path):
+    out = tmp_path / "workers"
+    args = ["train", "--config", str(run_dir / "config.toml"), "--env-workers", "2", "--out", str(out), "--quiet"]
+    assert run_cli(args) == 0
+    spec = load_run_spec(out)
+    assert (spec.trainer.vector_mode, spec.trainer.num_env_workers) == ("subprocess", 2)
+    assert _text_rows(out) == _text_rows(run_dir)
+
+
+def test_env_workers_and_ray_workers_are_refused_together(tmp_path, capsys):
+    args = ["train", "--env", "mock_v0", "--env-workers", "2", "--num-workers", "2", "--out", str(tmp_path / "x")]
+    assert run_cli([*args, "--quiet"]) == 2
+    assert "--env-workers (worker processes on this machine) and --ray/--num-workers" in capsys.readouterr().err

@@ -68,6 +68,7 @@ from marljoint.best_response.oracles import (
     ExactOracle,
     PPOOracle,
     best_response_gain,
+    warm_start_seat,
 )
 from marljoint.best_response.population import (
     ConstantPolicy,
@@ -142,6 +143,7 @@ __all__ = [
     "regret_matching",
     "resolve_game",
     "simulate_profiles",
+    "warm_start_seat",
     "tables_from_policy",
     "uniform",
     "validate_payoffs",

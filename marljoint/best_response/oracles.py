@@ -33,7 +33,7 @@ from marljoint.policies import AgentPolicy
 from marljoint.ppo.config import JointTrainerConfig
 from marljoint.ppo.trainer import JointMultiAgentTrainer
 
-__all__ = ["BestResponses", "ExactOracle", "PPOOracle", "BestResponseGain", "best_response_gain"]
+__all__ = ["BestResponses", "ExactOracle", "PPOOracle", "BestResponseGain", "best_response_gain", "warm_start_seat"]
 
 
 class BestResponses(NamedTuple):

@@ -16,9 +16,9 @@ import os
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
-import torch
 
 from marljoint.ppo.slices import assemble, blueprint, load_weights, rollout_piece, slice_trainer
+from marljoint.ppo.trainer import _generators_from_states
 
 if TYPE_CHECKING:  # pragma: no cover
     from marljoint.ppo.rollout import JointRollout
@@ -106,11 +106,7 @@ class _RolloutWorker:
         """Puts the copies and noise generators back where :meth:`collect` left them."""
         trainer = self.trainer
         trainer.load_env_state({"env": snapshot["env"]})
-        trainer._copy_generators = []
-        for saved in snapshot["copy_generators"]:
-            generator = torch.Generator()
-            generator.set_state(saved)
-            trainer._copy_generators.append(generator)
+        trainer._copy_generators = _generators_from_states(snapshot["copy_generators"])
 
     def collect(
         self, weights: dict[str, Any], restore: dict[str, Any] | None = None

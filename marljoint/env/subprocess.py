@@ -68,6 +68,10 @@ def _worker(
 ) -> None:
     shared = None
     try:
+        # Imported here: the env package loads before the trainer, which imports it.
+        from marljoint.ppo.slices import load_weights, rollout_piece, slice_trainer
+        from marljoint.ppo.trainer import _generators_from_states
+
         torch.set_num_threads(1)
         env = PettingZooJointEnv(env_fn, num_envs=stop - start)
         env._copy_offset = start
@@ -102,17 +106,15 @@ def _worker(
                 state = env.set_state(env_bytes)
                 publish(state)
                 if trainer is not None and pending is not None:
-                    _restore_generators(trainer, pending)
+                    trainer._copy_generators = _generators_from_states(pending)
                     pending = None
                 conn.send(("ok", None))
             elif command == "collect":
                 plan_token, plan, config, weights, reset = payload
-                from marljoint.ppo.slices import load_weights, rollout_piece, slice_trainer
-
                 if plan_token != token:
                     trainer, token = slice_trainer(env, start, total, config, plan), plan_token
                     if pending is not None:  # noise generators restored before this learner existed
-                        _restore_generators(trainer, pending)
+                        trainer._copy_generators = _generators_from_states(pending)
                         pending = None
                 load_weights(trainer, weights)
                 trainer._state = None if reset or state is None else state
@@ -144,14 +146,6 @@ def _worker(
         if shared is not None:
             shared.close()
         conn.close()
-
-
-def _restore_generators(trainer: Any, states: list[Any]) -> None:
-    trainer._copy_generators = []
-    for saved in states:
-        generator = torch.Generator()
-        generator.set_state(saved)
-        trainer._copy_generators.append(generator)
 
 
 class SubprocessJointEnv:
@@ -257,6 +251,11 @@ class SubprocessJointEnv:
             raise exc_type(message)
         return results
 
+    def _current(self) -> JointObs:
+        """The observation state the workers last published (views of the shared arrays)."""
+        a = self._shared.arrays
+        return JointObs(self._obs, a["alive"], a["acting"], self._masks)
+
     def reset(self, seed: int | None = None) -> JointObs:
         """Resets every copy (copy e with ``seed + e``, as :meth:`PettingZooJointEnv.reset`)."""
         if seed is None:
@@ -265,8 +264,7 @@ class SubprocessJointEnv:
             conn.send(("reset", seed))
         self._gather()
         self._reset_done = True
-        a = self._shared.arrays
-        return JointObs(self._obs, a["alive"], a["acting"], self._masks)
+        return self._current()
 
     def step(self, actions: Sequence[np.ndarray]) -> JointStep:
         """Steps every copy in parallel (same contract as :meth:`PettingZooJointEnv.step`)."""
@@ -338,8 +336,7 @@ class SubprocessJointEnv:
         self._plan_token = token
         self._reset_done = True
         assemble(rollout, pieces, self.slices)
-        a = self._shared.arrays
-        return JointObs(self._obs, a["alive"], a["acting"], self._masks)
+        return self._current()
 
     def get_state(self) -> bytes:
         """Snapshot of every worker's copies mid-episode (:meth:`PettingZooJointEnv.get_state`), with the noise
@@ -377,8 +374,7 @@ class SubprocessJointEnv:
             conn.send(("set_state", (env_bytes, generators)))
         self._gather()
         self._reset_done = True
-        a = self._shared.arrays
-        return JointObs(self._obs, a["alive"], a["acting"], self._masks)
+        return self._current()
 
     def close(self) -> None:
         """Stops the workers and frees the shared memory."""

@@ -67,7 +67,6 @@ def slice_trainer(
     units = [_Unit(g, policy, indices, None, None, stacked) for g, policy, indices, stacked in pickle.loads(plan)]
     trainer = JointMultiAgentTrainer.__new__(JointMultiAgentTrainer)
     trainer._setup(env, cfg, units)
-    trainer._first_copy = start
     trainer._row_pad = (start, total)
     return trainer
 

@@ -465,7 +465,7 @@ class JointMultiAgentTrainer:
             self._rollout = JointRollout.allocate(self.spec, cfg.rollout_steps, self.env.num_envs, self.device)
         ro = self._rollout
         if cfg.num_workers > 0:
-            self._ray_workers().collect(self._worker_weights(), ro)
+            self._ray_workers().collect(learner_weights(self), ro)
             self.env_steps += cfg.rollout_steps * self.env.num_envs
             return ro
         if self._collects_in_env_workers():
@@ -547,9 +547,6 @@ class JointMultiAgentTrainer:
 
             self._workers = RayRolloutWorkers(self, self.env.env_fn, self.env.num_envs, self.config.num_workers)
         return self._workers
-
-    def _worker_weights(self) -> dict[str, Any]:
-        return learner_weights(self)
 
     def close(self) -> None:
         """Stops the Ray rollout workers, if any (the env, which the caller built, stays open)."""
@@ -872,11 +869,7 @@ class JointMultiAgentTrainer:
         if self.value_normalizer is not None and state["value_normalizer"] is not None:
             self.value_normalizer.load_state_dict(state["value_normalizer"])
         self._generator.set_state(state["generator"])
-        self._copy_generators = []
-        for saved in state.get("copy_generators", []):
-            generator = torch.Generator()
-            generator.set_state(saved)
-            self._copy_generators.append(generator)
+        self._copy_generators = _generators_from_states(state.get("copy_generators", []))
         self.iteration = int(state["iteration"])
         self.env_steps = int(state["env_steps"])
         self._lr_scale = float(state.get("lr_scale", 1.0))
@@ -951,6 +944,16 @@ def _make_copy_generators(seed: int, num_envs: int, first_copy: int = 0) -> list
         torch.Generator().manual_seed(int(np.random.SeedSequence(root.entropy, spawn_key=(first_copy + e,)).generate_state(1)[0]))
         for e in range(num_envs)
     ]
+
+
+def _generators_from_states(states: Iterable[torch.Tensor]) -> list[torch.Generator]:
+    """Generators restored from ``get_state()`` snapshots (per-copy noise generators of a saved rollout)."""
+    generators = []
+    for saved in states:
+        generator = torch.Generator()
+        generator.set_state(saved)
+        generators.append(generator)
+    return generators
 
 
 def _per_copy_noise(dist: Any, generators: Sequence[torch.Generator]) -> torch.Tensor:

@@ -2,10 +2,13 @@
 
 Reports agent-steps per second (medians over repetitions) for
 
-  (a) the bare env with random actions (one process, one env instance): the physical limit R;
+  (a) the bare env with random actions (one process, one env instance): the physical limit R; and the same in two
+      processes at once (summed), the ceiling of any two-process trainer on this machine;
   (b) marljoint's rollout alone;
   (c) marljoint's full training (collect + update), in-process and with subprocess env workers;
-  (d) SB3 PPO on the SuperSuit-vectorised env (same batch, epochs, network size), if stable-baselines3 is installed;
+  (d) SB3 PPO on the SuperSuit-vectorised env (same batch, epochs, network size), if stable-baselines3 is installed,
+      with one torch thread (as marljoint runs here) and with torch's default thread count (as SB3 runs unless told
+      otherwise);
 
 and, for independent (non-shared) policies on ``mock_v0`` with N = 2, 4, 8, 16 agents, the update time per
 agent-sample, with the parameter-shared update at N = 8 for comparison. ``--memory-steps`` adds a long run that
@@ -22,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import multiprocessing
 import os
 import resource
 import statistics
@@ -36,6 +40,9 @@ from marljoint_envs import bucket_brigade_v0, mock_v0
 
 # The batch shape of the comparison: 8 envs x N agents, 128 steps, 4 epochs x 4 minibatches, 64-unit networks.
 NUM_ENVS, ROLLOUT, EPOCHS, MINIBATCHES, HIDDEN = 8, 128, 4, 4, (64, 64)
+
+DEFAULT_THREADS = torch.get_num_threads()
+"""torch's thread count before this script sets it to 1: what an SB3 user gets without setting it."""
 
 
 def _spread() -> Any:
@@ -67,6 +74,21 @@ def bare_env_rate(env_fn: Callable[[], Any], agent_steps: int, seed: int = 0) ->
         if not env.agents:
             env.reset()
     return done / (time.perf_counter() - start)
+
+
+def _bare_in_process(args: tuple[str, int, int, Any]) -> float:
+    name, agent_steps, seed, barrier = args
+    barrier.wait()
+    return bare_env_rate(ENVS[name], agent_steps, seed)
+
+
+def bare_env_rate_two_processes(name: str, agent_steps: int) -> float:
+    """Summed agent-steps per second of two bare env loops running at the same time in two processes."""
+    ctx = multiprocessing.get_context("spawn")
+    with ctx.Manager() as manager, ctx.Pool(2) as pool:
+        barrier = manager.Barrier(2)
+        rates = pool.map(_bare_in_process, [(name, agent_steps, seed, barrier) for seed in (0, 1)])
+    return sum(rates)
 
 
 def _config(num_agents: int, **changes: Any) -> JointTrainerConfig:
@@ -107,8 +129,9 @@ def marljoint_rates(env_fn: Callable[[], Any], iterations: int, **changes: Any) 
         env.close()
 
 
-def sb3_rate(env_fn: Callable[[], Any], iterations: int) -> float | None:
-    """Agent-steps per second of SB3 PPO on the SuperSuit-vectorised env, or None without SB3."""
+def sb3_rate(env_fn: Callable[[], Any], iterations: int, threads: int = 1) -> float | None:
+    """Agent-steps per second of SB3 PPO on the SuperSuit-vectorised env with ``threads`` torch threads, or None
+    without SB3."""
     try:
         import supersuit as ss
         from stable_baselines3 import PPO
@@ -129,11 +152,15 @@ def sb3_rate(env_fn: Callable[[], Any], iterations: int) -> float | None:
         device="cpu",
         verbose=0,
     )
-    model.learn(rows)  # warm-up
-    start = time.perf_counter()
-    model.learn(rows * iterations, reset_num_timesteps=False)
-    rate = rows * iterations / (time.perf_counter() - start)
-    vec.close()
+    torch.set_num_threads(threads)
+    try:
+        model.learn(rows)  # warm-up
+        start = time.perf_counter()
+        model.learn(rows * iterations, reset_num_timesteps=False)
+        rate = rows * iterations / (time.perf_counter() - start)
+    finally:
+        torch.set_num_threads(1)
+        vec.close()
     return rate
 
 
@@ -184,31 +211,36 @@ def main() -> None:
 
     print(f"batch: {NUM_ENVS} envs x {ROLLOUT} steps, {EPOCHS} epochs x {MINIBATCHES} minibatches, MLP {HIDDEN}")
     print(
-        "| env | bare R | rollout | full (sync) | full (2 workers) | SB3+SuperSuit | rollout/R | full/R | workers/R "
-        "| full/SB3 | workers/SB3 |"
+        f"| env | bare R | bare, 2 processes | rollout | full (sync) | full (2 workers) | SB3 (1 thread) "
+        f"| SB3 ({DEFAULT_THREADS} threads) | rollout/R | full/R | workers/R | workers/(2-process bare) "
+        f"| full/SB3 (1 thread) | full/SB3 ({DEFAULT_THREADS} threads) | workers/SB3 (1 thread) |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---" * 15 + "|")
     for name in args.envs:
         env_fn = ENVS[name]
-        bare, roll, full, sub, sb3 = [], [], [], [], []
+        runs: dict[str, list[float]] = {k: [] for k in ("bare", "bare2", "roll", "full", "sub", "sb3", "sb3_default")}
         for _ in range(reps):
             # Interleaving the measurements spreads machine noise evenly over them.
-            bare.append(bare_env_rate(env_fn, 20_000 if not args.quick else 5_000))
+            steps = 20_000 if not args.quick else 5_000
+            runs["bare"].append(bare_env_rate(env_fn, steps))
+            runs["bare2"].append(bare_env_rate_two_processes(name, steps))
             r, f = marljoint_rates(env_fn, iters)
-            roll.append(r)
-            full.append(f)
-            sub.append(marljoint_rates(env_fn, iters, vector_mode="subprocess", num_env_workers=2)[1])
+            runs["roll"].append(r)
+            runs["full"].append(f)
+            runs["sub"].append(marljoint_rates(env_fn, iters, vector_mode="subprocess", num_env_workers=2)[1])
             if not args.skip_sb3:
-                rate = sb3_rate(env_fn, iters)
-                if rate is not None:
-                    sb3.append(rate)
-        m = {k: statistics.median(v) if v else float("nan") for k, v in
-             {"bare": bare, "roll": roll, "full": full, "sub": sub, "sb3": sb3}.items()}
+                for key, threads in (("sb3", 1), ("sb3_default", DEFAULT_THREADS)):
+                    rate = sb3_rate(env_fn, iters, threads)
+                    if rate is not None:
+                        runs[key].append(rate)
+        m = {k: statistics.median(v) if v else float("nan") for k, v in runs.items()}
         print(
-            f"| {name} | {m['bare']:,.0f} | {m['roll']:,.0f} | {m['full']:,.0f} | {m['sub']:,.0f} | {m['sb3']:,.0f} "
-            f"| {m['roll'] / m['bare']:.2f} | {m['full'] / m['bare']:.2f} | {m['sub'] / m['bare']:.2f} "
-            f"| {m['full'] / m['sb3']:.2f} | {m['sub'] / m['sb3']:.2f} |"
+            f"| {name} | {m['bare']:,.0f} | {m['bare2']:,.0f} | {m['roll']:,.0f} | {m['full']:,.0f} | {m['sub']:,.0f} "
+            f"| {m['sb3']:,.0f} | {m['sb3_default']:,.0f} | {m['roll'] / m['bare']:.2f} | {m['full'] / m['bare']:.2f} "
+            f"| {m['sub'] / m['bare']:.2f} | {m['sub'] / m['bare2']:.2f} | {m['full'] / m['sb3']:.2f} "
+            f"| {m['full'] / m['sb3_default']:.2f} | {m['sub'] / m['sb3']:.2f} |"
         )
+        print("per repetition: " + "; ".join(f"{k} " + ", ".join(f"{v:,.0f}" for v in vals) for k, vals in runs.items()))
 
     print("\nindependent policies on mock_v0 (update time per agent-sample, microseconds)")
     print("| N | independent | ratio to N=2 |")

@@ -102,6 +102,10 @@ _STATE_BUFFERS = (
 )
 
 
+_MISSING = object()
+"""Marks a key missing from an env's dict (an observation may legitimately be ``None``)."""
+
+
 def _resolve_factory(env_fn: Any) -> Callable[[], Any]:
     """Accepts a factory, or a PettingZoo env module (uses its ``parallel_env``, else its ``env``)."""
     if isinstance(env_fn, types.ModuleType):
@@ -302,17 +306,16 @@ class PettingZooJointEnv:
         finished_returns: list[np.ndarray] = []
         finished_lengths: list[int] = []
         step_copy = self._step_aec if self._turn_based else self._step_parallel
-        for e in range(self.num_envs):
-            copy_done = step_copy(e, actions)
-            self._returns[e] += self._rewards[e]
-            self._lengths[e] += 1
-            if copy_done:
-                finished_returns.append(self._returns[e].copy())
-                finished_lengths.append(int(self._lengths[e]))
-                self._returns[e] = 0.0
-                self._lengths[e] = 0
-                self._reset_copy(e, int(self._episode_seeds[e].integers(2**31)))
-                self._reset_envs[e] = True
+        done = [e for e in range(self.num_envs) if step_copy(e, actions)]
+        self._returns += self._rewards
+        self._lengths += 1
+        for e in done:
+            finished_returns.append(self._returns[e].copy())
+            finished_lengths.append(int(self._lengths[e]))
+            self._returns[e] = 0.0
+            self._lengths[e] = 0
+            self._reset_copy(e, int(self._episode_seeds[e].integers(2**31)))
+            self._reset_envs[e] = True
         self._check_finite()
         N = self.spec.num_agents
         return JointStep(
@@ -583,46 +586,54 @@ class PettingZooJointEnv:
             raise ValueError(f"env copy {e}: reset() returned no live agent")
 
     def _enter(self, e: int, agent: str, observations: dict, infos: dict) -> None:
-        if agent not in self._index:
+        i = self._index.get(agent)
+        if i is None:
             raise ValueError(f"agent {agent!r} is not in possible_agents {list(self.spec.agents)}")
-        if agent not in observations:
+        raw = observations.get(agent, _MISSING)
+        if raw is _MISSING:
             raise ValueError(f"env copy {e}: agent {agent!r} is in env.agents but has no observation")
-        raw = observations[agent]
         self._write_obs(e, agent, raw, self._obs)
-        self._write_mask(e, agent, raw, infos.get(agent) if infos else None)
-        i = self._index[agent]
+        if self._masks[self._slot[i][0]] is not None:
+            self._write_mask(e, agent, raw, infos.get(agent) if infos else None)
         self._alive[e, i] = True
         self._acting[e, i] = True
 
     def _step_parallel(self, e: int, actions: list[np.ndarray]) -> bool:
+        # The hot path of every rollout: the copy's agent list is read once before and once after the step (a
+        # wrapped env resolves each read through its wrapper chain), and flags live in Python locals.
         env = self._envs[e]
-        alive_before = self._alive[e].copy()
+        index, slots, names = self._index, self._slot, self.spec.agents
+        alive_row = self._alive[e]
+        alive_before = [i for i in range(len(names)) if alive_row[i]]
         action_dict = {}
         for agent in env.agents:
-            i = self._index[agent]
-            if alive_before[i]:
-                g, j = self._slot[i]
+            i = index[agent]
+            if alive_row[i]:
+                g, j = slots[i]
                 action_dict[agent] = self._env_action(i, actions[g][e, j])
         observations, rewards, terminations, truncations, infos = env.step(action_dict)
+        reward_row = self._rewards[e]
         for agent, reward in rewards.items():
-            self._rewards[e, self._index[agent]] = reward
-        for i in np.flatnonzero(alive_before):
-            agent = self.spec.agents[i]
+            reward_row[index[agent]] = reward
+        present = env.agents
+        ended = set()
+        for i in alive_before:
+            agent = names[i]
             ended_term = bool(terminations.get(agent, False))
             ended_trunc = bool(truncations.get(agent, False))
-            if not (ended_term or ended_trunc) and agent not in env.agents:
+            if not (ended_term or ended_trunc) and agent not in present:
                 # The agent left without a flag (an API slip of the env): treat it as a terminal exit.
                 ended_term = True
             if ended_term or ended_trunc:
+                ended.add(i)
                 self._terminated[e, i] = ended_term
                 self._truncated[e, i] = ended_trunc and not ended_term
                 if agent in observations:
                     self._write_obs(e, agent, observations[agent], self._final_obs)
                 else:
-                    g, j = self._slot[i]
+                    g, j = slots[i]
                     self._final_obs[g][e, j] = self._obs[g][e, j]
-        ended = self._terminated[e] | self._truncated[e]
-        live_next = [a for a in env.agents if not ended[self._index[a]]]
+        live_next = [a for a in present if index[a] not in ended] if ended else present
         if not live_next:
             return True
         self._clear_state(e)

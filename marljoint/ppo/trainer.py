@@ -271,6 +271,7 @@ class JointMultiAgentTrainer:
         # Columns of the concatenated unit outputs, mapped back to possible_agents order.
         order = [i for u in units for i in u.agent_indices]
         self._to_agent_order = torch.as_tensor(np.argsort(order), dtype=torch.long)
+        self._units_in_agent_order = bool(np.array_equal(order, np.arange(len(order))))
         self.iteration = 0
         self.env_steps = 0
         self._lr_scale = 1.0
@@ -382,7 +383,10 @@ class JointMultiAgentTrainer:
 
     def _agent_columns(self, per_unit: Iterable[torch.Tensor]) -> torch.Tensor:
         """Concatenates ``[B, n_u]`` unit outputs into ``[B, N]`` in possible_agents order."""
-        return torch.cat(list(per_unit), dim=1).index_select(1, self._to_agent_order)
+        parts = list(per_unit)
+        if self._units_in_agent_order:
+            return torch.cat(parts, dim=1) if len(parts) > 1 else parts[0]
+        return torch.cat(parts, dim=1).index_select(1, self._to_agent_order)
 
     def _values(self, outputs: Sequence[Any]) -> torch.Tensor:
         values = self._agent_columns(o.values for o in outputs)
@@ -420,21 +424,24 @@ class JointMultiAgentTrainer:
         outputs: Sequence[Any],
         masks: Sequence[torch.Tensor | None],
         deterministic: bool,
-        copy_generators: Sequence[torch.Generator] | None = None,
+        copy_noise: "_CopyNoise | None" = None,
     ) -> tuple[list[torch.Tensor], torch.Tensor]:
         """Samples per unit; returns per-group action tensors and ``[B, N]`` log-probs.
 
-        With ``copy_generators`` (one per batch row, i.e. per env copy) each copy's noise comes from its own
+        With ``copy_noise`` (one generator per batch row, i.e. per env copy) each copy's noise comes from its own
         generator, so a copy's actions do not depend on which other copies share the batch.
         """
         group_actions: list[list[torch.Tensor]] = [[] for _ in self.spec.groups]
         log_probs = []
-        for unit, out in zip(self._units, outputs):
-            dist = unit.policy.distribution(out.head, self._unit_masks(unit, masks))
+        dists = [
+            unit.policy.distribution(out.head, self._unit_masks(unit, masks)) for unit, out in zip(self._units, outputs)
+        ]
+        noises = copy_noise.draw(dists) if copy_noise is not None and not deterministic else None
+        for u, (unit, dist) in enumerate(zip(self._units, dists)):
             if deterministic:
                 action = dist.mode()
-            elif copy_generators is not None:
-                action = dist.sample_from_noise(_per_copy_noise(dist, copy_generators))
+            elif noises is not None:
+                action = dist.sample_from_noise(noises[u])
             else:
                 action = dist.sample(self._generator)
             log_probs.append(dist.log_prob(action))
@@ -479,6 +486,8 @@ class JointMultiAgentTrainer:
         if len(self._copy_generators) != self.env.num_envs:
             self._copy_generators = _make_copy_generators(cfg.seed, self.env.num_envs, self._first_copy)
         state = self._state
+        copy_noise = _CopyNoise(self._copy_generators, cfg.rollout_steps)
+        ro.final_values.zero_()  # written only at the steps where an agent is truncated
         episode_returns: list[np.ndarray] = []
         episode_lengths: list[np.ndarray] = []
         episode_steps: list[np.ndarray] = []
@@ -497,7 +506,7 @@ class JointMultiAgentTrainer:
                 masks = [m[t] if m is not None else None for m in ro.action_masks]
                 group_obs = [o[t] for o in ro.obs]
                 outputs = self._rollout_forward(group_obs, ro.alive[t])
-                actions, log_probs = self._sample(outputs, masks, False, self._copy_generators)
+                actions, log_probs = self._sample(outputs, masks, False, copy_noise)
                 ro.values[t] = self._values(outputs)
                 ro.log_probs[t] = log_probs
                 for g, action in enumerate(actions):
@@ -506,7 +515,6 @@ class JointMultiAgentTrainer:
                 ro.rewards[t].copy_(torch.from_numpy(step.rewards))
                 ro.terminated[t].copy_(torch.from_numpy(step.terminated))
                 ro.truncated[t].copy_(torch.from_numpy(step.truncated))
-                ro.final_values[t] = 0.0
                 if step.truncated.any():
                     ro.final_values[t] = self._final_values(step)
                 if len(step.episode_lengths):
@@ -956,11 +964,43 @@ def _generators_from_states(states: Iterable[torch.Tensor]) -> list[torch.Genera
     return generators
 
 
-def _per_copy_noise(dist: Any, generators: Sequence[torch.Generator]) -> torch.Tensor:
-    """Noise of ``dist.noise_shape`` whose row e comes from ``generators[e]``."""
-    shape = dist.noise_shape
-    draw = torch.rand if dist.noise_kind == "uniform" else torch.randn
-    return torch.stack([draw(shape[1:], generator=g) for g in generators])
+class _CopyNoise:
+    """The sampling noise of one rollout, row e of every draw coming from ``generators[e]`` (env copy e).
+
+    When every unit samples from uniform noise, each copy's noise for many steps is drawn in one call (up to
+    ``max_elements`` numbers over all copies): the CPU generator fills uniform tensors element by element, so a
+    copy receives exactly the numbers (and its generator ends in exactly the state) that one draw per step and unit
+    would give. Gaussian noise is drawn step by step, since the generator fills normal tensors in size-dependent
+    blocks.
+    """
+
+    def __init__(self, generators: Sequence[torch.Generator], steps: int, max_elements: int = 1 << 20) -> None:
+        self.generators = generators
+        self.steps_left = steps
+        self.max_elements = max_elements
+        self._block: torch.Tensor | None = None
+        self._t = 0
+
+    def draw(self, dists: Sequence[Any]) -> list[torch.Tensor]:
+        """Noise of each distribution's ``noise_shape`` for the current step; advances to the next step."""
+        shapes = [dist.noise_shape[1:] for dist in dists]
+        if not all(dist.noise_kind == "uniform" for dist in dists):
+            draws = [torch.rand if dist.noise_kind == "uniform" else torch.randn for dist in dists]
+            return [torch.stack([draw(shape, generator=g) for g in self.generators]) for draw, shape in zip(draws, shapes)]
+        sizes = [math.prod(shape) for shape in shapes]
+        if self._block is None or self._t == self._block.shape[0]:
+            total = sum(sizes)
+            steps = max(1, min(self.steps_left, self.max_elements // max(1, total * len(self.generators))))
+            self._block = torch.stack([torch.rand((steps, total), generator=g) for g in self.generators], dim=1)
+            self._t = 0
+        row = self._block[self._t]
+        self._t += 1
+        self.steps_left -= 1
+        noises, offset = [], 0
+        for shape, size in zip(shapes, sizes):
+            noises.append(row[:, offset : offset + size].reshape(row.shape[0], *shape))
+            offset += size
+        return noises
 
 
 def _check_agent_count(config: JointTrainerConfig, n: int) -> None:

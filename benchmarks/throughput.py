@@ -58,8 +58,9 @@ def _bucket() -> Any:
 ENVS: dict[str, Callable[[], Any]] = {"simple_spread_v3": _spread, "bucket_brigade_v0": _bucket}
 
 
-def bare_env_rate(env_fn: Callable[[], Any], agent_steps: int, seed: int = 0) -> float:
-    """Agent-steps per second of one env instance with uniformly random actions."""
+def bare_env_rate(env_fn: Callable[[], Any], agent_steps: int, seed: int = 0, seconds: float | None = None) -> float:
+    """Agent-steps per second of one env instance with uniformly random actions, over ``agent_steps`` steps, or
+    over ``seconds`` of wall time when given."""
     env = env_fn()
     env.reset(seed=seed)
     spaces = {a: env.action_space(a) for a in env.possible_agents}
@@ -67,7 +68,8 @@ def bare_env_rate(env_fn: Callable[[], Any], agent_steps: int, seed: int = 0) ->
         space.seed(seed + i)
     done = 0
     start = time.perf_counter()
-    while done < agent_steps:
+    deadline = start + seconds if seconds is not None else None
+    while (done < agent_steps) if deadline is None else (time.perf_counter() < deadline):
         actions = {a: spaces[a].sample() for a in env.agents}
         env.step(actions)
         done += len(actions)
@@ -76,18 +78,20 @@ def bare_env_rate(env_fn: Callable[[], Any], agent_steps: int, seed: int = 0) ->
     return done / (time.perf_counter() - start)
 
 
-def _bare_in_process(args: tuple[str, int, int, Any]) -> float:
-    name, agent_steps, seed, barrier = args
+def _bare_in_process(args: tuple[str, float, int, Any]) -> float:
+    name, seconds, seed, barrier = args
+    bare_env_rate(ENVS[name], 500, seed)  # warm-up, outside the window
     barrier.wait()
-    return bare_env_rate(ENVS[name], agent_steps, seed)
+    return bare_env_rate(ENVS[name], 0, seed, seconds=seconds)
 
 
-def bare_env_rate_two_processes(name: str, agent_steps: int) -> float:
-    """Summed agent-steps per second of two bare env loops running at the same time in two processes."""
+def bare_env_rate_two_processes(name: str, seconds: float) -> float:
+    """Summed agent-steps per second of two bare env loops stepping in two processes over the same window of
+    ``seconds``: what two processes can get out of this machine's cores at once."""
     ctx = multiprocessing.get_context("spawn")
     with ctx.Manager() as manager, ctx.Pool(2) as pool:
         barrier = manager.Barrier(2)
-        rates = pool.map(_bare_in_process, [(name, agent_steps, seed, barrier) for seed in (0, 1)])
+        rates = pool.map(_bare_in_process, [(name, seconds, seed, barrier) for seed in (0, 1)])
     return sum(rates)
 
 
@@ -216,23 +220,32 @@ def main() -> None:
         f"| full/SB3 (1 thread) | full/SB3 ({DEFAULT_THREADS} threads) | workers/SB3 (1 thread) |"
     )
     print("|---" * 15 + "|")
+    window = 2.0 if not args.quick else 0.5
+    tables = []
     for name in args.envs:
         env_fn = ENVS[name]
         runs: dict[str, list[float]] = {k: [] for k in ("bare", "bare2", "roll", "full", "sub", "sb3", "sb3_default")}
+        # Drift-corrected ratios: this machine's speed can drift by half within a minute, so every measurement is
+        # bracketed by bare-env measurements just before and after it, and divided by their mean.
+        norm: dict[str, list[float]] = {k: [] for k in ("roll", "full", "sub", "sb3", "sb3_default")}
         for _ in range(reps):
-            # Interleaving the measurements spreads machine noise evenly over them.
-            steps = 20_000 if not args.quick else 5_000
-            runs["bare"].append(bare_env_rate(env_fn, steps))
-            runs["bare2"].append(bare_env_rate_two_processes(name, steps))
+            bare = [bare_env_rate(env_fn, 0, seconds=window)]
             r, f = marljoint_rates(env_fn, iters)
-            runs["roll"].append(r)
-            runs["full"].append(f)
-            runs["sub"].append(marljoint_rates(env_fn, iters, vector_mode="subprocess", num_env_workers=2)[1])
+            bare.append(bare_env_rate(env_fn, 0, seconds=window))
+            sub = marljoint_rates(env_fn, iters, vector_mode="subprocess", num_env_workers=2)[1]
+            bare.append(bare_env_rate(env_fn, 0, seconds=window))
+            measured = {"roll": (r, 0), "full": (f, 0), "sub": (sub, 1)}
             if not args.skip_sb3:
                 for key, threads in (("sb3", 1), ("sb3_default", DEFAULT_THREADS)):
                     rate = sb3_rate(env_fn, iters, threads)
                     if rate is not None:
-                        runs[key].append(rate)
+                        measured[key] = (rate, len(bare) - 1)
+                        bare.append(bare_env_rate(env_fn, 0, seconds=window))
+            runs["bare2"].append(bare_env_rate_two_processes(name, 1.5 * window))
+            runs["bare"].append(statistics.mean(bare))
+            for key, (rate, before) in measured.items():
+                runs[key].append(rate)
+                norm[key].append(rate / ((bare[before] + bare[before + 1]) / 2))
         m = {k: statistics.median(v) if v else float("nan") for k, v in runs.items()}
         print(
             f"| {name} | {m['bare']:,.0f} | {m['bare2']:,.0f} | {m['roll']:,.0f} | {m['full']:,.0f} | {m['sub']:,.0f} "
@@ -241,6 +254,30 @@ def main() -> None:
             f"| {m['full'] / m['sb3_default']:.2f} | {m['sub'] / m['sb3']:.2f} |"
         )
         print("per repetition: " + "; ".join(f"{k} " + ", ".join(f"{v:,.0f}" for v in vals) for k, vals in runs.items()))
+        tables.append((name, norm))
+
+    print(
+        "\ndrift-corrected ratios (each rate over the mean of the bare-env rates measured just before and after it; "
+        "medians over repetitions)"
+    )
+    print(
+        f"| env | rollout/R | full/R | workers/R | full/SB3 (1 thread) | full/SB3 ({DEFAULT_THREADS} threads) "
+        "| workers/SB3 (1 thread) |"
+    )
+    print("|---" * 7 + "|")
+    for name, norm in tables:
+        med = {k: statistics.median(v) if v else float("nan") for k, v in norm.items()}
+        over_sb3 = [f / s for f, s in zip(norm["full"], norm["sb3"])]
+        over_sb3_default = [f / s for f, s in zip(norm["full"], norm["sb3_default"])]
+        workers_sb3 = [w / s for w, s in zip(norm["sub"], norm["sb3"])]
+        nan = float("nan")
+        print(
+            f"| {name} | {med['roll']:.2f} | {med['full']:.2f} | {med['sub']:.2f} "
+            f"| {statistics.median(over_sb3) if over_sb3 else nan:.2f} "
+            f"| {statistics.median(over_sb3_default) if over_sb3_default else nan:.2f} "
+            f"| {statistics.median(workers_sb3) if workers_sb3 else nan:.2f} |"
+        )
+        print("per repetition: " + "; ".join(f"{k} " + ", ".join(f"{v:.2f}" for v in vals) for k, vals in norm.items()))
 
     print("\nindependent policies on mock_v0 (update time per agent-sample, microseconds)")
     print("| N | independent | ratio to N=2 |")

@@ -493,14 +493,27 @@ class JointMultiAgentTrainer:
         episode_steps: list[np.ndarray] = []
         for policy in self.policies:
             policy.eval()
+        # The env's arrays enter the rollout through numpy views of its storage when it is on the CPU: a numpy
+        # assignment costs a fraction of a torch copy_ per array and step.
+        on_host = ro.rewards.device.type == "cpu"
+        put = _put_numpy if on_host else _put_torch
+
+        def sink(tensor: torch.Tensor) -> Any:
+            return tensor.numpy() if on_host else tensor
+
+        obs_in = [sink(o) for o in ro.obs]
+        masks_in = [None if m is None else sink(m) for m in ro.action_masks]
+        alive_in, acting_in, rewards_in, terminated_in, truncated_in = (
+            sink(x) for x in (ro.alive, ro.acting, ro.rewards, ro.terminated, ro.truncated)
+        )
         with torch.no_grad():
             for t in range(cfg.rollout_steps):
                 for g in range(len(self.spec.groups)):
-                    ro.obs[g][t].copy_(torch.from_numpy(state.obs[g]))
-                    if ro.action_masks[g] is not None:
-                        ro.action_masks[g][t].copy_(torch.from_numpy(state.action_masks[g]))
-                ro.alive[t].copy_(torch.from_numpy(state.alive))
-                ro.acting[t].copy_(torch.from_numpy(state.acting))
+                    put(obs_in[g], t, state.obs[g])
+                    if masks_in[g] is not None:
+                        put(masks_in[g], t, state.action_masks[g])
+                put(alive_in, t, state.alive)
+                put(acting_in, t, state.acting)
                 # Rows without a decision carry all-allowed masks (the adapter's contract; the distributions
                 # also treat an all-masked head as unmasked), so sampling there is well defined and ignored.
                 masks = [m[t] if m is not None else None for m in ro.action_masks]
@@ -512,9 +525,9 @@ class JointMultiAgentTrainer:
                 for g, action in enumerate(actions):
                     ro.actions[g][t].copy_(action)
                 step = self.env.step(self._env_actions(actions))
-                ro.rewards[t].copy_(torch.from_numpy(step.rewards))
-                ro.terminated[t].copy_(torch.from_numpy(step.terminated))
-                ro.truncated[t].copy_(torch.from_numpy(step.truncated))
+                put(rewards_in, t, step.rewards)
+                put(terminated_in, t, step.terminated)
+                put(truncated_in, t, step.truncated)
                 if step.truncated.any():
                     ro.final_values[t] = self._final_values(step)
                 if len(step.episode_lengths):
@@ -962,6 +975,16 @@ def _generators_from_states(states: Iterable[torch.Tensor]) -> list[torch.Genera
         generator.set_state(saved)
         generators.append(generator)
     return generators
+
+
+def _put_numpy(dst: np.ndarray, t: int, src: np.ndarray) -> None:
+    """Writes an env array into step t of a rollout field held as a numpy view of CPU storage."""
+    dst[t] = src
+
+
+def _put_torch(dst: torch.Tensor, t: int, src: np.ndarray) -> None:
+    """Writes an env array into step t of a rollout field on any device."""
+    dst[t].copy_(torch.from_numpy(src))
 
 
 class _CopyNoise:

@@ -91,7 +91,11 @@ def bare_env_rate_two_processes(name: str, seconds: float) -> float:
     ctx = multiprocessing.get_context("spawn")
     with ctx.Manager() as manager, ctx.Pool(2) as pool:
         barrier = manager.Barrier(2)
-        rates = pool.map(_bare_in_process, [(name, seconds, seed, barrier) for seed in (0, 1)])
+        # A bounded wait: a child that cannot start (for example, one that cannot import this module) would
+        # otherwise hang the benchmark.
+        rates = pool.map_async(_bare_in_process, [(name, seconds, seed, barrier) for seed in (0, 1)]).get(
+            timeout=seconds + 120
+        )
     return sum(rates)
 
 

@@ -1,0 +1,51 @@
+"""Keeps benchmarks/throughput.py runnable: its bare-env helpers and its CLI on the smallest budget (no timing is
+asserted; speed targets are read from the benchmark's own output)."""
+
+import importlib
+import math
+import pathlib
+import re
+import sys
+
+import pytest
+
+pytest.importorskip("mpe2")
+
+_PATH = pathlib.Path(__file__).resolve().parents[2] / "benchmarks" / "throughput.py"
+
+
+@pytest.fixture(scope="module")
+def bench():
+    # Imported by name from a path entry, as the script's spawned processes import it.
+    sys.path.insert(0, str(_PATH.parent))
+    try:
+        yield importlib.import_module("throughput")
+    finally:
+        sys.path.remove(str(_PATH.parent))
+        sys.modules.pop("throughput", None)
+
+
+def test_bare_env_rate_by_steps_and_by_time_window(bench):
+    assert bench.bare_env_rate(bench.ENVS["simple_spread_v3"], 300) > 0
+    assert bench.bare_env_rate(bench.ENVS["simple_spread_v3"], 0, seconds=0.2) > 0
+
+
+def test_bare_env_rate_in_two_processes(bench):
+    assert bench.bare_env_rate_two_processes("simple_spread_v3", 0.3) > 0
+
+
+def test_cli_prints_every_table(bench, monkeypatch, capsys):
+    monkeypatch.setattr(sys, "argv", ["throughput.py", "--quick", "--skip-sb3", "--envs", "simple_spread_v3"])
+    bench.main()
+    out = capsys.readouterr().out
+    rows = [line for line in out.splitlines() if line.startswith("| simple_spread_v3 |")]
+    assert len(rows) == 2  # raw rates, then drift-corrected ratios
+    raw = [c.strip() for c in rows[0].strip("|").split("|")]
+    # bare R, two processes, rollout, full, 2 workers: measured; SB3 columns: skipped
+    assert all(float(c.replace(",", "")) > 0 for c in raw[1:6])
+    assert raw[6] == "nan" and raw[7] == "nan"
+    corrected = [c.strip() for c in rows[1].strip("|").split("|")]
+    assert all(float(c) > 0 for c in corrected[1:4])  # rollout/R, full/R, workers/R
+    assert all(math.isnan(float(c)) for c in corrected[4:])
+    assert re.search(r"\| 16 \| [0-9.]+ \| [0-9.]+ \|", out)  # the independent-policy table reaches N = 16
+    assert "N=8 shared:" in out

@@ -29,6 +29,13 @@ class PolicyOutput(NamedTuple):
     features: torch.Tensor
 
 
+_NATURE_CNN = ((32, 64, 64), (8, 4, 3), (4, 2, 1), 512)
+"""Default CNN: channels, kernel sizes, strides, output features."""
+
+_NATURE_CNN_MIN_SIZE = 36
+"""Smallest image side the default CNN's kernels fit: a side of 36 becomes 8, 3, then 1 (35 would end at 0)."""
+
+
 class ActorCritic(nn.Module):
     """Actor-critic for the n_g agents of one group, with shared or independent parameters.
 
@@ -58,10 +65,15 @@ class ActorCritic(nn.Module):
         cnn_features: CNN output size, the input of the encoder MLP (image observations).
         generator: source of the initial weights; ``None`` draws from torch's default generator.
 
+    With none of the ``cnn_*`` settings given, images use the Nature CNN (channels 32-64-64, kernels 8-4-3, strides
+    4-2-1, 512 features) when they are at least 36 × 36, the smallest size its kernels fit. Smaller images, such as
+    board-game planes (connect four's 6 × 7 × 2), are flattened into the encoder MLP instead (``uint8`` images
+    scaled to ``[0, 1]``), and :attr:`cnn` is ``None``. Give any ``cnn_*`` setting to get a CNN for them.
+
     Raises:
         TypeError: if the layouts are not :class:`ObservationLayout` / :class:`ActionLayout`.
         ValueError: for a non-positive ``num_agents``, empty or non-positive sizes, or an image too small for the
-            CNN.
+            CNN settings given.
 
     Example:
         >>> import numpy as np, torch
@@ -89,10 +101,10 @@ class ActorCritic(nn.Module):
         log_std_init: float = 0.0,
         *,
         activation: Activation = torch.tanh,
-        cnn_channels: Sequence[int] = (32, 64, 64),
-        cnn_kernel_sizes: Sequence[int] = (8, 4, 3),
-        cnn_strides: Sequence[int] = (4, 2, 1),
-        cnn_features: int = 512,
+        cnn_channels: Sequence[int] | None = None,
+        cnn_kernel_sizes: Sequence[int] | None = None,
+        cnn_strides: Sequence[int] | None = None,
+        cnn_features: int | None = None,
         generator: torch.Generator | None = None,
     ) -> None:
         super().__init__()
@@ -117,17 +129,16 @@ class ActorCritic(nn.Module):
         id_size = num_agents if self.share_parameters else 0
         members = self.members
 
-        if observation.kind == "image":
-            self.cnn: StackedCNN | None = StackedCNN(
-                members,
-                observation.shape,
-                cnn_channels,
-                cnn_kernel_sizes,
-                cnn_strides,
-                cnn_features,
-                generator=generator,
+        cnn_settings = (cnn_channels, cnn_kernel_sizes, cnn_strides, cnn_features)
+        chosen = any(setting is not None for setting in cnn_settings)
+        if observation.kind == "image" and (chosen or min(observation.shape[:2]) >= _NATURE_CNN_MIN_SIZE):
+            channels, kernels, strides, features = (
+                _NATURE_CNN[k] if setting is None else setting for k, setting in enumerate(cnn_settings)
             )
-            encoder_in = cnn_features + id_size
+            self.cnn: StackedCNN | None = StackedCNN(
+                members, observation.shape, channels, kernels, strides, features, generator=generator
+            )
+            encoder_in = self.cnn.out_features + id_size
         else:
             self.cnn = None
             encoder_in = observation.size + id_size
@@ -255,6 +266,10 @@ class ActorCritic(nn.Module):
         batch = obs.shape[0]
         if self.cnn is None:
             x = obs
+            if self.observation.kind == "image":  # an image too small for the default CNN, flattened
+                x = obs.reshape(batch, self.num_agents, -1)
+                if x.dtype == torch.uint8:
+                    x = x.to(self.agent_ids.dtype).div_(255.0)
         else:
             if self.share_parameters:
                 obs = obs.reshape(batch * self.num_agents, 1, *obs.shape[2:])

@@ -189,6 +189,27 @@ def test_default_nature_cnn_on_a_36x36_image():
     assert net(torch.zeros(2, 2, 36, 36, 3, dtype=torch.uint8)).head.shape == (2, 2, 5)
 
 
+def test_default_cnn_needs_36_pixels_a_side_and_smaller_images_are_flattened():
+    assert ActorCritic(ObservationLayout("image", (36, 40, 1), np.dtype(np.uint8)), DISCRETE, 1, True).cnn is not None
+    for shape in ((35, 40, 1), (40, 35, 1)):
+        assert ActorCritic(ObservationLayout("image", shape, np.dtype(np.uint8)), DISCRETE, 1, True).cnn is None
+    # Any cnn_* setting asks for a CNN; the others keep their defaults.
+    net = ActorCritic(IMAGE, DISCRETE, 2, True, cnn_kernel_sizes=(3, 3, 3), cnn_strides=(1, 1, 1))
+    assert net.cnn is not None and net.cnn.out_features == 512
+
+
+def test_small_image_flattened_into_the_mlp_scales_bytes():
+    board = ObservationLayout("image", (6, 7, 2), np.dtype(np.uint8))
+    net = ActorCritic(board, DISCRETE, 2, share_parameters=False, hidden_sizes=(8,), generator=generator(0))
+    assert net.cnn is None and net.encoder.in_features == 6 * 7 * 2
+    obs = torch.randint(0, 256, (3, 2, 6, 7, 2), generator=generator(5), dtype=torch.uint8)
+    out = net(obs)
+    layer = net.encoder.layers[0]
+    for j in range(2):
+        x = obs[:, j].reshape(3, -1).float() / 255.0
+        torch.testing.assert_close(out.features[:, j], torch.tanh(x @ layer.weight[j] + layer.bias[j]))
+
+
 def test_input_errors():
     net = make()
     with pytest.raises(ValueError, match=r"expected \[B, 3, 18\]"):
@@ -218,4 +239,4 @@ def test_construction_errors():
     with pytest.raises(ValueError, match="hidden_sizes must hold at least one size"):
         ActorCritic(FLAT, DISCRETE, 2, True, hidden_sizes=())
     with pytest.raises(ValueError, match="too small for kernel sizes"):
-        ActorCritic(IMAGE, DISCRETE, 2, True)
+        ActorCritic(IMAGE, DISCRETE, 2, True, cnn_kernel_sizes=(8, 4, 3))  # explicit settings are not overridden

@@ -143,10 +143,10 @@ __all__ = [
     "regret_matching",
     "resolve_game",
     "simulate_profiles",
-    "warm_start_seat",
     "tables_from_policy",
     "uniform",
     "validate_payoffs",
     "validate_strategies",
+    "warm_start_seat",
     "zero_sum_nash",
 ]

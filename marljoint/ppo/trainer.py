@@ -428,8 +428,8 @@ class JointMultiAgentTrainer:
     ) -> tuple[list[torch.Tensor], torch.Tensor]:
         """Samples per unit; returns per-group action tensors and ``[B, N]`` log-probs.
 
-        With ``copy_noise`` (one generator per batch row, i.e. per env copy) each copy's noise comes from its own
-        generator, so a copy's actions do not depend on which other copies share the batch.
+        With ``copy_noise`` (a :class:`_CopyNoise` over one generator per batch row, i.e. per env copy) each copy's
+        noise comes from its own generator, so a copy's actions do not depend on which other copies share the batch.
         """
         group_actions: list[list[torch.Tensor]] = [[] for _ in self.spec.groups]
         log_probs = []

@@ -23,6 +23,7 @@ from torch import nn
 
 from marljoint.env.base import JointEnv, JointObs
 from marljoint.policies import ActorCritic, AgentPolicy, StackedAdam, clip_member_grads_
+from marljoint.ppo.acting import HostActing
 from marljoint.ppo.auxiliary import AuxOutput
 from marljoint.ppo.config import JointTrainerConfig
 from marljoint.ppo.gae import compute_gae
@@ -450,13 +451,14 @@ class JointMultiAgentTrainer:
         return actions, self._agent_columns(log_probs)
 
     def _env_actions(self, actions: Sequence[torch.Tensor]) -> list[np.ndarray]:
-        out = []
-        for group, action in zip(self.spec.groups, actions):
-            arr = action.cpu().numpy()
-            if group.action.kind == "box":
-                arr = np.clip(arr, group.action.low, group.action.high)
-            out.append(arr)
-        return out
+        return self._clipped([action.cpu().numpy() for action in actions])
+
+    def _clipped(self, actions: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """Per-group actions as the env gets them: Box actions clipped to their bounds (a new array)."""
+        return [
+            np.clip(arr, group.action.low, group.action.high) if group.action.kind == "box" else arr
+            for group, arr in zip(self.spec.groups, actions)
+        ]
 
     # ------------------------------------------------------------------ rollout
     def collect_rollout(self) -> JointRollout:
@@ -506,6 +508,11 @@ class JointMultiAgentTrainer:
         alive_in, acting_in, rewards_in, terminated_in, truncated_in = (
             sink(x) for x in (ro.alive, ro.acting, ro.rewards, ro.terminated, ro.truncated)
         )
+        # On the CPU, plain MLP networks act through numpy around their torch matrix products (HostActing).
+        host = HostActing.build(self, self.env.num_envs) if on_host else None
+        if host is not None:
+            actions_in = [a.numpy() for a in ro.actions]
+            log_probs_in, values_in = ro.log_probs.numpy(), ro.values.numpy()
         with torch.no_grad():
             for t in range(cfg.rollout_steps):
                 for g in range(len(self.spec.groups)):
@@ -516,15 +523,29 @@ class JointMultiAgentTrainer:
                 put(acting_in, t, state.acting)
                 # Rows without a decision carry all-allowed masks (the adapter's contract; the distributions
                 # also treat an all-masked head as unmasked), so sampling there is well defined and ignored.
-                masks = [m[t] if m is not None else None for m in ro.action_masks]
-                group_obs = [o[t] for o in ro.obs]
-                outputs = self._rollout_forward(group_obs, ro.alive[t])
-                actions, log_probs = self._sample(outputs, masks, False, copy_noise)
-                ro.values[t] = self._values(outputs)
-                ro.log_probs[t] = log_probs
-                for g, action in enumerate(actions):
-                    ro.actions[g][t].copy_(action)
-                step = self.env.step(self._env_actions(actions))
+                if host is not None:
+                    step_actions = [a[t] for a in actions_in]
+                    host.act(
+                        [o[t] for o in obs_in],
+                        alive_in[t],
+                        [None if m is None else m[t] for m in masks_in],
+                        copy_noise.draw(host.noises),
+                        step_actions,
+                        log_probs_in[t],
+                        values_in[t],
+                    )
+                    env_actions = self._clipped(step_actions)
+                else:
+                    masks = [m[t] if m is not None else None for m in ro.action_masks]
+                    group_obs = [o[t] for o in ro.obs]
+                    outputs = self._rollout_forward(group_obs, ro.alive[t])
+                    actions, log_probs = self._sample(outputs, masks, False, copy_noise)
+                    ro.values[t] = self._values(outputs)
+                    ro.log_probs[t] = log_probs
+                    for g, action in enumerate(actions):
+                        ro.actions[g][t].copy_(action)
+                    env_actions = self._env_actions(actions)
+                step = self.env.step(env_actions)
                 put(rewards_in, t, step.rewards)
                 put(terminated_in, t, step.terminated)
                 put(truncated_in, t, step.truncated)

@@ -1,0 +1,290 @@
+"""The rollout's acting step on the CPU: the networks' matrix products in torch, everything around them in numpy.
+
+At the batch sizes of a rollout (tens to hundreds of rows) a torch operation costs several microseconds of dispatch
+whatever its size, and an env's Python code between two policy calls evicts that dispatch code from the caches. The
+torch acting path (:meth:`JointMultiAgentTrainer._rollout_forward` and ``_sample``) runs about fifty small
+operations per step; this one runs the encoder and the action head in torch (the same kernels on the same shapes,
+so the trunk features and head outputs are bit-identical to the torch path's) and does the reshaping, the value
+head, the distribution, the sampling and the log-probabilities in numpy, on views of preallocated buffers. On
+simple_spread with 8 copies that makes a whole rollout about 7% faster.
+
+The sampling is the same computation as :class:`~marljoint.policies.distributions.FactoredCategorical` (Gumbel-max
+on the log-softmax, masked entries at the dtype's most negative value, all-masked heads left unmasked) and
+:class:`~marljoint.policies.distributions.DiagGaussian`, with the same noise, so actions agree with the torch path;
+log-probabilities and values agree to float32 rounding (numpy sums in another order).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+
+from marljoint.policies.actor_critic import ActorCritic
+
+__all__ = ["HostActing"]
+
+_HALF_LOG_2PI = 0.5 * float(np.log(2.0 * np.pi))
+
+
+def _as_slice(index: np.ndarray) -> slice | np.ndarray:
+    """A consecutive run of indices as a slice (basic indexing: a view, and cheaper to assign through)."""
+    if len(index) and np.array_equal(index, np.arange(index[0], index[0] + len(index))):
+        return slice(int(index[0]), int(index[0]) + len(index))
+    return index
+
+
+class _UnitActing:
+    """One unit's acting on ``total`` batch rows, of which rows ``[start, start + rows)`` are played."""
+
+    def __init__(
+        self,
+        policy: ActorCritic,
+        group: int,
+        slots: np.ndarray,
+        columns: np.ndarray,
+        start: int,
+        rows: int,
+        total: int,
+        critic_size: int | None,
+    ) -> None:
+        self.policy = policy
+        self.group = group
+        self.slots = _as_slice(slots)
+        self.columns = _as_slice(columns)
+        self.start, self.stop = start, start + rows
+        n = len(slots)
+        self.n = n
+        self.shared = policy.share_parameters
+        layout = policy.observation
+        self.flatten = layout.kind == "image"
+        self.obs_size = layout.size
+        ids = n if self.shared else 0
+        # Member-major trunk inputs [M, B', f]: the shared network folds the agents into the batch and reads each
+        # agent's one-hot id from constant columns; rows outside the played slice stay zero (the padding).
+        members = 1 if self.shared else n
+        batch = total * n if self.shared else total
+        self.x = torch.zeros((members, batch, self.obs_size + ids))
+        self.x_np = self.x.numpy()
+        if self.shared:
+            self.x_np.reshape(total, n, -1)[:, :, self.obs_size :] = np.eye(n, dtype=np.float32)
+        self.critic_x: torch.Tensor | None = None
+        if critic_size is not None:
+            self.critic_x = torch.zeros((members, batch, critic_size + ids))
+            self.critic_np = self.critic_x.numpy()
+            if self.shared:
+                self.critic_np.reshape(total, n, -1)[:, :, critic_size:] = np.eye(n, dtype=np.float32)
+            self.critic_size = critic_size
+        head = policy.value_head
+        self.value_w = head.weight.detach().numpy()[:, :, 0][:, None, :]  # [M, 1, d]
+        self.value_b = head.bias.detach().numpy()  # [M, 1]
+        self.total = total
+        action = policy.action
+        self.kind = action.kind
+        if self.kind == "box":
+            log_std = policy.log_std.detach().numpy()  # [M, D]
+            self.log_std = log_std if self.shared else log_std[None]  # broadcast over [R, n, D]
+            self.noise_kind = "normal"
+            self.noise_shape = torch.Size((rows, n, action.logits_size))
+        else:
+            nvec = action.nvec if action.kind == "multidiscrete" else (action.logits_size,)
+            self.nvec = tuple(int(k) for k in nvec)
+            self.width = max(self.nvec)
+            self.uniform = all(k == self.width for k in self.nvec)
+            if not self.uniform:
+                self.index = np.concatenate([k * self.width + np.arange(m) for k, m in enumerate(self.nvec)])
+            self.fill = np.finfo(np.float32).min
+            self.noise_kind = "uniform"
+            self.noise_shape = torch.Size((rows, n, len(self.nvec), self.width))
+            self._rows_index: np.ndarray | None = None
+
+    def _agent_major(self, y: np.ndarray) -> np.ndarray:
+        """``[M, B', k]`` → the played rows ``[R, n, k]``."""
+        if self.shared:
+            y = y.reshape(self.total, self.n, y.shape[-1])
+        else:
+            y = y.transpose(1, 0, 2)
+        return y[self.start : self.stop]
+
+    def act(
+        self, obs: np.ndarray, critic: np.ndarray | None, mask: np.ndarray | None, noise: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Actions ``[R, n(, K | D)]``, log-probabilities ``[R, n]`` and raw values ``[R, n]`` of the played rows.
+
+        Args:
+            obs: ``[R, n, *obs_shape]`` the unit's observations.
+            critic: ``[R, S]`` joint state (centralised critic) or None.
+            mask: ``[R, n, mask_size]`` bool or None.
+            noise: the draw of :attr:`noise_shape` (overwritten).
+        """
+        policy = self.policy
+        rows = obs.shape[0]
+        flat = obs.reshape(rows, self.n, -1)
+        if self.flatten and flat.dtype == np.uint8:
+            flat = flat.astype(np.float32) / np.float32(255.0)
+        if self.shared:
+            self.x_np.reshape(self.total, self.n, -1)[self.start : self.stop, :, : self.obs_size] = flat
+        else:
+            self.x_np[:, self.start : self.stop] = flat.transpose(1, 0, 2)
+        features = policy.encoder.forward_member_major(self.x)
+        head = self._agent_major(policy.actor_head.forward_member_major(features).numpy())
+        if self.critic_x is None:
+            trunk = features.numpy()
+        else:
+            if self.shared:
+                self.critic_np.reshape(self.total, self.n, -1)[self.start : self.stop, :, : self.critic_size] = (
+                    critic[:, None, :]
+                )
+            else:
+                self.critic_np[:, self.start : self.stop] = critic[None]
+            trunk = policy.critic_encoder.forward_member_major(self.critic_x).numpy()
+        values = (trunk * self.value_w).sum(-1) + self.value_b  # [M, B']
+        values = self._agent_major(values[..., None])[..., 0]
+        if self.kind == "box":
+            actions, log_probs = self._gaussian(head, noise)
+        else:
+            actions, log_probs = self._categorical(head, mask, noise)
+        return actions, log_probs, values
+
+    def _gaussian(self, mean: np.ndarray, noise: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        std = np.exp(self.log_std)
+        actions = mean + noise * std
+        z = (actions - mean) * np.exp(-self.log_std)
+        log_probs = (np.float32(-0.5) * z * z - self.log_std).sum(-1) - np.float32(_HALF_LOG_2PI * mean.shape[-1])
+        return actions, log_probs
+
+    def _categorical(
+        self, logits: np.ndarray, mask: np.ndarray | None, uniform: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        rows, n = logits.shape[:2]
+        shape = (rows, n, len(self.nvec), self.width)
+        if self.uniform:
+            logits3 = logits.reshape(shape)
+        else:
+            logits3 = np.full((rows, n, len(self.nvec) * self.width), self.fill, dtype=logits.dtype)
+            logits3[..., self.index] = logits
+            logits3 = logits3.reshape(shape)
+        if mask is not None:
+            if self.uniform:
+                mask3 = mask.reshape(shape)
+            else:
+                mask3 = np.zeros((rows, n, len(self.nvec) * self.width), dtype=bool)
+                mask3[..., self.index] = mask
+                mask3 = mask3.reshape(shape)
+            blocked = ~mask3 & mask3.any(-1, keepdims=True)
+            logits3 = np.where(blocked, self.fill, logits3)
+        shifted = logits3 - logits3.max(-1, keepdims=True)
+        log_p = shifted - np.log(np.exp(shifted).sum(-1, keepdims=True))
+        # Gumbel-max, as FactoredCategorical.sample_from_noise: argmax(log p - log(-log u)), u clamped above 0.
+        np.maximum(uniform, np.finfo(np.float32).tiny, out=uniform)
+        np.log(uniform, out=uniform)
+        np.negative(uniform, out=uniform)
+        np.log(uniform, out=uniform)
+        choice = (log_p - uniform).argmax(-1)  # [R, n, K]
+        flat = log_p.reshape(-1, self.width)
+        if self._rows_index is None or len(self._rows_index) != len(flat):
+            self._rows_index = np.arange(len(flat))
+        log_probs = flat[self._rows_index, choice.reshape(-1)].reshape(rows, n, -1).sum(-1)
+        if self.kind == "discrete":
+            choice = choice[..., 0]
+        return choice, log_probs
+
+
+class HostActing:
+    """A trainer's acting step for one rollout, in numpy around torch matrix products (see the module docstring).
+
+    Built by :meth:`build`, which returns ``None`` when a network is not a plain :class:`ActorCritic` with an MLP
+    trunk on the CPU (a CNN, a subclass, another device): those act through the torch path.
+
+    Args:
+        trainer: the :class:`~marljoint.JointMultiAgentTrainer` (its units, spec, normaliser and row padding).
+        rows: env copies per step (this trainer's own; a worker's slice when it collects part of a larger set).
+    """
+
+    def __init__(self, trainer: Any, rows: int) -> None:
+        spec = trainer.spec
+        start, total = trainer._row_pad if trainer._row_pad is not None else (0, rows)
+        self.centralized = trainer._centralized
+        critic_size = None
+        if self.centralized:
+            critic_size = sum(spec.observations[i].size for i in range(spec.num_agents)) + spec.num_agents
+        self.units: list[_UnitActing] = []
+        for unit in trainer._units:
+            slots = np.array([spec.group_of(i)[1] for i in unit.agent_indices])
+            self.units.append(
+                _UnitActing(
+                    unit.policy,
+                    unit.group,
+                    slots,
+                    np.array(unit.agent_indices),
+                    start,
+                    rows,
+                    total,
+                    critic_size,
+                )
+            )
+        self.stats = None
+        if trainer.value_normalizer is not None:
+            mean, std = trainer.value_normalizer._stats(torch.float32)
+            self.stats = (mean.numpy(), std.numpy())
+
+    @staticmethod
+    def build(trainer: Any, rows: int) -> "HostActing | None":
+        """The acting step of ``trainer`` for ``rows`` copies, or ``None`` when its networks need the torch path."""
+        if trainer.device.type != "cpu":
+            return None
+        for unit in trainer._units:
+            policy = unit.policy
+            if type(policy) is not ActorCritic or policy.cnn is not None:
+                return None
+            if any(p.dtype != torch.float32 for p in policy.parameters()):
+                return None
+        return HostActing(trainer, rows)
+
+    @property
+    def noises(self) -> list[_UnitActing]:
+        """The units, as the noise descriptors the trainer's per-copy noise draw takes (``noise_kind``, ``noise_shape``)."""
+        return self.units
+
+    def act(
+        self,
+        group_obs: Sequence[np.ndarray],
+        alive: np.ndarray,
+        masks: Sequence[np.ndarray | None],
+        noise: Sequence[torch.Tensor],
+        actions_out: Sequence[np.ndarray],
+        log_probs_out: np.ndarray,
+        values_out: np.ndarray,
+    ) -> None:
+        """Samples every agent's action and writes actions, log-probabilities and (denormalised) values.
+
+        Args:
+            group_obs: per group ``[R, n_g, *obs_shape]``.
+            alive: ``[R, N]`` bool.
+            masks: per group ``[R, n_g, mask_size]`` bool, or None.
+            noise: per unit, the draw for its ``noise_shape`` (overwritten).
+            actions_out: per group ``[R, n_g(, K | D)]``, written.
+            log_probs_out: ``[R, N]``, written.
+            values_out: ``[R, N]``, written.
+        """
+        critic = None
+        if self.centralized:
+            rows = alive.shape[0]
+            parts = [o.reshape(rows, -1) for o in group_obs]
+            parts.append(alive)
+            critic = np.concatenate([p.astype(np.float32, copy=False) for p in parts], axis=1)
+        for unit, draw in zip(self.units, noise):
+            obs = group_obs[unit.group]
+            mask = masks[unit.group]
+            if unit.n != obs.shape[1]:  # one agent of its group
+                obs = obs[:, unit.slots]
+                mask = None if mask is None else mask[:, unit.slots]
+            actions, log_probs, values = unit.act(obs, critic, mask, draw.numpy())
+            actions_out[unit.group][:, unit.slots] = actions
+            log_probs_out[:, unit.columns] = log_probs
+            values_out[:, unit.columns] = values
+        if self.stats is not None:
+            mean, std = self.stats
+            values_out *= std
+            values_out += mean

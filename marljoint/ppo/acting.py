@@ -244,7 +244,7 @@ class HostActing:
 
     @property
     def noises(self) -> list[_UnitActing]:
-        """The units, as the noise descriptors the trainer's per-copy noise draw takes (``noise_kind``, ``noise_shape``)."""
+        """The units, as the noise descriptors of the per-copy noise draw (``noise_kind``, ``noise_shape``)."""
         return self.units
 
     def act(

@@ -215,6 +215,8 @@ class PettingZooJointEnv:
         ]
         # Groups whose env has shown an action mask; the others skip the per-step mask check.
         self._masked_groups = [False] * len(self.spec.groups)
+        # Whether a step that keeps the same agents may just overwrite their observations (see _refill_in_place).
+        self._plain_obs = all(self._direct_obs)
         self._allocate()
 
     # ------------------------------------------------------------------ buffers
@@ -636,10 +638,42 @@ class PettingZooJointEnv:
         live_next = [a for a in present if index[a] not in ended] if ended else present
         if not live_next:
             return True
+        if not ended and len(present) == len(alive_before) and self._refill_in_place(e, present, observations, infos):
+            return False
         self._clear_state(e)
         for agent in live_next:
             self._enter(e, agent, observations, infos)
         return False
+
+    def _refill_in_place(self, e: int, present: list[str], observations: dict, infos: dict) -> bool:
+        """The common parallel step: the agents alive before it are the agents present after it.
+
+        When every observation is a Box in its processed shape and no action mask has ever been seen (so every mask
+        row is all-allowed), clearing the copy and re-entering each agent would only rewrite the same flags: the new
+        observations are written over the old ones instead. Returns False when the step needs the full refill
+        (which then rewrites everything this wrote).
+        """
+        if not self._plain_obs or any(self._masked_groups):
+            return False
+        index, slots, alive_row, obs = self._index, self._slot, self._alive[e], self._obs
+        check_masks = any(mask is not None for mask in self._masks) and bool(infos)
+        for agent in present:
+            i = index.get(agent)
+            if i is None or not alive_row[i]:
+                return False
+            raw = observations.get(agent, _MISSING)
+            if raw is _MISSING:
+                return False
+            if check_masks:
+                info = infos.get(agent)
+                if isinstance(info, dict) and "action_mask" in info:
+                    return False
+            g, j = slots[i]
+            try:
+                obs[g][e, j] = raw
+            except (ValueError, TypeError):
+                return False
+        return True
 
     # ------------------------------------------------------------------ AEC envs
     def _observe_aec(self, e: int) -> None:

@@ -16,7 +16,7 @@ log-probabilities and values agree to float32 rounding (numpy sums in another or
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -192,18 +192,20 @@ class _UnitActing:
 
 
 class HostActing:
-    """A trainer's acting step for one rollout, in numpy around torch matrix products (see the module docstring).
+    """A trainer's acting step over one rollout, in numpy around torch matrix products (see the module docstring).
 
     Built by :meth:`build`, which returns ``None`` when a network is not a plain :class:`ActorCritic` with an MLP
-    trunk on the CPU (a CNN, a subclass, another device): those act through the torch path.
+    trunk on the CPU (a CNN, a subclass, float64, another device): those act through the torch path.
 
     Args:
         trainer: the :class:`~marljoint.JointMultiAgentTrainer` (its units, spec, normaliser and row padding).
-        rows: env copies per step (this trainer's own; a worker's slice when it collects part of a larger set).
+        rollout: the CPU :class:`~marljoint.ppo.rollout.JointRollout` being collected; :meth:`act` reads step t's
+            observations, masks and alive flags from it and writes its actions, log-probabilities and values.
     """
 
-    def __init__(self, trainer: Any, rows: int) -> None:
+    def __init__(self, trainer: Any, rollout: Any) -> None:
         spec = trainer.spec
+        rows = rollout.num_envs
         start, total = trainer._row_pad if trainer._row_pad is not None else (0, rows)
         self.centralized = trainer._centralized
         critic_size = None
@@ -212,27 +214,24 @@ class HostActing:
         self.units: list[_UnitActing] = []
         for unit in trainer._units:
             slots = np.array([spec.group_of(i)[1] for i in unit.agent_indices])
-            self.units.append(
-                _UnitActing(
-                    unit.policy,
-                    unit.group,
-                    slots,
-                    np.array(unit.agent_indices),
-                    start,
-                    rows,
-                    total,
-                    critic_size,
-                )
-            )
+            columns = np.array(unit.agent_indices)
+            self.units.append(_UnitActing(unit.policy, unit.group, slots, columns, start, rows, total, critic_size))
         self.stats = None
         if trainer.value_normalizer is not None:
             mean, std = trainer.value_normalizer._stats(torch.float32)
             self.stats = (mean.numpy(), std.numpy())
+        # numpy views of the rollout storage: [T, E, ...] each.
+        self.obs = [o.numpy() for o in rollout.obs]
+        self.masks = [None if m is None else m.numpy() for m in rollout.action_masks]
+        self.alive = rollout.alive.numpy()
+        self.actions = [a.numpy() for a in rollout.actions]
+        self.log_probs = rollout.log_probs.numpy()
+        self.values = rollout.values.numpy()
 
     @staticmethod
-    def build(trainer: Any, rows: int) -> "HostActing | None":
-        """The acting step of ``trainer`` for ``rows`` copies, or ``None`` when its networks need the torch path."""
-        if trainer.device.type != "cpu":
+    def build(trainer: Any, rollout: Any) -> "HostActing | None":
+        """The acting step of ``trainer`` over ``rollout``, or ``None`` when its networks need the torch path."""
+        if trainer.device.type != "cpu" or rollout.rewards.device.type != "cpu":
             return None
         for unit in trainer._units:
             policy = unit.policy
@@ -240,41 +239,30 @@ class HostActing:
                 return None
             if any(p.dtype != torch.float32 for p in policy.parameters()):
                 return None
-        return HostActing(trainer, rows)
+        return HostActing(trainer, rollout)
 
-    @property
-    def noises(self) -> list[_UnitActing]:
-        """The units, as the noise descriptors of the per-copy noise draw (``noise_kind``, ``noise_shape``)."""
-        return self.units
-
-    def act(
-        self,
-        group_obs: Sequence[np.ndarray],
-        alive: np.ndarray,
-        masks: Sequence[np.ndarray | None],
-        noise: Sequence[torch.Tensor],
-        actions_out: Sequence[np.ndarray],
-        log_probs_out: np.ndarray,
-        values_out: np.ndarray,
-    ) -> None:
-        """Samples every agent's action and writes actions, log-probabilities and (denormalised) values.
+    def act(self, t: int, noise: Any) -> list[np.ndarray]:
+        """Samples every agent's action at step ``t`` and writes actions, log-probabilities and (denormalised)
+        values into the rollout.
 
         Args:
-            group_obs: per group ``[R, n_g, *obs_shape]``.
-            alive: ``[R, N]`` bool.
-            masks: per group ``[R, n_g, mask_size]`` bool, or None.
-            noise: per unit, the draw for its ``noise_shape`` (overwritten).
-            actions_out: per group ``[R, n_g(, K | D)]``, written.
-            log_probs_out: ``[R, N]``, written.
-            values_out: ``[R, N]``, written.
+            t: the rollout step, whose observations, masks and alive flags are already written.
+            noise: the rollout's per-copy noise source (``draw(descriptors)`` gives one draw per unit).
+
+        Returns:
+            Per group, the ``[E, n_g(, K | D)]`` actions of step ``t`` (views of the rollout storage).
         """
+        group_obs = [o[t] for o in self.obs]
+        masks = [None if m is None else m[t] for m in self.masks]
+        actions_out = [a[t] for a in self.actions]
+        log_probs_out, values_out = self.log_probs[t], self.values[t]
         critic = None
         if self.centralized:
-            rows = alive.shape[0]
+            rows = group_obs[0].shape[0]
             parts = [o.reshape(rows, -1) for o in group_obs]
-            parts.append(alive)
+            parts.append(self.alive[t])
             critic = np.concatenate([p.astype(np.float32, copy=False) for p in parts], axis=1)
-        for unit, draw in zip(self.units, noise):
+        for unit, draw in zip(self.units, noise.draw(self.units)):
             obs = group_obs[unit.group]
             mask = masks[unit.group]
             if unit.n != obs.shape[1]:  # one agent of its group
@@ -288,3 +276,4 @@ class HostActing:
             mean, std = self.stats
             values_out *= std
             values_out += mean
+        return actions_out

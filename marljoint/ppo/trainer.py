@@ -508,11 +508,8 @@ class JointMultiAgentTrainer:
         alive_in, acting_in, rewards_in, terminated_in, truncated_in = (
             sink(x) for x in (ro.alive, ro.acting, ro.rewards, ro.terminated, ro.truncated)
         )
-        # On the CPU, plain MLP networks act through numpy around their torch matrix products (HostActing).
-        host = HostActing.build(self, self.env.num_envs) if on_host else None
-        if host is not None:
-            actions_in = [a.numpy() for a in ro.actions]
-            log_probs_in, values_in = ro.log_probs.numpy(), ro.values.numpy()
+        # On the CPU, plain MLP networks act through numpy around their torch matrix products.
+        host = HostActing.build(self, ro)
         with torch.no_grad():
             for t in range(cfg.rollout_steps):
                 for g in range(len(self.spec.groups)):
@@ -524,27 +521,9 @@ class JointMultiAgentTrainer:
                 # Rows without a decision carry all-allowed masks (the adapter's contract; the distributions
                 # also treat an all-masked head as unmasked), so sampling there is well defined and ignored.
                 if host is not None:
-                    step_actions = [a[t] for a in actions_in]
-                    host.act(
-                        [o[t] for o in obs_in],
-                        alive_in[t],
-                        [None if m is None else m[t] for m in masks_in],
-                        copy_noise.draw(host.noises),
-                        step_actions,
-                        log_probs_in[t],
-                        values_in[t],
-                    )
-                    env_actions = self._clipped(step_actions)
+                    env_actions = self._clipped(host.act(t, copy_noise))
                 else:
-                    masks = [m[t] if m is not None else None for m in ro.action_masks]
-                    group_obs = [o[t] for o in ro.obs]
-                    outputs = self._rollout_forward(group_obs, ro.alive[t])
-                    actions, log_probs = self._sample(outputs, masks, False, copy_noise)
-                    ro.values[t] = self._values(outputs)
-                    ro.log_probs[t] = log_probs
-                    for g, action in enumerate(actions):
-                        ro.actions[g][t].copy_(action)
-                    env_actions = self._env_actions(actions)
+                    env_actions = self._act_with_torch(ro, t, copy_noise)
                 step = self.env.step(env_actions)
                 put(rewards_in, t, step.rewards)
                 put(terminated_in, t, step.terminated)
@@ -567,6 +546,17 @@ class JointMultiAgentTrainer:
         ro.episode_steps = np.concatenate(episode_steps) if episode_steps else np.zeros(0, np.int64)
         self.env_steps += cfg.rollout_steps * self.env.num_envs
         return ro
+
+    def _act_with_torch(self, ro: JointRollout, t: int, copy_noise: "_CopyNoise") -> list[np.ndarray]:
+        """Samples step ``t`` of a rollout with the networks and distributions in torch; returns the env actions."""
+        masks = [m[t] if m is not None else None for m in ro.action_masks]
+        outputs = self._rollout_forward([o[t] for o in ro.obs], ro.alive[t])
+        actions, log_probs = self._sample(outputs, masks, False, copy_noise)
+        ro.values[t] = self._values(outputs)
+        ro.log_probs[t] = log_probs
+        for g, action in enumerate(actions):
+            ro.actions[g][t].copy_(action)
+        return self._env_actions(actions)
 
     def _collects_in_env_workers(self) -> bool:
         """Whether the env's worker processes run the policies too (a subprocess env, CPU policies, picklable)."""

@@ -97,7 +97,7 @@ def test_unit_acting_on_a_slice_of_padded_rows_matches_the_unpadded_network() ->
 def _rollouts(env_fn, config: JointTrainerConfig, host: bool, monkeypatch: pytest.MonkeyPatch) -> list:
     with monkeypatch.context() as patch:
         if not host:
-            patch.setattr(HostActing, "build", staticmethod(lambda trainer, rows: None))
+            patch.setattr(HostActing, "build", staticmethod(lambda trainer, rollout: None))
         env = make_joint_env(env_fn, config.num_envs, config.seed)
         trainer = JointMultiAgentTrainer.from_env(env, config)
         out = []
@@ -151,10 +151,11 @@ def test_host_acting_is_built_only_for_plain_mlp_networks_on_the_cpu() -> None:
     config = JointTrainerConfig(num_envs=2, rollout_steps=4, minibatch_size=8)
     env = make_joint_env(lambda: mock_v0.parallel_env(num_agents=2), 2, 0)
     trainer = JointMultiAgentTrainer.from_env(env, config)
-    assert isinstance(HostActing.build(trainer, 2), HostActing)
+    rollout = trainer.collect_rollout()
+    assert isinstance(HostActing.build(trainer, rollout), HostActing)
     trainer._units[0].policy.__class__ = _Custom
-    assert HostActing.build(trainer, 2) is None
+    assert HostActing.build(trainer, rollout) is None
     trainer._units[0].policy.__class__ = ActorCritic
     trainer._units[0].policy.double()
-    assert HostActing.build(trainer, 2) is None
+    assert HostActing.build(trainer, rollout) is None
     env.close()

@@ -258,3 +258,35 @@ def test_sampling_requires_a_generator():
         Categorical(torch.zeros(2, 3)).sample(None)
     with pytest.raises(TypeError, match="needs a torch.Generator"):
         DiagGaussian(torch.zeros(2, 3), torch.zeros(3)).sample(0)
+
+
+@pytest.mark.parametrize("shape", [(64, 3, 1, 5), (32, 4, 3, 10), (8, 2, 1, 40)])
+def test_log_softmax_and_its_gradient_match_torch_with_and_without_masked_entries(shape):
+    from marljoint.policies.distributions import _log_softmax
+
+    generator = torch.Generator().manual_seed(0)
+    logits = torch.randn(shape, generator=generator) * 4.0
+    masked = logits.clone()
+    masked[..., 2:4] = torch.finfo(torch.float32).min  # how masked and padded entries reach the log-softmax
+    for x in (logits, masked):
+        ours = x.clone().requires_grad_()
+        ref = x.clone().requires_grad_()
+        weights = torch.rand(shape, generator=generator)
+        got, want = _log_softmax(ours), ref.log_softmax(-1)
+        finite = want > -1e30
+        torch.testing.assert_close(got[finite], want[finite], rtol=1e-6, atol=1e-6)
+        assert (got[~finite] < -1e30).all()
+        (got[finite] * weights[finite]).sum().backward()
+        (want[finite] * weights[finite]).sum().backward()
+        torch.testing.assert_close(ours.grad, ref.grad, rtol=1e-5, atol=1e-6)
+
+
+def test_probabilities_are_exactly_zero_on_masked_entries_and_exp_elsewhere():
+    from marljoint.policies.distributions import _probs
+
+    log_p = torch.tensor([[-0.1, -2.5, torch.finfo(torch.float32).min, -90.0, -80.0]])
+    probs = _probs(log_p)
+    assert probs[0, 2] == 0.0 and probs[0, 3] == 0.0  # masked, and under 1e-37
+    torch.testing.assert_close(probs[0, [0, 1, 4]], log_p[0, [0, 1, 4]].exp(), rtol=0, atol=0)
+    dist = FactoredCategorical(torch.zeros(1, 4), (4,), torch.tensor([[True, True, False, False]]))
+    assert dist.entropy().item() == pytest.approx(math.log(2.0), abs=1e-6)

@@ -69,6 +69,9 @@ def _check_generator(generator: torch.Generator) -> None:
         )
 
 
+_WIDE_FLOATS = (torch.float32, torch.float64)
+
+
 def _exp_floor(dtype: torch.dtype) -> float:
     """Two above the log of the smallest normal number of ``dtype`` (about -85.3 in float32): the exponential of
     anything at or above it is a normal number, which ``exp`` computes at full speed (at -87.3 it takes 140x as long)."""
@@ -82,8 +85,11 @@ def _log_softmax(x: torch.Tensor) -> torch.Tensor:
     with AVX-512) runs about 15x slower per element than over a wider one, and its ``exp`` takes a slow path on very
     negative inputs, which masked entries (the dtype's most negative value) always are. The exponentials here are of
     arguments clamped at :func:`_exp_floor`: below it a term adds nothing to a sum that holds ``exp(0) = 1``. The max
-    is detached, as log-softmax does not depend on the shift.
+    is detached, as log-softmax does not depend on the shift. Half-precision types, whose smallest normal number is
+    not negligible against 1, use torch's kernels.
     """
+    if x.dtype not in _WIDE_FLOATS:
+        return x.log_softmax(-1)
     shifted = x - x.detach().amax(-1, keepdim=True)
     return shifted - shifted.clamp(min=_exp_floor(x.dtype)).exp().sum(-1, keepdim=True).log()
 
@@ -91,6 +97,8 @@ def _log_softmax(x: torch.Tensor) -> torch.Tensor:
 def _probs(log_p: torch.Tensor) -> torch.Tensor:
     """``log_p.exp()``, exactly 0 where ``log_p`` is below :func:`_exp_floor` (masked entries, whose value is the
     dtype's most negative one, and probabilities under 1e-37 in float32), without ``exp``'s slow path there."""
+    if log_p.dtype not in _WIDE_FLOATS:
+        return log_p.exp()
     floor = _exp_floor(log_p.dtype)
     return log_p.clamp(min=floor).exp() * (log_p > floor)
 

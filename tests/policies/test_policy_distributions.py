@@ -290,3 +290,14 @@ def test_probabilities_are_exactly_zero_on_masked_entries_and_exp_elsewhere():
     torch.testing.assert_close(probs[0, [0, 1, 4]], log_p[0, [0, 1, 4]].exp(), rtol=0, atol=0)
     dist = FactoredCategorical(torch.zeros(1, 4), (4,), torch.tensor([[True, True, False, False]]))
     assert dist.entropy().item() == pytest.approx(math.log(2.0), abs=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_precision_logits_use_torch_kernels(dtype):
+    # In float16 the smallest normal number (6e-5) is not negligible against 1 over thousands of entries.
+    from marljoint.policies.distributions import _log_softmax, _probs
+
+    x = torch.randn(6, 1, 4672).to(dtype)
+    x[..., 30:] = torch.finfo(dtype).min
+    assert torch.equal(_log_softmax(x), x.log_softmax(-1))
+    assert torch.equal(_probs(x.log_softmax(-1)), x.log_softmax(-1).exp())

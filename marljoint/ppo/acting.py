@@ -208,13 +208,11 @@ class HostActing:
         rows = rollout.num_envs
         start, total = trainer._row_pad if trainer._row_pad is not None else (0, rows)
         self.centralized = trainer._centralized
-        critic_size = None
-        if self.centralized:
-            critic_size = sum(spec.observations[i].size for i in range(spec.num_agents)) + spec.num_agents
         self.units: list[_UnitActing] = []
         for unit in trainer._units:
             slots = np.array([spec.group_of(i)[1] for i in unit.agent_indices])
             columns = np.array(unit.agent_indices)
+            critic_size = unit.policy.critic_input_size if self.centralized else None
             self.units.append(_UnitActing(unit.policy, unit.group, slots, columns, start, rows, total, critic_size))
         self.stats = None
         if trainer.value_normalizer is not None:
@@ -231,7 +229,7 @@ class HostActing:
     @staticmethod
     def build(trainer: Any, rollout: Any) -> "HostActing | None":
         """The acting step of ``trainer`` over ``rollout``, or ``None`` when its networks need the torch path."""
-        if trainer.device.type != "cpu" or rollout.rewards.device.type != "cpu":
+        if trainer.device.type != "cpu":  # the rollout storage lives on the trainer's device
             return None
         for unit in trainer._units:
             policy = unit.policy

@@ -38,11 +38,34 @@ def blueprint(trainer: "JointMultiAgentTrainer") -> bytes:
 
 
 def learner_weights(trainer: "JointMultiAgentTrainer") -> dict[str, Any]:
-    """What a slice trainer needs each iteration: every network's weights and the value normaliser's statistics."""
+    """What a slice trainer needs each iteration: every network's weights and the value normaliser's statistics.
+
+    The tensors travel as numpy copies: a pipe pickles a torch tensor by moving its storage into a new
+    shared-memory segment (milliseconds per iteration for a few small networks), plain pickling goes through
+    ``torch.save`` per storage, and numpy arrays are pickled as their bytes.
+    """
+    normalizer = trainer.value_normalizer
     return {
-        "policies": [{k: v.detach().cpu() for k, v in u.policy.state_dict().items()} for u in trainer._units],
-        "value_normalizer": None if trainer.value_normalizer is None else trainer.value_normalizer.state_dict(),
+        "policies": [_as_numpy(u.policy.state_dict()) for u in trainer._units],
+        "value_normalizer": None if normalizer is None else _as_numpy(normalizer.state_dict()),
     }
+
+
+def _as_numpy(state: dict[str, torch.Tensor]) -> dict[str, Any]:
+    """Numpy copies of a state dict's tensors (a tensor whose dtype numpy lacks, e.g. bfloat16, stays a tensor)."""
+    out: dict[str, Any] = {}
+    for key, value in state.items():
+        value = value.detach().cpu()
+        try:
+            out[key] = value.numpy().copy()
+        except TypeError:
+            out[key] = value.clone()
+    return out
+
+
+def _as_torch(state: dict[str, Any]) -> dict[str, torch.Tensor]:
+    """Inverse of :func:`_as_numpy` (copies, so read-only arrays from Ray's object store load too)."""
+    return {k: v if isinstance(v, torch.Tensor) else torch.tensor(v) for k, v in state.items()}
 
 
 def slice_trainer(
@@ -74,9 +97,9 @@ def slice_trainer(
 def load_weights(trainer: "JointMultiAgentTrainer", weights: dict[str, Any]) -> None:
     """Loads :func:`learner_weights` output into a slice trainer."""
     for unit, state in zip(trainer._units, weights["policies"]):
-        unit.policy.load_state_dict(state)
+        unit.policy.load_state_dict(_as_torch(state))
     if trainer.value_normalizer is not None:
-        trainer.value_normalizer.load_state_dict(weights["value_normalizer"])
+        trainer.value_normalizer.load_state_dict(_as_torch(weights["value_normalizer"]))
 
 
 def rollout_piece(rollout: "JointRollout") -> dict[str, Any]:

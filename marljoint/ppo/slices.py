@@ -52,13 +52,14 @@ def learner_weights(trainer: "JointMultiAgentTrainer") -> dict[str, Any]:
 
 
 def _as_numpy(state: dict[str, torch.Tensor]) -> dict[str, Any]:
-    """Numpy copies of a state dict's tensors (a tensor whose dtype numpy lacks, e.g. bfloat16, stays a tensor)."""
+    """Numpy copies of a state dict's tensors; one numpy cannot hold (bfloat16, or a lazily conjugated complex
+    tensor) stays a tensor."""
     out: dict[str, Any] = {}
     for key, value in state.items():
         value = value.detach().cpu()
         try:
             out[key] = value.numpy().copy()
-        except TypeError:
+        except (TypeError, RuntimeError):
             out[key] = value.clone()
     return out
 

@@ -237,7 +237,7 @@ def test_a_state_from_another_split_is_refused():
 
 def test_learner_weights_travel_as_numpy_and_load_exactly():
     # A pipe would move every torch tensor into its own shared-memory segment each iteration; numpy arrays are
-    # pickled as bytes. A dtype numpy lacks (bfloat16) stays a tensor.
+    # pickled as bytes. A tensor numpy cannot hold (bfloat16, a lazy conjugate) stays a tensor.
     from marljoint.ppo.slices import learner_weights, load_weights
 
     source = _trainer(_spread, "sync", value_normalization=True)
@@ -256,7 +256,9 @@ def test_learner_weights_travel_as_numpy_and_load_exactly():
 
     from marljoint.ppo.slices import _as_numpy, _as_torch
 
-    half = {"w": torch.arange(4, dtype=torch.bfloat16)}
-    shipped = _as_numpy(half)
-    assert isinstance(shipped["w"], torch.Tensor)
-    assert torch.equal(_as_torch(shipped)["w"], half["w"])
+    odd = {"half": torch.arange(4, dtype=torch.bfloat16), "conj": torch.tensor([1 + 2j, 3 - 1j]).conj()}
+    shipped = _as_numpy(odd)
+    assert all(isinstance(v, torch.Tensor) for v in shipped.values())
+    back = _as_torch(shipped)
+    for key, value in odd.items():
+        assert torch.equal(back[key].resolve_conj(), value.resolve_conj())

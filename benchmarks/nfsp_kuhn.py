@@ -39,7 +39,9 @@ def main() -> None:
         out.mkdir(parents=True, exist_ok=True)
         nfsp.run(
             max_seconds=args.seconds,
-            callback=lambda _: write_metrics_csv(nfsp.history, out / "metrics.csv", ("iteration", "wall_time")),
+            callback=lambda _, run=nfsp, out=out: write_metrics_csv(
+                run.history, out / "metrics.csv", ("iteration", "wall_time")
+            ),
         )
         history = nfsp.history
         below = next((row["wall_time"] for row in history if row["exploitability"] < 0.10), math.nan)

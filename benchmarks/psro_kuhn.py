@@ -58,7 +58,9 @@ def main() -> None:
         out.mkdir(parents=True, exist_ok=True)
         psro.run(
             max_seconds=args.seconds,
-            callback=lambda _: write_metrics_csv(psro.history, out / "metrics.csv", ("iteration", "wall_time")),
+            callback=lambda _, run=psro, out=out: write_metrics_csv(
+                run.history, out / "metrics.csv", ("iteration", "wall_time")
+            ),
         )
         history = psro.history
         best = min(row["exploitability"] for row in history)

@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import functools
 import importlib
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from marljoint.ppo.config import JointTrainerConfig
 

@@ -154,7 +154,7 @@ class MetaGame:
         }
 
     @classmethod
-    def from_state_dict(cls, state: dict[str, Any]) -> "MetaGame":
+    def from_state_dict(cls, state: dict[str, Any]) -> MetaGame:
         """Rebuilds a meta-game saved by :meth:`state_dict`."""
         game = cls(int(state["num_players"]), bool(state["symmetric"]))
         game.payoffs = [np.asarray(p, dtype=np.float64).copy() for p in state["payoffs"]]

@@ -138,7 +138,7 @@ class NfspConfig:
         if not isinstance(self.seed, (int, np.integer)) or isinstance(self.seed, bool):
             raise ValueError(f"seed must be an integer, got {self.seed!r}")
 
-    def replace(self, **changes: Any) -> "NfspConfig":
+    def replace(self, **changes: Any) -> NfspConfig:
         """A copy with ``changes`` applied (validated again)."""
         return dataclasses.replace(self, **changes)
 
@@ -150,7 +150,7 @@ class NfspConfig:
         return out
 
     @classmethod
-    def from_dict(cls, values: Mapping[str, Any]) -> "NfspConfig":
+    def from_dict(cls, values: Mapping[str, Any]) -> NfspConfig:
         """Builds a config from :meth:`to_dict` output.
 
         Raises:
@@ -507,7 +507,7 @@ class NFSP:
         return path
 
     @classmethod
-    def load(cls, directory: str | Path, env_fn: Any, game: KnownGame | None = None, **policy_kwargs: Any) -> "NFSP":
+    def load(cls, directory: str | Path, env_fn: Any, game: KnownGame | None = None, **policy_kwargs: Any) -> NFSP:
         """Restores a run saved by :meth:`save`.
 
         Training continues from the saved networks, reservoirs and counters; episodes that were in progress at

@@ -144,7 +144,7 @@ class PsroConfig:
         if not isinstance(self.warm_start, bool):
             raise ValueError(f"warm_start must be True or False, got {self.warm_start!r}")
 
-    def replace(self, **changes: Any) -> "PsroConfig":
+    def replace(self, **changes: Any) -> PsroConfig:
         """A copy with ``changes`` applied (validated again)."""
         return dataclasses.replace(self, **changes)
 
@@ -155,7 +155,7 @@ class PsroConfig:
         return out
 
     @classmethod
-    def from_dict(cls, values: Mapping[str, Any]) -> "PsroConfig":
+    def from_dict(cls, values: Mapping[str, Any]) -> PsroConfig:
         """Builds a config from :meth:`to_dict` output.
 
         Raises:
@@ -435,7 +435,7 @@ class PSRO:
         game: KnownGame | None = None,
         config: PsroConfig | None = None,
         **policy_kwargs: Any,
-    ) -> "PSRO":
+    ) -> PSRO:
         """Resumes a run saved by :meth:`save`.
 
         Args:

@@ -13,7 +13,8 @@ its per-copy noise generators, taken after every rollout) and collects the same 
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -144,7 +145,7 @@ class RayRolloutWorkers:
 
     def __init__(
         self,
-        trainer: "JointMultiAgentTrainer",
+        trainer: JointMultiAgentTrainer,
         env_fn: Callable[[], Any],
         num_envs: int,
         num_workers: int,
@@ -185,7 +186,7 @@ class RayRolloutWorkers:
         restore, self._pending_restore[k] = self._pending_restore[k], None
         return self.actors[k].collect.remote(weights_ref, restore)
 
-    def collect(self, weights: dict[str, Any], rollout: "JointRollout") -> None:
+    def collect(self, weights: dict[str, Any], rollout: JointRollout) -> None:
         """Collects one rollout into ``rollout`` (allocated for all E copies), replacing workers that die.
 
         Raises:

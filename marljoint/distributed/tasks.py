@@ -14,7 +14,8 @@ The tasks depend only on their arguments, so the result is the same whichever en
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 

@@ -3,8 +3,8 @@
 from marljoint.env.base import JointEnv, JointObs, JointStep
 from marljoint.env.check import JointEnvCheckError, check_joint_env, random_actions
 from marljoint.env.pettingzoo import PettingZooJointEnv
-from marljoint.env.subprocess import SubprocessJointEnv, make_joint_env
 from marljoint.env.spaces import ActionLayout, GroupSpec, JointSpec, ObservationLayout
+from marljoint.env.subprocess import SubprocessJointEnv, make_joint_env
 
 __all__ = [
     "ActionLayout",

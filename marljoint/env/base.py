@@ -22,7 +22,8 @@ Arrays returned by ``reset``/``step`` belong to the env and are overwritten by t
 
 from __future__ import annotations
 
-from typing import NamedTuple, Protocol, Sequence, runtime_checkable
+from collections.abc import Sequence
+from typing import NamedTuple, Protocol, runtime_checkable
 
 import numpy as np
 

@@ -142,7 +142,7 @@ def check_joint_env(env: JointEnv, num_steps: int = 200, seed: int = 0) -> None:
     if not isinstance(env, JointEnv):
         raise TypeError(f"{type(env).__name__} does not implement the JointEnv protocol (spec, num_envs, reset, step)")
     streams = []
-    for attempt in range(2):
+    for _ in range(2):
         rng = np.random.default_rng(seed)
         state = env.reset(seed=seed)
         _check_state(env, state, "reset()")

@@ -6,7 +6,8 @@ import copyreg
 import io
 import pickle
 import types
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import cloudpickle
 import gymnasium

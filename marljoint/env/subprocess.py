@@ -5,8 +5,9 @@ from __future__ import annotations
 import multiprocessing as mp
 import pickle
 import traceback
+from collections.abc import Callable, Sequence
 from multiprocessing import shared_memory
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 import torch

@@ -227,7 +227,7 @@ class HostActing:
         self.values = rollout.values.numpy()
 
     @staticmethod
-    def build(trainer: Any, rollout: Any) -> "HostActing | None":
+    def build(trainer: Any, rollout: Any) -> HostActing | None:
         """The acting step of ``trainer`` over ``rollout``, or ``None`` when its networks need the torch path."""
         if trainer.device.type != "cpu":  # the rollout storage lives on the trainer's device
             return None

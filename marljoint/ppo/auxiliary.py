@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Mapping, NamedTuple, Protocol, Sequence, runtime_checkable
+from collections.abc import Mapping, Sequence
+from typing import NamedTuple, Protocol, runtime_checkable
 
 import torch
 

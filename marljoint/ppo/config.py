@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 __all__ = ["JointTrainerConfig"]
 
@@ -145,7 +146,7 @@ class JointTrainerConfig:
             count = min(count, max(1, self.max_minibatches_per_epoch))
         return count
 
-    def replace(self, **changes: Any) -> "JointTrainerConfig":
+    def replace(self, **changes: Any) -> JointTrainerConfig:
         """Returns a copy with ``changes`` applied (validated again)."""
         return dataclasses.replace(self, **changes)
 
@@ -157,7 +158,7 @@ class JointTrainerConfig:
         return out
 
     @classmethod
-    def from_dict(cls, values: Mapping[str, Any]) -> "JointTrainerConfig":
+    def from_dict(cls, values: Mapping[str, Any]) -> JointTrainerConfig:
         """Builds a config from a mapping of field names, rejecting unknown keys.
 
         Raises:

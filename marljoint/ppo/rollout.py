@@ -61,7 +61,7 @@ class JointRollout:
     episode_steps: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
 
     @classmethod
-    def allocate(cls, spec: JointSpec, steps: int, num_envs: int, device: torch.device | str = "cpu") -> "JointRollout":
+    def allocate(cls, spec: JointSpec, steps: int, num_envs: int, device: torch.device | str = "cpu") -> JointRollout:
         """Preallocates zeroed storage for ``steps`` steps of ``num_envs`` copies."""
         T, E, N = steps, num_envs, spec.num_agents
         groups = spec.groups

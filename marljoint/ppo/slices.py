@@ -12,7 +12,8 @@ from __future__ import annotations
 import copy
 import pickle
 import warnings
-from typing import TYPE_CHECKING, Any, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -26,7 +27,7 @@ if TYPE_CHECKING:  # pragma: no cover
 PER_AGENT_FIELDS = ("log_probs", "values", "rewards", "terminated", "truncated", "alive", "acting", "final_values")
 
 
-def blueprint(trainer: "JointMultiAgentTrainer") -> bytes:
+def blueprint(trainer: JointMultiAgentTrainer) -> bytes:
     """The trainer's networks (CPU copies) and how they map to agents, pickled for :func:`slice_trainer`.
 
     Raises:
@@ -37,7 +38,7 @@ def blueprint(trainer: "JointMultiAgentTrainer") -> bytes:
     )
 
 
-def learner_weights(trainer: "JointMultiAgentTrainer") -> dict[str, Any]:
+def learner_weights(trainer: JointMultiAgentTrainer) -> dict[str, Any]:
     """What a slice trainer needs each iteration: every network's weights and the value normaliser's statistics.
 
     The tensors travel as numpy copies: a pipe pickles a torch tensor by moving its storage into a new
@@ -70,8 +71,8 @@ def _as_torch(state: dict[str, Any]) -> dict[str, torch.Tensor]:
 
 
 def slice_trainer(
-    env: "JointEnv", start: int, total: int, config: dict[str, Any], plan: bytes
-) -> "JointMultiAgentTrainer":
+    env: JointEnv, start: int, total: int, config: dict[str, Any], plan: bytes
+) -> JointMultiAgentTrainer:
     """A learner-less trainer collecting copies ``[start, start + env.num_envs)`` of ``total``.
 
     Args:
@@ -95,7 +96,7 @@ def slice_trainer(
     return trainer
 
 
-def load_weights(trainer: "JointMultiAgentTrainer", weights: dict[str, Any]) -> None:
+def load_weights(trainer: JointMultiAgentTrainer, weights: dict[str, Any]) -> None:
     """Loads :func:`learner_weights` output into a slice trainer."""
     for unit, state in zip(trainer._units, weights["policies"]):
         unit.policy.load_state_dict(_as_torch(state))
@@ -103,7 +104,7 @@ def load_weights(trainer: "JointMultiAgentTrainer", weights: dict[str, Any]) -> 
         trainer.value_normalizer.load_state_dict(_as_torch(weights["value_normalizer"]))
 
 
-def rollout_piece(rollout: "JointRollout") -> dict[str, Any]:
+def rollout_piece(rollout: JointRollout) -> dict[str, Any]:
     """A slice trainer's rollout as numpy arrays (copies), ready to pickle to the learner."""
     piece: dict[str, Any] = {
         name: getattr(rollout, name).numpy().copy() for name in (*PER_AGENT_FIELDS, "bootstrap_values")
@@ -117,7 +118,7 @@ def rollout_piece(rollout: "JointRollout") -> dict[str, Any]:
     return piece
 
 
-def assemble(rollout: "JointRollout", pieces: Sequence[dict[str, Any]], slices: Sequence[tuple[int, int]]) -> None:
+def assemble(rollout: JointRollout, pieces: Sequence[dict[str, Any]], slices: Sequence[tuple[int, int]]) -> None:
     """Writes every slice's piece into its env columns; merges episode records into single-process order."""
     with warnings.catch_warnings():
         # Arrays from Ray's object store are read-only; they are only read here.

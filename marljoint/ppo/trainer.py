@@ -14,8 +14,9 @@ import sys
 import time
 import uuid
 import warnings
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -198,7 +199,7 @@ class JointMultiAgentTrainer:
         self._setup(env, config, units)
 
     @classmethod
-    def from_env(cls, env: JointEnv, config: JointTrainerConfig | None = None, **policy_kwargs: Any) -> "JointMultiAgentTrainer":
+    def from_env(cls, env: JointEnv, config: JointTrainerConfig | None = None, **policy_kwargs: Any) -> JointMultiAgentTrainer:
         """Builds default policies and per-agent Adam optimizers for ``env``.
 
         One :class:`~marljoint.policies.ActorCritic` per agent group (shared, or stacked per-agent weights) and a
@@ -425,7 +426,7 @@ class JointMultiAgentTrainer:
         outputs: Sequence[Any],
         masks: Sequence[torch.Tensor | None],
         deterministic: bool,
-        copy_noise: "_CopyNoise | None" = None,
+        copy_noise: _CopyNoise | None = None,
     ) -> tuple[list[torch.Tensor], torch.Tensor]:
         """Samples per unit; returns per-group action tensors and ``[B, N]`` log-probs.
 
@@ -547,7 +548,7 @@ class JointMultiAgentTrainer:
         self.env_steps += cfg.rollout_steps * self.env.num_envs
         return ro
 
-    def _act_with_torch(self, ro: JointRollout, t: int, copy_noise: "_CopyNoise") -> list[np.ndarray]:
+    def _act_with_torch(self, ro: JointRollout, t: int, copy_noise: _CopyNoise) -> list[np.ndarray]:
         """Samples step ``t`` of a rollout with the networks and distributions in torch; returns the env actions."""
         masks = [m[t] if m is not None else None for m in ro.action_masks]
         outputs = self._rollout_forward([o[t] for o in ro.obs], ro.alive[t])
@@ -832,7 +833,6 @@ class JointMultiAgentTrainer:
 
     def iteration_metrics(self, rollout: JointRollout, stats: JointStats, seconds: float) -> dict[str, Any]:
         """Flat metrics of one iteration: counters, episode returns and every :class:`JointStats` field per agent."""
-        agents = self.spec.agents
         env_steps = rollout.steps * rollout.num_envs
         agent_steps = int(rollout.valid.sum())
         out: dict[str, Any] = {

@@ -21,7 +21,6 @@ from marljoint.best_response.population import ConstantPolicy, KuhnTablePolicy, 
 from marljoint_envs import kuhn_poker_v0, matrix_game_v0
 
 
-
 def kuhn_trainer(seed=0):
     env = PettingZooJointEnv(kuhn_poker_v0.raw_env, num_envs=2, seed=0)
     config = JointTrainerConfig(num_envs=2, rollout_steps=4, share_parameters=False, seed=seed, hidden_sizes=(8,))

@@ -5,7 +5,6 @@ import itertools
 
 import numpy as np
 import pytest
-
 from _kuhn_tables import ALWAYS_PASS, UNIFORM, equilibrium
 
 from marljoint.best_response.exploitability import kuhn_exploitability, kuhn_nash_conv
@@ -18,6 +17,7 @@ from marljoint.best_response.kuhn import (
     kuhn_policy_value,
     tables_from_policy,
 )
+
 
 def random_tables(rng):
     return [rng.dirichlet(np.ones(2), size=6) for _ in range(2)]

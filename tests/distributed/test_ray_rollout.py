@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 import torch
 from pettingzoo.utils.wrappers import BaseParallelWrapper
+from rollout_checks import FIELDS, assert_same_parameters, assert_same_rollout
 
 from marljoint import JointMultiAgentTrainer, JointTrainerConfig, PettingZooJointEnv
 from marljoint.distributed import RayRolloutWorkers, WorkerLostError, worker_slices
 from marljoint_envs import kuhn_poker_v0, mock_v0, variable_agents_v0
-from rollout_checks import FIELDS, assert_same_parameters, assert_same_rollout
 
 pytestmark = pytest.mark.usefixtures("ray_local")
 

@@ -90,7 +90,7 @@ def test_counter_everyone_terminates_with_a_constant_reward() -> None:
         lambda: counter_v0.parallel_env(num_agents=2, terminate_at=3, constant_reward=0.5), num_envs=3
     )
     env.reset(seed=0)
-    for t in range(1, 4):
+    for _ in range(3):
         out = env.step([np.full((3, 2), 2, np.int64)])
         np.testing.assert_array_equal(out.rewards, np.full((3, 2), 0.5, np.float32))
     assert out.terminated.all() and not out.truncated.any()

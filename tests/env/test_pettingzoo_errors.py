@@ -328,7 +328,6 @@ def test_agent_that_leaves_without_a_flag_counts_as_terminated() -> None:
 
 
 def test_non_finite_reward_is_refused():
-    import functools
 
     import numpy as np
     import pytest
@@ -363,7 +362,6 @@ def test_non_finite_reward_is_refused():
 def test_copies_with_different_spaces_are_refused():
     import itertools
 
-    import numpy as np
     import pytest
     from mpe2 import simple_spread_v3
 

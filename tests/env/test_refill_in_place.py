@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from _custom_envs import ScriptedEnv, box_obs
 from gymnasium import spaces
 from mpe2 import simple_spread_v3
 
-from _custom_envs import ScriptedEnv, box_obs
 from marljoint import PettingZooJointEnv
 from marljoint_envs import variable_agents_v0
 

@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 import torch
 from pettingzoo.utils.wrappers import BaseParallelWrapper
+from rollout_checks import assert_same_parameters, assert_same_rollout
 
 from marljoint import JointMultiAgentTrainer, JointTrainerConfig, PettingZooJointEnv, SubprocessJointEnv
 from marljoint.env import check_joint_env, make_joint_env, random_actions
 from marljoint_envs import counter_v0, kuhn_poker_v0, variable_agents_v0
-from rollout_checks import assert_same_parameters, assert_same_rollout
 
 
 def _stream(env, steps=40, seed=3):

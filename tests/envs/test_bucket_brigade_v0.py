@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from marljoint_envs import bucket_brigade_v0 as bb
 from marljoint_envs.bucket_brigade_v0 import BURNING, RUINED, SAFE, BucketBrigadeParams
 

@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 import pytest
+
 from marljoint_envs import counter_v0
 
 

@@ -6,9 +6,12 @@ from __future__ import annotations
 import doctest
 from collections.abc import Callable
 
-import marljoint_envs
 import numpy as np
 import pytest
+from pettingzoo import ParallelEnv
+from pettingzoo.test import api_test, parallel_api_test, parallel_seed_test, seed_test
+
+import marljoint_envs
 from marljoint_envs import (
     bucket_brigade_v0,
     counter_v0,
@@ -18,8 +21,6 @@ from marljoint_envs import (
     mock_v0,
     variable_agents_v0,
 )
-from pettingzoo import ParallelEnv
-from pettingzoo.test import api_test, parallel_api_test, parallel_seed_test, seed_test
 
 PARALLEL_VARIANTS: dict[str, Callable[[], ParallelEnv]] = {
     "mock": lambda: mock_v0.parallel_env(),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from marljoint_envs import kuhn_poker_v0
 from marljoint_envs.kuhn_poker_v0 import DECISION_HISTORIES, TERMINAL_HISTORIES, encode_observation, payoff
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from marljoint_envs import matrix_game_v0
 from marljoint_envs.matrix_game_v0 import GAMES, payoff_tensors
 

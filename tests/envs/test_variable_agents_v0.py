@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from marljoint_envs import variable_agents_v0
 
 

@@ -57,7 +57,7 @@ def test_init_is_reproducible_from_the_generator():
     a = StackedMLP(3, 5, (8, 8), generator=generator(7))
     b = StackedMLP(3, 5, (8, 8), generator=generator(7))
     c = StackedMLP(3, 5, (8, 8), generator=generator(8))
-    for pa, pb, pc in zip(a.parameters(), b.parameters(), c.parameters()):
+    for pa, pb in zip(a.parameters(), b.parameters()):
         assert torch.equal(pa, pb)
     assert not torch.equal(a.layers[0].weight, c.layers[0].weight)
 

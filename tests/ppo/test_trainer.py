@@ -3,7 +3,6 @@
 import functools
 import math
 
-import numpy as np
 import pytest
 import torch
 

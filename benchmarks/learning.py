@@ -80,7 +80,13 @@ def run(preset_name: str, seed: int, steps: int, episodes: int, out: Path, overr
         "overrides": json.dumps(overrides, sort_keys=True),
         **baselines,
         **(
-            {"gap_closed": round((float(mean) - baselines["random_return"]) / (baselines["specialist_return"] - baselines["random_return"]), 3)}
+            {
+                "gap_closed": round(
+                    (float(mean) - baselines["random_return"])
+                    / (baselines["specialist_return"] - baselines["random_return"]),
+                    3,
+                )
+            }
             if baselines
             else {}
         ),
@@ -88,8 +94,20 @@ def run(preset_name: str, seed: int, steps: int, episodes: int, out: Path, overr
 
 
 FIELDS = [
-    "task", "preset", "seed", "env_steps", "wall_time_s", "return_mean", "return_ci95", "episodes", "explained_var",
-    "overrides", "peak_rss_mib", "random_return", "specialist_return", "gap_closed",
+    "task",
+    "preset",
+    "seed",
+    "env_steps",
+    "wall_time_s",
+    "return_mean",
+    "return_ci95",
+    "episodes",
+    "explained_var",
+    "overrides",
+    "peak_rss_mib",
+    "random_return",
+    "specialist_return",
+    "gap_closed",
 ]
 """Columns of ``learning.csv`` (the last three for bucket brigade only)."""
 
@@ -162,7 +180,8 @@ def main() -> None:
             f.flush()
             print(
                 f"{row['preset']} seed {seed}: {row['return_mean']:.2f} ± {row['return_ci95']:.2f} per agent "
-                f"after {row['env_steps']:,} env steps in {row['wall_time_s']:.0f} s (explained var {row['explained_var']})",
+                f"after {row['env_steps']:,} env steps in {row['wall_time_s']:.0f} s "
+                f"(explained var {row['explained_var']})",
                 flush=True,
             )
 

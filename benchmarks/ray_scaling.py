@@ -138,12 +138,15 @@ def main() -> None:
     bare = bare_env_rate()
     rows = [rollout_rates(k, args.num_envs, args.steps, args.iterations, args.repeats) for k in (0, 1, 2)]
     print(f"bare env: {bare:,.0f} agent-steps/s (R)\n")
-    print("| collection | first rollout (s) | rollout agent-steps/s | ratio to R | collect + update agent-steps/s | ratio to R |")
+    print(
+        "| collection | first rollout (s) | rollout agent-steps/s | ratio to R "
+        "| collect + update agent-steps/s | ratio to R |"
+    )
     print("|---|---|---|---|---|---|")
     for row in rows:
         print(
-            f"| {row['engine']} | {row['first_rollout_s']} | {row['rollout_sps']:,} | {row['rollout_sps'] / bare:.2f} | "
-            f"{row['full_sps']:,} | {row['full_sps'] / bare:.2f} |"
+            f"| {row['engine']} | {row['first_rollout_s']} | {row['rollout_sps']:,} "
+            f"| {row['rollout_sps'] / bare:.2f} | {row['full_sps']:,} | {row['full_sps'] / bare:.2f} |"
         )
     psro_rows = []
     if not args.skip_psro:

@@ -20,9 +20,9 @@ reseeded with the evaluation seed), on the same episodes (env seeds) for every r
 the same episodes gives the baseline. The return with deterministic (mode) actions is reported too, outside the
 criteria.
 
-Acceptance (for each correlation measure and probe set): every λ > 0 seed is at most half of every λ = 0 seed; no agent of a
-λ > 0 run has a constant feature or a mean feature std below half of the smallest one among the λ = 0 runs; and
-the mean return over λ > 0 seeds keeps at least 90% of the λ = 0 improvement over the random policy.
+Acceptance (for each correlation measure and probe set): every λ > 0 seed is at most half of every λ = 0 seed; no
+agent of a λ > 0 run has a constant feature or a mean feature std below half of the smallest one among the λ = 0 runs;
+and the mean return over λ > 0 seeds keeps at least 90% of the λ = 0 improvement over the random policy.
 
 Usage::
 

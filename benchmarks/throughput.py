@@ -258,7 +258,8 @@ def main() -> None:
             f"| {m['sub'] / m['bare']:.2f} | {m['sub'] / m['bare2']:.2f} | {m['full'] / m['sb3']:.2f} "
             f"| {m['full'] / m['sb3_default']:.2f} | {m['sub'] / m['sb3']:.2f} |"
         )
-        print("per repetition: " + "; ".join(f"{k} " + ", ".join(f"{v:,.0f}" for v in vals) for k, vals in runs.items()))
+        per_repetition = "; ".join(f"{k} " + ", ".join(f"{v:,.0f}" for v in vals) for k, vals in runs.items())
+        print("per repetition: " + per_repetition)
         tables.append((name, norm))
 
     print(

@@ -3,7 +3,17 @@
 import numpy as np
 import torch
 
-FIELDS = ("log_probs", "values", "rewards", "terminated", "truncated", "alive", "acting", "final_values", "bootstrap_values")
+FIELDS = (
+    "log_probs",
+    "values",
+    "rewards",
+    "terminated",
+    "truncated",
+    "alive",
+    "acting",
+    "final_values",
+    "bootstrap_values",
+)
 
 
 def assert_same_rollout(a, b):

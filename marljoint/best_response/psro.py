@@ -135,7 +135,8 @@ class PsroConfig:
         _check_choice("initial_policy", self.initial_policy, _INITIAL_POLICIES)
         _check_choice("meta_solver", self.meta_solver, tuple(sorted(META_SOLVERS)))
         _check_choice("engine", self.engine, _ENGINES)
-        if not isinstance(self.num_workers, (int, np.integer)) or isinstance(self.num_workers, bool) or self.num_workers < 0:
+        workers = self.num_workers
+        if not isinstance(workers, (int, np.integer)) or isinstance(workers, bool) or workers < 0:
             raise ValueError(f"num_workers must be an integer >= 0 (0: no task split), got {self.num_workers!r}")
         if not isinstance(self.seed, (int, np.integer)) or isinstance(self.seed, bool):
             raise ValueError(f"seed must be an integer, got {self.seed!r}")

@@ -69,7 +69,9 @@ def connect_ray(address: str | None = None, num_cpus: int | None = None) -> Any:
     try:
         ray.init(address=address, num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
     except ConnectionError as exc:
-        raise ConnectionError(f"no Ray cluster answers at {address!r} ({exc}); start one with `ray start --head`") from exc
+        raise ConnectionError(
+            f"no Ray cluster answers at {address!r} ({exc}); start one with `ray start --head`"
+        ) from exc
     return ray
 
 

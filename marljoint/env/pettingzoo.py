@@ -194,7 +194,8 @@ class PettingZooJointEnv:
             for a, obs_space, act_space in zip(agents, self._obs_spaces, self._act_spaces):
                 if env.observation_space(a) != obs_space or env.action_space(a) != act_space:
                     raise ValueError(
-                        f"env copy {e} gives agent {a!r} the spaces {env.observation_space(a)} / {env.action_space(a)}, "
+                        f"env copy {e} gives agent {a!r} the spaces {env.observation_space(a)} / "
+                        f"{env.action_space(a)}, "
                         f"copy 0 gives {obs_space} / {act_space}; env_fn must build identical envs"
                     )
         obs_layouts = tuple(observation_layout(a, s) for a, s in zip(agents, self._obs_spaces))

@@ -67,7 +67,11 @@ class AgentPolicy(nn.Module):
         mask: torch.Tensor | None = None,
         deterministic: bool = False,
     ) -> torch.Tensor:
-        """Samples (or takes the mode of) actions for ``[B, *obs_shape]`` observations; returns ``[B, *action_shape]``."""
+        """Samples (or takes the mode of) actions for ``[B, *obs_shape]`` observations.
+
+        Returns:
+            ``[B, *action_shape]`` actions.
+        """
         dist = self.distribution(obs, mask)
         return dist.mode() if deterministic else dist.sample(generator)
 

@@ -73,8 +73,11 @@ _WIDE_FLOATS = (torch.float32, torch.float64)
 
 
 def _exp_floor(dtype: torch.dtype) -> float:
-    """Two above the log of the smallest normal number of ``dtype`` (about -85.3 in float32): the exponential of
-    anything at or above it is a normal number, which ``exp`` computes at full speed (at -87.3 it takes 140x as long)."""
+    """Two above the log of the smallest normal number of ``dtype`` (about -85.3 in float32).
+
+    The exponential of anything at or above it is a normal number, which ``exp`` computes at full speed (at -87.3 it
+    takes 140x as long).
+    """
     return math.log(torch.finfo(dtype).tiny) + 2.0
 
 
@@ -208,7 +211,9 @@ class FactoredCategorical:
         """
         _check_generator(generator)
         log_p = self._log_p
-        return self.sample_from_noise(torch.rand(log_p.shape, generator=generator, dtype=log_p.dtype, device=log_p.device))
+        return self.sample_from_noise(
+            torch.rand(log_p.shape, generator=generator, dtype=log_p.dtype, device=log_p.device)
+        )
 
     #: the noise :meth:`sample_from_noise` consumes: uniform on [0, 1).
     noise_kind = "uniform"
@@ -354,7 +359,9 @@ class DiagGaussian:
         """
         _check_generator(generator)
         mean = self.mean.detach()
-        return self.sample_from_noise(torch.randn(mean.shape, generator=generator, dtype=mean.dtype, device=mean.device))
+        return self.sample_from_noise(
+            torch.randn(mean.shape, generator=generator, dtype=mean.dtype, device=mean.device)
+        )
 
     #: the noise :meth:`sample_from_noise` consumes: standard normal.
     noise_kind = "normal"

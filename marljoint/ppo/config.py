@@ -125,7 +125,8 @@ class JointTrainerConfig:
         if self.num_workers > 0 and self.vector_mode != "sync":
             raise ValueError(
                 f"num_workers={self.num_workers} (Ray rollout workers) cannot be combined with "
-                f"vector_mode={self.vector_mode!r}; each Ray worker steps its copies in-process, so use vector_mode='sync'"
+                f"vector_mode={self.vector_mode!r}; each Ray worker steps its copies in-process, so use "
+                "vector_mode='sync'"
             )
         if self.torch_threads is not None:
             _positive_int("torch_threads", self.torch_threads)

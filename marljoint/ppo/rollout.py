@@ -72,7 +72,9 @@ class JointRollout:
         return cls(
             spec=spec,
             obs=tuple(
-                torch.zeros((T, E, g.size, *g.observation.shape), dtype=_torch_dtype(g.observation.dtype), device=device)
+                torch.zeros(
+                    (T, E, g.size, *g.observation.shape), dtype=_torch_dtype(g.observation.dtype), device=device
+                )
                 for g in groups
             ),
             actions=tuple(
@@ -132,7 +134,9 @@ class JointRollout:
             if shape != (T, E, N):
                 raise ValueError(f"rollout.{name} has shape {shape}, expected {(T, E, N)} like rollout.rewards")
         if tuple(self.bootstrap_values.shape) != (E, N):
-            raise ValueError(f"rollout.bootstrap_values has shape {tuple(self.bootstrap_values.shape)}, expected {(E, N)}")
+            raise ValueError(
+                f"rollout.bootstrap_values has shape {tuple(self.bootstrap_values.shape)}, expected {(E, N)}"
+            )
         if len(self.obs) != len(self.spec.groups) or len(self.actions) != len(self.spec.groups):
             raise ValueError(
                 f"rollout holds {len(self.obs)} observation and {len(self.actions)} action arrays for "

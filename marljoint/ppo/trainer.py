@@ -97,7 +97,9 @@ class _Unit:
         self.critic_params = list(policy.critic_parameters())
         # With one optimizer for everything, the clip covers all of the agent's parameters at once.
         self.clip_groups = (
-            [self.actor_params, self.critic_params] if critic_optimizer is not None else [self.actor_params + self.critic_params]
+            [self.actor_params, self.critic_params]
+            if critic_optimizer is not None
+            else [self.actor_params + self.critic_params]
         )
         self.members = len(agent_indices) if stacked and not policy.share_parameters else 1
 
@@ -185,7 +187,9 @@ class JointMultiAgentTrainer:
         _check_agent_count(config, n)
         for name, seq in (("policies", policies), ("optimizers", optimizers), ("critic_optimizers", critic_optimizers)):
             if seq is not None and len(seq) != n:
-                raise ValueError(f"got {len(seq)} {name} for {n} agents {list(spec.agents)}; pass exactly one per agent")
+                raise ValueError(
+                    f"got {len(seq)} {name} for {n} agents {list(spec.agents)}; pass exactly one per agent"
+                )
         units = []
         for i, policy in enumerate(policies):
             g, _ = spec.group_of(i)
@@ -199,7 +203,9 @@ class JointMultiAgentTrainer:
         self._setup(env, config, units)
 
     @classmethod
-    def from_env(cls, env: JointEnv, config: JointTrainerConfig | None = None, **policy_kwargs: Any) -> JointMultiAgentTrainer:
+    def from_env(
+        cls, env: JointEnv, config: JointTrainerConfig | None = None, **policy_kwargs: Any
+    ) -> JointMultiAgentTrainer:
         """Builds default policies and per-agent Adam optimizers for ``env``.
 
         One :class:`~marljoint.policies.ActorCritic` per agent group (shared, or stacked per-agent weights) and a
@@ -540,9 +546,7 @@ class JointMultiAgentTrainer:
             outputs = self._rollout_forward([torch.from_numpy(o).to(self.device) for o in state.obs], alive)
             ro.bootstrap_values.copy_(self._values(outputs) * alive)
         self._state = JointObs(state.obs, state.alive, state.acting, state.action_masks)
-        ro.episode_returns = (
-            np.concatenate(episode_returns) if episode_returns else np.zeros((0, self.spec.num_agents))
-        )
+        ro.episode_returns = np.concatenate(episode_returns) if episode_returns else np.zeros((0, self.spec.num_agents))
         ro.episode_lengths = np.concatenate(episode_lengths) if episode_lengths else np.zeros(0, np.int64)
         ro.episode_steps = np.concatenate(episode_steps) if episode_steps else np.zeros(0, np.int64)
         self.env_steps += cfg.rollout_steps * self.env.num_envs
@@ -648,7 +652,9 @@ class JointMultiAgentTrainer:
         rollout.validate()
         n = self.spec.num_agents
         if rollout.spec.agents != self.spec.agents:
-            raise ValueError(f"rollout agents {list(rollout.spec.agents)} differ from the trainer's {list(self.spec.agents)}")
+            raise ValueError(
+                f"rollout agents {list(rollout.spec.agents)} differ from the trainer's {list(self.spec.agents)}"
+            )
         active_mask = self._active_mask(active)
         call_aux = _aux_caller(aux_fn) if aux_fn is not None else None
 
@@ -672,7 +678,10 @@ class JointMultiAgentTrainer:
             b_values = self.value_normalizer.normalize(b_values)
             b_returns = self.value_normalizer.normalize(b_returns)
 
-        sums = {k: torch.zeros(n) for k in ("policy_loss", "value_loss", "entropy", "clip_fraction", "approx_kl", "grad_norm")}
+        sums = {
+            k: torch.zeros(n)
+            for k in ("policy_loss", "value_loss", "entropy", "clip_fraction", "approx_kl", "grad_norm")
+        }
         aux_total = 0.0
         loss_total = 0.0
         aux_metric_sums: dict[str, float] = {}
@@ -715,7 +724,9 @@ class JointMultiAgentTrainer:
                 grad_norms = torch.zeros(n)
                 for unit in self._units:
                     norms = unit.step(active_mask, cfg.max_grad_norm)
-                    grad_norms[list(unit.agent_indices)] = norms.expand(len(unit.agent_indices)) if unit.members == 1 else norms
+                    grad_norms[list(unit.agent_indices)] = (
+                        norms.expand(len(unit.agent_indices)) if unit.members == 1 else norms
+                    )
                 steps += 1
                 sums["policy_loss"] += pg.loss.detach()
                 sums["value_loss"] += vl.detach()
@@ -750,7 +761,9 @@ class JointMultiAgentTrainer:
             return torch.ones(n, dtype=torch.bool)
         mask = torch.as_tensor(active, dtype=torch.bool).reshape(-1).cpu()
         if mask.numel() != n:
-            raise ValueError(f"active has {mask.numel()} entries for {n} agents {list(self.spec.agents)}; pass one bool per agent")
+            raise ValueError(
+                f"active has {mask.numel()} entries for {n} agents {list(self.spec.agents)}; pass one bool per agent"
+            )
         return mask
 
     def _evaluate(
@@ -779,7 +792,10 @@ class JointMultiAgentTrainer:
         """Scales every optimizer's learning rate to ``scale ×`` its configured value (used by ``anneal_lr``)."""
         self._lr_scale = float(scale)
         for unit in self._units:
-            for optimizer, base in ((unit.optimizer, self.config.learning_rate), (unit.critic_optimizer, self.config.critic_lr)):
+            for optimizer, base in (
+                (unit.optimizer, self.config.learning_rate),
+                (unit.critic_optimizer, self.config.critic_lr),
+            ):
                 if optimizer is None:
                     continue
                 for group in optimizer.param_groups:
@@ -973,7 +989,9 @@ def _make_copy_generators(seed: int, num_envs: int, first_copy: int = 0) -> list
     """One sampling generator per env copy, addressed by the copy's global index."""
     root = np.random.SeedSequence([int(seed) % 2**63, 0x616374])
     return [
-        torch.Generator().manual_seed(int(np.random.SeedSequence(root.entropy, spawn_key=(first_copy + e,)).generate_state(1)[0]))
+        torch.Generator().manual_seed(
+            int(np.random.SeedSequence(root.entropy, spawn_key=(first_copy + e,)).generate_state(1)[0])
+        )
         for e in range(num_envs)
     ]
 
@@ -1020,7 +1038,9 @@ class _CopyNoise:
         shapes = [dist.noise_shape[1:] for dist in dists]
         if not all(dist.noise_kind == "uniform" for dist in dists):
             draws = [torch.rand if dist.noise_kind == "uniform" else torch.randn for dist in dists]
-            return [torch.stack([draw(shape, generator=g) for g in self.generators]) for draw, shape in zip(draws, shapes)]
+            return [
+                torch.stack([draw(shape, generator=g) for g in self.generators]) for draw, shape in zip(draws, shapes)
+            ]
         sizes = [math.prod(shape) for shape in shapes]
         if self._block is None or self._t == self._block.shape[0]:
             total = sum(sizes)

@@ -32,7 +32,9 @@ def biased_rps():
 
 
 def parameters_of(psro):
-    return [p.detach().clone() for population in psro.populations for m in population[1:] for p in m.network.parameters()]
+    return [
+        p.detach().clone() for population in psro.populations for m in population[1:] for p in m.network.parameters()
+    ]
 
 
 def run(env_fn, engine, **changes):

@@ -63,7 +63,12 @@ def run_pair(env_fn, num_envs, num_workers, iterations=3, **cfg):
         # turn-based AEC env with action masks
         (kuhn_poker_v0.env, 3, 2, {"rollout_steps": 12}),
         # odd layer shapes, where matrix-product kernels sum in another order for another batch size
-        (functools.partial(mock_v0.parallel_env, obs_dim=7, num_agents=3), 3, 2, {"share_parameters": False, "hidden_sizes": (512, 7)}),
+        (
+            functools.partial(mock_v0.parallel_env, obs_dim=7, num_agents=3),
+            3,
+            2,
+            {"share_parameters": False, "hidden_sizes": (512, 7)},
+        ),
     ],
     ids=["variable-agents", "spread-independent", "kuhn-aec", "odd-shapes"],
 )
@@ -282,7 +287,24 @@ def test_marljoint_train_ray_flag_defaults_to_two_workers(tmp_path, capsys):
     from marljoint.cli import main
 
     out = tmp_path / "run"
-    assert main(["train", "--env", "mock_v0", "--num-envs", "2", "--ray", "--total-steps", "64", "--out", str(out), "--quiet"]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--env",
+                "mock_v0",
+                "--num-envs",
+                "2",
+                "--ray",
+                "--total-steps",
+                "64",
+                "--out",
+                str(out),
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     assert "num_workers = 2" in (out / "config.toml").read_text()
 
 

@@ -52,7 +52,10 @@ def test_a_mask_that_first_appears_mid_episode_is_written() -> None:
     mask = np.array([1, 0, 1], np.int8)
     env = PettingZooJointEnv(
         lambda: ScriptedEnv(
-            box_obs(), spaces.Discrete(3), episode_length=6, info=lambda agent, t: {"action_mask": mask} if t == 3 else {}
+            box_obs(),
+            spaces.Discrete(3),
+            episode_length=6,
+            info=lambda agent, t: {"action_mask": mask} if t == 3 else {},
         ),
         num_envs=1,
         seed=0,

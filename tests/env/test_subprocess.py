@@ -50,7 +50,9 @@ def test_same_streams_as_in_process(env_fn):
 def test_trainer_results_match_sync_mode():
     def run(mode):
         cfg = JointTrainerConfig(num_envs=4, rollout_steps=16, minibatch_size=32, n_epochs=1, vector_mode=mode)
-        env = make_joint_env(variable_agents_v0.parallel_env, cfg.num_envs, cfg.seed, cfg.vector_mode, cfg.num_env_workers)
+        env = make_joint_env(
+            variable_agents_v0.parallel_env, cfg.num_envs, cfg.seed, cfg.vector_mode, cfg.num_env_workers
+        )
         try:
             trainer = JointMultiAgentTrainer.from_env(env, cfg)
             ro = trainer.collect_rollout()

@@ -123,7 +123,9 @@ def test_batched_shapes_match_per_column_runs():
     adv, _ = compute_gae(r, v, term, torch.zeros_like(term), boot, 0.9, 0.8)
     for e in range(3):
         for i in range(2):
-            col, _ = compute_gae(r[:, e, i], v[:, e, i], term[:, e, i], torch.zeros(6, dtype=torch.bool), boot[e, i], 0.9, 0.8)
+            col, _ = compute_gae(
+                r[:, e, i], v[:, e, i], term[:, e, i], torch.zeros(6, dtype=torch.bool), boot[e, i], 0.9, 0.8
+            )
             torch.testing.assert_close(adv[:, e, i], col)
 
 

@@ -264,3 +264,17 @@ def test_learner_weights_travel_as_numpy_and_load_exactly():
     back = _as_torch(shipped)
     for key, value in odd.items():
         assert torch.equal(back[key].resolve_conj(), value.resolve_conj())
+
+
+def test_spawned_workers_give_the_sync_results():
+    # spawn is the default start method on macOS and Windows: the workers import everything afresh and get the env
+    # factory and the networks by pickling.
+    cfg = JointTrainerConfig(num_envs=4, rollout_steps=8, minibatch_size=16, n_epochs=1, seed=3)
+    sync = JointMultiAgentTrainer.from_env(PettingZooJointEnv(variable_agents_v0.parallel_env, num_envs=4), cfg)
+    env = SubprocessJointEnv(variable_agents_v0.parallel_env, num_envs=4, num_workers=2, start_method="spawn")
+    try:
+        sub = JointMultiAgentTrainer.from_env(env, cfg)
+        assert sub._collects_in_env_workers()
+        _lockstep(sync, sub, iterations=2)
+    finally:
+        env.close()

@@ -207,6 +207,8 @@ class HostActing:
         spec = trainer.spec
         rows = rollout.num_envs
         start, total = trainer._row_pad if trainer._row_pad is not None else (0, rows)
+        # The centralised critic's joint state, built by the trainer's own definition (None without one).
+        self.critic_obs = trainer._critic_obs
         self.centralized = trainer._centralized
         self.units: list[_UnitActing] = []
         for unit in trainer._units:
@@ -219,9 +221,9 @@ class HostActing:
             mean, std = trainer.value_normalizer._stats(torch.float32)
             self.stats = (mean.numpy(), std.numpy())
         # numpy views of the rollout storage: [T, E, ...] each.
+        self.rollout = rollout
         self.obs = [o.numpy() for o in rollout.obs]
         self.masks = [None if m is None else m.numpy() for m in rollout.action_masks]
-        self.alive = rollout.alive.numpy()
         self.actions = [a.numpy() for a in rollout.actions]
         self.log_probs = rollout.log_probs.numpy()
         self.values = rollout.values.numpy()
@@ -256,10 +258,8 @@ class HostActing:
         log_probs_out, values_out = self.log_probs[t], self.values[t]
         critic = None
         if self.centralized:
-            rows = group_obs[0].shape[0]
-            parts = [o.reshape(rows, -1) for o in group_obs]
-            parts.append(self.alive[t])
-            critic = np.concatenate([p.astype(np.float32, copy=False) for p in parts], axis=1)
+            ro = self.rollout
+            critic = self.critic_obs([o[t] for o in ro.obs], ro.alive[t]).numpy()
         for unit, draw in zip(self.units, noise.draw(self.units)):
             obs = group_obs[unit.group]
             mask = masks[unit.group]

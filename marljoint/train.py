@@ -434,7 +434,7 @@ def train_run(
     try:
         while trainer.iteration < total_iterations and (stop_after is None or trainer.iteration < stop_after):
             if spec.trainer.anneal_lr:
-                trainer.set_learning_rate_scale(1.0 - trainer.iteration / total_iterations)
+                trainer.anneal_learning_rate(total_iterations)
             tick = time.perf_counter()
             rollout = trainer.collect_rollout()
             stats = trainer.update(rollout, aux_fn=aux_fn)

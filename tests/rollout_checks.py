@@ -13,11 +13,20 @@ FIELDS = (
     "acting",
     "final_values",
     "bootstrap_values",
+    "next_alive",
+    "next_acting",
 )
 
 
 def assert_same_rollout(a, b):
-    """Every tensor and episode record of two rollouts is equal, bit for bit."""
+    """Every tensor and episode record of two rollouts is equal, bit for bit, the moves carried in from the
+    previous rollout and the deferred ones included."""
+    assert (a.carried is None) == (b.carried is None)
+    assert (a.deferred is None) == (b.deferred is None)
+    if a.deferred is not None:
+        assert torch.equal(a.deferred, b.deferred)
+    if a.carried is not None:
+        assert_same_rollout(a.carried, b.carried)
     for name in FIELDS:
         assert torch.equal(getattr(a, name), getattr(b, name)), name
     for g in range(len(a.obs)):

@@ -138,7 +138,7 @@ class PPOOracle:
         start = time.perf_counter()
         for k in range(iterations):
             if config.anneal_lr:
-                trainer.set_learning_rate_scale(1.0 - k / iterations)
+                trainer.anneal_learning_rate(iterations)
             rollout = trainer.collect_rollout()
             stats = trainer.update(rollout, active=active.tolist())
             trainer.iteration += 1

@@ -44,10 +44,13 @@ class ActorCritic(nn.Module):
     differently. Otherwise each agent has its own network (M = n_g members), held as stacked weights. Both modes
     run as one batched computation over all agents; no Python loop over agents.
 
-    Structure: an encoder trunk (CNN + MLP for images, MLP otherwise) gives features ``[B, n_g, d]``; a linear
-    action head (gain 0.01) gives logits or means; a linear value head (gain 1) gives values, reading either the
-    trunk features or, with ``critic_input_size`` (a centralised critic), a separate critic MLP on a critic input.
-    A Box action has a state-independent ``log_std`` ``[M, D]``. Every parameter's first axis is the member axis.
+    Structure: the actor's encoder trunk (CNN + MLP for images, MLP otherwise) gives features ``[B, n_g, d]``; a
+    linear action head (gain 0.01) gives logits or means. The critic is a network of its own by default: its own
+    trunk of the same shape on the same observation (or, with ``critic_input_size``, a centralised critic MLP on a
+    critic input), then a linear value head (gain 1). With ``share_trunk=True`` the value head reads the actor's
+    trunk features instead (a local critic only): half the encoder cost, but the value loss then shapes the
+    actor's features and its gradient is clipped together with the policy's. A Box action has a state-independent
+    ``log_std`` ``[M, D]``. Every parameter's first axis is the member axis.
 
     Args:
         observation: the group's observation layout.
@@ -55,8 +58,11 @@ class ActorCritic(nn.Module):
         num_agents: number of agents n_g in the group.
         share_parameters: one network for all agents (True) or one per agent (False).
         hidden_sizes: hidden layer sizes of the encoder MLP (and of the critic MLP); ``d = hidden_sizes[-1]``.
-        critic_input_size: size of a per-agent critic input for a centralised critic; ``None`` reads the values
-            from the trunk features.
+        critic_input_size: size of a per-agent critic input for a centralised critic; ``None`` gives a local
+            critic on the agent's own observation.
+        share_trunk: a local critic reads the actor's trunk features (True) instead of having a trunk of its own
+            (False, the default, as in CleanRL, SB3 and MAPPO). Ignored by a centralised critic, which always has
+            its own MLP.
         log_std_init: initial log standard deviation of a Box action.
         activation: activation of the MLPs.
         cnn_channels: output channels of each convolution (image observations).
@@ -100,6 +106,7 @@ class ActorCritic(nn.Module):
         critic_input_size: int | None = None,
         log_std_init: float = 0.0,
         *,
+        share_trunk: bool = False,
         activation: Activation = torch.tanh,
         cnn_channels: Sequence[int] | None = None,
         cnn_kernel_sizes: Sequence[int] | None = None,
@@ -126,23 +133,21 @@ class ActorCritic(nn.Module):
         self.share_parameters = bool(share_parameters)
         self.members = 1 if self.share_parameters else num_agents
         self.critic_input_size = critic_input_size
+        self.share_trunk = bool(share_trunk) and critic_input_size is None
         id_size = num_agents if self.share_parameters else 0
         members = self.members
 
         cnn_settings = (cnn_channels, cnn_kernel_sizes, cnn_strides, cnn_features)
         chosen = any(setting is not None for setting in cnn_settings)
-        if observation.kind == "image" and (chosen or min(observation.shape[:2]) >= _NATURE_CNN_MIN_SIZE):
-            channels, kernels, strides, features = (
-                _NATURE_CNN[k] if setting is None else setting for k, setting in enumerate(cnn_settings)
-            )
-            self.cnn: StackedCNN | None = StackedCNN(
-                members, observation.shape, channels, kernels, strides, features, generator=generator
-            )
-            encoder_in = self.cnn.out_features + id_size
-        else:
-            self.cnn = None
-            encoder_in = observation.size + id_size
-        self.encoder = StackedMLP(members, encoder_in, hidden_sizes, activation, generator=generator)
+        use_cnn = observation.kind == "image" and (chosen or min(observation.shape[:2]) >= _NATURE_CNN_MIN_SIZE)
+        cnn_args = tuple(_NATURE_CNN[k] if setting is None else setting for k, setting in enumerate(cnn_settings))
+
+        def trunk() -> tuple[StackedCNN | None, StackedMLP]:
+            cnn = StackedCNN(members, observation.shape, *cnn_args, generator=generator) if use_cnn else None
+            encoder_in = (cnn.out_features if cnn is not None else observation.size) + id_size
+            return cnn, StackedMLP(members, encoder_in, hidden_sizes, activation, generator=generator)
+
+        self.cnn, self.encoder = trunk()
         self.feature_size = self.encoder.out_features
         self.actor_head = StackedLinear(members, self.feature_size, action.logits_size, 0.01, generator=generator)
         if action.kind == "box":
@@ -151,14 +156,16 @@ class ActorCritic(nn.Module):
             )
         else:
             self.log_std = None
+        # The critic's own layers: a centralised MLP, a local trunk (CNN + MLP), or nothing (shared trunk).
+        self.critic_cnn: StackedCNN | None = None
+        self.critic_encoder: StackedMLP | None = None
         if critic_input_size is not None:
-            self.critic_encoder: StackedMLP | None = StackedMLP(
+            self.critic_encoder = StackedMLP(
                 members, critic_input_size + id_size, hidden_sizes, activation, generator=generator
             )
-            critic_features = self.critic_encoder.out_features
-        else:
-            self.critic_encoder = None
-            critic_features = self.feature_size
+        elif not self.share_trunk:
+            self.critic_cnn, self.critic_encoder = trunk()
+        critic_features = self.feature_size if self.critic_encoder is None else self.critic_encoder.out_features
         self.value_head = StackedLinear(members, critic_features, 1, 1.0, generator=generator)
         self.register_buffer("agent_ids", torch.eye(num_agents), persistent=False)
         self._obs_shape = (num_agents, *observation.shape)
@@ -180,11 +187,7 @@ class ActorCritic(nn.Module):
         batch = self._check_obs(obs)
         features = self._trunk(obs)
         head = self._agent_major(self.actor_head.forward_member_major(features), batch)
-        if self.critic_encoder is None:
-            self._reject_critic_obs(critic_obs)
-            values = self._agent_major(self.value_head.forward_member_major(features), batch).squeeze(-1)
-        else:
-            values = self._critic_values(self.critic_encoder, critic_obs, batch)
+        values = self._values(obs, critic_obs, batch, features)
         return PolicyOutput(head, values, self._agent_major(features, batch))
 
     def action_head(self, obs: torch.Tensor) -> torch.Tensor:
@@ -213,10 +216,7 @@ class ActorCritic(nn.Module):
             critic_obs: ``[B, n_g, critic_input_size]``; required with a centralised critic, rejected otherwise.
         """
         batch = self._check_obs(obs)
-        if self.critic_encoder is None:
-            self._reject_critic_obs(critic_obs)
-            return self._agent_major(self.value_head.forward_member_major(self._trunk(obs)), batch).squeeze(-1)
-        return self._critic_values(self.critic_encoder, critic_obs, batch)
+        return self._values(obs, critic_obs, batch, self._trunk(obs) if self.share_trunk else None)
 
     def distribution(
         self, head: torch.Tensor, mask: torch.Tensor | None = None
@@ -238,8 +238,9 @@ class ActorCritic(nn.Module):
         return [p for p in self.parameters() if id(p) not in critic]
 
     def critic_parameters(self) -> list[nn.Parameter]:
-        """Parameters of the value function: the value head and the centralised critic MLP, if any."""
-        modules = [self.value_head] if self.critic_encoder is None else [self.critic_encoder, self.value_head]
+        """Parameters of the value function: the critic's own trunk (local CNN + MLP, or centralised MLP) and the
+        value head. With ``share_trunk=True`` only the value head: the shared trunk counts as the actor's."""
+        modules = [m for m in (self.critic_cnn, self.critic_encoder, self.value_head) if m is not None]
         return [p for module in modules for p in module.parameters()]
 
     def member_of_agent(self, agent: int) -> int:
@@ -262,9 +263,13 @@ class ActorCritic(nn.Module):
         return obs.shape[0]
 
     def _trunk(self, obs: torch.Tensor) -> torch.Tensor:
-        """Member-major encoder features ``[M, B', d]`` (``B' = B`` independent, ``B * n_g`` shared)."""
+        """Member-major actor trunk features ``[M, B', d]`` (``B' = B`` independent, ``B * n_g`` shared)."""
+        return self._encode(self.cnn, self.encoder, obs)
+
+    def _encode(self, cnn: StackedCNN | None, encoder: StackedMLP, obs: torch.Tensor) -> torch.Tensor:
+        """Member-major features of one trunk (the actor's or the local critic's) on ``[B, n_g, *obs]``."""
         batch = obs.shape[0]
-        if self.cnn is None:
+        if cnn is None:
             x = obs
             if self.observation.kind == "image":  # an image too small for the default CNN, flattened
                 x = obs.reshape(batch, self.num_agents, -1)
@@ -273,8 +278,20 @@ class ActorCritic(nn.Module):
         else:
             if self.share_parameters:
                 obs = obs.reshape(batch * self.num_agents, 1, *obs.shape[2:])
-            x = self.cnn(obs).reshape(batch, self.num_agents, -1)
-        return self.encoder.forward_member_major(self._member_major(x))
+            x = cnn(obs).reshape(batch, self.num_agents, -1)
+        return encoder.forward_member_major(self._member_major(x))
+
+    def _values(
+        self, obs: torch.Tensor, critic_obs: torch.Tensor | None, batch: int, features: torch.Tensor | None
+    ) -> torch.Tensor:
+        """``[B, n_g]`` values from the critic's input: the centralised critic input, the observation through the
+        critic's own trunk, or (shared trunk) the actor's member-major ``features``."""
+        if self.critic_input_size is not None:
+            return self._critic_values(self.critic_encoder, critic_obs, batch)
+        self._reject_critic_obs(critic_obs)
+        if self.critic_encoder is not None:
+            features = self._encode(self.critic_cnn, self.critic_encoder, obs)
+        return self._agent_major(self.value_head.forward_member_major(features), batch).squeeze(-1)
 
     def _member_major(self, x: torch.Tensor) -> torch.Tensor:
         """``[B, n_g, f]`` per-agent inputs → the ``[M, B', f']`` input of a stacked network.

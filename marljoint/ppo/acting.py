@@ -130,7 +130,9 @@ class _UnitActing:
         features = policy.encoder.forward_member_major(self.x)
         head = self._agent_major(policy.actor_head.forward_member_major(features).numpy())
         if self.critic_x is None:
-            trunk = features.numpy()
+            # A local critic: the actor's trunk (shared) or the critic's own trunk on the same input.
+            encoder = policy.critic_encoder
+            trunk = (features if encoder is None else encoder.forward_member_major(self.x)).numpy()
         else:
             if self.shared:
                 self.critic_np.reshape(self.total, self.n, -1)[self.start : self.stop, :, : self.critic_size] = (
@@ -235,7 +237,7 @@ class HostActing:
             return None
         for unit in trainer._units:
             policy = unit.policy
-            if type(policy) is not ActorCritic or policy.cnn is not None:
+            if type(policy) is not ActorCritic or policy.cnn is not None or policy.critic_cnn is not None:
                 return None
             if any(p.dtype != torch.float32 for p in policy.parameters()):
                 return None

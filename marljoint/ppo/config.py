@@ -44,13 +44,16 @@ class JointTrainerConfig:
     minibatch_size: int = 256
     """Rows ``(t, e)`` per minibatch; every agent sees the same rows."""
     max_grad_norm: float = 0.5
-    """Per-agent global L2 norm cap of the gradient (direction kept); ``inf`` disables clipping."""
+    """Global L2 norm cap of each network's gradient (direction kept); ``inf`` disables clipping. A network is
+    one agent's actor, or its critic (or both with ``share_trunk``); with ``share_parameters`` the group's one
+    network is clipped once on the gradient summed over its agents."""
     normalize_advantages: bool = True
     """Standardise advantages per agent over its valid rows in each minibatch."""
     iterate_all_minibatches: bool = True
     """True: a full shuffled pass per epoch. False: one minibatch per epoch (the original trainer's mode)."""
     critic_lr: float | None = None
-    """If set, critic parameters get their own optimizer with this learning rate (split critic)."""
+    """If set, every critic parameter (its trunk and value head) gets its own optimizer with this learning rate
+    (split critic); needs a critic network of its own (``share_trunk=False`` or a centralised critic)."""
     max_minibatches_per_epoch: int | None = None
     """Cap on minibatches per epoch (``None``: no cap; values below 1 count as 1)."""
     learning_rate: float = 3e-4
@@ -67,8 +70,15 @@ class JointTrainerConfig:
     """Train the critic on returns standardised by running per-agent statistics (MAPPO's value normalisation)."""
     centralized_critic: bool = False
     """The critic sees every agent's observation (and who is alive), not only its own."""
+    share_trunk: bool = False
+    """A local critic reads the actor's encoder trunk (one network with two heads) instead of a trunk of its own.
+    False (the default, as in CleanRL, SB3 and MAPPO): actor and critic are separate networks, the value loss never
+    moves the actor, and each is clipped on its own. True halves the encoder cost (CNNs, large MLPs) but lets the
+    value loss shape the policy's features. A centralised critic always has its own network."""
     anneal_lr: bool = False
-    """Decay learning rates linearly to 0 over ``train(total_steps)``."""
+    """Decay every optimizer's learning rate linearly from its initial value to 0 over the run: the scale at
+    iteration k of a run that ends at iteration K is ``1 − k / K`` (see
+    :meth:`~marljoint.JointMultiAgentTrainer.anneal_learning_rate`)."""
     target_kl: float | None = None
     """Stop an update's epochs early once an agent's approx KL exceeds ``1.5 × target_kl``."""
     bootstrap_truncation: bool = True
@@ -109,6 +119,12 @@ class JointTrainerConfig:
         _non_negative("ent_coef", self.ent_coef)
         if self.critic_lr is not None:
             _positive("critic_lr", self.critic_lr, "or None to train the critic with learning_rate")
+            if self.share_trunk and not self.centralized_critic:
+                raise ValueError(
+                    f"critic_lr={self.critic_lr} steps the critic's own parameters, but share_trunk=True gives the "
+                    "critic no trunk of its own (the value loss would train the shared trunk at learning_rate); "
+                    "set share_trunk=False for a split critic, or critic_lr=None"
+                )
         if self.target_kl is not None:
             _positive("target_kl", self.target_kl, "or None to disable early stopping")
         if self.max_minibatches_per_epoch is not None and not _is_int(self.max_minibatches_per_epoch):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 __all__ = ["RunningNormalizer"]
@@ -13,6 +15,11 @@ class RunningNormalizer:
     The critic predicts normalised values; :meth:`denormalize` maps them back for GAE, and the value loss compares
     predictions with :meth:`normalize` d returns. Frozen agents' statistics are left untouched.
 
+    The variance is clamped from below at ``min_var`` (MAPPO's ValueNorm uses 1e-2): after a long run of
+    identical returns (a sparse reward not found yet) the variance is 0, and a first new return ``x`` then
+    normalises to at most ``|x − mean| / sqrt(min_var)`` (10 per unit of return at the default), not to
+    ``|x − mean| / sqrt(eps)`` in the hundreds, which would blow the value loss up to tens of thousands.
+
     Example:
         >>> norm = RunningNormalizer(2)
         >>> norm.update(torch.tensor([[1.0, 10.0], [3.0, 30.0]]), torch.ones(2, 2, dtype=torch.bool))
@@ -21,14 +28,22 @@ class RunningNormalizer:
 
     Args:
         num_agents: N.
-        eps: floor of the variance.
+        min_var: floor of the variance (> 0), in squared return units.
+        device: where the statistics live (the trainer's device).
+
+    Raises:
+        ValueError: if ``min_var`` is not a positive finite number.
     """
 
-    def __init__(self, num_agents: int, eps: float = 1e-5) -> None:
-        self.mean = torch.zeros(num_agents, dtype=torch.float64)
-        self.var = torch.ones(num_agents, dtype=torch.float64)
-        self.count = torch.zeros(num_agents, dtype=torch.float64)
-        self.eps = eps
+    def __init__(self, num_agents: int, min_var: float = 1e-2, device: torch.device | str = "cpu") -> None:
+        if not (isinstance(min_var, (int, float)) and math.isfinite(min_var) and min_var > 0):
+            raise ValueError(f"min_var must be a positive finite number (MAPPO uses 1e-2), got {min_var!r}")
+        self.device = torch.device(device)
+        stats = {"dtype": torch.float64, "device": self.device}
+        self.mean = torch.zeros(num_agents, **stats)
+        self.var = torch.ones(num_agents, **stats)
+        self.count = torch.zeros(num_agents, **stats)
+        self.min_var = float(min_var)
         self._cast: dict[torch.dtype, tuple[torch.Tensor, torch.Tensor]] = {}
 
     def update(self, values: torch.Tensor, mask: torch.Tensor, active: torch.Tensor | None = None) -> None:
@@ -41,7 +56,7 @@ class RunningNormalizer:
         """
         weights = mask.to(torch.float64)
         if active is not None:
-            weights = weights * active.to(torch.float64)
+            weights = weights * active.to(device=weights.device, dtype=torch.float64)
         x = values.to(torch.float64)
         n = weights.sum(0)
         batch_mean = (x * weights).sum(0) / n.clamp_min(1.0)
@@ -61,8 +76,8 @@ class RunningNormalizer:
 
     @property
     def std(self) -> torch.Tensor:
-        """``[N]`` standard deviation (with the variance floor)."""
-        return (self.var + self.eps).sqrt()
+        """``[N]`` standard deviation, ``sqrt(max(var, min_var))``."""
+        return self.var.clamp_min(self.min_var).sqrt()
 
     def _stats(self, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
         """Mean and std cast to ``dtype``, cached until the next update (denormalising runs every env step)."""
@@ -85,8 +100,8 @@ class RunningNormalizer:
         return {"mean": self.mean.clone(), "var": self.var.clone(), "count": self.count.clone()}
 
     def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
-        """Restores :meth:`state_dict` output."""
-        self.mean = state["mean"].clone().to(torch.float64)
-        self.var = state["var"].clone().to(torch.float64)
-        self.count = state["count"].clone().to(torch.float64)
+        """Restores :meth:`state_dict` output (onto this normaliser's device)."""
+        self.mean, self.var, self.count = (
+            state[k].clone().to(device=self.device, dtype=torch.float64) for k in ("mean", "var", "count")
+        )
         self._cast.clear()

@@ -18,13 +18,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from marljoint.ppo.rollout import PER_AGENT_FIELDS, JointRollout
+
 if TYPE_CHECKING:  # pragma: no cover
     from marljoint.env.base import JointEnv
-    from marljoint.ppo.rollout import JointRollout
     from marljoint.ppo.trainer import JointMultiAgentTrainer
 
-# Rollout fields of shape [T, E, N].
-PER_AGENT_FIELDS = ("log_probs", "values", "rewards", "terminated", "truncated", "alive", "acting", "final_values")
+# Rollout fields of shape [E, N]: the state after the last step.
+NEXT_STATE_FIELDS = ("bootstrap_values", "next_alive", "next_acting")
 
 
 def blueprint(trainer: JointMultiAgentTrainer) -> bytes:
@@ -89,7 +90,10 @@ def slice_trainer(
         num_workers=0, num_envs=env.num_envs, device="cpu", vector_mode="sync"
     )
     torch.set_num_threads(cfg.torch_threads or 1)
-    units = [_Unit(g, policy, indices, None, None, stacked) for g, policy, indices, stacked in pickle.loads(plan)]
+    units = [
+        _Unit(g, policy, indices, None, None, stacked, agent_names=env.spec.agents)
+        for g, policy, indices, stacked in pickle.loads(plan)
+    ]
     trainer = JointMultiAgentTrainer.__new__(JointMultiAgentTrainer)
     trainer._setup(env, cfg, units)
     trainer._row_pad = (start, total)
@@ -107,7 +111,7 @@ def load_weights(trainer: JointMultiAgentTrainer, weights: dict[str, Any]) -> No
 def rollout_piece(rollout: JointRollout) -> dict[str, Any]:
     """A slice trainer's rollout as numpy arrays (copies), ready to pickle to the learner."""
     piece: dict[str, Any] = {
-        name: getattr(rollout, name).numpy().copy() for name in (*PER_AGENT_FIELDS, "bootstrap_values")
+        name: getattr(rollout, name).numpy().copy() for name in (*PER_AGENT_FIELDS, *NEXT_STATE_FIELDS)
     }
     piece["obs"] = [o.numpy().copy() for o in rollout.obs]
     piece["actions"] = [a.numpy().copy() for a in rollout.actions]
@@ -126,7 +130,8 @@ def assemble(rollout: JointRollout, pieces: Sequence[dict[str, Any]], slices: Se
         for piece, (a, b) in zip(pieces, slices):
             for name in PER_AGENT_FIELDS:
                 getattr(rollout, name)[:, a:b].copy_(torch.from_numpy(piece[name]))
-            rollout.bootstrap_values[a:b].copy_(torch.from_numpy(piece["bootstrap_values"]))
+            for name in NEXT_STATE_FIELDS:
+                getattr(rollout, name)[a:b].copy_(torch.from_numpy(piece[name]))
             for g in range(len(rollout.obs)):
                 rollout.obs[g][:, a:b].copy_(torch.from_numpy(piece["obs"][g]))
                 rollout.actions[g][:, a:b].copy_(torch.from_numpy(piece["actions"][g]))

@@ -36,7 +36,7 @@ from marljoint.ppo.losses import (
     value_loss,
 )
 from marljoint.ppo.normalizer import RunningNormalizer
-from marljoint.ppo.rollout import JointRollout
+from marljoint.ppo.rollout import JointRollout, carry_pending_moves
 from marljoint.ppo.slices import blueprint, learner_weights
 
 __all__ = ["JointMultiAgentTrainer", "JointStats"]
@@ -58,7 +58,9 @@ class JointStats:
         aux_loss: mean auxiliary loss (0 without ``aux_fn``).
         total_loss: mean joint loss (Σ agents' losses + aux).
         num_mb_steps: optimizer steps taken (minibatches processed).
-        grad_norm: per-agent gradient norm before clipping (mean over steps).
+        grad_norm: gradient L2 norm of each network before clipping (mean over steps), keyed
+            ``"<part>/<network>"``: part ``actor``, ``critic`` (separate networks) or ``actor_critic`` (a shared
+            trunk); network the agent's name, or the names joined by ``+`` for one network shared by several.
         aux_metrics: mean of every metric the aux function reported.
     """
 
@@ -71,12 +73,17 @@ class JointStats:
     aux_loss: float
     total_loss: float
     num_mb_steps: int
-    grad_norm: list[float] = field(default_factory=list)
+    grad_norm: dict[str, float] = field(default_factory=dict)
     aux_metrics: dict[str, float] = field(default_factory=dict)
 
 
 class _Unit:
-    """One network and its optimizers, serving some agents (a whole group, or one agent)."""
+    """One network and its optimizers, serving some agents (a whole group, or one agent).
+
+    Gradients are clipped per network: the actor and the critic each on their own (one network when they share a
+    trunk), and per member of stacked per-agent weights. A network shared by several agents is one network: its
+    gradient, summed over those agents, is clipped once.
+    """
 
     def __init__(
         self,
@@ -86,6 +93,7 @@ class _Unit:
         optimizer: Any,
         critic_optimizer: Any | None,
         stacked: bool,
+        agent_names: Sequence[str],
     ) -> None:
         self.group = group
         self.policy = policy
@@ -95,13 +103,15 @@ class _Unit:
         self.stacked = stacked
         self.actor_params = list(policy.actor_parameters())
         self.critic_params = list(policy.critic_parameters())
-        # With one optimizer for everything, the clip covers all of the agent's parameters at once.
-        self.clip_groups = (
-            [self.actor_params, self.critic_params]
-            if critic_optimizer is not None
-            else [self.actor_params + self.critic_params]
-        )
+        if getattr(policy, "share_trunk", False):
+            self.clip_groups = {"actor_critic": self.actor_params + self.critic_params}
+        else:
+            self.clip_groups = {"actor": self.actor_params, "critic": self.critic_params}
+        self.clip_groups = {part: params for part, params in self.clip_groups.items() if params}
         self.members = len(agent_indices) if stacked and not policy.share_parameters else 1
+        names = [agent_names[i] for i in agent_indices]
+        # Member m's network name: its agent's, or the agents' joined by "+" for one network shared by several.
+        self.network_names = names if self.members == len(names) else ["+".join(names)]
 
     def member_active(self, active: torch.Tensor) -> torch.Tensor:
         """``[members]`` bool from the per-agent ``active`` mask; a shared network must be frozen as a whole."""
@@ -116,23 +126,25 @@ class _Unit:
             return mine[:1]
         return mine
 
-    def step(self, active: torch.Tensor, max_norm: float) -> torch.Tensor:
-        """Clips per member and steps the optimizers of the active members; returns ``[members]`` grad norms."""
-        member_active = self.member_active(active)
-        norms = torch.zeros(self.members)
-        for params, optimizer in zip(self.clip_groups, [self.optimizer, self.critic_optimizer]):
-            if not params:
-                continue
+    def clip(self, max_norm: float) -> dict[str, torch.Tensor]:
+        """Clips every network's gradient to ``max_norm``; returns ``{part: [members] norms before clipping}``."""
+        norms = {}
+        for part, params in self.clip_groups.items():
             if self.stacked:
-                norms = norms + clip_member_grads_(params, max_norm) ** 2
-                optimizer.step(member_active)
+                norms[part] = clip_member_grads_(params, max_norm)
             else:
                 # With an infinite cap the scale is min(1, inf) = 1: the call only measures the norm.
-                norm = nn.utils.clip_grad_norm_(params, max_norm)
-                norms = norms + norm.detach() ** 2
-                if bool(member_active.all()):
-                    optimizer.step()
-        return norms.sqrt()
+                norms[part] = nn.utils.clip_grad_norm_(params, max_norm).detach().reshape(1)
+        return norms
+
+    def step(self, active: torch.Tensor) -> None:
+        """Steps the optimizers of the active members (after :meth:`clip`)."""
+        member_active = self.member_active(active)
+        for optimizer in self.optimizers():
+            if self.stacked:
+                optimizer.step(member_active)
+            elif bool(member_active.all()):
+                optimizer.step()
 
     def zero_grad(self) -> None:
         for p in self.actor_params + self.critic_params:
@@ -199,7 +211,7 @@ class JointMultiAgentTrainer:
                     "policy per agent (use from_env for batched groups)"
                 )
             critic = critic_optimizers[i] if critic_optimizers is not None else None
-            units.append(_Unit(g, policy, (i,), optimizers[i], critic, stacked=False))
+            units.append(_Unit(g, policy, (i,), optimizers[i], critic, stacked=False, agent_names=spec.agents))
         self._setup(env, config, units)
 
     @classmethod
@@ -237,6 +249,7 @@ class JointMultiAgentTrainer:
                 num_agents=group.size,
                 share_parameters=config.share_parameters,
                 critic_input_size=critic_size,
+                share_trunk=config.share_trunk,
                 **policy_kwargs,
             ).to(config.device)
             members = 1 if config.share_parameters else group.size
@@ -248,7 +261,9 @@ class JointMultiAgentTrainer:
             else:
                 optimizer = StackedAdam(actor, lr=config.learning_rate, eps=config.adam_eps, members=members)
                 critic_optimizer = StackedAdam(critic, lr=config.critic_lr, eps=config.adam_eps, members=members)
-            units.append(_Unit(g, policy, group.agent_indices, optimizer, critic_optimizer, stacked=True))
+            units.append(
+                _Unit(g, policy, group.agent_indices, optimizer, critic_optimizer, stacked=True, agent_names=spec.agents)
+            )
         trainer = cls.__new__(cls)
         trainer._setup(env, config, units)
         return trainer
@@ -270,9 +285,11 @@ class JointMultiAgentTrainer:
         # (first copy, total copies) when this trainer collects one slice of a larger set (a rollout worker).
         self._row_pad: tuple[int, int] | None = None
         n = self.spec.num_agents
-        self.value_normalizer = RunningNormalizer(n) if config.value_normalization else None
+        self.value_normalizer = RunningNormalizer(n, device=self.device) if config.value_normalization else None
         self._state: JointObs | None = None
         self._rollout: JointRollout | None = None
+        # Moves of the last rollout whose outcome lies in the next one (turn-based games), or None.
+        self._pending: JointRollout | None = None
         self._centralized = config.centralized_critic
         if self._centralized:
             _critic_input_size(self.spec)
@@ -472,10 +489,21 @@ class JointMultiAgentTrainer:
         """Plays ``rollout_steps`` joint steps in every env copy with the current policies.
 
         The env is reset (with ``config.seed``) on the first call; later calls continue where the last stopped.
+        In turn-based games, a move whose outcome lies beyond the rollout (its agent waits for its turn at the
+        end) is ``deferred`` and carried into the next rollout (:attr:`JointRollout.carried`).
 
         Returns:
             A :class:`JointRollout` (its storage is reused by the next call: keep a copy if you need both).
         """
+        ro = self._collect()
+        if self._row_pad is None:  # a rollout worker's slice is linked by the learner, which sees every copy
+            ro.carried = self._pending
+            ro.deferred = None
+            ro.deferred, self._pending = carry_pending_moves(ro.extended())
+        return ro
+
+    def _collect(self) -> JointRollout:
+        """:meth:`collect_rollout` by the configured backend (Ray workers, env workers, or this process)."""
         cfg = self.config
         if self._rollout is None or self._rollout.num_envs != self.env.num_envs:
             self._rollout = JointRollout.allocate(self.spec, cfg.rollout_steps, self.env.num_envs, self.device)
@@ -545,6 +573,8 @@ class JointMultiAgentTrainer:
             alive = torch.from_numpy(state.alive).to(self.device)
             outputs = self._rollout_forward([torch.from_numpy(o).to(self.device) for o in state.obs], alive)
             ro.bootstrap_values.copy_(self._values(outputs) * alive)
+            ro.next_alive.copy_(alive)
+            ro.next_acting.copy_(torch.from_numpy(state.acting))
         self._state = JointObs(state.obs, state.alive, state.acting, state.action_masks)
         ro.episode_returns = np.concatenate(episode_returns) if episode_returns else np.zeros((0, self.spec.num_agents))
         ro.episode_lengths = np.concatenate(episode_lengths) if episode_lengths else np.zeros(0, np.int64)
@@ -609,7 +639,15 @@ class JointMultiAgentTrainer:
 
     # ------------------------------------------------------------------ update
     def compute_advantages(self, rollout: JointRollout) -> tuple[torch.Tensor, torch.Tensor]:
-        """GAE advantages and returns, ``[T, E, N]`` each, for a rollout."""
+        """GAE advantages and returns, ``[T', E, N]`` each, over the rows of ``rollout.extended()``.
+
+        ``T' = T`` unless moves were carried in from the previous rollout (then ``T' = N + T``, the carried rows
+        first). The carried moves' targets are complete here; the rollout's own deferred moves get placeholder
+        values that nothing trains on (they are complete in the next rollout).
+        """
+        return self._gae(rollout.extended())
+
+    def _gae(self, rollout: JointRollout) -> tuple[torch.Tensor, torch.Tensor]:
         terminated = rollout.terminated
         if not self.config.bootstrap_truncation:
             terminated = terminated | rollout.truncated
@@ -658,8 +696,9 @@ class JointMultiAgentTrainer:
         active_mask = self._active_mask(active)
         call_aux = _aux_caller(aux_fn) if aux_fn is not None else None
 
-        advantages, returns = self.compute_advantages(rollout)
-        valid = rollout.valid
+        rollout = rollout.extended()
+        advantages, returns = self._gae(rollout)
+        valid = rollout.trainable
         T, E = rollout.steps, rollout.num_envs
         rows = T * E
         if self.value_normalizer is not None:
@@ -678,23 +717,26 @@ class JointMultiAgentTrainer:
             b_values = self.value_normalizer.normalize(b_values)
             b_returns = self.value_normalizer.normalize(b_returns)
 
+        device = self.device
         sums = {
-            k: torch.zeros(n)
-            for k in ("policy_loss", "value_loss", "entropy", "clip_fraction", "approx_kl", "grad_norm")
+            k: torch.zeros(n, device=device) for k in ("policy_loss", "value_loss", "entropy", "clip_fraction", "approx_kl")
         }
-        aux_total = 0.0
-        loss_total = 0.0
-        aux_metric_sums: dict[str, float] = {}
+        grad_sums: dict[str, torch.Tensor] = {}
+        aux_total = torch.zeros((), device=device)
+        loss_total = torch.zeros((), device=device)
+        aux_metric_sums: dict[str, Any] = {}
         steps = 0
         per_epoch = cfg.minibatches_per_epoch
         for policy in self.policies:
             policy.train()
+        active_on_device = active_mask.to(device)
         stop = False
         for _ in range(cfg.n_epochs):
-            order = torch.randperm(rows, generator=self._generator).to(self.device)
+            order = torch.randperm(rows, generator=self._generator).to(device)
             for idx in order.split(cfg.minibatch_size)[:per_epoch]:
                 mb_valid = b_valid[idx]
-                outputs = self._forward([o[idx] for o in b_obs], b_alive[idx])
+                mb_alive = b_alive[idx]
+                outputs = self._forward([o[idx] for o in b_obs], mb_alive)
                 log_prob, entropy, features = self._evaluate(
                     outputs, [a[idx] for a in b_actions], [None if m is None else m[idx] for m in b_masks]
                 )
@@ -702,7 +744,7 @@ class JointMultiAgentTrainer:
                 if cfg.normalize_advantages:
                     mb_adv = normalize_advantages(mb_adv, mb_valid)
                 pg = policy_loss(log_prob, b_log_probs[idx], mb_adv, cfg.clip_range, mb_valid)
-                if cfg.target_kl is not None and bool((pg.approx_kl[active_mask] > 1.5 * cfg.target_kl).any()):
+                if cfg.target_kl is not None and bool((pg.approx_kl[active_on_device] > 1.5 * cfg.target_kl).any()):
                     # The policy already moved too far on these rows: stop before stepping on them.
                     stop = True
                     break
@@ -711,49 +753,46 @@ class JointMultiAgentTrainer:
                 ent = masked_mean(entropy, mb_valid)
                 per_agent = pg.loss + cfg.vf_coef * vl - cfg.ent_coef * ent
                 joint = per_agent.sum()
-                aux_value = 0.0
                 if call_aux is not None:
-                    aux = call_aux(features, mb_valid)
+                    # Every present agent's features on the same rows: in turn-based games the waiting players
+                    # too (a row has one mover), and frozen agents as well as trained ones.
+                    aux = call_aux(features, mb_alive)
                     joint = joint + aux.loss
-                    aux_value = float(aux.loss.detach())
+                    aux_total += aux.loss.detach()
                     for key, value in aux.metrics.items():
-                        aux_metric_sums[key] = aux_metric_sums.get(key, 0.0) + float(value)
+                        aux_metric_sums[key] = aux_metric_sums.get(key, 0.0) + _detached(value)
                 for unit in self._units:
                     unit.zero_grad()
                 joint.backward()
-                grad_norms = torch.zeros(n)
                 for unit in self._units:
-                    norms = unit.step(active_mask, cfg.max_grad_norm)
-                    grad_norms[list(unit.agent_indices)] = (
-                        norms.expand(len(unit.agent_indices)) if unit.members == 1 else norms
-                    )
+                    for part, norms in unit.clip(cfg.max_grad_norm).items():
+                        for name, norm in zip(unit.network_names, norms):
+                            key = f"{part}/{name}"
+                            grad_sums[key] = grad_sums[key] + norm if key in grad_sums else norm
+                    unit.step(active_mask)
                 steps += 1
                 sums["policy_loss"] += pg.loss.detach()
                 sums["value_loss"] += vl.detach()
                 sums["entropy"] += ent.detach()
                 sums["clip_fraction"] += pg.clip_fraction
                 sums["approx_kl"] += pg.approx_kl
-                sums["grad_norm"] += grad_norms
-                aux_total += aux_value
-                loss_total += float(joint.detach())
+                loss_total += joint.detach()
             if stop:
                 break
         for unit in self._units:
             unit.zero_grad()
         denom = max(steps, 1)
-        return JointStats(
-            policy_loss=(sums["policy_loss"] / denom).tolist(),
-            value_loss=(sums["value_loss"] / denom).tolist(),
-            entropy=(sums["entropy"] / denom).tolist(),
-            clip_fraction=(sums["clip_fraction"] / denom).tolist(),
-            approx_kl=(sums["approx_kl"] / denom).tolist(),
-            explained_var=ev.tolist(),
-            aux_loss=aux_total / denom,
-            total_loss=loss_total / denom,
-            num_mb_steps=steps,
-            grad_norm=(sums["grad_norm"] / denom).tolist(),
-            aux_metrics={k: v / denom for k, v in aux_metric_sums.items()},
+        means = _to_host(
+            {
+                **{k: v / denom for k, v in sums.items()},
+                "explained_var": ev,
+                "aux_loss": aux_total / denom,
+                "total_loss": loss_total / denom,
+                "grad_norm": {k: v / denom for k, v in grad_sums.items()},
+                "aux_metrics": {k: v / denom for k, v in aux_metric_sums.items()},
+            }
         )
+        return JointStats(num_mb_steps=steps, **means)
 
     def _active_mask(self, active: Sequence[bool] | torch.Tensor | None) -> torch.Tensor:
         n = self.spec.num_agents
@@ -789,18 +828,39 @@ class JointMultiAgentTrainer:
 
     # ------------------------------------------------------------------ training loop
     def set_learning_rate_scale(self, scale: float) -> None:
-        """Scales every optimizer's learning rate to ``scale ×`` its configured value (used by ``anneal_lr``)."""
+        """Sets every optimizer's learning rate to ``scale ×`` its own initial value.
+
+        The initial value is each optimizer's learning rate when this is first called (kept in its param groups
+        as ``initial_lr``, so it survives checkpoints): the configured rates for :meth:`from_env`, and whatever
+        the optimizers passed to the constructor were built with.
+        """
         self._lr_scale = float(scale)
         for unit in self._units:
-            for optimizer, base in (
-                (unit.optimizer, self.config.learning_rate),
-                (unit.critic_optimizer, self.config.critic_lr),
-            ):
-                if optimizer is None:
-                    continue
+            for optimizer in unit.optimizers():
                 for group in optimizer.param_groups:
-                    group.setdefault("initial_lr", group["lr"] if base is None else base)
+                    group.setdefault("initial_lr", group["lr"])
                     group["lr"] = group["initial_lr"] * self._lr_scale
+
+    def anneal_learning_rate(self, end_iteration: int) -> float:
+        """Applies the ``anneal_lr`` schedule for the coming iteration; returns the scale it set.
+
+        The one schedule of every training loop: linear from each optimizer's initial rate at iteration 0 to 0 at
+        ``end_iteration``, by the absolute :attr:`iteration`, so a resumed run continues where it stopped.
+
+        Args:
+            end_iteration: the iteration at which the run ends (``> iteration``).
+
+        Raises:
+            ValueError: if ``end_iteration`` is not after the current iteration.
+        """
+        if end_iteration <= self.iteration:
+            raise ValueError(
+                f"end_iteration={end_iteration} must be after the current iteration {self.iteration}; pass the "
+                "iteration the whole run ends at"
+            )
+        scale = 1.0 - self.iteration / end_iteration
+        self.set_learning_rate_scale(scale)
+        return scale
 
     def train(
         self,
@@ -812,6 +872,10 @@ class JointMultiAgentTrainer:
         """Alternates :meth:`collect_rollout` and :meth:`update` for ``total_steps`` env steps.
 
         One env step is one joint step of one env copy; an iteration takes ``rollout_steps × num_envs`` of them.
+
+        With ``anneal_lr`` the schedule runs by the absolute iteration up to the end of this call
+        (:meth:`anneal_learning_rate`): a trainer restored from a checkpoint and trained for the remaining steps
+        follows exactly the schedule of one uninterrupted call.
 
         Args:
             total_steps: env steps to train for (rounded up to whole iterations).
@@ -828,11 +892,12 @@ class JointMultiAgentTrainer:
             raise ValueError(f"total_steps must be a positive integer, got {total_steps!r}")
         per_iteration = self.config.rollout_steps * self.env.num_envs
         iterations = math.ceil(total_steps / per_iteration)
+        end_iteration = self.iteration + iterations
         history = []
         start = time.perf_counter()
-        for k in range(iterations):
+        for _ in range(iterations):
             if self.config.anneal_lr:
-                self.set_learning_rate_scale(1.0 - k / iterations)
+                self.anneal_learning_rate(end_iteration)
             tick = time.perf_counter()
             rollout = self.collect_rollout()
             stats = self.update(rollout, aux_fn=aux_fn)
@@ -866,10 +931,12 @@ class JointMultiAgentTrainer:
         for name in _PER_AGENT_STATS:
             for key, value in zip(keys[name], getattr(stats, name)):
                 out[key] = value
+        for key, value in stats.grad_norm.items():
+            out[f"grad_norm/{key}"] = value
         out["aux_loss"] = stats.aux_loss
         out["total_loss"] = stats.total_loss
         out["num_mb_steps"] = stats.num_mb_steps
-        out["learning_rate"] = self.config.learning_rate * self._lr_scale
+        out["learning_rate"] = float(self._units[0].optimizer.param_groups[0]["lr"])
         out["env_steps_this_iteration"] = env_steps
         out.update(stats.aux_metrics)
         return out
@@ -895,6 +962,7 @@ class JointMultiAgentTrainer:
             "iteration": self.iteration,
             "env_steps": self.env_steps,
             "lr_scale": self._lr_scale,
+            "pending_moves": None if self._pending is None else _fields_without_spec(self._pending.to("cpu")),
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -921,6 +989,8 @@ class JointMultiAgentTrainer:
         self.iteration = int(state["iteration"])
         self.env_steps = int(state["env_steps"])
         self._lr_scale = float(state.get("lr_scale", 1.0))
+        pending = state.get("pending_moves")
+        self._pending = None if pending is None else JointRollout(**{**pending, "spec": self.spec}).to(self.device)
 
     def save(self, path: str) -> None:
         """Writes :meth:`state_dict` to ``path`` atomically (temporary file, fsync, rename)."""
@@ -962,7 +1032,10 @@ class JointMultiAgentTrainer:
         return {"env": get_state()}
 
     def load_env_state(self, state: Mapping[str, Any] | None) -> None:
-        """Restores :meth:`env_state` output; ``None`` makes the next rollout reset the env with ``config.seed``."""
+        """Restores :meth:`env_state` output; ``None`` makes the next rollout reset the env with ``config.seed``
+        (and drops the moves pending from the last rollout, whose episodes then end unseen)."""
+        if state is None:
+            self._pending = None
         if self.config.num_workers > 0:
             if state is not None and "workers" not in state:
                 raise ValueError(
@@ -982,7 +1055,7 @@ class JointMultiAgentTrainer:
         self._state = self.env.set_state(state["env"])
 
 
-_PER_AGENT_STATS = ("policy_loss", "value_loss", "entropy", "clip_fraction", "approx_kl", "explained_var", "grad_norm")
+_PER_AGENT_STATS = ("policy_loss", "value_loss", "entropy", "clip_fraction", "approx_kl", "explained_var")
 
 
 def _make_copy_generators(seed: int, num_envs: int, first_copy: int = 0) -> list[torch.Generator]:
@@ -1055,6 +1128,32 @@ class _CopyNoise:
             noises.append(row[:, offset : offset + size].reshape(row.shape[0], *shape))
             offset += size
         return noises
+
+
+def _fields_without_spec(rollout: JointRollout) -> dict[str, Any]:
+    """A rollout's fields for a checkpoint (the spec is the trainer's own, restored from the env)."""
+    return {name: value for name, value in vars(rollout).items() if name != "spec"}
+
+
+def _detached(value: Any) -> Any:
+    """A metric value without its graph (tensors stay on their device until :func:`_to_host`)."""
+    return value.detach() if isinstance(value, torch.Tensor) else float(value)
+
+
+def _to_host(stats: dict[str, Any]) -> dict[str, Any]:
+    """The update's statistics as Python numbers: the one point where they leave the trainer's device.
+
+    ``[N]`` tensors become lists, scalar tensors floats; nested dicts are converted entry by entry.
+    """
+    out: dict[str, Any] = {}
+    for key, value in stats.items():
+        if isinstance(value, dict):
+            out[key] = {k: float(v) for k, v in value.items()}
+        elif isinstance(value, torch.Tensor) and value.dim() > 0:
+            out[key] = value.tolist()
+        else:
+            out[key] = float(value)
+    return out
 
 
 def _check_agent_count(config: JointTrainerConfig, n: int) -> None:

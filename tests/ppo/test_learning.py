@@ -63,6 +63,10 @@ def _value_of_start(bootstrap_truncation):
         functools.partial(counter_v0.parallel_env, num_agents=1, num_actions=2, constant_reward=1.0, truncate_at=5),
         num_envs=8, total_steps=8 * 40 * 80, rollout_steps=40, minibatch_size=80, gamma=0.9,
         learning_rate=3e-3, bootstrap_truncation=bootstrap_truncation,
+        # The bootstrap reads V at the final state of each cut episode, a state never acted in (the copy resets):
+        # the test is about the targets, so the critic reads the trunk that also sees the acting states'
+        # features. A critic of its own reaches the same value, more slowly (8.9 after twice the steps).
+        share_trunk=True,
     )
     return float(trainer.predict_values(env.reset(seed=0)).mean())
 

@@ -182,18 +182,23 @@ def _sgd_trainer(max_grad_norm, critic_lr=None):
     return JointMultiAgentTrainer(env, cfg, policies, optimizers, critic_optimizers=critics), policies
 
 
-def test_global_norm_clipping_scales_to_the_cap_and_is_a_noop_above():
+def _flat(params):
+    return torch.cat([p.detach().flatten() for p in params])
+
+
+def test_global_norm_clipping_scales_each_network_to_the_cap_and_is_a_noop_above():
+    # Actor and critic are separate networks, each clipped on its own: with SGD at lr 1 each one's step is its
+    # clipped gradient, of norm exactly the cap (clipped) or the logged gradient norm (not clipped).
     for cap, clipped in ((1e-3, True), (1e9, False)):
         trainer, policies = _sgd_trainer(cap)
-        before = [torch.cat([p.detach().flatten() for p in pol.parameters()]) for pol in policies]
+        parts = {"actor": lambda p: p.actor_parameters(), "critic": lambda p: p.critic_parameters()}
+        before = {(i, part): _flat(get(pol)) for i, pol in enumerate(policies) for part, get in parts.items()}
         stats = trainer.update(trainer.collect_rollout())
-        after = [torch.cat([p.detach().flatten() for p in pol.parameters()]) for pol in policies]
-        for i in range(2):
-            step = (after[i] - before[i]).norm().item()
-            if clipped:
-                assert step == pytest.approx(cap, rel=1e-3)
-            else:
-                assert step == pytest.approx(stats.grad_norm[i], rel=1e-4)
+        assert sorted(stats.grad_norm) == sorted(f"{part}/{a}" for part in parts for a in trainer.spec.agents)
+        for (i, part), old in before.items():
+            step = (_flat(parts[part](policies[i])) - old).norm().item()
+            expected = cap if clipped else stats.grad_norm[f"{part}/{trainer.spec.agents[i]}"]
+            assert step == pytest.approx(expected, rel=1e-3)
 
 
 def test_split_critic_steps_only_the_critic_when_actor_lr_is_zero():

@@ -1,0 +1,141 @@
+"""Turn-based games across rollout boundaries: a move whose outcome lies in the next rollout is carried there, so
+its target equals that of an unbounded rollout and no reward is lost."""
+
+import pytest
+import torch
+
+from marljoint import JointMultiAgentTrainer, JointTrainerConfig, PettingZooJointEnv
+from marljoint.ppo.rollout import carry_pending_moves
+from marljoint_envs import kuhn_poker_v0, mock_v0
+from rollout_checks import assert_same_parameters
+
+NUM_ENVS = 16
+
+
+def _kuhn(rollout_steps, **cfg):
+    config = JointTrainerConfig(
+        **{
+            "num_envs": NUM_ENVS,
+            "rollout_steps": rollout_steps,
+            "minibatch_size": 64,
+            "n_epochs": 1,
+            "gamma": 1.0,
+            "gae_lambda": 1.0,
+            "share_parameters": False,
+            **cfg,
+        }
+    )
+    env = PettingZooJointEnv(kuhn_poker_v0.env, num_envs=NUM_ENVS, seed=config.seed)
+    return JointMultiAgentTrainer.from_env(env, config)
+
+
+def _complete_targets(trainer, rollouts):
+    """``{(global step, copy, agent): target}`` of every move trained in ``rollouts`` whose episode ended within
+    the rollout it was trained with, and the keys of those that were carried there across a boundary.
+
+    Carried rows are mapped back to the step they were taken at; λ = γ = 1 makes each complete move's target the
+    sum of the rewards its agent received until the end of its episode, whatever the critic says.
+    """
+    targets, carried_moves, origin = {}, set(), {}
+    steps = trainer.config.rollout_steps
+    for k in range(rollouts):
+        rollout = trainer.collect_rollout()
+        x = rollout.extended()
+        _, returns = trainer.compute_advantages(rollout)
+        offset = x.steps - rollout.steps  # carried rows come first
+        step_of = {}
+        for r in range(x.steps):
+            for e in range(NUM_ENVS):
+                for i in range(2):
+                    # carried row r holds agent r's move
+                    step_of[r, e, i] = origin.get((e, r)) if r < offset else k * steps + r - offset
+        ended_later = (x.terminated | x.truncated).flip(0).cumsum(0).flip(0) > 0  # an end at this row or later
+        for r, e, i in x.trainable.nonzero().tolist():
+            if ended_later[r, e, i]:
+                targets[step_of[r, e, i], e, i] = float(returns[r, e, i])
+                if r < offset:
+                    carried_moves.add((step_of[r, e, i], e, i))
+        if x.deferred is not None:
+            for r, e, i in x.deferred.nonzero().tolist():
+                origin[e, i] = step_of[r, e, i]
+    return targets, carried_moves
+
+
+def test_moves_straddling_a_boundary_get_the_targets_of_an_unbounded_rollout():
+    short, long_ = _kuhn(rollout_steps=3), _kuhn(rollout_steps=3 * 8)
+    bounded, carried_moves = _complete_targets(short, 8)
+    unbounded, none_carried = _complete_targets(long_, 1)
+    assert not none_carried
+    assert len(carried_moves) > 20  # most Kuhn episodes cross a 3-step boundary in one of the 16 copies
+    # Moves that end their rollout on their own agent's turn are bootstrapped from that (trained) state's value:
+    # complete in the unbounded rollout only. Every move complete in the short rollouts is complete there too.
+    assert set(bounded) <= set(unbounded)
+    for key, target in bounded.items():
+        assert target == unbounded[key], key
+
+
+def test_every_reward_is_credited_to_exactly_one_move():
+    # γ = 1, λ = 0 and a critic that outputs 0: each move's return is exactly the reward credited to it.
+    trainer = _kuhn(rollout_steps=5, gae_lambda=0.0, value_normalization=False)
+    for policy in trainer.policies:
+        with torch.no_grad():
+            policy.value_head.weight.zero_()
+            policy.value_head.bias.zero_()
+    received = torch.zeros(2)
+    credited = torch.zeros(2)
+    for _ in range(20):
+        rollout = trainer.collect_rollout()
+        received += rollout.rewards.sum((0, 1))
+        _, returns = trainer.compute_advantages(rollout)
+        credited += (returns * rollout.extended().trainable).sum((0, 1))
+    assert (received != 0).all()  # per agent: the game is zero-sum
+    pending = trainer._pending
+    still_pending = torch.zeros(2) if pending is None else pending.rewards.sum((0, 1))
+    assert torch.equal(credited + still_pending, received)
+
+
+def test_a_resumed_turn_based_run_carries_its_pending_moves_bit_identically():
+    whole = _kuhn(rollout_steps=3)
+    first = _kuhn(rollout_steps=3)
+    for _ in range(4):
+        whole.update(whole.collect_rollout())
+    for _ in range(2):
+        first.update(first.collect_rollout())
+    assert first._pending is not None  # the checkpoint holds moves carried into the next rollout
+    resumed = _kuhn(rollout_steps=3)
+    resumed.load_state_dict(first.state_dict())
+    resumed.load_env_state(first.env_state())
+    for _ in range(2):
+        resumed.update(resumed.collect_rollout())
+    assert_same_parameters(whole, resumed)
+
+
+def test_simultaneous_move_envs_never_defer_a_move():
+    config = JointTrainerConfig(num_envs=2, rollout_steps=8, minibatch_size=16, n_epochs=1)
+    trainer = JointMultiAgentTrainer.from_env(PettingZooJointEnv(mock_v0.parallel_env, num_envs=2), config)
+    for _ in range(3):
+        rollout = trainer.collect_rollout()
+        assert rollout.carried is None and rollout.deferred is None
+        assert rollout.extended() is rollout
+
+
+def test_carry_pending_moves_needs_the_next_state_flags():
+    trainer = _kuhn(rollout_steps=3)
+    rollout = trainer.collect_rollout()
+    rollout.next_alive = None
+    assert carry_pending_moves(rollout) == (None, None)
+
+
+@pytest.mark.parametrize("cfg", [{}, {"centralized_critic": True}], ids=["local", "centralised"])
+def test_carried_moves_are_trained_with_the_next_update(cfg):
+    trainer = _kuhn(rollout_steps=3, **cfg)
+    trainer.update(trainer.collect_rollout())
+    rollout = trainer.collect_rollout()
+    assert rollout.carried is not None
+    x = rollout.extended()
+    assert x.steps == rollout.steps + 2
+    # Each carried row holds one agent's move, and only that agent acts on it.
+    assert (x.acting[:2].sum(-1) <= 1).all()
+    assert x.trainable[:2].any()
+    stats = trainer.update(rollout)
+    assert all(torch.isfinite(torch.tensor(stats.value_loss)))

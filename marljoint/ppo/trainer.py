@@ -261,9 +261,8 @@ class JointMultiAgentTrainer:
             else:
                 optimizer = StackedAdam(actor, lr=config.learning_rate, eps=config.adam_eps, members=members)
                 critic_optimizer = StackedAdam(critic, lr=config.critic_lr, eps=config.adam_eps, members=members)
-            units.append(
-                _Unit(g, policy, group.agent_indices, optimizer, critic_optimizer, stacked=True, agent_names=spec.agents)
-            )
+            unit = _Unit(g, policy, group.agent_indices, optimizer, critic_optimizer, True, agent_names=spec.agents)
+            units.append(unit)
         trainer = cls.__new__(cls)
         trainer._setup(env, config, units)
         return trainer
@@ -718,9 +717,8 @@ class JointMultiAgentTrainer:
             b_returns = self.value_normalizer.normalize(b_returns)
 
         device = self.device
-        sums = {
-            k: torch.zeros(n, device=device) for k in ("policy_loss", "value_loss", "entropy", "clip_fraction", "approx_kl")
-        }
+        names = ("policy_loss", "value_loss", "entropy", "clip_fraction", "approx_kl")
+        sums = {k: torch.zeros(n, device=device) for k in names}
         grad_sums: dict[str, torch.Tensor] = {}
         aux_total = torch.zeros((), device=device)
         loss_total = torch.zeros((), device=device)

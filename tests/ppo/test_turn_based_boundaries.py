@@ -3,11 +3,11 @@ its target equals that of an unbounded rollout and no reward is lost."""
 
 import pytest
 import torch
+from rollout_checks import assert_same_parameters
 
 from marljoint import JointMultiAgentTrainer, JointTrainerConfig, PettingZooJointEnv
 from marljoint.ppo.rollout import carry_pending_moves
 from marljoint_envs import kuhn_poker_v0, mock_v0
-from rollout_checks import assert_same_parameters
 
 NUM_ENVS = 16
 

@@ -57,7 +57,9 @@ def test_actor_and_critic_are_separate_networks_by_default_and_a_shared_trunk_is
     obs = torch.randn(4, group.size, *group.observation.shape)
     actor_ids = {id(p) for p in policy.actor_parameters()}
     assert not any(id(p) in actor_ids for p in _value_parameters(policy, obs))
-    shared = ActorCritic(group.observation, group.action, num_agents=group.size, share_parameters=True, share_trunk=True)
+    shared = ActorCritic(
+        group.observation, group.action, num_agents=group.size, share_parameters=True, share_trunk=True
+    )
     shared_actor = {id(p) for p in shared.actor_parameters()}
     assert any(id(p) in shared_actor for p in _value_parameters(shared, obs))
     assert [id(p) for p in shared.critic_parameters()] == [id(p) for p in shared.value_head.parameters()]

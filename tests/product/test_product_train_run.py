@@ -61,8 +61,13 @@ def test_metrics_csv_has_one_row_per_iteration_with_counters(run_dir):
     walls = [r["wall_time"] for r in rows]
     assert walls == sorted(walls) and walls[0] > 0
     assert all(r["sps"] > 0 for r in rows)
-    for name in ("policy_loss", "value_loss", "entropy", "clip_fraction", "approx_kl", "explained_var", "grad_norm"):
+    for name in ("policy_loss", "value_loss", "entropy", "clip_fraction", "approx_kl", "explained_var"):
         assert f"{name}/agent_0" in columns and f"{name}/agent_1" in columns
+    # One network shared by both agents: its actor's and its critic's gradient norms, under the network's name.
+    assert sorted(c for c in columns if c.startswith("grad_norm/")) == [
+        "grad_norm/actor/agent_0+agent_1",
+        "grad_norm/critic/agent_0+agent_1",
+    ]
     assert all(r["aux_loss"] > 0 for r in rows)  # the redundancy penalty was on
     assert all(r["learning_rate"] == pytest.approx(1e-3) for r in rows)
 

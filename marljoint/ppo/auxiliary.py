@@ -28,7 +28,9 @@ class AuxFn(Protocol):
 
     Args:
         features: per agent in ``possible_agents`` order, ``[B, d_i]`` encoder features on the SAME B rows.
-        alive: ``[B, N]`` bool; rows where agent i is absent must not contribute to terms involving agent i.
+        alive: ``[B, N]`` bool, agent i is present on the row (in the episode, whether or not it moves there: in
+            turn-based games the waiting players are present); rows where agent i is absent must not contribute to
+            terms involving agent i.
 
     Returns:
         An :class:`AuxOutput`, or a bare scalar tensor.

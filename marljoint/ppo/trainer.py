@@ -674,7 +674,10 @@ class JointMultiAgentTrainer:
             rollout: from :meth:`collect_rollout` (or built by hand with the same shapes).
             aux_fn: optional cross-agent loss called as ``aux_fn(features, alive)`` (or ``aux_fn(features)``) with
                 ``features[i]`` = agent i's encoder features ``[B, d_i]`` on the minibatch rows and ``alive`` the
-                ``[B, N]`` validity mask; returns an :class:`~marljoint.ppo.auxiliary.AuxOutput` or a scalar.
+                ``[B, N]`` mask of the agents present on each row; returns an
+                :class:`~marljoint.ppo.auxiliary.AuxOutput` or a scalar. Present means in the episode: in
+                turn-based games the players waiting for their turn count (their features are computed from what
+                they observe while waiting), and frozen agents count as well as trained ones.
             active: ``[N]`` bools; False freezes that agent (its parameters, optimizer state and normaliser stay
                 bit-identical; its statistics are still reported).
 

@@ -139,3 +139,29 @@ def test_carried_moves_are_trained_with_the_next_update(cfg):
     assert x.trainable[:2].any()
     stats = trainer.update(rollout)
     assert all(torch.isfinite(torch.tensor(stats.value_loss)))
+
+
+def test_aux_losses_see_every_present_agent_in_turn_based_games():
+    from marljoint.redundancy import RedundancyPenalty
+
+    seen = []
+    penalty = RedundancyPenalty(kind="xcorr", coef=1.0)
+
+    def recording(features, alive):
+        seen.append(alive.clone())
+        return penalty(features, alive)
+
+    for active in (None, [True, False]):  # all agents trained, and a frozen seat as in PSRO / NFSP
+        trainer = _kuhn(rollout_steps=16)
+        # One stacked network per seat: member 0 of every parameter is player 0's.
+        before = [p.detach().clone() for p in trainer.policies[0].parameters()]
+        rollout = trainer.collect_rollout()
+        seen.clear()
+        stats = trainer.update(rollout, aux_fn=recording, active=active)
+        # One mover per row, yet both players are present on most rows: the pairwise term is not empty.
+        assert any(bool((mask.sum(-1) == 2).any()) for mask in seen)
+        assert stats.aux_loss > 0
+        after = list(trainer.policies[0].parameters())
+        if active:
+            assert all(torch.equal(a[1], b[1]) for a, b in zip(before, after))  # the frozen seat
+            assert not all(torch.equal(a[0], b[0]) for a, b in zip(before, after))  # the other seat trained

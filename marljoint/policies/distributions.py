@@ -211,9 +211,9 @@ class FactoredCategorical:
         """
         _check_generator(generator)
         log_p = self._log_p
-        return self.sample_from_noise(
-            torch.rand(log_p.shape, generator=generator, dtype=log_p.dtype, device=log_p.device)
-        )
+        # Drawn where the generator lives (a CPU generator serves networks on any device), then moved.
+        noise = torch.rand(log_p.shape, generator=generator, dtype=log_p.dtype, device=generator.device)
+        return self.sample_from_noise(noise.to(log_p.device))
 
     #: the noise :meth:`sample_from_noise` consumes: uniform on [0, 1).
     noise_kind = "uniform"
@@ -359,9 +359,8 @@ class DiagGaussian:
         """
         _check_generator(generator)
         mean = self.mean.detach()
-        return self.sample_from_noise(
-            torch.randn(mean.shape, generator=generator, dtype=mean.dtype, device=mean.device)
-        )
+        noise = torch.randn(mean.shape, generator=generator, dtype=mean.dtype, device=generator.device)
+        return self.sample_from_noise(noise.to(mean.device))
 
     #: the noise :meth:`sample_from_noise` consumes: standard normal.
     noise_kind = "normal"

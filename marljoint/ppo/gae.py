@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import torch
 
@@ -70,39 +72,81 @@ def compute_gae(
         if tensor.shape != rewards.shape:
             raise ValueError(f"{name} has shape {tuple(tensor.shape)}, rewards {tuple(rewards.shape)}; they must match")
 
-    # The recursion is sequential in T; numpy's per-op cost on small arrays is a fraction of torch's.
-    device, dtype = values.device, values.dtype
+    if values.device.type == "cpu":
+        # The recursion is sequential in T; numpy's per-op cost on small arrays is a fraction of torch's.
+        device, dtype = values.device, values.dtype
 
-    def arr(x: torch.Tensor, kind: type | None = None) -> np.ndarray:
-        a = x.detach().cpu().numpy()
-        return a.astype(kind, copy=False) if kind is not None else a
+        def arr(x: torch.Tensor, kind: type | None = None) -> np.ndarray:
+            a = x.detach().numpy()
+            return a.astype(kind, copy=False) if kind is not None else a
 
-    np_dtype = arr(values).dtype
-    rewards_np = arr(rewards, np_dtype)
-    values_np = arr(values, np_dtype)
-    final_np = arr(final_values, np_dtype)
-    terminated_np = arr(terminated, bool)
-    ended_np = terminated_np | arr(truncated, bool)
-    valid_np = arr(valid, bool)
-    advantages = np.zeros_like(values_np)
-    next_value = arr(bootstrap_values, np_dtype).copy()
-    next_advantage = np.zeros_like(next_value)
-    pending_reward = np.zeros_like(next_value)
-    decay = np_dtype.type(gamma * gae_lambda)
-    discount = np_dtype.type(gamma)
-    for t in range(steps - 1, -1, -1):
+        np_dtype = arr(values).dtype
+        advantages, returns = _recursion(
+            np.where,
+            np.zeros_like,
+            arr(rewards, np_dtype),
+            arr(values),
+            arr(final_values, np_dtype),
+            arr(terminated, bool),
+            arr(terminated, bool) | arr(truncated, bool),
+            arr(valid, bool),
+            arr(bootstrap_values, np_dtype),
+            np_dtype.type(gamma),
+            np_dtype.type(gamma * gae_lambda),
+        )
+        return torch.from_numpy(advantages).to(device=device, dtype=dtype), torch.from_numpy(returns).to(device, dtype)
+    # Another device: the same recursion in torch, on that device (no copy to the host).
+    dtype = values.dtype
+    values = values.detach()
+    return _recursion(
+        torch.where,
+        torch.zeros_like,
+        rewards.detach().to(dtype),
+        values,
+        final_values.detach().to(dtype),
+        terminated.bool(),
+        terminated.bool() | truncated.bool(),
+        valid.bool(),
+        bootstrap_values.detach().to(dtype),
+        float(np.float32(gamma)) if dtype == torch.float32 else gamma,
+        float(np.float32(gamma * gae_lambda)) if dtype == torch.float32 else gamma * gae_lambda,
+    )
+
+
+def _recursion(
+    where: Any,
+    zeros_like: Any,
+    rewards: Any,
+    values: Any,
+    final_values: Any,
+    terminated: Any,
+    ended: Any,
+    valid: Any,
+    bootstrap_values: Any,
+    discount: Any,
+    decay: Any,
+) -> tuple[Any, Any]:
+    """The backward GAE recursion over numpy arrays (``np.where``, ``np.zeros_like``) or tensors (``torch.*``).
+
+    Every selection takes an array of the values' dtype (``zero``), so neither library changes the dtype.
+    """
+    zero = zeros_like(values[0])
+    advantages = zeros_like(values)
+    next_value = bootstrap_values + zero
+    next_advantage = zero
+    pending_reward = zero
+    for t in range(values.shape[0] - 1, -1, -1):
         # An episode end at row t discards everything carried from the next episode.
-        ended = ended_np[t]
-        if ended.any():
-            next_value = np.where(ended, np.where(terminated_np[t], 0, final_np[t]), next_value).astype(np_dtype)
-            next_advantage = np.where(ended, 0, next_advantage).astype(np_dtype)
-            pending_reward = np.where(ended, 0, pending_reward).astype(np_dtype)
-        reward = rewards_np[t] + pending_reward
-        advantage = reward + discount * next_value - values_np[t] + decay * next_advantage
-        is_valid = valid_np[t]
-        advantages[t] = np.where(is_valid, advantage, 0)
-        next_value = np.where(is_valid, values_np[t], next_value)
-        next_advantage = np.where(is_valid, advantage, next_advantage)
-        pending_reward = np.where(is_valid, 0, reward).astype(np_dtype)
-    returns = np.where(valid_np, advantages + values_np, 0).astype(np_dtype)
-    return torch.from_numpy(advantages).to(device=device, dtype=dtype), torch.from_numpy(returns).to(device, dtype)
+        end = ended[t]
+        next_value = where(end, where(terminated[t], zero, final_values[t]), next_value)
+        next_advantage = where(end, zero, next_advantage)
+        pending_reward = where(end, zero, pending_reward)
+        reward = rewards[t] + pending_reward
+        advantage = reward + discount * next_value - values[t] + decay * next_advantage
+        is_valid = valid[t]
+        advantages[t] = where(is_valid, advantage, zero)
+        next_value = where(is_valid, values[t], next_value)
+        next_advantage = where(is_valid, advantage, next_advantage)
+        pending_reward = where(is_valid, zero, reward)
+    returns = where(valid, advantages + values, zeros_like(values))
+    return advantages, returns

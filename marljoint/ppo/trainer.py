@@ -294,7 +294,7 @@ class JointMultiAgentTrainer:
             _critic_input_size(self.spec)
         # Columns of the concatenated unit outputs, mapped back to possible_agents order.
         order = [i for u in units for i in u.agent_indices]
-        self._to_agent_order = torch.as_tensor(np.argsort(order), dtype=torch.long)
+        self._to_agent_order = torch.as_tensor(np.argsort(order), dtype=torch.long, device=self.device)
         self._units_in_agent_order = bool(np.array_equal(order, np.arange(len(order))))
         self.iteration = 0
         self.env_steps = 0
@@ -461,6 +461,8 @@ class JointMultiAgentTrainer:
             unit.policy.distribution(out.head, self._unit_masks(unit, masks)) for unit, out in zip(self._units, outputs)
         ]
         noises = copy_noise.draw(dists) if copy_noise is not None and not deterministic else None
+        if noises is not None and self.device.type != "cpu":  # the copies' generators draw on the CPU
+            noises = [noise.to(self.device) for noise in noises]
         for u, (unit, dist) in enumerate(zip(self._units, dists)):
             if deterministic:
                 action = dist.mode()

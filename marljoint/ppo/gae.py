@@ -55,7 +55,6 @@ def compute_gae(
         ``(advantages, returns)``, each ``[T, *batch]``; returns are ``advantages + values`` on valid rows and 0
         elsewhere.
     """
-    steps = rewards.shape[0]
     for name, tensor in (("values", values), ("terminated", terminated), ("truncated", truncated)):
         if tensor.shape != rewards.shape:
             raise ValueError(f"{name} has shape {tuple(tensor.shape)}, rewards {tuple(rewards.shape)}; they must match")

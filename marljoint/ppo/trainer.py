@@ -982,6 +982,7 @@ class JointMultiAgentTrainer:
                 "build the trainer with the same share_parameters setting"
             )
         for unit, policy_state, optimizer_states in zip(self._units, state["policies"], state["optimizers"]):
+            _check_trunk_layout(unit.policy, policy_state, state.get("config", {}))
             unit.policy.load_state_dict(policy_state)
             for optimizer, optimizer_state in zip(unit.optimizers(), optimizer_states):
                 optimizer.load_state_dict(optimizer_state)
@@ -1131,6 +1132,21 @@ class _CopyNoise:
             noises.append(row[:, offset : offset + size].reshape(row.shape[0], *shape))
             offset += size
         return noises
+
+
+def _check_trunk_layout(policy: Any, policy_state: Mapping[str, Any], config: Mapping[str, Any]) -> None:
+    """Refuses a checkpoint whose critic layout (own trunk or shared) differs from the network's, with the fix."""
+    if not isinstance(policy, ActorCritic) or policy.critic_input_size is not None:
+        return
+    saved_own_trunk = any(key.startswith("critic_encoder.") for key in policy_state)
+    if saved_own_trunk == (not policy.share_trunk):
+        return
+    saved = "a critic trunk of its own" if saved_own_trunk else "a critic that reads the actor's trunk"
+    hint = "" if "share_trunk" in config else " (checkpoints written before separate networks became the default)"
+    raise ValueError(
+        f"the checkpoint's networks have {saved}{hint}, this trainer's do not; build the trainer with "
+        f"share_trunk={not saved_own_trunk} (share_trunk = {str(not saved_own_trunk).lower()} in a run's config.toml)"
+    )
 
 
 def _fields_without_spec(rollout: JointRollout) -> dict[str, Any]:

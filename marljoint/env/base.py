@@ -64,6 +64,9 @@ class JointStep(NamedTuple):
         reset_envs: ``[E]`` bool, the copy finished an episode and was reset.
         episode_returns: ``[k, N]`` float64, undiscounted returns of the k episodes that finished this step.
         episode_lengths: ``[k]`` int64, their lengths in steps.
+        final_waiting: ``[E, N]`` bool, valid where ``terminated | truncated``: the agent ended while another agent
+            was to move, so its final state is not one it moves in (turn-based envs). ``None``: never (every agent
+            moves in every state, as in simultaneous-move envs).
     """
 
     obs: tuple[np.ndarray, ...]
@@ -77,6 +80,7 @@ class JointStep(NamedTuple):
     reset_envs: np.ndarray
     episode_returns: np.ndarray
     episode_lengths: np.ndarray
+    final_waiting: np.ndarray | None = None
 
 
 @runtime_checkable

@@ -235,6 +235,7 @@ class PettingZooJointEnv:
         self._rewards = np.zeros((E, N), np.float32)
         self._terminated = np.zeros((E, N), bool)
         self._truncated = np.zeros((E, N), bool)
+        self._final_waiting = np.zeros((E, N), bool)
         self._reset_envs = np.zeros(E, bool)
         self._returns = np.zeros((E, N), np.float64)
         self._lengths = np.zeros(E, np.int64)
@@ -306,6 +307,8 @@ class PettingZooJointEnv:
         self._rewards[:] = 0.0
         self._terminated[:] = False
         self._truncated[:] = False
+        if self._turn_based:
+            self._final_waiting[:] = False
         self._reset_envs[:] = False
         finished_returns: list[np.ndarray] = []
         finished_lengths: list[int] = []
@@ -334,6 +337,7 @@ class PettingZooJointEnv:
             reset_envs=self._reset_envs,
             episode_returns=np.asarray(finished_returns, np.float64).reshape(-1, N),
             episode_lengths=np.asarray(finished_lengths, np.int64),
+            final_waiting=self._final_waiting if self._turn_based else None,
         )
 
     def close(self) -> None:
@@ -740,4 +744,6 @@ class PettingZooJointEnv:
                 self._ended[e, i] = True
                 self._terminated[e, i] = term
                 self._truncated[e, i] = trunc and not term
+                # After a step, agent_selection names the agent to move next: everyone else ends waiting.
+                self._final_waiting[e, i] = agent != env.agent_selection
                 self._write_obs(e, agent, env.observe(agent), self._final_obs)

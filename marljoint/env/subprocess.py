@@ -51,7 +51,7 @@ def _layout(env: PettingZooJointEnv) -> dict[str, tuple[tuple[int, ...], str]]:
         layout[f"act{g}"] = ((E, group.size, *group.action.shape), group.action.dtype.str)
         if group.action.kind != "box":
             layout[f"mask{g}"] = ((E, group.size, group.action.mask_size), "|b1")
-    for key in ("alive", "acting", "terminated", "truncated"):
+    for key in ("alive", "acting", "terminated", "truncated", "final_waiting"):
         layout[key] = ((E, N), "|b1")
     layout["rewards"] = ((E, N), "<f4")
     layout["reset_envs"] = ((E,), "|b1")
@@ -131,6 +131,7 @@ def _worker(
                     arrays[f"final{g}"][start:stop] = out.final_obs[g]
                 for key in ("rewards", "terminated", "truncated", "reset_envs"):
                     arrays[key][start:stop] = getattr(out, key)
+                arrays["final_waiting"][start:stop] = False if out.final_waiting is None else out.final_waiting
                 conn.send(("ok", (out.episode_returns.copy(), out.episode_lengths.copy())))
             elif command == "close":
                 env.close()
@@ -304,6 +305,7 @@ class SubprocessJointEnv:
             reset_envs=a["reset_envs"],
             episode_returns=np.concatenate(returns) if returns else np.zeros((0, N)),
             episode_lengths=np.concatenate(lengths) if lengths else np.zeros(0, np.int64),
+            final_waiting=a["final_waiting"],
         )
 
     def collect_in_workers(

@@ -11,7 +11,17 @@ from marljoint.env.spaces import JointSpec
 
 __all__ = ["JointRollout", "PER_AGENT_FIELDS", "carry_pending_moves"]
 
-PER_AGENT_FIELDS = ("log_probs", "values", "rewards", "terminated", "truncated", "alive", "acting", "final_values")
+PER_AGENT_FIELDS = (
+    "log_probs",
+    "values",
+    "rewards",
+    "terminated",
+    "truncated",
+    "alive",
+    "acting",
+    "final_values",
+    "truncated_waiting",
+)
 """The rollout fields of shape ``[T, E, N]``."""
 
 
@@ -39,6 +49,8 @@ class JointRollout:
         alive: ``[T, E, N]`` bool, the agent was present at step t.
         acting: ``[T, E, N]`` bool, its action was used at step t (equals ``alive`` in simultaneous-move envs).
         final_values: ``[T, E, N]`` value of the final state of truncated rows (0 elsewhere).
+        truncated_waiting: ``[T, E, N]`` bool, the episode was truncated while the agent waited for another agent's
+            move (turn-based envs; see :func:`carry_pending_moves`).
         bootstrap_values: ``[E, N]`` value of the state after the last step (0 for absent agents).
         next_alive: ``[E, N]`` bool, the agent is present in the state after the last step.
         next_acting: ``[E, N]`` bool, the agent moves in the state after the last step (equals ``next_alive`` in
@@ -74,6 +86,7 @@ class JointRollout:
     acting: torch.Tensor
     final_values: torch.Tensor
     bootstrap_values: torch.Tensor
+    truncated_waiting: torch.Tensor
     episode_returns: np.ndarray
     episode_lengths: np.ndarray
     episode_steps: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
@@ -117,6 +130,7 @@ class JointRollout:
             alive=per_agent(torch.bool),
             acting=per_agent(torch.bool),
             final_values=per_agent(torch.float32),
+            truncated_waiting=per_agent(torch.bool),
             bootstrap_values=torch.zeros((E, N), dtype=torch.float32, device=device),
             episode_returns=np.zeros((0, N)),
             episode_lengths=np.zeros(0, np.int64),
@@ -210,7 +224,7 @@ class JointRollout:
         T, E, N = self.steps, self.num_envs, self.num_agents
         if N != self.spec.num_agents:
             raise ValueError(f"rollout has {N} agents but its spec lists {self.spec.num_agents}")
-        for name in ("log_probs", "values", "terminated", "truncated", "alive", "acting", "final_values"):
+        for name in PER_AGENT_FIELDS:
             shape = tuple(getattr(self, name).shape)
             if shape != (T, E, N):
                 raise ValueError(f"rollout.{name} has shape {shape}, expected {(T, E, N)} like rollout.rewards")
@@ -238,27 +252,36 @@ class JointRollout:
                 )
 
 
-def carry_pending_moves(rollout: JointRollout) -> tuple[torch.Tensor | None, JointRollout | None]:
-    """Finds the moves whose outcome lies beyond a rollout, and the rows that carry them into the next one.
+def carry_pending_moves(
+    rollout: JointRollout, bootstrap_truncation: bool = True
+) -> tuple[torch.Tensor | None, JointRollout | None]:
+    """Finds the moves whose target this rollout cannot complete, and the rows that carry some into the next one.
 
     A move is pending when it is its agent's last move in the rollout (after the agent's last episode end) and
     the agent is alive but waiting in the state after the last step (``next_alive & ~next_acting``): its target
-    needs the agent's next decision, which the next rollout holds. Simultaneous-move envs have none (every alive
-    agent moves in every state).
+    needs the agent's next decision, which the next rollout holds, so it is carried there. Simultaneous-move envs
+    have none (every alive agent moves in every state).
+
+    A move is orphaned when its agent's episode is then truncated while the agent waits (``truncated_waiting``):
+    its target would bootstrap from the value of a state the agent does not move in, which the critic does not
+    learn, and no later decision exists. It is left out of training (``deferred``, not carried). With
+    ``bootstrap_truncation=False`` truncation is termination and no move is orphaned.
 
     Args:
         rollout: the :meth:`JointRollout.extended` rollout (``T'`` rows), with ``next_alive`` / ``next_acting``.
+        bootstrap_truncation: as :attr:`~marljoint.JointTrainerConfig.bootstrap_truncation`.
 
     Returns:
-        ``(deferred, carried)``: the ``[T', E, N]`` bool mask of pending moves and the :class:`JointRollout` of N
-        rows to put before the next rollout (see :attr:`JointRollout.carried`); ``(None, None)`` when no move is
-        pending.
+        ``(deferred, carried)``: the ``[T', E, N]`` bool mask of pending and orphaned moves (``None``: none), and
+        the :class:`JointRollout` of N rows to put before the next rollout (see :attr:`JointRollout.carried`;
+        ``None``: nothing to carry).
     """
+    orphaned = _orphaned_moves(rollout) if bootstrap_truncation else None
     if rollout.next_alive is None or rollout.next_acting is None:
-        return None, None
+        return orphaned, None
     pending_agents = rollout.next_alive & ~rollout.next_acting
     if not bool(pending_agents.any()):
-        return None, None
+        return orphaned, None
     steps, num_envs, n = rollout.steps, rollout.num_envs, rollout.num_agents
     device = rollout.rewards.device
     rows = torch.arange(steps, device=device).view(steps, 1, 1)
@@ -267,8 +290,10 @@ def carry_pending_moves(rollout: JointRollout) -> tuple[torch.Tensor | None, Joi
     last_end = torch.where(rollout.terminated | rollout.truncated, rows, none).amax(0)
     pending = pending_agents & (last_move > last_end)
     if not bool(pending.any()):
-        return None, None
+        return orphaned, None
     deferred = pending & (rows == last_move)
+    if orphaned is not None:
+        deferred = deferred | orphaned
     source = last_move.clamp_min(0).T  # [N, E]: the row of agent j's pending move in copy e
     copies = torch.arange(num_envs, device=device)
 
@@ -293,8 +318,25 @@ def carry_pending_moves(rollout: JointRollout) -> tuple[torch.Tensor | None, Joi
         alive=gather(rollout.alive) & pending_rows.unsqueeze(-1),
         acting=own & pending_rows.unsqueeze(-1),
         final_values=torch.zeros((n, num_envs, n), dtype=rollout.final_values.dtype, device=device),
+        truncated_waiting=torch.zeros((n, num_envs, n), dtype=torch.bool, device=device),
         bootstrap_values=torch.zeros((num_envs, n), dtype=rollout.bootstrap_values.dtype, device=device),
         episode_returns=np.zeros((0, n)),
         episode_lengths=np.zeros(0, np.int64),
     )
     return deferred, carried
+
+
+def _orphaned_moves(rollout: JointRollout) -> torch.Tensor | None:
+    """``[T', E, N]``: each agent's last move before a truncation that found it waiting (``None``: none)."""
+    cut = rollout.truncated_waiting
+    if not bool(cut.any()):
+        return None
+    valid, ended = rollout.valid, rollout.terminated | rollout.truncated
+    orphaned = torch.zeros_like(valid)
+    # Backwards: after a waiting truncation at row t, the agent's first move found at or before t is orphaned.
+    waiting_cut = torch.zeros_like(valid[0])
+    for t in range(rollout.steps - 1, -1, -1):
+        waiting_cut = torch.where(ended[t], cut[t], waiting_cut)
+        orphaned[t] = valid[t] & waiting_cut
+        waiting_cut = waiting_cut & ~valid[t]
+    return orphaned

@@ -500,7 +500,7 @@ class JointMultiAgentTrainer:
         if self._row_pad is None:  # a rollout worker's slice is linked by the learner, which sees every copy
             ro.carried = self._pending
             ro.deferred = None
-            ro.deferred, self._pending = carry_pending_moves(ro.extended())
+            ro.deferred, self._pending = carry_pending_moves(ro.extended(), self.config.bootstrap_truncation)
         return ro
 
     def _collect(self) -> JointRollout:
@@ -526,6 +526,7 @@ class JointMultiAgentTrainer:
         state = self._state
         copy_noise = _CopyNoise(self._copy_generators, cfg.rollout_steps)
         ro.final_values.zero_()  # written only at the steps where an agent is truncated
+        ro.truncated_waiting.zero_()
         episode_returns: list[np.ndarray] = []
         episode_lengths: list[np.ndarray] = []
         episode_steps: list[np.ndarray] = []
@@ -566,6 +567,8 @@ class JointMultiAgentTrainer:
                 put(truncated_in, t, step.truncated)
                 if step.truncated.any():
                     ro.final_values[t] = self._final_values(step)
+                    if step.final_waiting is not None:
+                        ro.truncated_waiting[t] = torch.from_numpy(step.truncated & step.final_waiting)
                 if len(step.episode_lengths):
                     episode_returns.append(step.episode_returns.copy())
                     episode_lengths.append(step.episode_lengths.copy())

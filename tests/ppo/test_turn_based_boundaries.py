@@ -1,13 +1,14 @@
 """Turn-based games across rollout boundaries: a move whose outcome lies in the next rollout is carried there, so
 its target equals that of an unbounded rollout and no reward is lost."""
 
+import numpy as np
 import pytest
 import torch
 from rollout_checks import assert_same_parameters
 
 from marljoint import JointMultiAgentTrainer, JointTrainerConfig, PettingZooJointEnv
 from marljoint.ppo.rollout import carry_pending_moves
-from marljoint_envs import kuhn_poker_v0, mock_v0
+from marljoint_envs import counter_v0, kuhn_poker_v0, mock_v0
 
 NUM_ENVS = 16
 
@@ -165,3 +166,50 @@ def test_aux_losses_see_every_present_agent_in_turn_based_games():
         if active:
             assert all(torch.equal(a[1], b[1]) for a, b in zip(before, after))  # the frozen seat
             assert not all(torch.equal(a[0], b[0]) for a, b in zip(before, after))  # the other seat trained
+
+
+def _turns_of_counter(truncate_at=3):
+    """counter_v0 played in turns (PettingZoo's parallel_to_aec): each round both agents move, then the env
+    steps; the round that hits the time limit truncates both, with agent_0 to move next and agent_1 waiting."""
+    from pettingzoo.utils.conversions import parallel_to_aec
+
+    return parallel_to_aec(counter_v0.parallel_env(num_agents=2, truncate_at=truncate_at))
+
+
+def test_the_adapter_reports_who_ends_waiting_for_another_agents_move():
+    env = PettingZooJointEnv(_turns_of_counter, num_envs=1, seed=0)
+    env.reset(seed=0)
+    cut = None
+    for _ in range(6):
+        step = env.step([np.zeros((1, 2), np.int64)])
+        if step.truncated.any():
+            cut = (step.truncated.copy(), step.final_waiting.copy())
+            break
+    assert cut is not None
+    truncated, waiting = cut
+    assert truncated.tolist() == [[True, True]]
+    assert waiting.tolist() == [[False, True]]  # agent_0 would move next
+    parallel = PettingZooJointEnv(mock_v0.parallel_env, num_envs=1, seed=0)
+    parallel.reset(seed=0)
+    assert parallel.step([np.zeros((1, 2), np.int64)]).final_waiting is None
+
+
+@pytest.mark.parametrize("bootstrap_truncation", [True, False])
+def test_a_move_cut_off_while_its_agent_waits_is_not_bootstrapped_from_an_untrained_value(bootstrap_truncation):
+    config = JointTrainerConfig(
+        num_envs=2, rollout_steps=24, minibatch_size=16, n_epochs=1, bootstrap_truncation=bootstrap_truncation
+    )
+    trainer = JointMultiAgentTrainer.from_env(PettingZooJointEnv(_turns_of_counter, num_envs=2, seed=0), config)
+    rollout = trainer.collect_rollout()
+    x = rollout.extended()
+    cut_rows = x.truncated_waiting.nonzero().tolist()
+    assert cut_rows and all(i == 1 for _, _, i in cut_rows)  # agent_1 is cut off waiting, agent_0 is not
+    deferred = x.deferred if x.deferred is not None else torch.zeros_like(x.valid)
+    for t, e, _ in cut_rows:
+        # agent_1's last move of that episode: the row before the cut (it moved, then agent_0 ended the round).
+        last = max(r for r in range(t + 1) if x.valid[r, e, 1])
+        assert bool(deferred[last, e, 1]) == bootstrap_truncation
+        assert bool(x.trainable[last, e, 1]) != bootstrap_truncation
+    # agent_0 moves in its final state: its last moves are bootstrapped from V(final obs) and trained.
+    assert not deferred[..., 0].any()
+    trainer.update(rollout)

@@ -11,6 +11,8 @@ Semantics of one :meth:`JointEnv.step`, for every env copy ``e`` and agent ``i``
   state / by a time limit or other cut. They are never merged: terminated stops bootstrapping, truncated does not.
 - ``final_obs``: for agents that ended this step, the observation they ended in (before any auto-reset); the
   trainer bootstraps truncated agents from it. Rows of agents that did not end hold stale values.
+- ``final_waiting[e, i]`` (turn-based envs; ``None`` elsewhere): agent ``i`` ended while another agent was to
+  move, so its final state is not one it moves in; the trainer does not bootstrap a move from such a state.
 - ``obs``, ``alive``, ``acting``, ``action_masks``: the state to act on next. When every agent of a copy has ended,
   that copy is reset at once and these describe the first state of the new episode (``reset_envs[e]`` is True).
   Absent agents (dead, or not yet joined) have ``alive`` False and zero observations.

@@ -108,6 +108,12 @@ def _check_step(env: JointEnv, alive_before: np.ndarray, out: JointStep, where: 
         _fail(f"{where}: an agent is both terminated and truncated; terminated must take precedence")
     if ((out.terminated | out.truncated) & ~alive_before).any():
         _fail(f"{where}: an agent that was not alive was reported as terminated or truncated")
+    waiting = getattr(out, "final_waiting", None)
+    if waiting is not None and (waiting.shape != (E, N) or waiting.dtype != np.bool_):
+        _fail(
+            f"{where}: final_waiting must be None or a bool array of shape {(E, N)}, got {waiting.dtype} "
+            f"{waiting.shape}"
+        )
     if out.reset_envs.shape != (E,):
         _fail(f"{where}: reset_envs must have shape {(E,)}")
     if out.episode_returns.shape != (int(out.reset_envs.sum()), N):

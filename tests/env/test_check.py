@@ -64,3 +64,18 @@ def test_wrong_dtype_is_caught() -> None:
 def test_non_joint_env_is_refused() -> None:
     with pytest.raises(TypeError, match=r"ScriptedEnv does not implement the JointEnv protocol"):
         check_joint_env(ScriptedEnv(box_obs(), spaces.Discrete(2)))
+
+
+class _BadWaitingEnv(_BrokenEnv):
+    """A JointEnv whose final_waiting flags have the wrong shape."""
+
+    def reset(self, seed=None) -> JointObs:
+        return self._inner.reset(seed=seed)
+
+    def step(self, actions):
+        return self._inner.step(actions)._replace(final_waiting=np.zeros(3, bool))
+
+
+def test_wrong_final_waiting_is_caught() -> None:
+    with pytest.raises(JointEnvCheckError, match=r"final_waiting must be None or a bool array of shape \(1, 2\)"):
+        check_joint_env(_BadWaitingEnv())

@@ -1,6 +1,6 @@
 """Joint multi-agent PPO: config, rollout storage, GAE, losses and the trainer."""
 
-from marljoint.ppo.auxiliary import AuxFn, AuxOutput
+from marljoint.auxiliary import AuxFn, AuxOutput
 from marljoint.ppo.config import JointTrainerConfig
 from marljoint.ppo.gae import compute_gae
 from marljoint.ppo.losses import (

@@ -22,10 +22,10 @@ import numpy as np
 import torch
 from torch import nn
 
+from marljoint.auxiliary import AuxOutput
 from marljoint.env.base import JointEnv, JointObs
 from marljoint.policies import ActorCritic, AgentPolicy, StackedAdam, clip_member_grads_
 from marljoint.ppo.acting import HostActing
-from marljoint.ppo.auxiliary import AuxOutput
 from marljoint.ppo.config import JointTrainerConfig
 from marljoint.ppo.gae import compute_gae
 from marljoint.ppo.losses import (
@@ -680,7 +680,7 @@ class JointMultiAgentTrainer:
             aux_fn: optional cross-agent loss called as ``aux_fn(features, alive)`` (or ``aux_fn(features)``) with
                 ``features[i]`` = agent i's encoder features ``[B, d_i]`` on the minibatch rows and ``alive`` the
                 ``[B, N]`` mask of the agents present on each row; returns an
-                :class:`~marljoint.ppo.auxiliary.AuxOutput` or a scalar. Present means in the episode: in
+                :class:`~marljoint.auxiliary.AuxOutput` or a scalar. Present means in the episode: in
                 turn-based games the players waiting for their turn count (their features are computed from what
                 they observe while waiting), and frozen agents count as well as trained ones.
             active: ``[N]`` bools; False freezes that agent (its parameters, optimizer state and normaliser stay

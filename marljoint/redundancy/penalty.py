@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import torch
 
-from marljoint.ppo.auxiliary import AuxOutput
+from marljoint.auxiliary import AuxOutput
 from marljoint.redundancy.functional import (
     DEFAULT_EPS,
     REDUNDANCY_KINDS,

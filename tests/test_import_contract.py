@@ -1,0 +1,132 @@
+"""The layers import downwards only: every import of the package, those inside functions included, read with ast.
+
+The rules (see ``docs/concepts.md``): the env layer imports no torch and nothing above it; policies import no ppo;
+the redundancy losses import neither ppo nor env; ppo imports no best-response code, no Ray layer and no bundled
+envs; only the product layer imports the bundled envs; packages form no cycle; no module takes a private name
+from another package.
+
+``KNOWN`` lists the arrows the code still has and that the layout is moving away from. A new arrow fails the
+test; so does a known one that is gone (delete it from the list, so it cannot come back).
+"""
+
+from __future__ import annotations
+
+import ast
+import pathlib
+
+ROOT = pathlib.Path(__file__).resolve().parents[1] / "marljoint"
+
+# Modules of the product layer: the command line, run directories and the registries of envs and games.
+PRODUCT = {"cli", "train", "envs_registry", "evaluate", "presets", "plotting", "runlog", "checkpoint", "_toml"}
+
+FORBIDDEN = {
+    "env": ("torch", "marljoint.policies", "marljoint.ppo", "marljoint.distributed", "marljoint.best_response"),
+    "policies": ("marljoint.ppo", "marljoint.distributed", "marljoint.best_response", "marljoint.redundancy"),
+    "redundancy": ("marljoint.ppo", "marljoint.env", "marljoint.distributed", "marljoint.best_response"),
+    "auxiliary": ("marljoint.ppo", "marljoint.redundancy"),
+    "ppo": ("marljoint.best_response", "marljoint.distributed", "marljoint_envs", "marljoint.redundancy"),
+}
+LIBRARY_FORBIDDEN = ("marljoint_envs",)
+
+# (importing module, imported name): arrows still to remove.
+KNOWN = {
+    ("marljoint.env.subprocess", "torch"),
+    ("marljoint.env.subprocess", "marljoint.ppo.slices"),
+    ("marljoint.env.subprocess", "marljoint.ppo.trainer"),
+    ("marljoint.env.subprocess", "marljoint.ppo.trainer._generators_from_states"),
+    ("marljoint.ppo.trainer", "marljoint.distributed.rollout"),
+    ("marljoint.distributed.rollout", "marljoint.ppo.trainer._generators_from_states"),
+    ("marljoint.best_response.games", "marljoint_envs"),
+    ("marljoint.best_response.commands", "marljoint_envs"),
+}
+KNOWN_CYCLES = {("best_response", "distributed"), ("distributed", "ppo"), ("env", "ppo")}
+
+
+def _module_name(path: pathlib.Path) -> str:
+    parts = path.relative_to(ROOT.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imports(path: pathlib.Path, module: str | None = None) -> list[tuple[str, str | None]]:
+    """Every import of a module as ``(imported module, name taken from it or None)``, nested ones included."""
+    tree = ast.parse(path.read_text())
+    package = (module or _module_name(path)).split(".")
+    if path.name != "__init__.py":
+        package = package[:-1]
+    found: list[tuple[str, str | None]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(alias.name, None) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:  # relative: resolve against this module's package
+                base = ".".join([*package[: len(package) - node.level + 1], *([base] if base else [])])
+            found += [(base, alias.name) for alias in node.names]
+    return found
+
+
+def _package(module: str) -> str:
+    """``marljoint.ppo.trainer`` -> ``ppo``; top-level modules are their own package."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else parts[0]
+
+
+def _arrows() -> dict[str, list[tuple[str, str | None]]]:
+    return {_module_name(p): _imports(p) for p in sorted(ROOT.rglob("*.py"))}
+
+
+def _violations(arrows: dict[str, list[tuple[str, str | None]]]) -> set[tuple[str, str]]:
+    found = set()
+    for module, imports in arrows.items():
+        package = _package(module)
+        for target, name in imports:
+            if f"{target}.{name}" in arrows:  # "from package import module"
+                target, name = f"{target}.{name}", None
+            banned = FORBIDDEN.get(package, ()) + (() if package in PRODUCT else LIBRARY_FORBIDDEN)
+            if any(target == b or target.startswith(b + ".") for b in banned):
+                found.add((module, target))
+            private = name is not None and name.startswith("_") and not name.startswith("__")
+            if private and target in arrows and _package(target) != package:
+                found.add((module, f"{target}.{name}"))  # a private name of another package
+    return found
+
+
+def _package_cycles(arrows: dict[str, list[str]]) -> set[tuple[str, str]]:
+    edges: dict[str, set[str]] = {}
+    for module, imports in arrows.items():
+        for name, _ in imports:
+            if name.startswith("marljoint."):
+                source, target = _package(module), _package(name)
+                if source != target and target != "marljoint":
+                    edges.setdefault(source, set()).add(target)
+    return {tuple(sorted((a, b))) for a, targets in edges.items() for b in targets if a in edges.get(b, set())}
+
+
+def test_no_layer_imports_upwards_and_no_private_name_crosses_packages():
+    found = _violations(_arrows())
+    new = sorted(found - KNOWN)
+    assert not new, f"imports against the layering (docs/concepts.md): {new}"
+    gone = sorted(KNOWN - found)
+    assert not gone, f"these arrows are gone: remove them from KNOWN so they stay gone: {gone}"
+
+
+def test_packages_import_each_other_in_one_direction_only():
+    cycles = _package_cycles(_arrows())
+    assert not cycles - KNOWN_CYCLES, f"packages importing each other: {sorted(cycles - KNOWN_CYCLES)}"
+    assert not KNOWN_CYCLES - cycles, f"these cycles are gone: remove them from KNOWN_CYCLES: {KNOWN_CYCLES - cycles}"
+
+
+def test_the_contract_sees_an_arrow_added_back(tmp_path):
+    # An upward import buried in a function, and a private name of another package, are both seen.
+    source = tmp_path / "probe.py"
+    source.write_text(
+        "def f():\n    from marljoint.ppo.trainer import JointMultiAgentTrainer\n"
+        "    from marljoint.policies.layers import _private\n"
+    )
+    arrows = {**_arrows(), "marljoint.env.probe": _imports(source, "marljoint.env.probe")}
+    found = _violations(arrows) - KNOWN
+    assert found == {
+        ("marljoint.env.probe", "marljoint.ppo.trainer"),
+        ("marljoint.env.probe", "marljoint.policies.layers"),
+        ("marljoint.env.probe", "marljoint.policies.layers._private"),
+    }

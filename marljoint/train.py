@@ -433,13 +433,7 @@ def train_run(
     last_saved = trainer.iteration
     try:
         while trainer.iteration < total_iterations and (stop_after is None or trainer.iteration < stop_after):
-            if spec.trainer.anneal_lr:
-                trainer.anneal_learning_rate(total_iterations)
-            tick = time.perf_counter()
-            rollout = trainer.collect_rollout()
-            stats = trainer.update(rollout, aux_fn=aux_fn)
-            trainer.iteration += 1
-            seconds = time.perf_counter() - tick
+            rollout, stats, seconds = trainer.iterate(total_iterations, aux_fn=aux_fn)
             metrics = trainer.iteration_metrics(rollout, stats, seconds)
             agent_steps += metrics["agent_steps"]
             row = _row(metrics, clock_offset + time.perf_counter() - clock, agent_steps)

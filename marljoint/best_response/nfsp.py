@@ -117,6 +117,11 @@ class NfspConfig:
             object.__setattr__(self, "trainer", JointTrainerConfig.from_dict(self.trainer))
         if not isinstance(self.trainer, JointTrainerConfig):
             raise ValueError(f"trainer must be a JointTrainerConfig, got {type(self.trainer).__name__}")
+        if self.trainer.anneal_lr:
+            raise ValueError(
+                "trainer.anneal_lr=True decays the best responses' learning rate to 0 at a run's end, but NFSP runs "
+                "for as many iterations as it is asked; set anneal_lr=False"
+            )
         object.__setattr__(self, "sl_hidden_sizes", tuple(int(h) for h in self.sl_hidden_sizes))
         if isinstance(self.anticipatory, bool) or not isinstance(self.anticipatory, (int, float)) or not (
             0.0 < self.anticipatory <= 1.0
@@ -301,6 +306,14 @@ class NFSP:
         self._start = time.perf_counter()
 
     # ------------------------------------------------------------------ training
+    def _learners_of(self, rollout: Any) -> torch.Tensor:
+        """Stores the rollout's best-response moves in the reservoirs; returns the ``[N]`` seats to train.
+
+        A seat whose best response played no episode has nothing to learn from this rollout.
+        """
+        self._add_to_reservoirs(rollout)
+        return rollout.valid.reshape(-1, self.num_players).any(dim=0)
+
     def step(self) -> dict[str, Any]:
         """One iteration: ``rollouts_per_iteration`` × (rollout, reservoir insertion, PPO update, supervised steps).
 
@@ -312,12 +325,7 @@ class NFSP:
         br_returns: list[list[float]] = [[] for _ in range(n)]
         stats = None
         for _ in range(self.config.rollouts_per_iteration):
-            rollout = self.trainer.collect_rollout()
-            self._add_to_reservoirs(rollout)
-            # An agent whose best response played no episode has nothing to learn from this rollout.
-            active = rollout.valid.reshape(-1, n).any(dim=0)
-            stats = self.trainer.update(rollout, active=active)
-            self.trainer.iteration += 1
+            _, stats, _ = self.trainer.iterate(active=self._learners_of)
             for episode in self.population_env.drain_log():
                 self.episodes += 1
                 for seat in np.flatnonzero(episode.controllers < 0):

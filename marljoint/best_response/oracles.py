@@ -137,11 +137,7 @@ class PPOOracle:
         last_quarter = iterations - max(1, iterations // 4)
         start = time.perf_counter()
         for k in range(iterations):
-            if config.anneal_lr:
-                trainer.anneal_learning_rate(iterations)
-            rollout = trainer.collect_rollout()
-            stats = trainer.update(rollout, active=active.tolist())
-            trainer.iteration += 1
+            _, stats, _ = trainer.iterate(iterations, active=active.tolist())
             episodes = wrapped.drain_log()
             if k >= last_quarter:
                 recent.extend(episodes)

@@ -16,7 +16,7 @@ import uuid
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -39,7 +39,7 @@ from marljoint.ppo.normalizer import RunningNormalizer
 from marljoint.ppo.rollout import JointRollout, carry_pending_moves
 from marljoint.ppo.slices import blueprint, learner_weights
 
-__all__ = ["JointMultiAgentTrainer", "JointStats"]
+__all__ = ["Iteration", "JointMultiAgentTrainer", "JointStats"]
 
 
 @dataclass
@@ -75,6 +75,20 @@ class JointStats:
     num_mb_steps: int
     grad_norm: dict[str, float] = field(default_factory=dict)
     aux_metrics: dict[str, float] = field(default_factory=dict)
+
+
+class Iteration(NamedTuple):
+    """What one :meth:`JointMultiAgentTrainer.iterate` did.
+
+    Attributes:
+        rollout: the rollout collected (its storage is reused by the next iteration).
+        stats: the update's :class:`JointStats`.
+        seconds: wall time of the collection and the update together.
+    """
+
+    rollout: JointRollout
+    stats: JointStats
+    seconds: float
 
 
 class _Unit:
@@ -868,6 +882,44 @@ class JointMultiAgentTrainer:
         self.set_learning_rate_scale(scale)
         return scale
 
+    def iterate(
+        self,
+        end_iteration: int | None = None,
+        aux_fn: Callable[..., AuxOutput | torch.Tensor] | None = None,
+        active: Sequence[bool] | torch.Tensor | Callable[[JointRollout], Any] | None = None,
+    ) -> Iteration:
+        """One training iteration, the loop body of every caller: schedule, collect, update, count.
+
+        With ``anneal_lr`` the learning rates are set by :meth:`anneal_learning_rate` first; then one
+        :meth:`collect_rollout`, one :meth:`update`, and :attr:`iteration` advances by one.
+
+        Args:
+            end_iteration: the iteration the run ends at; required with ``anneal_lr``.
+            aux_fn: passed to :meth:`update`.
+            active: passed to :meth:`update`; or a function of the rollout returning it, called between the
+                collection and the update (to look at the rollout first, as NFSP does).
+
+        Returns:
+            An :class:`Iteration`: the rollout, the update's statistics and the seconds the two took.
+
+        Raises:
+            ValueError: with ``anneal_lr`` and no ``end_iteration``.
+        """
+        if self.config.anneal_lr:
+            if end_iteration is None:
+                raise ValueError(
+                    "anneal_lr decays the learning rate to 0 at the end of the run, so iterate() needs "
+                    "end_iteration (the iteration the run ends at); or set anneal_lr=False"
+                )
+            self.anneal_learning_rate(end_iteration)
+        tick = time.perf_counter()
+        rollout = self.collect_rollout()
+        if callable(active):
+            active = active(rollout)
+        stats = self.update(rollout, aux_fn=aux_fn, active=active)
+        self.iteration += 1
+        return Iteration(rollout, stats, time.perf_counter() - tick)
+
     def train(
         self,
         total_steps: int,
@@ -902,13 +954,8 @@ class JointMultiAgentTrainer:
         history = []
         start = time.perf_counter()
         for _ in range(iterations):
-            if self.config.anneal_lr:
-                self.anneal_learning_rate(end_iteration)
-            tick = time.perf_counter()
-            rollout = self.collect_rollout()
-            stats = self.update(rollout, aux_fn=aux_fn)
-            self.iteration += 1
-            metrics = self.iteration_metrics(rollout, stats, time.perf_counter() - tick)
+            rollout, stats, seconds = self.iterate(end_iteration, aux_fn=aux_fn)
+            metrics = self.iteration_metrics(rollout, stats, seconds)
             metrics["wall_time"] = time.perf_counter() - start
             if keep_history:
                 history.append(metrics)

@@ -126,3 +126,11 @@ def test_configuration_errors():
     with pytest.raises(ValueError, match="pass iterations=..., max_seconds=..., or both"):
         kuhn_nfsp().run()
     assert NfspConfig.from_dict(NfspConfig(seed=2).to_dict()) == NfspConfig(seed=2)
+
+
+def test_an_annealed_learning_rate_is_refused():
+    from marljoint import JointTrainerConfig
+    from marljoint.best_response import NfspConfig
+
+    with pytest.raises(ValueError, match="NFSP runs for as many iterations as it is asked; set anneal_lr=False"):
+        NfspConfig(trainer=JointTrainerConfig(anneal_lr=True))

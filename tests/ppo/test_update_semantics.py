@@ -194,3 +194,17 @@ def test_a_checkpoint_of_the_other_critic_layout_is_refused_with_the_fix():
     with pytest.raises(ValueError, match="have a critic trunk of its own, .*share_trunk=False"):
         _trainer(share_trunk=True).load_state_dict(_trainer().state_dict())
     _trainer(share_trunk=True).load_state_dict(shared.state_dict())
+
+
+def test_iterate_is_one_loop_body_and_needs_the_end_with_anneal_lr():
+    trainer = _trainer()
+    rollout, stats, seconds = trainer.iterate()
+    assert trainer.iteration == 1 and stats.num_mb_steps > 0 and seconds > 0
+    seen = []
+    trainer.iterate(active=lambda ro: seen.append(ro) or [True, True])
+    assert seen and trainer.iteration == 2
+    annealed = _trainer(anneal_lr=True)
+    with pytest.raises(ValueError, match="iterate\\(\\) needs end_iteration"):
+        annealed.iterate()
+    annealed.iterate(4)
+    assert annealed.policies[0] is not None and annealed.iteration == 1

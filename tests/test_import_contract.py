@@ -20,8 +20,22 @@ ROOT = pathlib.Path(__file__).resolve().parents[1] / "marljoint"
 PRODUCT = {"cli", "train", "envs_registry", "evaluate", "presets", "plotting", "runlog", "checkpoint", "_toml"}
 
 FORBIDDEN = {
-    "env": ("torch", "marljoint.policies", "marljoint.ppo", "marljoint.distributed", "marljoint.best_response"),
-    "policies": ("marljoint.ppo", "marljoint.distributed", "marljoint.best_response", "marljoint.redundancy"),
+    "env": (
+        "torch",
+        "marljoint.policies",
+        "marljoint.collect",
+        "marljoint.ppo",
+        "marljoint.distributed",
+        "marljoint.best_response",
+    ),
+    "policies": (
+        "marljoint.collect",
+        "marljoint.ppo",
+        "marljoint.distributed",
+        "marljoint.best_response",
+        "marljoint.redundancy",
+    ),
+    "collect": ("marljoint.ppo", "marljoint.distributed", "marljoint.best_response", "marljoint_envs"),
     "redundancy": ("marljoint.ppo", "marljoint.env", "marljoint.distributed", "marljoint.best_response"),
     "auxiliary": ("marljoint.ppo", "marljoint.redundancy"),
     "ppo": ("marljoint.best_response", "marljoint.distributed", "marljoint_envs", "marljoint.redundancy"),
@@ -32,10 +46,8 @@ LIBRARY_FORBIDDEN = ("marljoint_envs",)
 KNOWN = {
     ("marljoint.env.subprocess", "torch"),
     ("marljoint.env.subprocess", "marljoint.ppo.slices"),
-    ("marljoint.env.subprocess", "marljoint.ppo.trainer"),
-    ("marljoint.env.subprocess", "marljoint.ppo.trainer._generators_from_states"),
+    ("marljoint.env.subprocess", "marljoint.collect.noise"),
     ("marljoint.ppo.trainer", "marljoint.distributed.rollout"),
-    ("marljoint.distributed.rollout", "marljoint.ppo.trainer._generators_from_states"),
     ("marljoint.best_response.games", "marljoint_envs"),
     ("marljoint.best_response.commands", "marljoint_envs"),
 }

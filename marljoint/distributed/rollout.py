@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from marljoint.collect.noise import generators_from_states
 from marljoint.ppo.slices import assemble, blueprint, load_weights, rollout_piece, slice_trainer
-from marljoint.ppo.trainer import _generators_from_states
 
 if TYPE_CHECKING:  # pragma: no cover
     from marljoint.ppo.rollout import JointRollout
@@ -109,7 +109,7 @@ class _RolloutWorker:
         """Puts the copies and noise generators back where :meth:`collect` left them."""
         trainer = self.trainer
         trainer.load_env_state({"env": snapshot["env"]})
-        trainer._copy_generators = _generators_from_states(snapshot["copy_generators"])
+        trainer._copy_generators = generators_from_states(snapshot["copy_generators"])
 
     def collect(
         self, weights: dict[str, Any], restore: dict[str, Any] | None = None

@@ -70,8 +70,8 @@ def _worker(
     shared = None
     try:
         # Imported here: the env package loads before the trainer, which imports it.
+        from marljoint.collect.noise import generators_from_states
         from marljoint.ppo.slices import load_weights, rollout_piece, slice_trainer
-        from marljoint.ppo.trainer import _generators_from_states
 
         torch.set_num_threads(1)
         env = PettingZooJointEnv(env_fn, num_envs=stop - start)
@@ -107,7 +107,7 @@ def _worker(
                 state = env.set_state(env_bytes)
                 publish(state)
                 if trainer is not None and pending is not None:
-                    trainer._copy_generators = _generators_from_states(pending)
+                    trainer._copy_generators = generators_from_states(pending)
                     pending = None
                 conn.send(("ok", None))
             elif command == "collect":
@@ -115,7 +115,7 @@ def _worker(
                 if plan_token != token:
                     trainer, token = slice_trainer(env, start, total, config, plan), plan_token
                     if pending is not None:  # noise generators restored before this learner existed
-                        trainer._copy_generators = _generators_from_states(pending)
+                        trainer._copy_generators = generators_from_states(pending)
                         pending = None
                 load_weights(trainer, weights)
                 trainer._state = None if reset or state is None else state

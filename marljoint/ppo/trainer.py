@@ -23,6 +23,7 @@ import torch
 from torch import nn
 
 from marljoint.auxiliary import AuxOutput
+from marljoint.collect.noise import CopyNoise, copy_generators, generators_from_states
 from marljoint.env.base import JointEnv, JointObs
 from marljoint.policies import ActorCritic, AgentPolicy, StackedAdam, clip_member_grads_
 from marljoint.ppo.acting import HostActing
@@ -462,11 +463,11 @@ class JointMultiAgentTrainer:
         outputs: Sequence[Any],
         masks: Sequence[torch.Tensor | None],
         deterministic: bool,
-        copy_noise: _CopyNoise | None = None,
+        copy_noise: CopyNoise | None = None,
     ) -> tuple[list[torch.Tensor], torch.Tensor]:
         """Samples per unit; returns per-group action tensors and ``[B, N]`` log-probs.
 
-        With ``copy_noise`` (a :class:`_CopyNoise` over one generator per batch row, i.e. per env copy) each copy's
+        With ``copy_noise`` (a :class:`CopyNoise` over one generator per batch row, i.e. per env copy) each copy's
         noise comes from its own generator, so a copy's actions do not depend on which other copies share the batch.
         """
         group_actions: list[list[torch.Tensor]] = [[] for _ in self.spec.groups]
@@ -536,9 +537,9 @@ class JointMultiAgentTrainer:
         if self._state is None:
             self._state = self.env.reset(seed=cfg.seed)
         if len(self._copy_generators) != self.env.num_envs:
-            self._copy_generators = _make_copy_generators(cfg.seed, self.env.num_envs, self._first_copy)
+            self._copy_generators = copy_generators(cfg.seed, self.env.num_envs, self._first_copy)
         state = self._state
-        copy_noise = _CopyNoise(self._copy_generators, cfg.rollout_steps)
+        copy_noise = CopyNoise(self._copy_generators, cfg.rollout_steps)
         ro.final_values.zero_()  # written only at the steps where an agent is truncated
         ro.truncated_waiting.zero_()
         episode_returns: list[np.ndarray] = []
@@ -600,7 +601,7 @@ class JointMultiAgentTrainer:
         self.env_steps += cfg.rollout_steps * self.env.num_envs
         return ro
 
-    def _act_with_torch(self, ro: JointRollout, t: int, copy_noise: _CopyNoise) -> list[np.ndarray]:
+    def _act_with_torch(self, ro: JointRollout, t: int, copy_noise: CopyNoise) -> list[np.ndarray]:
         """Samples step ``t`` of a rollout with the networks and distributions in torch; returns the env actions."""
         masks = [m[t] if m is not None else None for m in ro.action_masks]
         outputs = self._rollout_forward([o[t] for o in ro.obs], ro.alive[t])
@@ -1039,7 +1040,7 @@ class JointMultiAgentTrainer:
         if self.value_normalizer is not None and state["value_normalizer"] is not None:
             self.value_normalizer.load_state_dict(state["value_normalizer"])
         self._generator.set_state(state["generator"])
-        self._copy_generators = _generators_from_states(state.get("copy_generators", []))
+        self._copy_generators = generators_from_states(state.get("copy_generators", []))
         self.iteration = int(state["iteration"])
         self.env_steps = int(state["env_steps"])
         self._lr_scale = float(state.get("lr_scale", 1.0))
@@ -1112,27 +1113,6 @@ class JointMultiAgentTrainer:
 _PER_AGENT_STATS = ("policy_loss", "value_loss", "entropy", "clip_fraction", "approx_kl", "explained_var")
 
 
-def _make_copy_generators(seed: int, num_envs: int, first_copy: int = 0) -> list[torch.Generator]:
-    """One sampling generator per env copy, addressed by the copy's global index."""
-    root = np.random.SeedSequence([int(seed) % 2**63, 0x616374])
-    return [
-        torch.Generator().manual_seed(
-            int(np.random.SeedSequence(root.entropy, spawn_key=(first_copy + e,)).generate_state(1)[0])
-        )
-        for e in range(num_envs)
-    ]
-
-
-def _generators_from_states(states: Iterable[torch.Tensor]) -> list[torch.Generator]:
-    """Generators restored from ``get_state()`` snapshots (per-copy noise generators of a saved rollout)."""
-    generators = []
-    for saved in states:
-        generator = torch.Generator()
-        generator.set_state(saved)
-        generators.append(generator)
-    return generators
-
-
 def _put_numpy(dst: np.ndarray, t: int, src: np.ndarray) -> None:
     """Writes an env array into step t of a rollout field held as a numpy view of CPU storage."""
     dst[t] = src
@@ -1141,47 +1121,6 @@ def _put_numpy(dst: np.ndarray, t: int, src: np.ndarray) -> None:
 def _put_torch(dst: torch.Tensor, t: int, src: np.ndarray) -> None:
     """Writes an env array into step t of a rollout field on any device."""
     dst[t].copy_(torch.from_numpy(src))
-
-
-class _CopyNoise:
-    """The sampling noise of one rollout, row e of every draw coming from ``generators[e]`` (env copy e).
-
-    When every unit samples from uniform noise, each copy's noise for many steps is drawn in one call (up to
-    ``max_elements`` numbers over all copies): the CPU generator fills uniform tensors element by element, so a
-    copy receives exactly the numbers (and its generator ends in exactly the state) that one draw per step and unit
-    would give. Gaussian noise is drawn step by step, since the generator fills normal tensors in size-dependent
-    blocks.
-    """
-
-    def __init__(self, generators: Sequence[torch.Generator], steps: int, max_elements: int = 1 << 20) -> None:
-        self.generators = generators
-        self.steps_left = steps
-        self.max_elements = max_elements
-        self._block: torch.Tensor | None = None
-        self._t = 0
-
-    def draw(self, dists: Sequence[Any]) -> list[torch.Tensor]:
-        """Noise of each distribution's ``noise_shape`` for the current step; advances to the next step."""
-        shapes = [dist.noise_shape[1:] for dist in dists]
-        if not all(dist.noise_kind == "uniform" for dist in dists):
-            draws = [torch.rand if dist.noise_kind == "uniform" else torch.randn for dist in dists]
-            return [
-                torch.stack([draw(shape, generator=g) for g in self.generators]) for draw, shape in zip(draws, shapes)
-            ]
-        sizes = [math.prod(shape) for shape in shapes]
-        if self._block is None or self._t == self._block.shape[0]:
-            total = sum(sizes)
-            steps = max(1, min(self.steps_left, self.max_elements // max(1, total * len(self.generators))))
-            self._block = torch.stack([torch.rand((steps, total), generator=g) for g in self.generators], dim=1)
-            self._t = 0
-        row = self._block[self._t]
-        self._t += 1
-        self.steps_left -= 1
-        noises, offset = [], 0
-        for shape, size in zip(shapes, sizes):
-            noises.append(row[:, offset : offset + size].reshape(row.shape[0], *shape))
-            offset += size
-        return noises
 
 
 def _check_trunk_layout(policy: Any, policy_state: Mapping[str, Any], config: Mapping[str, Any]) -> None:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
+from marljoint.collect import CopyNoise
 from marljoint.policies.distributions import Categorical, DiagGaussian, FactoredCategorical
-from marljoint.ppo.trainer import _CopyNoise
 
 
 def _generators(n: int) -> list[torch.Generator]:
@@ -28,7 +28,7 @@ def test_uniform_noise_drawn_per_rollout_equals_per_step_draws_and_generator_sta
         FactoredCategorical(torch.zeros(E, 1, 7), nvec=(3, 4)),
     ]
     pooled, reference = _generators(E), _generators(E)
-    noise = _CopyNoise(pooled, steps)
+    noise = CopyNoise(pooled, steps)
     for _ in range(steps):
         got = noise.draw(dists)
         expected = _per_step(dists, reference)
@@ -43,7 +43,7 @@ def test_gaussian_noise_is_drawn_step_by_step_in_unit_order() -> None:
     E, steps = 2, 4
     dists = [Categorical(torch.zeros(E, 2, 3)), DiagGaussian(torch.zeros(E, 2, 3), torch.zeros(2, 3))]
     pooled, reference = _generators(E), _generators(E)
-    noise = _CopyNoise(pooled, steps)
+    noise = CopyNoise(pooled, steps)
     for _ in range(steps):
         for a, b in zip(noise.draw(dists), _per_step(dists, reference)):
             assert torch.equal(a, b)
@@ -55,8 +55,8 @@ def test_noise_rows_follow_their_own_generator() -> None:
     """Copy e's noise does not depend on the other copies: a lone generator gives row e's numbers."""
     dists = [Categorical(torch.zeros(3, 1, 4))]
     row_dists = [Categorical(torch.zeros(1, 1, 4))]
-    together = _CopyNoise(_generators(3), 5)
-    alone = _CopyNoise([_generators(3)[2]], 5)
+    together = CopyNoise(_generators(3), 5)
+    alone = CopyNoise([_generators(3)[2]], 5)
     for _ in range(5):
         assert torch.equal(together.draw(dists)[0][2], alone.draw(row_dists)[0][0])
 
@@ -65,7 +65,7 @@ def test_noise_drawn_in_chunks_when_a_rollout_would_need_too_many_numbers() -> N
     E, steps = 2, 9
     dists = [Categorical(torch.zeros(E, 2, 5))]  # 10 numbers per copy and step
     pooled, reference = _generators(E), _generators(E)
-    noise = _CopyNoise(pooled, steps, max_elements=80)  # 4 steps per chunk
+    noise = CopyNoise(pooled, steps, max_elements=80)  # 4 steps per chunk
     for _ in range(steps):
         for a, b in zip(noise.draw(dists), _per_step(dists, reference)):
             assert torch.equal(a, b)

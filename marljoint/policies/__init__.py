@@ -1,4 +1,5 @@
-"""Policies: action distributions, stacked (per-agent) layers, the group actor-critic and its optimizer."""
+"""Policies: action distributions, stacked (per-agent) layers, the group actor-critic, its optimizer and the value
+normaliser."""
 
 from marljoint.policies.actor_critic import ActorCritic, PolicyOutput
 from marljoint.policies.agent_policy import AgentPolicy
@@ -10,6 +11,7 @@ from marljoint.policies.distributions import (
     make_distribution,
 )
 from marljoint.policies.layers import StackedCNN, StackedConv2d, StackedLinear, StackedMLP
+from marljoint.policies.normalizer import RunningNormalizer
 from marljoint.policies.optim import StackedAdam, clip_member_grads_, member_grad_norms
 
 __all__ = [
@@ -20,6 +22,7 @@ __all__ = [
     "DiagGaussian",
     "FactoredCategorical",
     "PolicyOutput",
+    "RunningNormalizer",
     "StackedAdam",
     "StackedCNN",
     "StackedConv2d",

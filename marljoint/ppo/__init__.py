@@ -1,6 +1,7 @@
 """Joint multi-agent PPO: config, rollout storage, GAE, losses and the trainer."""
 
 from marljoint.auxiliary import AuxFn, AuxOutput
+from marljoint.policies.normalizer import RunningNormalizer
 from marljoint.ppo.config import JointTrainerConfig
 from marljoint.ppo.gae import compute_gae
 from marljoint.ppo.losses import (
@@ -11,7 +12,6 @@ from marljoint.ppo.losses import (
     policy_loss,
     value_loss,
 )
-from marljoint.ppo.normalizer import RunningNormalizer
 from marljoint.ppo.rollout import JointRollout
 from marljoint.ppo.trainer import JointMultiAgentTrainer, JointStats
 

@@ -26,6 +26,7 @@ from marljoint.auxiliary import AuxOutput
 from marljoint.collect.noise import CopyNoise, copy_generators, generators_from_states
 from marljoint.env.base import JointEnv, JointObs
 from marljoint.policies import ActorCritic, AgentPolicy, StackedAdam, clip_member_grads_
+from marljoint.policies.normalizer import RunningNormalizer
 from marljoint.ppo.acting import HostActing
 from marljoint.ppo.config import JointTrainerConfig
 from marljoint.ppo.gae import compute_gae
@@ -36,7 +37,6 @@ from marljoint.ppo.losses import (
     policy_loss,
     value_loss,
 )
-from marljoint.ppo.normalizer import RunningNormalizer
 from marljoint.ppo.rollout import JointRollout, carry_pending_moves
 from marljoint.ppo.slices import blueprint, learner_weights
 

@@ -8,7 +8,7 @@ import torch
 
 from marljoint import JointMultiAgentTrainer, JointTrainerConfig, PettingZooJointEnv
 from marljoint.policies import ActorCritic
-from marljoint.ppo.normalizer import RunningNormalizer
+from marljoint.policies.normalizer import RunningNormalizer
 from marljoint_envs import mock_v0, variable_agents_v0
 
 

@@ -19,8 +19,10 @@ from marljoint.env import (
     check_joint_env,
     make_joint_env,
 )
+from marljoint.policies import JointPolicy
 from marljoint.ppo import (
     AuxOutput,
+    Iteration,
     JointMultiAgentTrainer,
     JointRollout,
     JointStats,
@@ -34,10 +36,12 @@ __all__ = [
     "ActionLayout",
     "AuxOutput",
     "GroupSpec",
+    "Iteration",
     "JointEnv",
     "JointEnvCheckError",
     "JointMultiAgentTrainer",
     "JointObs",
+    "JointPolicy",
     "JointRollout",
     "JointSpec",
     "JointStats",

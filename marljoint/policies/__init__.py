@@ -10,6 +10,7 @@ from marljoint.policies.distributions import (
     FactoredCategorical,
     make_distribution,
 )
+from marljoint.policies.joint import JointPolicy, NetworkSlot
 from marljoint.policies.layers import StackedCNN, StackedConv2d, StackedLinear, StackedMLP
 from marljoint.policies.normalizer import RunningNormalizer
 from marljoint.policies.optim import StackedAdam, clip_member_grads_, member_grad_norms
@@ -21,6 +22,8 @@ __all__ = [
     "Categorical",
     "DiagGaussian",
     "FactoredCategorical",
+    "JointPolicy",
+    "NetworkSlot",
     "PolicyOutput",
     "RunningNormalizer",
     "StackedAdam",

@@ -13,11 +13,12 @@ from marljoint.ppo.losses import (
     value_loss,
 )
 from marljoint.ppo.rollout import JointRollout
-from marljoint.ppo.trainer import JointMultiAgentTrainer, JointStats
+from marljoint.ppo.trainer import Iteration, JointMultiAgentTrainer, JointStats
 
 __all__ = [
     "AuxFn",
     "AuxOutput",
+    "Iteration",
     "JointMultiAgentTrainer",
     "JointRollout",
     "JointStats",

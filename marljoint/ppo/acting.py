@@ -2,7 +2,7 @@
 
 At the batch sizes of a rollout (tens to hundreds of rows) a torch operation costs several microseconds of dispatch
 whatever its size, and an env's Python code between two policy calls evicts that dispatch code from the caches. The
-torch acting path (:meth:`JointMultiAgentTrainer._rollout_forward` and ``_sample``) runs about fifty small
+torch acting path (:meth:`~marljoint.policies.JointPolicy.forward_rows` and ``sample``) runs about fifty small
 operations per step; this one runs the encoder and the action head in torch (the same kernels on the same shapes,
 so the trunk features and head outputs are bit-identical to the torch path's) and does the reshaping, the value
 head, the distribution, the sampling and the log-probabilities in numpy, on views of preallocated buffers. On
@@ -208,10 +208,11 @@ class HostActing:
     def __init__(self, trainer: Any, rollout: Any) -> None:
         spec = trainer.spec
         rows = rollout.num_envs
-        start, total = trainer._row_pad if trainer._row_pad is not None else (0, rows)
+        policy = trainer.joint_policy
+        start, total = policy.row_pad if policy.row_pad is not None else (0, rows)
         # The centralised critic's joint state, built by the trainer's own definition (None without one).
-        self.critic_obs = trainer._critic_obs
-        self.centralized = trainer._centralized
+        self.critic_obs = policy.critic_state
+        self.centralized = policy.centralized
         self.units: list[_UnitActing] = []
         for unit in trainer._units:
             slots = np.array([spec.group_of(i)[1] for i in unit.agent_indices])

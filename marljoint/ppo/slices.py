@@ -3,7 +3,7 @@
 Used by the Ray rollout workers (:mod:`marljoint.distributed.rollout`) and by the worker processes of
 :class:`~marljoint.env.SubprocessJointEnv`. A slice trainer holds a CPU copy of the learner's networks and the per-copy
 noise generators of its copies ``[start, stop)`` (addressed by global copy index), and evaluates its copies at their
-rows of an E-row batch (:meth:`~marljoint.JointMultiAgentTrainer._rollout_forward`), so the pieces, written side by
+rows of an E-row batch (:meth:`~marljoint.policies.JointPolicy.forward_rows`), so the pieces, written side by
 side along the env axis, are bit-identical to a rollout of all E copies in one process.
 """
 
@@ -40,35 +40,8 @@ def blueprint(trainer: JointMultiAgentTrainer) -> bytes:
 
 
 def learner_weights(trainer: JointMultiAgentTrainer) -> dict[str, Any]:
-    """What a slice trainer needs each iteration: every network's weights and the value normaliser's statistics.
-
-    The tensors travel as numpy copies: a pipe pickles a torch tensor by moving its storage into a new
-    shared-memory segment (milliseconds per iteration for a few small networks), plain pickling goes through
-    ``torch.save`` per storage, and numpy arrays are pickled as their bytes.
-    """
-    normalizer = trainer.value_normalizer
-    return {
-        "policies": [_as_numpy(u.policy.state_dict()) for u in trainer._units],
-        "value_normalizer": None if normalizer is None else _as_numpy(normalizer.state_dict()),
-    }
-
-
-def _as_numpy(state: dict[str, torch.Tensor]) -> dict[str, Any]:
-    """Numpy copies of a state dict's tensors; one numpy cannot hold (bfloat16, or a lazily conjugated complex
-    tensor) stays a tensor."""
-    out: dict[str, Any] = {}
-    for key, value in state.items():
-        value = value.detach().cpu()
-        try:
-            out[key] = value.numpy().copy()
-        except (TypeError, RuntimeError):
-            out[key] = value.clone()
-    return out
-
-
-def _as_torch(state: dict[str, Any]) -> dict[str, torch.Tensor]:
-    """Inverse of :func:`_as_numpy` (copies, so read-only arrays from Ray's object store load too)."""
-    return {k: v if isinstance(v, torch.Tensor) else torch.tensor(v) for k, v in state.items()}
+    """What a slice trainer needs each iteration: :meth:`~marljoint.policies.JointPolicy.weights` of the learner."""
+    return trainer.joint_policy.weights()
 
 
 def slice_trainer(
@@ -96,16 +69,13 @@ def slice_trainer(
     ]
     trainer = JointMultiAgentTrainer.__new__(JointMultiAgentTrainer)
     trainer._setup(env, cfg, units)
-    trainer._row_pad = (start, total)
+    trainer.joint_policy.row_pad = (start, total)
     return trainer
 
 
 def load_weights(trainer: JointMultiAgentTrainer, weights: dict[str, Any]) -> None:
     """Loads :func:`learner_weights` output into a slice trainer."""
-    for unit, state in zip(trainer._units, weights["policies"]):
-        unit.policy.load_state_dict(_as_torch(state))
-    if trainer.value_normalizer is not None:
-        trainer.value_normalizer.load_state_dict(_as_torch(weights["value_normalizer"]))
+    trainer.joint_policy.load_weights(weights)
 
 
 def rollout_piece(rollout: JointRollout) -> dict[str, Any]:

@@ -14,7 +14,7 @@ import sys
 import time
 import uuid
 import warnings
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -26,6 +26,7 @@ from marljoint.auxiliary import AuxOutput
 from marljoint.collect.noise import CopyNoise, copy_generators, generators_from_states
 from marljoint.env.base import JointEnv, JointObs
 from marljoint.policies import ActorCritic, AgentPolicy, StackedAdam, clip_member_grads_
+from marljoint.policies.joint import JointPolicy, NetworkSlot
 from marljoint.policies.normalizer import RunningNormalizer
 from marljoint.ppo.acting import HostActing
 from marljoint.ppo.config import JointTrainerConfig
@@ -296,21 +297,22 @@ class JointMultiAgentTrainer:
         self._copy_generators: list[torch.Generator] = []
         # Global index of this trainer's first env copy (non-zero when it collects one slice of a larger set).
         self._first_copy = int(getattr(env, "_copy_offset", 0))
-        # (first copy, total copies) when this trainer collects one slice of a larger set (a rollout worker).
-        self._row_pad: tuple[int, int] | None = None
         n = self.spec.num_agents
         self.value_normalizer = RunningNormalizer(n, device=self.device) if config.value_normalization else None
         self._state: JointObs | None = None
         self._rollout: JointRollout | None = None
         # Moves of the last rollout whose outcome lies in the next one (turn-based games), or None.
         self._pending: JointRollout | None = None
-        self._centralized = config.centralized_critic
-        if self._centralized:
+        if config.centralized_critic:
             _critic_input_size(self.spec)
-        # Columns of the concatenated unit outputs, mapped back to possible_agents order.
-        order = [i for u in units for i in u.agent_indices]
-        self._to_agent_order = torch.as_tensor(np.argsort(order), dtype=torch.long, device=self.device)
-        self._units_in_agent_order = bool(np.array_equal(order, np.arange(len(order))))
+        self.joint_policy = JointPolicy(
+            self.spec,
+            [u.policy for u in units],
+            [NetworkSlot(u.group, u.agent_indices, u.stacked) for u in units],
+            centralized=config.centralized_critic,
+            value_normalizer=self.value_normalizer,
+            device=self.device,
+        )
         self.iteration = 0
         self.env_steps = 0
         self._lr_scale = 1.0
@@ -347,105 +349,17 @@ class JointMultiAgentTrainer:
 
     def policy_for(self, agent: int | str) -> tuple[ActorCritic, int]:
         """Returns ``(network, slot)``: the network serving ``agent`` and the agent's position among its inputs."""
-        if isinstance(agent, str):
-            if agent not in self.spec.agents:
-                raise ValueError(f"unknown agent {agent!r}; agents are {list(self.spec.agents)}")
-            index = self.spec.agents.index(agent)
-        else:
-            index = int(agent)
-        for unit in self._units:
-            if index in unit.agent_indices:
-                return unit.policy, unit.agent_indices.index(index)
-        raise ValueError(f"unknown agent {agent!r}; agents are {list(self.spec.agents)}")
+        return self.joint_policy.network_of(agent)
 
     # ------------------------------------------------------------------ acting
-    def _unit_obs(self, unit: _Unit, group_obs: Sequence[torch.Tensor]) -> torch.Tensor:
-        obs = group_obs[unit.group]
-        if unit.stacked:
-            return obs
-        _, slot = self.spec.group_of(unit.agent_indices[0])
-        return obs[:, slot : slot + 1]
-
-    def _critic_obs(self, group_obs: Sequence[torch.Tensor], alive: torch.Tensor) -> torch.Tensor | None:
-        """``[B, S]`` joint state: every agent's flat observation and the alive mask."""
-        if not self._centralized:
-            return None
-        batch = alive.shape[0]
-        parts = [o.reshape(batch, -1).float() for o in group_obs]
-        parts.append(alive.float())
-        return torch.cat(parts, dim=1)
-
-    def _forward(
-        self,
-        group_obs: Sequence[torch.Tensor],
-        alive: torch.Tensor,
-        with_features: bool = False,
-    ) -> list[Any]:
-        critic_state = self._critic_obs(group_obs, alive)
-        outputs = []
-        for unit in self._units:
-            obs = self._unit_obs(unit, group_obs)
-            critic_obs = None
-            if critic_state is not None:
-                critic_obs = critic_state.unsqueeze(1).expand(-1, obs.shape[1], -1)
-            outputs.append(unit.policy(obs, critic_obs))
-        return outputs
-
-    def _rollout_forward(self, group_obs: Sequence[torch.Tensor], alive: torch.Tensor) -> list[Any]:
-        """:meth:`_forward` of the rollout; a trainer collecting copies ``[a, b)`` of E evaluates them as rows
-        ``a..b-1`` of an E-row batch (the others zero).
-
-        Matrix-product kernels pick their summation order from the batch shape, so the same row gives other bits
-        in a batch of another size; at the same shape and position it gets exactly the bits it gets when one
-        process steps all E copies.
-        """
-        pad = self._row_pad
-        if pad is None:
-            return self._forward(group_obs, alive)
-        start, total = pad
-        rows = alive.shape[0]
-
-        def padded(x: torch.Tensor) -> torch.Tensor:
-            out = x.new_zeros((total, *x.shape[1:]))
-            out[start : start + rows] = x
-            return out
-
-        outputs = self._forward([padded(o) for o in group_obs], padded(alive))
-        return [type(o)(*(field[start : start + rows] for field in o)) for o in outputs]
-
-    def _unit_masks(self, unit: _Unit, masks: Sequence[torch.Tensor | None]) -> torch.Tensor | None:
-        mask = masks[unit.group]
-        if mask is None or unit.stacked:
-            return mask
-        _, slot = self.spec.group_of(unit.agent_indices[0])
-        return mask[:, slot : slot + 1]
-
-    def _agent_columns(self, per_unit: Iterable[torch.Tensor]) -> torch.Tensor:
-        """Concatenates ``[B, n_u]`` unit outputs into ``[B, N]`` in possible_agents order."""
-        parts = list(per_unit)
-        if self._units_in_agent_order:
-            return torch.cat(parts, dim=1) if len(parts) > 1 else parts[0]
-        return torch.cat(parts, dim=1).index_select(1, self._to_agent_order)
-
-    def _values(self, outputs: Sequence[Any]) -> torch.Tensor:
-        values = self._agent_columns(o.values for o in outputs)
-        if self.value_normalizer is not None:
-            values = self.value_normalizer.denormalize(values)
-        return values
-
     def act(self, obs: JointObs, deterministic: bool = False) -> list[np.ndarray]:
-        """Chooses actions for a :class:`JointObs` (e.g. for evaluation), respecting masks.
+        """Chooses actions for a :class:`JointObs` (e.g. for evaluation), respecting masks; sampled actions draw
+        from :attr:`generator`.
 
         Returns:
             Per group, ``[E, n_g, *action_shape]`` actions ready for ``env.step`` (Box actions clipped to bounds).
         """
-        group_obs = [torch.as_tensor(o, device=self.device) for o in obs.obs]
-        masks = [None if m is None else torch.as_tensor(m, device=self.device) for m in obs.action_masks]
-        alive = torch.as_tensor(obs.alive, device=self.device)
-        with torch.no_grad():
-            outputs = self._forward(group_obs, alive)
-            actions, _ = self._sample(outputs, masks, deterministic)
-        return self._env_actions(actions)
+        return self.joint_policy.act(obs, deterministic, self._generator)
 
     def predict_values(self, obs: JointObs) -> torch.Tensor:
         """The critic's value estimates (in return units) for a :class:`JointObs`.
@@ -453,52 +367,7 @@ class JointMultiAgentTrainer:
         Returns:
             ``[E, N]`` values; entries of absent agents are meaningless.
         """
-        group_obs = [torch.as_tensor(o, device=self.device) for o in obs.obs]
-        alive = torch.as_tensor(obs.alive, device=self.device)
-        with torch.no_grad():
-            return self._values(self._forward(group_obs, alive))
-
-    def _sample(
-        self,
-        outputs: Sequence[Any],
-        masks: Sequence[torch.Tensor | None],
-        deterministic: bool,
-        copy_noise: CopyNoise | None = None,
-    ) -> tuple[list[torch.Tensor], torch.Tensor]:
-        """Samples per unit; returns per-group action tensors and ``[B, N]`` log-probs.
-
-        With ``copy_noise`` (a :class:`CopyNoise` over one generator per batch row, i.e. per env copy) each copy's
-        noise comes from its own generator, so a copy's actions do not depend on which other copies share the batch.
-        """
-        group_actions: list[list[torch.Tensor]] = [[] for _ in self.spec.groups]
-        log_probs = []
-        dists = [
-            unit.policy.distribution(out.head, self._unit_masks(unit, masks)) for unit, out in zip(self._units, outputs)
-        ]
-        noises = copy_noise.draw(dists) if copy_noise is not None and not deterministic else None
-        if noises is not None and self.device.type != "cpu":  # the copies' generators draw on the CPU
-            noises = [noise.to(self.device) for noise in noises]
-        for u, (unit, dist) in enumerate(zip(self._units, dists)):
-            if deterministic:
-                action = dist.mode()
-            elif noises is not None:
-                action = dist.sample_from_noise(noises[u])
-            else:
-                action = dist.sample(self._generator)
-            log_probs.append(dist.log_prob(action))
-            group_actions[unit.group].append(action)
-        actions = [torch.cat(parts, dim=1) if len(parts) > 1 else parts[0] for parts in group_actions]
-        return actions, self._agent_columns(log_probs)
-
-    def _env_actions(self, actions: Sequence[torch.Tensor]) -> list[np.ndarray]:
-        return self._clipped([action.cpu().numpy() for action in actions])
-
-    def _clipped(self, actions: Sequence[np.ndarray]) -> list[np.ndarray]:
-        """Per-group actions as the env gets them: Box actions clipped to their bounds (a new array)."""
-        return [
-            np.clip(arr, group.action.low, group.action.high) if group.action.kind == "box" else arr
-            for group, arr in zip(self.spec.groups, actions)
-        ]
+        return self.joint_policy.predict_values(obs)
 
     # ------------------------------------------------------------------ rollout
     def collect_rollout(self) -> JointRollout:
@@ -512,7 +381,7 @@ class JointMultiAgentTrainer:
             A :class:`JointRollout` (its storage is reused by the next call: keep a copy if you need both).
         """
         ro = self._collect()
-        if self._row_pad is None:  # a rollout worker's slice is linked by the learner, which sees every copy
+        if self.joint_policy.row_pad is None:  # a rollout worker's slice is linked by the learner, which sees all
             ro.carried = self._pending
             ro.deferred = None
             ro.deferred, self._pending = carry_pending_moves(ro.extended(), self.config.bootstrap_truncation)
@@ -545,8 +414,8 @@ class JointMultiAgentTrainer:
         episode_returns: list[np.ndarray] = []
         episode_lengths: list[np.ndarray] = []
         episode_steps: list[np.ndarray] = []
-        for policy in self.policies:
-            policy.eval()
+        policy = self.joint_policy
+        policy.train(False)
         # The env's arrays enter the rollout through numpy views of its storage when it is on the CPU: a numpy
         # assignment costs a fraction of a torch copy_ per array and step.
         on_host = ro.rewards.device.type == "cpu"
@@ -573,7 +442,7 @@ class JointMultiAgentTrainer:
                 # Rows without a decision carry all-allowed masks (the adapter's contract; the distributions
                 # also treat an all-masked head as unmasked), so sampling there is well defined and ignored.
                 if host is not None:
-                    env_actions = self._clipped(host.act(t, copy_noise))
+                    env_actions = policy.clip_actions(host.act(t, copy_noise))
                 else:
                     env_actions = self._act_with_torch(ro, t, copy_noise)
                 step = self.env.step(env_actions)
@@ -590,8 +459,8 @@ class JointMultiAgentTrainer:
                     episode_steps.append(np.full(len(step.episode_lengths), t, dtype=np.int64))
                 state = step
             alive = torch.from_numpy(state.alive).to(self.device)
-            outputs = self._rollout_forward([torch.from_numpy(o).to(self.device) for o in state.obs], alive)
-            ro.bootstrap_values.copy_(self._values(outputs) * alive)
+            outputs = policy.forward_rows([torch.from_numpy(o).to(self.device) for o in state.obs], alive)
+            ro.bootstrap_values.copy_(policy.values(outputs) * alive)
             ro.next_alive.copy_(alive)
             ro.next_acting.copy_(torch.from_numpy(state.acting))
         self._state = JointObs(state.obs, state.alive, state.acting, state.action_masks)
@@ -604,13 +473,14 @@ class JointMultiAgentTrainer:
     def _act_with_torch(self, ro: JointRollout, t: int, copy_noise: CopyNoise) -> list[np.ndarray]:
         """Samples step ``t`` of a rollout with the networks and distributions in torch; returns the env actions."""
         masks = [m[t] if m is not None else None for m in ro.action_masks]
-        outputs = self._rollout_forward([o[t] for o in ro.obs], ro.alive[t])
-        actions, log_probs = self._sample(outputs, masks, False, copy_noise)
-        ro.values[t] = self._values(outputs)
+        policy = self.joint_policy
+        outputs = policy.forward_rows([o[t] for o in ro.obs], ro.alive[t])
+        actions, log_probs = policy.sample(outputs, masks, copy_noise=copy_noise)
+        ro.values[t] = policy.values(outputs)
         ro.log_probs[t] = log_probs
         for g, action in enumerate(actions):
             ro.actions[g][t].copy_(action)
-        return self._env_actions(actions)
+        return policy.env_actions(actions)
 
     def _collects_in_env_workers(self) -> bool:
         """Whether the env's worker processes run the policies too (a subprocess env, CPU policies, picklable)."""
@@ -654,7 +524,7 @@ class JointMultiAgentTrainer:
             shape = cols.shape + (1,) * (final.dim() - 2)
             group_obs.append(torch.where(cols.view(shape), final, current))
         alive_final = ended | (torch.from_numpy(step.alive).to(self.device) & ~reset.unsqueeze(1))
-        return self._values(self._rollout_forward(group_obs, alive_final))
+        return self.joint_policy.values(self.joint_policy.forward_rows(group_obs, alive_final))
 
     # ------------------------------------------------------------------ update
     def compute_advantages(self, rollout: JointRollout) -> tuple[torch.Tensor, torch.Tensor]:
@@ -748,8 +618,8 @@ class JointMultiAgentTrainer:
         aux_metric_sums: dict[str, Any] = {}
         steps = 0
         per_epoch = cfg.minibatches_per_epoch
-        for policy in self.policies:
-            policy.train()
+        policy = self.joint_policy
+        policy.train()
         active_on_device = active_mask.to(device)
         stop = False
         for _ in range(cfg.n_epochs):
@@ -757,8 +627,8 @@ class JointMultiAgentTrainer:
             for idx in order.split(cfg.minibatch_size)[:per_epoch]:
                 mb_valid = b_valid[idx]
                 mb_alive = b_alive[idx]
-                outputs = self._forward([o[idx] for o in b_obs], mb_alive)
-                log_prob, entropy, features = self._evaluate(
+                outputs = policy.forward([o[idx] for o in b_obs], mb_alive)
+                log_prob, entropy, features = policy.evaluate(
                     outputs, [a[idx] for a in b_actions], [None if m is None else m[idx] for m in b_masks]
                 )
                 mb_adv = b_advantages[idx]
@@ -769,7 +639,7 @@ class JointMultiAgentTrainer:
                     # The policy already moved too far on these rows: stop before stepping on them.
                     stop = True
                     break
-                new_values = self._agent_columns(o.values for o in outputs)
+                new_values = policy.agent_columns(o.values for o in outputs)
                 vl = value_loss(new_values, b_values[idx], b_returns[idx], cfg.clip_range_vf, mb_valid)
                 ent = masked_mean(entropy, mb_valid)
                 per_agent = pg.loss + cfg.vf_coef * vl - cfg.ent_coef * ent
@@ -825,27 +695,6 @@ class JointMultiAgentTrainer:
                 f"active has {mask.numel()} entries for {n} agents {list(self.spec.agents)}; pass one bool per agent"
             )
         return mask
-
-    def _evaluate(
-        self,
-        outputs: Sequence[Any],
-        actions: Sequence[torch.Tensor],
-        masks: Sequence[torch.Tensor | None],
-    ) -> tuple[torch.Tensor, torch.Tensor, list[torch.Tensor]]:
-        """Log-probs and entropies ``[B, N]`` of the stored actions, and per-agent features ``[B, d_i]``."""
-        log_probs, entropies = [], []
-        features: list[torch.Tensor | None] = [None] * self.spec.num_agents
-        for unit, out in zip(self._units, outputs):
-            group_actions = actions[unit.group]
-            if not unit.stacked:
-                _, slot = self.spec.group_of(unit.agent_indices[0])
-                group_actions = group_actions[:, slot : slot + 1]
-            dist = unit.policy.distribution(out.head, self._unit_masks(unit, masks))
-            log_probs.append(dist.log_prob(group_actions))
-            entropies.append(dist.entropy())
-            for j, agent in enumerate(unit.agent_indices):
-                features[agent] = out.features[:, j]
-        return self._agent_columns(log_probs), self._agent_columns(entropies), features  # type: ignore[return-value]
 
     # ------------------------------------------------------------------ training loop
     def set_learning_rate_scale(self, scale: float) -> None:

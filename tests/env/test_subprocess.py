@@ -256,7 +256,7 @@ def test_learner_weights_travel_as_numpy_and_load_exactly():
     for key, value in source.value_normalizer.state_dict().items():
         torch.testing.assert_close(target.value_normalizer.state_dict()[key], value, rtol=0, atol=0)
 
-    from marljoint.ppo.slices import _as_numpy, _as_torch
+    from marljoint.policies.joint import _as_numpy, _as_torch
 
     odd = {"half": torch.arange(4, dtype=torch.bfloat16), "conj": torch.tensor([1 + 2j, 3 - 1j]).conj()}
     shipped = _as_numpy(odd)

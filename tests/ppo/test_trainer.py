@@ -311,7 +311,8 @@ def test_a_slice_of_copies_reproduces_the_same_rows_of_the_full_rollout():
     env = PettingZooJointEnv(variable_agents_v0.parallel_env, num_envs=2, seed=5)
     env._copy_offset = 2
     part = JointMultiAgentTrainer.from_env(env, full.config.replace(num_envs=2))
-    part._row_pad = (2, 4)  # evaluate copies 2..3 at their rows of a 4-copy batch, as Ray rollout workers do
+    # Evaluate copies 2..3 at their rows of a 4-copy batch, as Ray rollout workers do.
+    part.joint_policy.row_pad = (2, 4)
     ro_part = part.collect_rollout()
     assert torch.equal(ro_part.actions[0], ro_full.actions[0][:, 2:])
     assert torch.equal(ro_part.rewards, ro_full.rewards[:, 2:])

@@ -76,7 +76,7 @@ def test_critic_lr_steps_every_parameter_the_values_depend_on(cfg):
     obs = rollout.obs[0][0]
     critic_obs = None
     if trainer.config.centralized_critic:
-        critic_obs = trainer._critic_obs([o[0] for o in rollout.obs], rollout.alive[0])
+        critic_obs = trainer.joint_policy.critic_state([o[0] for o in rollout.obs], rollout.alive[0])
         critic_obs = critic_obs.unsqueeze(1).expand(-1, group.size, -1)
     value_params = _value_parameters(policy, obs, critic_obs)
     before = {id(p): p.detach().clone() for p in policy.parameters()}
@@ -117,7 +117,7 @@ def test_a_shared_network_is_clipped_once_on_the_gradient_summed_over_its_agents
     rollout = trainer.collect_rollout()
     trainer.update(rollout)  # logged norms are far above the cap
     group_obs = [o[0] for o in rollout.obs]
-    out = trainer._forward(group_obs, rollout.alive[0])
+    out = trainer.joint_policy.forward(group_obs, rollout.alive[0])
     out[0].values.sum().backward()
     norms = unit.clip(1e-4)
     grad = torch.cat([p.grad.flatten() for p in unit.critic_params if p.grad is not None])

@@ -1,0 +1,328 @@
+"""The joint policy: the networks of every agent group, evaluated, sampled and exchanged together."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any, NamedTuple
+
+import numpy as np
+import torch
+
+from marljoint.env.base import JointObs
+from marljoint.env.spaces import JointSpec
+from marljoint.policies.actor_critic import ActorCritic, PolicyOutput
+from marljoint.policies.normalizer import RunningNormalizer
+
+__all__ = ["JointPolicy", "NetworkSlot"]
+
+
+class NetworkSlot(NamedTuple):
+    """Which agents one network serves.
+
+    Attributes:
+        group: index into ``spec.groups`` of the agents' group.
+        agents: the agents' indices in ``possible_agents`` order.
+        whole_group: the network takes the whole group's ``[B, n_g, ...]`` inputs (a batched group network);
+            False: it serves one agent of the group, whose slot it reads.
+    """
+
+    group: int
+    agents: tuple[int, ...]
+    whole_group: bool
+
+
+class JointPolicy:
+    """Every agent's policy and value function: one network per slot, evaluated with one batched forward each.
+
+    Inputs and outputs are per group (observations ``[B, n_g, ...]``, actions, masks) or per agent (``[B, N]``
+    log-probabilities and values in ``possible_agents`` order), as in a rollout row; B is a batch of env copies
+    or of minibatch rows.
+
+    Args:
+        spec: the env's agents, layouts and groups.
+        networks: the :class:`~marljoint.policies.ActorCritic` of each slot.
+        slots: which agents each network serves (:class:`NetworkSlot`); together they cover every agent once.
+        centralized: the critics read the joint state (every agent's flat observation and the alive mask).
+        value_normalizer: the running statistics the critics' outputs are normalised by, or ``None``.
+        device: where the networks live.
+    """
+
+    def __init__(
+        self,
+        spec: JointSpec,
+        networks: Sequence[ActorCritic],
+        slots: Sequence[NetworkSlot],
+        centralized: bool = False,
+        value_normalizer: RunningNormalizer | None = None,
+        device: torch.device | str = "cpu",
+    ) -> None:
+        if len(networks) != len(slots):
+            raise ValueError(f"got {len(networks)} networks for {len(slots)} slots; pass one network per slot")
+        order = [i for slot in slots for i in slot.agents]
+        if sorted(order) != list(range(spec.num_agents)):
+            raise ValueError(
+                f"the slots serve agents {order}; together they must serve each of the {spec.num_agents} agents "
+                f"{list(spec.agents)} exactly once"
+            )
+        self.spec = spec
+        self.networks = list(networks)
+        self.slots = list(slots)
+        self.centralized = bool(centralized)
+        self.value_normalizer = value_normalizer
+        self.device = torch.device(device)
+        # (first row, total rows) when this policy evaluates one slice of a larger batch (a rollout worker).
+        self.row_pad: tuple[int, int] | None = None
+        # Columns of the concatenated network outputs, mapped back to possible_agents order.
+        self._to_agent_order = torch.as_tensor(np.argsort(order), dtype=torch.long, device=self.device)
+        self._in_agent_order = bool(np.array_equal(order, np.arange(len(order))))
+
+    # ------------------------------------------------------------------ inputs
+    def network_obs(self, k: int, group_obs: Sequence[torch.Tensor]) -> torch.Tensor:
+        """Network ``k``'s observations ``[B, n_k, ...]`` from the per-group observations."""
+        slot = self.slots[k]
+        obs = group_obs[slot.group]
+        if slot.whole_group:
+            return obs
+        _, j = self.spec.group_of(slot.agents[0])
+        return obs[:, j : j + 1]
+
+    def network_masks(self, k: int, masks: Sequence[torch.Tensor | None]) -> torch.Tensor | None:
+        """Network ``k``'s action masks from the per-group masks (``None`` for Box actions)."""
+        slot = self.slots[k]
+        mask = masks[slot.group]
+        if mask is None or slot.whole_group:
+            return mask
+        _, j = self.spec.group_of(slot.agents[0])
+        return mask[:, j : j + 1]
+
+    def critic_state(self, group_obs: Sequence[torch.Tensor], alive: torch.Tensor) -> torch.Tensor | None:
+        """``[B, S]`` joint state of a centralised critic: every agent's flat observation and the alive mask
+        (``None`` without one)."""
+        if not self.centralized:
+            return None
+        batch = alive.shape[0]
+        parts = [o.reshape(batch, -1).float() for o in group_obs]
+        parts.append(alive.float())
+        return torch.cat(parts, dim=1)
+
+    # ------------------------------------------------------------------ evaluation
+    def forward(self, group_obs: Sequence[torch.Tensor], alive: torch.Tensor) -> list[PolicyOutput]:
+        """Every network on its agents' rows: one :class:`~marljoint.policies.PolicyOutput` per network.
+
+        Args:
+            group_obs: per group, ``[B, n_g, *obs_shape]``.
+            alive: ``[B, N]`` bool (read by a centralised critic).
+        """
+        critic_state = self.critic_state(group_obs, alive)
+        outputs = []
+        for k, network in enumerate(self.networks):
+            obs = self.network_obs(k, group_obs)
+            critic_obs = None if critic_state is None else critic_state.unsqueeze(1).expand(-1, obs.shape[1], -1)
+            outputs.append(network(obs, critic_obs))
+        return outputs
+
+    def forward_rows(self, group_obs: Sequence[torch.Tensor], alive: torch.Tensor) -> list[PolicyOutput]:
+        """:meth:`forward` of rollout rows; with :attr:`row_pad` ``(a, total)`` the rows are evaluated as rows
+        ``a..`` of a ``total``-row batch (the others zero).
+
+        Matrix-product kernels pick their summation order from the batch shape, so the same row gives other bits
+        in a batch of another size; at the same shape and position it gets exactly the bits it gets when one
+        process evaluates all the rows.
+        """
+        if self.row_pad is None:
+            return self.forward(group_obs, alive)
+        start, total = self.row_pad
+        rows = alive.shape[0]
+
+        def padded(x: torch.Tensor) -> torch.Tensor:
+            out = x.new_zeros((total, *x.shape[1:]))
+            out[start : start + rows] = x
+            return out
+
+        outputs = self.forward([padded(o) for o in group_obs], padded(alive))
+        return [type(o)(*(field[start : start + rows] for field in o)) for o in outputs]
+
+    def agent_columns(self, per_network: Iterable[torch.Tensor]) -> torch.Tensor:
+        """Concatenates ``[B, n_k]`` network outputs into ``[B, N]`` in ``possible_agents`` order."""
+        parts = list(per_network)
+        if self._in_agent_order:
+            return torch.cat(parts, dim=1) if len(parts) > 1 else parts[0]
+        return torch.cat(parts, dim=1).index_select(1, self._to_agent_order)
+
+    def values(self, outputs: Sequence[PolicyOutput]) -> torch.Tensor:
+        """``[B, N]`` values in return units (denormalised) from :meth:`forward` outputs."""
+        values = self.agent_columns(o.values for o in outputs)
+        if self.value_normalizer is not None:
+            values = self.value_normalizer.denormalize(values)
+        return values
+
+    def sample(
+        self,
+        outputs: Sequence[PolicyOutput],
+        masks: Sequence[torch.Tensor | None],
+        deterministic: bool = False,
+        generator: torch.Generator | None = None,
+        copy_noise: Any = None,
+    ) -> tuple[list[torch.Tensor], torch.Tensor]:
+        """Actions of every agent; returns per-group action tensors ``[B, n_g, ...]`` and ``[B, N]`` log-probs.
+
+        Args:
+            outputs: from :meth:`forward`.
+            masks: per group, ``[B, n_g, sum(nvec)]`` bool or ``None``.
+            deterministic: take each distribution's mode.
+            generator: the source of the noise otherwise.
+            copy_noise: a :class:`~marljoint.collect.CopyNoise` over one generator per batch row (env copy), used
+                instead of ``generator``: each copy's noise comes from its own generator, so a copy's actions do
+                not depend on which other copies share the batch.
+
+        Raises:
+            ValueError: when sampling needs noise and neither ``generator`` nor ``copy_noise`` is given.
+        """
+        group_actions: list[list[torch.Tensor]] = [[] for _ in self.spec.groups]
+        log_probs = []
+        dists = [
+            network.distribution(out.head, self.network_masks(k, masks))
+            for k, (network, out) in enumerate(zip(self.networks, outputs))
+        ]
+        noises = copy_noise.draw(dists) if copy_noise is not None and not deterministic else None
+        if noises is not None and self.device.type != "cpu":  # the copies' generators draw on the CPU
+            noises = [noise.to(self.device) for noise in noises]
+        if not deterministic and noises is None and generator is None:
+            raise ValueError("sampling needs a generator or a copy_noise; pass one, or deterministic=True")
+        for k, dist in enumerate(dists):
+            if deterministic:
+                action = dist.mode()
+            elif noises is not None:
+                action = dist.sample_from_noise(noises[k])
+            else:
+                action = dist.sample(generator)
+            log_probs.append(dist.log_prob(action))
+            group_actions[self.slots[k].group].append(action)
+        actions = [torch.cat(parts, dim=1) if len(parts) > 1 else parts[0] for parts in group_actions]
+        return actions, self.agent_columns(log_probs)
+
+    def evaluate(
+        self,
+        outputs: Sequence[PolicyOutput],
+        actions: Sequence[torch.Tensor],
+        masks: Sequence[torch.Tensor | None],
+    ) -> tuple[torch.Tensor, torch.Tensor, list[torch.Tensor]]:
+        """Log-probs and entropies ``[B, N]`` of given actions, and every agent's encoder features ``[B, d_i]``.
+
+        Args:
+            outputs: from :meth:`forward`.
+            actions: per group, ``[B, n_g, ...]``.
+            masks: per group, ``[B, n_g, sum(nvec)]`` bool or ``None``.
+        """
+        log_probs, entropies = [], []
+        features: list[torch.Tensor | None] = [None] * self.spec.num_agents
+        for k, (network, out) in enumerate(zip(self.networks, outputs)):
+            slot = self.slots[k]
+            group_actions = actions[slot.group]
+            if not slot.whole_group:
+                _, j = self.spec.group_of(slot.agents[0])
+                group_actions = group_actions[:, j : j + 1]
+            dist = network.distribution(out.head, self.network_masks(k, masks))
+            log_probs.append(dist.log_prob(group_actions))
+            entropies.append(dist.entropy())
+            for j, agent in enumerate(slot.agents):
+                features[agent] = out.features[:, j]
+        return self.agent_columns(log_probs), self.agent_columns(entropies), features  # type: ignore[return-value]
+
+    # ------------------------------------------------------------------ acting on env states
+    def act(
+        self, obs: JointObs, deterministic: bool = False, generator: torch.Generator | None = None
+    ) -> list[np.ndarray]:
+        """Actions for a :class:`~marljoint.env.JointObs`, respecting masks.
+
+        Returns:
+            Per group, ``[E, n_g, *action_shape]`` actions ready for ``env.step`` (Box actions clipped).
+        """
+        group_obs = [torch.as_tensor(o, device=self.device) for o in obs.obs]
+        masks = [None if m is None else torch.as_tensor(m, device=self.device) for m in obs.action_masks]
+        alive = torch.as_tensor(obs.alive, device=self.device)
+        with torch.no_grad():
+            actions, _ = self.sample(self.forward(group_obs, alive), masks, deterministic, generator)
+        return self.env_actions(actions)
+
+    def predict_values(self, obs: JointObs) -> torch.Tensor:
+        """``[E, N]`` value estimates (return units) for a :class:`~marljoint.env.JointObs`; entries of absent
+        agents are meaningless."""
+        group_obs = [torch.as_tensor(o, device=self.device) for o in obs.obs]
+        alive = torch.as_tensor(obs.alive, device=self.device)
+        with torch.no_grad():
+            return self.values(self.forward(group_obs, alive))
+
+    def env_actions(self, actions: Sequence[torch.Tensor]) -> list[np.ndarray]:
+        """Per-group action tensors as the env takes them: numpy, Box actions clipped to their bounds."""
+        return self.clip_actions([action.cpu().numpy() for action in actions])
+
+    def clip_actions(self, actions: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """Per-group numpy actions with Box actions clipped to their bounds (a new array); others unchanged."""
+        return [
+            np.clip(arr, group.action.low, group.action.high) if group.action.kind == "box" else arr
+            for group, arr in zip(self.spec.groups, actions)
+        ]
+
+    def network_of(self, agent: int | str) -> tuple[ActorCritic, int]:
+        """``(network, position)``: the network serving ``agent`` and the agent's position among its inputs.
+
+        Raises:
+            ValueError: for an unknown agent.
+        """
+        if isinstance(agent, str):
+            if agent not in self.spec.agents:
+                raise ValueError(f"unknown agent {agent!r}; agents are {list(self.spec.agents)}")
+            index = self.spec.agents.index(agent)
+        else:
+            index = int(agent)
+        for network, slot in zip(self.networks, self.slots):
+            if index in slot.agents:
+                return network, slot.agents.index(index)
+        raise ValueError(f"unknown agent {agent!r}; agents are {list(self.spec.agents)}")
+
+    # ------------------------------------------------------------------ weights
+    def weights(self) -> dict[str, Any]:
+        """Every network's weights and the value normaliser's statistics, as numpy copies (see
+        :meth:`load_weights`).
+
+        The tensors travel as numpy arrays: a pipe pickles a torch tensor by moving its storage into a new
+        shared-memory segment (milliseconds per iteration for a few small networks), plain pickling goes through
+        ``torch.save`` per storage, and numpy arrays are pickled as their bytes. A dtype numpy lacks (bfloat16, a
+        lazily conjugated complex tensor) stays a tensor.
+        """
+        normalizer = self.value_normalizer
+        return {
+            "policies": [_as_numpy(network.state_dict()) for network in self.networks],
+            "value_normalizer": None if normalizer is None else _as_numpy(normalizer.state_dict()),
+        }
+
+    def load_weights(self, weights: dict[str, Any]) -> None:
+        """Loads :meth:`weights` output (copies: read-only arrays, e.g. from Ray's object store, load too)."""
+        for network, state in zip(self.networks, weights["policies"]):
+            network.load_state_dict(_as_torch(state))
+        if self.value_normalizer is not None:
+            self.value_normalizer.load_state_dict(_as_torch(weights["value_normalizer"]))
+
+    def train(self, mode: bool = True) -> None:
+        """Sets every network's training mode."""
+        for network in self.networks:
+            network.train(mode)
+
+
+def _as_numpy(state: dict[str, torch.Tensor]) -> dict[str, Any]:
+    """Numpy copies of a state dict's tensors; one numpy cannot hold (bfloat16, or a lazily conjugated complex
+    tensor) stays a tensor."""
+    out: dict[str, Any] = {}
+    for key, value in state.items():
+        value = value.detach().cpu()
+        try:
+            out[key] = value.numpy().copy()
+        except (TypeError, RuntimeError):
+            out[key] = value.clone()
+    return out
+
+
+def _as_torch(state: dict[str, Any]) -> dict[str, torch.Tensor]:
+    """Inverse of :func:`_as_numpy` (copies)."""
+    return {k: v if isinstance(v, torch.Tensor) else torch.tensor(v) for k, v in state.items()}

@@ -49,7 +49,6 @@ KNOWN = {
     ("marljoint.env.subprocess", "marljoint.collect.noise"),
     ("marljoint.ppo.trainer", "marljoint.distributed.rollout"),
     ("marljoint.best_response.games", "marljoint_envs"),
-    ("marljoint.best_response.commands", "marljoint_envs"),
 }
 KNOWN_CYCLES = {("best_response", "distributed"), ("distributed", "ppo"), ("env", "ppo")}
 

@@ -217,12 +217,6 @@ class PopulationEnv:
         """Closes the wrapped env."""
         self.env.close()
 
-    def set_members(self, members: Sequence[Sequence[FrozenPolicy]]) -> None:
-        """Replaces the member lists (takes effect immediately, also mid-episode)."""
-        if len(members) != self.spec.num_agents:
-            raise ValueError(f"members has {len(members)} entries for {self.spec.num_agents} seats")
-        self.members = [list(seat) for seat in members]
-
     def _assign(self, copies: np.ndarray) -> np.ndarray:
         controllers = np.asarray(self.assign(self._rng, copies), dtype=np.int64)
         expected = (len(copies), self.spec.num_agents)

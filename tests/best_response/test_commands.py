@@ -5,7 +5,7 @@ import csv
 
 import pytest
 
-from marljoint.best_response.commands import RECIPES, register
+from marljoint.cli.best_response import RECIPES, register
 
 
 def parse(argv):

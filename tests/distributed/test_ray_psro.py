@@ -118,7 +118,7 @@ def test_marljoint_psro_num_workers_runs_ray_tasks_and_saves_the_split(tmp_path)
     import argparse
     import csv
 
-    from marljoint.best_response.commands import register
+    from marljoint.cli.best_response import register
 
     def run_cli(out, *extra):
         parser = argparse.ArgumentParser(prog="marljoint")

@@ -6,7 +6,6 @@ Bad input ends the command with one ``marljoint: error: ...`` line on standard e
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import math
 import sys
@@ -392,13 +391,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_train(subparsers)
     _add_eval(subparsers)
     _add_plot(subparsers)
-    try:
-        commands = importlib.import_module("marljoint.best_response.commands")
-    except ImportError as exc:
-        if exc.name != "marljoint.best_response.commands":
-            raise
-    else:
-        commands.register(subparsers)
+    from marljoint.cli.best_response import register  # PSRO and NFSP: `marljoint psro`, `marljoint nfsp`
+
+    register(subparsers)
     return parser
 
 

@@ -15,8 +15,9 @@ from pathlib import Path
 
 import torch
 
-from marljoint.best_response import PSRO, PsroConfig, known_game
+from marljoint.best_response import PSRO, PsroConfig
 from marljoint.cli.best_response import env_factory, recipe_for, write_metrics_csv
+from marljoint.envs_registry import known_game
 
 
 def main() -> None:

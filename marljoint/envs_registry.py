@@ -20,9 +20,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import marljoint_envs
+import numpy as np
 
-__all__ = ["BUNDLED_ENVS", "EnvSpecError", "ResolvedEnv", "resolve_env"]
+import marljoint_envs
+from marljoint.best_response.games import KUHN_NAMES, KnownGame, KuhnGame, MatrixGame
+
+__all__ = ["BUNDLED_ENVS", "EnvSpecError", "ResolvedEnv", "known_game", "resolve_env"]
 
 BUNDLED_ENVS: tuple[str, ...] = tuple(marljoint_envs.__all__)
 """Names accepted without a package prefix: the modules of :mod:`marljoint_envs`."""
@@ -138,3 +141,30 @@ def _check_kwargs(name: str, factory: Callable[..., Any], kwargs: dict[str, Any]
         raise EnvSpecError(
             f"env {name!r} does not accept the keyword argument(s) {unknown}; it accepts {accepted}"
         ) from None
+
+
+def known_game(env_name: str, env_kwargs: dict[str, Any] | None = None) -> KnownGame | None:
+    """The known game behind a bundled env, or ``None`` when the env has no known tree.
+
+    Example:
+        >>> known_game("matrix_game_v0", {"game": "rps"}).num_players
+        2
+
+    Args:
+        env_name: a ``marljoint_envs`` module name, e.g. ``"kuhn_poker_v0"`` or ``"matrix_game_v0"``.
+        env_kwargs: the env's keyword arguments (``game=`` or ``payoffs=`` for ``matrix_game_v0``).
+
+    Returns:
+        :class:`~marljoint.best_response.KuhnGame`, :class:`~marljoint.best_response.MatrixGame`, or ``None``.
+    """
+    kwargs = dict(env_kwargs or {})
+    if env_name in KUHN_NAMES:
+        return KuhnGame()
+    if env_name == "matrix_game_v0":
+        from marljoint_envs import matrix_game_v0
+
+        if kwargs.get("payoffs") is not None:
+            return MatrixGame(matrix_game_v0.payoff_tensors(np.asarray(kwargs["payoffs"])), "custom")
+        name = kwargs.get("game", "rps")
+        return MatrixGame(matrix_game_v0.payoff_tensors(name), name)
+    return None

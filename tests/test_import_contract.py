@@ -48,7 +48,6 @@ KNOWN = {
     ("marljoint.env.subprocess", "marljoint.ppo.slices"),
     ("marljoint.env.subprocess", "marljoint.collect.noise"),
     ("marljoint.ppo.trainer", "marljoint.distributed.rollout"),
-    ("marljoint.best_response.games", "marljoint_envs"),
 }
 KNOWN_CYCLES = {("best_response", "distributed"), ("distributed", "ppo"), ("env", "ppo")}
 

@@ -15,7 +15,7 @@ from marljoint.best_response.exploitability import (
     matrix_nash_conv,
     nash_conv,
 )
-from marljoint.best_response.games import KnownGame, KuhnGame, MatrixGame, known_game, resolve_game
+from marljoint.best_response.games import KnownGame, KuhnGame, MatrixGame, resolve_game
 from marljoint.best_response.kuhn import (
     KUHN_CARDS,
     KUHN_DEALS,
@@ -124,7 +124,6 @@ __all__ = [
     "fictitious_play",
     "get_meta_solver",
     "is_constant_sum",
-    "known_game",
     "kuhn_best_response",
     "kuhn_exploitability",
     "kuhn_infoset_observations",

@@ -11,15 +11,15 @@ Kuhn poker   ``[6, 2]`` (see ``kuhn.py``)   tree walk (values, best response), r
 matrix game  ``[n_p]`` mixed strategy       expected payoffs by ``einsum``, best pure reply
 ============ ============================== ============================================================
 
-:func:`known_game` maps a bundled env name (and its keyword arguments) to its known game, or ``None`` when the
-env has no known tree; :func:`resolve_game` also accepts a game object, a Kuhn or matrix-game name, or a list
-of payoff arrays.
+Games are passed in as objects; this package never looks a bundled env up. The product layer maps a bundled
+env's name to its game (:func:`marljoint.envs_registry.known_game`); :func:`resolve_game` accepts a game object,
+Kuhn poker's name, or a list of payoff arrays.
 """
 
 from __future__ import annotations
 
 import string
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -41,7 +41,7 @@ from marljoint.best_response.population import (
     normalised_weights,
 )
 
-__all__ = ["KnownGame", "KuhnGame", "MatrixGame", "known_game", "resolve_game"]
+__all__ = ["KUHN_NAMES", "KnownGame", "KuhnGame", "MatrixGame", "resolve_game"]
 
 PolicyLike = FrozenPolicy | PolicyMixture | np.ndarray
 
@@ -137,7 +137,7 @@ class KnownGame:
 
 
 class KuhnGame(KnownGame):
-    """Kuhn poker (``marljoint_envs.kuhn_poker_v0``), exactly: tables ``[6, 2]`` per player."""
+    """Kuhn poker (the bundled ``kuhn_poker_v0`` env), exactly: tables ``[6, 2]`` per player."""
 
     name = "kuhn_poker"
     num_players = 2
@@ -173,7 +173,8 @@ class KuhnGame(KnownGame):
 
 
 class MatrixGame(KnownGame):
-    """A normal-form game (``marljoint_envs.matrix_game_v0``): a seat's table is its mixed strategy ``[n_p]``.
+    """A normal-form game (as the bundled ``matrix_game_v0`` env plays it): a seat's table is its mixed strategy
+    ``[n_p]``.
 
     Args:
         payoffs: one array per player, each of shape ``[n_1, ..., n_P]``.
@@ -240,38 +241,15 @@ class MatrixGame(KnownGame):
         return f"MatrixGame({self.name!r}, shape={self.shape})"
 
 
-_KUHN_NAMES = ("kuhn_poker", "kuhn_poker_v0")
-
-
-def known_game(env_name: str, env_kwargs: Mapping[str, Any] | None = None) -> KnownGame | None:
-    """The known game behind a bundled env, or ``None`` when the env has no known tree.
-
-    Args:
-        env_name: a ``marljoint_envs`` module name, e.g. ``"kuhn_poker_v0"`` or ``"matrix_game_v0"``.
-        env_kwargs: the env's keyword arguments (``game=`` or ``payoffs=`` for ``matrix_game_v0``).
-
-    Returns:
-        :class:`KuhnGame`, :class:`MatrixGame`, or ``None``.
-    """
-    kwargs = dict(env_kwargs or {})
-    if env_name in _KUHN_NAMES:
-        return KuhnGame()
-    if env_name == "matrix_game_v0":
-        from marljoint_envs import matrix_game_v0
-
-        if kwargs.get("payoffs") is not None:
-            return MatrixGame(matrix_game_v0.payoff_tensors(np.asarray(kwargs["payoffs"])), "custom")
-        name = kwargs.get("game", "rps")
-        return MatrixGame(matrix_game_v0.payoff_tensors(name), name)
-    return None
+KUHN_NAMES = ("kuhn_poker", "kuhn_poker_v0")
+"""The names :func:`resolve_game` takes for Kuhn poker (the game and its bundled env)."""
 
 
 def resolve_game(game: Any) -> KnownGame:
     """A :class:`KnownGame` from a game object, a name, or a list of payoff arrays.
 
     Args:
-        game: a :class:`KnownGame`; ``"kuhn_poker"`` / ``"kuhn_poker_v0"``; a name in
-            ``marljoint_envs.matrix_game_v0.GAMES`` (e.g. ``"rps"``); or one payoff array per player.
+        game: a :class:`KnownGame`; ``"kuhn_poker"`` / ``"kuhn_poker_v0"``; or one payoff array per player.
 
     Raises:
         ValueError: an unknown name or ill-formed payoffs.
@@ -279,15 +257,11 @@ def resolve_game(game: Any) -> KnownGame:
     if isinstance(game, KnownGame):
         return game
     if isinstance(game, str):
-        if game in _KUHN_NAMES:
+        if game in KUHN_NAMES:
             return KuhnGame()
-        from marljoint_envs import matrix_game_v0
-
-        if game in matrix_game_v0.GAMES:
-            return MatrixGame(matrix_game_v0.payoff_tensors(game), game)
         raise ValueError(
-            f"unknown game {game!r}; pass 'kuhn_poker', a matrix game name {sorted(matrix_game_v0.GAMES)}, a list "
-            "of payoff arrays, or a KnownGame"
+            f"unknown game {game!r}; pass 'kuhn_poker', a list of payoff arrays, or a KnownGame (a bundled matrix "
+            f"game by name: marljoint.envs_registry.known_game('matrix_game_v0', {{'game': {game!r}}}))"
         )
     if isinstance(game, (list, tuple)):
         return MatrixGame(game)

@@ -30,8 +30,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from marljoint.best_response.games import KnownGame, known_game
+from marljoint.best_response.games import KnownGame
 from marljoint.best_response.meta_solvers import META_SOLVERS
+from marljoint.envs_registry import known_game
 from marljoint.ppo.config import JointTrainerConfig
 
 __all__ = ["register", "CommandError", "Recipe", "RECIPES", "env_factory", "recipe_for", "write_metrics_csv"]

@@ -9,7 +9,7 @@ from _kuhn_tables import ALWAYS_PASS, UNIFORM, equilibrium
 
 from marljoint import JointMultiAgentTrainer, JointTrainerConfig, PettingZooJointEnv
 from marljoint.best_response import exploitability, nash_conv
-from marljoint.best_response.games import KuhnGame, MatrixGame, known_game, resolve_game
+from marljoint.best_response.games import KuhnGame, MatrixGame, resolve_game
 from marljoint.best_response.kuhn import (
     kuhn_infoset_observations,
     kuhn_mixture_table,
@@ -18,6 +18,7 @@ from marljoint.best_response.kuhn import (
     tables_from_policy,
 )
 from marljoint.best_response.population import ConstantPolicy, KuhnTablePolicy, PolicyMixture, UniformPolicy
+from marljoint.envs_registry import known_game
 from marljoint_envs import kuhn_poker_v0, matrix_game_v0
 
 
@@ -138,6 +139,9 @@ def test_resolve_game_errors():
     assert known_game("bucket_brigade_v0") is None
     with pytest.raises(ValueError, match=r"unknown game 'chess'"):
         resolve_game("chess")
+    # The library looks no bundled env up: a matrix game by name comes from the env registry.
+    with pytest.raises(ValueError, match=r"known_game\('matrix_game_v0', \{'game': 'rps'\}\)"):
+        resolve_game("rps")
     with pytest.raises(ValueError, match="best_response_gain"):
         resolve_game(42)
     with pytest.raises(ValueError, match="got 1 policies for kuhn_poker, which has 2 players"):

@@ -1,9 +1,11 @@
-"""Joint multi-agent PPO: config, rollout storage, GAE, losses and the trainer."""
+"""Joint multi-agent PPO: config, rollout storage, GAE, losses, the learner (the one-backward update) and the trainer
+(the loop)."""
 
 from marljoint.auxiliary import AuxFn, AuxOutput
 from marljoint.policies.normalizer import RunningNormalizer
 from marljoint.ppo.config import JointTrainerConfig
 from marljoint.ppo.gae import compute_gae
+from marljoint.ppo.learner import Learner
 from marljoint.ppo.losses import (
     PolicyLossTerms,
     explained_variance,
@@ -23,6 +25,7 @@ __all__ = [
     "JointRollout",
     "JointStats",
     "JointTrainerConfig",
+    "Learner",
     "PolicyLossTerms",
     "RunningNormalizer",
     "compute_gae",

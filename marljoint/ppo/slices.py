@@ -57,7 +57,8 @@ def slice_trainer(
         plan: :func:`blueprint` output.
     """
     from marljoint.ppo.config import JointTrainerConfig
-    from marljoint.ppo.trainer import JointMultiAgentTrainer, _Unit
+    from marljoint.ppo.learner import _Unit
+    from marljoint.ppo.trainer import JointMultiAgentTrainer
 
     cfg = JointTrainerConfig.from_dict(config).replace(
         num_workers=0, num_envs=env.num_envs, device="cpu", vector_mode="sync"

@@ -7,7 +7,6 @@ norm. Agents with identical spaces form a group whose networks run as one batche
 
 from __future__ import annotations
 
-import inspect
 import math
 import pickle
 import sys
@@ -15,68 +14,24 @@ import time
 import uuid
 import warnings
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 import numpy as np
 import torch
-from torch import nn
 
 from marljoint.auxiliary import AuxOutput
 from marljoint.collect.noise import CopyNoise, copy_generators, generators_from_states
 from marljoint.env.base import JointEnv, JointObs
-from marljoint.policies import ActorCritic, AgentPolicy, StackedAdam, clip_member_grads_
+from marljoint.policies import ActorCritic, AgentPolicy, StackedAdam
 from marljoint.policies.joint import JointPolicy, NetworkSlot
 from marljoint.policies.normalizer import RunningNormalizer
 from marljoint.ppo.acting import HostActing
 from marljoint.ppo.config import JointTrainerConfig
-from marljoint.ppo.gae import compute_gae
-from marljoint.ppo.losses import (
-    explained_variance,
-    masked_mean,
-    normalize_advantages,
-    policy_loss,
-    value_loss,
-)
+from marljoint.ppo.learner import JointStats, Learner, _Unit
 from marljoint.ppo.rollout import JointRollout, carry_pending_moves
 from marljoint.ppo.slices import blueprint, learner_weights
 
 __all__ = ["Iteration", "JointMultiAgentTrainer", "JointStats"]
-
-
-@dataclass
-class JointStats:
-    """Diagnostics of one :meth:`JointMultiAgentTrainer.update`, averaged over its minibatch steps.
-
-    Per-agent fields are lists of N floats in ``possible_agents`` order. Frozen agents are reported too.
-
-    Attributes:
-        policy_loss: clipped-surrogate loss per agent.
-        value_loss: value loss per agent (in normalised units when value normalisation is on).
-        entropy: policy entropy per agent (sum over heads).
-        clip_fraction: fraction of ratios outside the clip range, per agent.
-        approx_kl: approximate KL(old ‖ new) per agent.
-        explained_var: explained variance of the rollout's value estimates w.r.t. the returns, per agent.
-        aux_loss: mean auxiliary loss (0 without ``aux_fn``).
-        total_loss: mean joint loss (Σ agents' losses + aux).
-        num_mb_steps: optimizer steps taken (minibatches processed).
-        grad_norm: gradient L2 norm of each network before clipping (mean over steps), keyed
-            ``"<part>/<network>"``: part ``actor``, ``critic`` (separate networks) or ``actor_critic`` (a shared
-            trunk); network the agent's name, or the names joined by ``+`` for one network shared by several.
-        aux_metrics: mean of every metric the aux function reported.
-    """
-
-    policy_loss: list[float]
-    value_loss: list[float]
-    entropy: list[float]
-    clip_fraction: list[float]
-    approx_kl: list[float]
-    explained_var: list[float]
-    aux_loss: float
-    total_loss: float
-    num_mb_steps: int
-    grad_norm: dict[str, float] = field(default_factory=dict)
-    aux_metrics: dict[str, float] = field(default_factory=dict)
 
 
 class Iteration(NamedTuple):
@@ -91,83 +46,6 @@ class Iteration(NamedTuple):
     rollout: JointRollout
     stats: JointStats
     seconds: float
-
-
-class _Unit:
-    """One network and its optimizers, serving some agents (a whole group, or one agent).
-
-    Gradients are clipped per network: the actor and the critic each on their own (one network when they share a
-    trunk), and per member of stacked per-agent weights. A network shared by several agents is one network: its
-    gradient, summed over those agents, is clipped once.
-    """
-
-    def __init__(
-        self,
-        group: int,
-        policy: ActorCritic,
-        agent_indices: tuple[int, ...],
-        optimizer: Any,
-        critic_optimizer: Any | None,
-        stacked: bool,
-        agent_names: Sequence[str],
-    ) -> None:
-        self.group = group
-        self.policy = policy
-        self.agent_indices = agent_indices
-        self.optimizer = optimizer
-        self.critic_optimizer = critic_optimizer
-        self.stacked = stacked
-        self.actor_params = list(policy.actor_parameters())
-        self.critic_params = list(policy.critic_parameters())
-        if getattr(policy, "share_trunk", False):
-            self.clip_groups = {"actor_critic": self.actor_params + self.critic_params}
-        else:
-            self.clip_groups = {"actor": self.actor_params, "critic": self.critic_params}
-        self.clip_groups = {part: params for part, params in self.clip_groups.items() if params}
-        self.members = len(agent_indices) if stacked and not policy.share_parameters else 1
-        names = [agent_names[i] for i in agent_indices]
-        # Member m's network name: its agent's, or the agents' joined by "+" for one network shared by several.
-        self.network_names = names if self.members == len(names) else ["+".join(names)]
-
-    def member_active(self, active: torch.Tensor) -> torch.Tensor:
-        """``[members]`` bool from the per-agent ``active`` mask; a shared network must be frozen as a whole."""
-        mine = active[list(self.agent_indices)]
-        if self.members == 1 and len(self.agent_indices) > 1:
-            if bool(mine.any()) != bool(mine.all()):
-                names = [int(i) for i in self.agent_indices]
-                raise ValueError(
-                    f"agents {names} share one network, so they cannot be frozen separately (active={mine.tolist()}); "
-                    "freeze all of them, or build the trainer with share_parameters=False"
-                )
-            return mine[:1]
-        return mine
-
-    def clip(self, max_norm: float) -> dict[str, torch.Tensor]:
-        """Clips every network's gradient to ``max_norm``; returns ``{part: [members] norms before clipping}``."""
-        norms = {}
-        for part, params in self.clip_groups.items():
-            if self.stacked:
-                norms[part] = clip_member_grads_(params, max_norm)
-            else:
-                # With an infinite cap the scale is min(1, inf) = 1: the call only measures the norm.
-                norms[part] = nn.utils.clip_grad_norm_(params, max_norm).detach().reshape(1)
-        return norms
-
-    def step(self, active: torch.Tensor) -> None:
-        """Steps the optimizers of the active members (after :meth:`clip`)."""
-        member_active = self.member_active(active)
-        for optimizer in self.optimizers():
-            if self.stacked:
-                optimizer.step(member_active)
-            elif bool(member_active.all()):
-                optimizer.step()
-
-    def zero_grad(self) -> None:
-        for p in self.actor_params + self.critic_params:
-            p.grad = None
-
-    def optimizers(self) -> list[Any]:
-        return [o for o in (self.optimizer, self.critic_optimizer) if o is not None]
 
 
 class JointMultiAgentTrainer:
@@ -313,9 +191,9 @@ class JointMultiAgentTrainer:
             value_normalizer=self.value_normalizer,
             device=self.device,
         )
+        self.learner = Learner(config, self.joint_policy, units, self._generator)
         self.iteration = 0
         self.env_steps = 0
-        self._lr_scale = 1.0
         self._workers: Any = None
         # Subprocess envs: the pickled networks their workers collect with (False: they step the env only).
         self._slice_plan: bytes | bool | None = None
@@ -527,30 +405,11 @@ class JointMultiAgentTrainer:
         return self.joint_policy.values(self.joint_policy.forward_rows(group_obs, alive_final))
 
     # ------------------------------------------------------------------ update
+    # ------------------------------------------------------------------ update
     def compute_advantages(self, rollout: JointRollout) -> tuple[torch.Tensor, torch.Tensor]:
-        """GAE advantages and returns, ``[T', E, N]`` each, over the rows of ``rollout.extended()``.
-
-        ``T' = T`` unless moves were carried in from the previous rollout (then ``T' = N + T``, the carried rows
-        first). The carried moves' targets are complete here; the rollout's own deferred moves get placeholder
-        values that nothing trains on (they are complete in the next rollout).
-        """
-        return self._gae(rollout.extended())
-
-    def _gae(self, rollout: JointRollout) -> tuple[torch.Tensor, torch.Tensor]:
-        terminated = rollout.terminated
-        if not self.config.bootstrap_truncation:
-            terminated = terminated | rollout.truncated
-        return compute_gae(
-            rollout.rewards,
-            rollout.values,
-            terminated,
-            rollout.truncated,
-            rollout.bootstrap_values,
-            self.config.gamma,
-            self.config.gae_lambda,
-            valid=rollout.valid,
-            final_values=rollout.final_values,
-        )
+        """GAE advantages and returns, ``[T', E, N]`` each, over the rows of ``rollout.extended()`` (see
+        :meth:`Learner.compute_advantages <marljoint.ppo.learner.Learner.compute_advantages>`)."""
+        return self.learner.compute_advantages(rollout)
 
     def update(
         self,
@@ -578,138 +437,12 @@ class JointMultiAgentTrainer:
             ValueError: for a rollout whose shapes disagree, an ``active`` of the wrong length, or an aux loss
                 that is not a finite scalar.
         """
-        cfg = self.config
-        rollout.validate()
-        n = self.spec.num_agents
-        if rollout.spec.agents != self.spec.agents:
-            raise ValueError(
-                f"rollout agents {list(rollout.spec.agents)} differ from the trainer's {list(self.spec.agents)}"
-            )
-        active_mask = self._active_mask(active)
-        call_aux = _aux_caller(aux_fn) if aux_fn is not None else None
+        return self.learner.update(rollout, aux_fn, active)
 
-        rollout = rollout.extended()
-        advantages, returns = self._gae(rollout)
-        valid = rollout.trainable
-        T, E = rollout.steps, rollout.num_envs
-        rows = T * E
-        if self.value_normalizer is not None:
-            self.value_normalizer.update(returns.reshape(rows, n), valid.reshape(rows, n), active_mask)
-        b_valid = valid.reshape(rows, n)
-        ev = explained_variance(rollout.values.reshape(rows, n), returns.reshape(rows, n), b_valid)
-        b_obs = [o.reshape(rows, *o.shape[2:]) for o in rollout.obs]
-        b_actions = [a.reshape(rows, *a.shape[2:]) for a in rollout.actions]
-        b_masks = [None if m is None else m.reshape(rows, *m.shape[2:]) for m in rollout.action_masks]
-        b_alive = rollout.alive.reshape(rows, n)
-        b_log_probs = rollout.log_probs.reshape(rows, n)
-        b_values = rollout.values.reshape(rows, n)
-        b_advantages = advantages.reshape(rows, n)
-        b_returns = returns.reshape(rows, n)
-        if self.value_normalizer is not None:
-            b_values = self.value_normalizer.normalize(b_values)
-            b_returns = self.value_normalizer.normalize(b_returns)
-
-        device = self.device
-        names = ("policy_loss", "value_loss", "entropy", "clip_fraction", "approx_kl")
-        sums = {k: torch.zeros(n, device=device) for k in names}
-        grad_sums: dict[str, torch.Tensor] = {}
-        aux_total = torch.zeros((), device=device)
-        loss_total = torch.zeros((), device=device)
-        aux_metric_sums: dict[str, Any] = {}
-        steps = 0
-        per_epoch = cfg.minibatches_per_epoch
-        policy = self.joint_policy
-        policy.train()
-        active_on_device = active_mask.to(device)
-        stop = False
-        for _ in range(cfg.n_epochs):
-            order = torch.randperm(rows, generator=self._generator).to(device)
-            for idx in order.split(cfg.minibatch_size)[:per_epoch]:
-                mb_valid = b_valid[idx]
-                mb_alive = b_alive[idx]
-                outputs = policy.forward([o[idx] for o in b_obs], mb_alive)
-                log_prob, entropy, features = policy.evaluate(
-                    outputs, [a[idx] for a in b_actions], [None if m is None else m[idx] for m in b_masks]
-                )
-                mb_adv = b_advantages[idx]
-                if cfg.normalize_advantages:
-                    mb_adv = normalize_advantages(mb_adv, mb_valid)
-                pg = policy_loss(log_prob, b_log_probs[idx], mb_adv, cfg.clip_range, mb_valid)
-                if cfg.target_kl is not None and bool((pg.approx_kl[active_on_device] > 1.5 * cfg.target_kl).any()):
-                    # The policy already moved too far on these rows: stop before stepping on them.
-                    stop = True
-                    break
-                new_values = policy.agent_columns(o.values for o in outputs)
-                vl = value_loss(new_values, b_values[idx], b_returns[idx], cfg.clip_range_vf, mb_valid)
-                ent = masked_mean(entropy, mb_valid)
-                per_agent = pg.loss + cfg.vf_coef * vl - cfg.ent_coef * ent
-                joint = per_agent.sum()
-                if call_aux is not None:
-                    # Every present agent's features on the same rows: in turn-based games the waiting players
-                    # too (a row has one mover), and frozen agents as well as trained ones.
-                    aux = call_aux(features, mb_alive)
-                    joint = joint + aux.loss
-                    aux_total += aux.loss.detach()
-                    for key, value in aux.metrics.items():
-                        aux_metric_sums[key] = aux_metric_sums.get(key, 0.0) + _detached(value)
-                for unit in self._units:
-                    unit.zero_grad()
-                joint.backward()
-                for unit in self._units:
-                    for part, norms in unit.clip(cfg.max_grad_norm).items():
-                        for name, norm in zip(unit.network_names, norms):
-                            key = f"{part}/{name}"
-                            grad_sums[key] = grad_sums[key] + norm if key in grad_sums else norm
-                    unit.step(active_mask)
-                steps += 1
-                sums["policy_loss"] += pg.loss.detach()
-                sums["value_loss"] += vl.detach()
-                sums["entropy"] += ent.detach()
-                sums["clip_fraction"] += pg.clip_fraction
-                sums["approx_kl"] += pg.approx_kl
-                loss_total += joint.detach()
-            if stop:
-                break
-        for unit in self._units:
-            unit.zero_grad()
-        denom = max(steps, 1)
-        means = _to_host(
-            {
-                **{k: v / denom for k, v in sums.items()},
-                "explained_var": ev,
-                "aux_loss": aux_total / denom,
-                "total_loss": loss_total / denom,
-                "grad_norm": {k: v / denom for k, v in grad_sums.items()},
-                "aux_metrics": {k: v / denom for k, v in aux_metric_sums.items()},
-            }
-        )
-        return JointStats(num_mb_steps=steps, **means)
-
-    def _active_mask(self, active: Sequence[bool] | torch.Tensor | None) -> torch.Tensor:
-        n = self.spec.num_agents
-        if active is None:
-            return torch.ones(n, dtype=torch.bool)
-        mask = torch.as_tensor(active, dtype=torch.bool).reshape(-1).cpu()
-        if mask.numel() != n:
-            raise ValueError(
-                f"active has {mask.numel()} entries for {n} agents {list(self.spec.agents)}; pass one bool per agent"
-            )
-        return mask
-
-    # ------------------------------------------------------------------ training loop
     def set_learning_rate_scale(self, scale: float) -> None:
-        """Sets every optimizer's learning rate to ``scale ×`` its own initial value.
-
-        The initial value is each optimizer's learning rate when this is first called (kept in its param groups
-        as ``initial_lr``, so it survives checkpoints): the configured rates for :meth:`from_env`, and whatever
-        the optimizers passed to the constructor were built with.
-        """
-        self._lr_scale = float(scale)
-        for unit in self._units:
-            for optimizer in unit.optimizers():
-                for group in optimizer.param_groups:
-                    group.setdefault("initial_lr", group["lr"])
-                    group["lr"] = group["initial_lr"] * self._lr_scale
+        """Sets every optimizer's learning rate to ``scale ×`` its own initial value (see
+        :meth:`Learner.set_learning_rate_scale <marljoint.ppo.learner.Learner.set_learning_rate_scale>`)."""
+        self.learner.set_learning_rate_scale(scale)
 
     def anneal_learning_rate(self, end_iteration: int) -> float:
         """Applies the ``anneal_lr`` schedule for the coming iteration; returns the scale it set.
@@ -864,7 +597,7 @@ class JointMultiAgentTrainer:
             "copy_generators": [g.get_state() for g in self._copy_generators],
             "iteration": self.iteration,
             "env_steps": self.env_steps,
-            "lr_scale": self._lr_scale,
+            "lr_scale": self.learner.lr_scale,
             "pending_moves": None if self._pending is None else _fields_without_spec(self._pending.to("cpu")),
         }
 
@@ -892,7 +625,7 @@ class JointMultiAgentTrainer:
         self._copy_generators = generators_from_states(state.get("copy_generators", []))
         self.iteration = int(state["iteration"])
         self.env_steps = int(state["env_steps"])
-        self._lr_scale = float(state.get("lr_scale", 1.0))
+        self.learner.lr_scale = float(state.get("lr_scale", 1.0))
         pending = state.get("pending_moves")
         self._pending = None if pending is None else JointRollout(**{**pending, "spec": self.spec}).to(self.device)
 
@@ -992,27 +725,6 @@ def _fields_without_spec(rollout: JointRollout) -> dict[str, Any]:
     return {name: value for name, value in vars(rollout).items() if name != "spec"}
 
 
-def _detached(value: Any) -> Any:
-    """A metric value without its graph (tensors stay on their device until :func:`_to_host`)."""
-    return value.detach() if isinstance(value, torch.Tensor) else float(value)
-
-
-def _to_host(stats: dict[str, Any]) -> dict[str, Any]:
-    """The update's statistics as Python numbers: the one point where they leave the trainer's device.
-
-    ``[N]`` tensors become lists, scalar tensors floats; nested dicts are converted entry by entry.
-    """
-    out: dict[str, Any] = {}
-    for key, value in stats.items():
-        if isinstance(value, dict):
-            out[key] = {k: float(v) for k, v in value.items()}
-        elif isinstance(value, torch.Tensor) and value.dim() > 0:
-            out[key] = value.tolist()
-        else:
-            out[key] = float(value)
-    return out
-
-
 def _check_agent_count(config: JointTrainerConfig, n: int) -> None:
     if config.num_agents is not None and config.num_agents != n:
         raise ValueError(
@@ -1028,26 +740,3 @@ def _critic_input_size(spec: Any) -> int:
                 f"{group.observation.shape}; turn it off, or flatten/encode the images with a supersuit wrapper"
             )
     return sum(spec.observations[i].size for i in range(spec.num_agents)) + spec.num_agents
-
-
-def _aux_caller(aux_fn: Callable[..., Any]) -> Callable[[list[torch.Tensor], torch.Tensor], AuxOutput]:
-    """Normalises ``aux_fn(features, alive)`` / ``aux_fn(features)`` returning AuxOutput or a scalar."""
-    try:
-        params = inspect.signature(aux_fn).parameters.values()
-        positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL)]
-        takes_alive = len(positional) >= 2 or any(p.kind == p.VAR_POSITIONAL for p in positional)
-    except (TypeError, ValueError):
-        takes_alive = True
-
-    def call(features: list[torch.Tensor], alive: torch.Tensor) -> AuxOutput:
-        result = aux_fn(features, alive) if takes_alive else aux_fn(features)
-        if not isinstance(result, AuxOutput):
-            result = AuxOutput(result, {})
-        loss = result.loss
-        if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
-            raise ValueError(f"aux_fn must return a scalar tensor (or AuxOutput), got {type(loss).__name__}")
-        if not bool(torch.isfinite(loss.detach())):
-            raise ValueError(f"aux_fn returned a non-finite loss ({float(loss.detach())})")
-        return AuxOutput(loss.reshape(()), result.metrics)
-
-    return call

@@ -10,7 +10,7 @@ early stop) are host reads, not device mixing; they are left out here.
 import pytest
 import torch
 
-import marljoint.ppo.trainer as trainer_module
+import marljoint.ppo.learner as learner_module
 from marljoint import JointMultiAgentTrainer, JointTrainerConfig, PettingZooJointEnv
 from marljoint.ppo.gae import compute_gae
 from marljoint_envs import kuhn_poker_v0, mock_v0, variable_agents_v0
@@ -43,7 +43,7 @@ def test_the_update_runs_on_another_device_without_mixing(case, monkeypatch):
         read.update(stats)
         return {k: ({} if isinstance(v, dict) else [] if v.dim() else 0.0) for k, v in stats.items()}
 
-    monkeypatch.setattr(trainer_module, "_to_host", check_instead_of_reading)
+    monkeypatch.setattr(learner_module, "_to_host", check_instead_of_reading)
     stats = learner.update(rollout.to("meta"))
     assert stats.num_mb_steps > 0
     tensors = [v for k, v in read.items() if not isinstance(v, dict)]

@@ -1,0 +1,454 @@
+"""The learner: the optimizers of a :class:`~marljoint.policies.JointPolicy` and the one-backward PPO update.
+
+Every agent's PPO loss and the optional cross-agent auxiliary loss are summed into ONE scalar; ONE backward pass
+runs; each network's gradient is clipped to a global L2 norm on its own and each agent's optimizer steps. The update
+is three steps: flatten the rollout into rows (GAE, the value normaliser, ``(t, e)`` into rows), the joint loss of
+a minibatch, and the step.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+import torch
+from torch import nn
+
+from marljoint.auxiliary import AuxOutput
+from marljoint.policies import ActorCritic, clip_member_grads_
+from marljoint.policies.joint import JointPolicy
+from marljoint.policies.normalizer import RunningNormalizer
+from marljoint.ppo.config import JointTrainerConfig
+from marljoint.ppo.gae import compute_gae
+from marljoint.ppo.losses import explained_variance, masked_mean, normalize_advantages, policy_loss, value_loss
+from marljoint.ppo.rollout import JointRollout
+
+__all__ = ["JointStats", "Learner"]
+
+
+@dataclass
+class JointStats:
+    """Diagnostics of one :meth:`JointMultiAgentTrainer.update`, averaged over its minibatch steps.
+
+    Per-agent fields are lists of N floats in ``possible_agents`` order. Frozen agents are reported too.
+
+    Attributes:
+        policy_loss: clipped-surrogate loss per agent.
+        value_loss: value loss per agent (in normalised units when value normalisation is on).
+        entropy: policy entropy per agent (sum over heads).
+        clip_fraction: fraction of ratios outside the clip range, per agent.
+        approx_kl: approximate KL(old ‖ new) per agent.
+        explained_var: explained variance of the rollout's value estimates w.r.t. the returns, per agent.
+        aux_loss: mean auxiliary loss (0 without ``aux_fn``).
+        total_loss: mean joint loss (Σ agents' losses + aux).
+        num_mb_steps: optimizer steps taken (minibatches processed).
+        grad_norm: gradient L2 norm of each network before clipping (mean over steps), keyed
+            ``"<part>/<network>"``: part ``actor``, ``critic`` (separate networks) or ``actor_critic`` (a shared
+            trunk); network the agent's name, or the names joined by ``+`` for one network shared by several.
+        aux_metrics: mean of every metric the aux function reported.
+    """
+
+    policy_loss: list[float]
+    value_loss: list[float]
+    entropy: list[float]
+    clip_fraction: list[float]
+    approx_kl: list[float]
+    explained_var: list[float]
+    aux_loss: float
+    total_loss: float
+    num_mb_steps: int
+    grad_norm: dict[str, float] = field(default_factory=dict)
+    aux_metrics: dict[str, float] = field(default_factory=dict)
+
+
+class _Batch(NamedTuple):
+    """An update's rows, ``(t, e)`` flattened into ``R`` rows: per group ``[R, n_g, ...]``, per agent ``[R, N]``."""
+
+    rows: int
+    obs: list[torch.Tensor]
+    actions: list[torch.Tensor]
+    masks: list[torch.Tensor | None]
+    alive: torch.Tensor
+    valid: torch.Tensor
+    log_probs: torch.Tensor
+    values: torch.Tensor
+    advantages: torch.Tensor
+    returns: torch.Tensor
+    explained_var: torch.Tensor
+
+
+class _MinibatchLoss(NamedTuple):
+    """One minibatch's joint loss and its terms (``[N]`` per agent)."""
+
+    joint: torch.Tensor
+    pg: Any
+    value: torch.Tensor
+    entropy: torch.Tensor
+    aux: AuxOutput | None
+
+
+class _Totals:
+    """Sums of an update's statistics over its minibatch steps, on the trainer's device until :meth:`stats`."""
+
+    def __init__(self, num_agents: int, device: torch.device) -> None:
+        names = ("policy_loss", "value_loss", "entropy", "clip_fraction", "approx_kl")
+        self.sums = {k: torch.zeros(num_agents, device=device) for k in names}
+        self.grad_norm: dict[str, torch.Tensor] = {}
+        self.aux_loss = torch.zeros((), device=device)
+        self.total_loss = torch.zeros((), device=device)
+        self.aux_metrics: dict[str, Any] = {}
+        self.steps = 0
+
+    def add(self, loss: _MinibatchLoss, grad_norms: dict[str, torch.Tensor]) -> None:
+        for key, norm in grad_norms.items():
+            self.grad_norm[key] = self.grad_norm[key] + norm if key in self.grad_norm else norm
+        if loss.aux is not None:
+            self.aux_loss += loss.aux.loss.detach()
+            for key, value in loss.aux.metrics.items():
+                self.aux_metrics[key] = self.aux_metrics.get(key, 0.0) + _detached(value)
+        self.steps += 1
+        self.sums["policy_loss"] += loss.pg.loss.detach()
+        self.sums["value_loss"] += loss.value.detach()
+        self.sums["entropy"] += loss.entropy.detach()
+        self.sums["clip_fraction"] += loss.pg.clip_fraction
+        self.sums["approx_kl"] += loss.pg.approx_kl
+        self.total_loss += loss.joint.detach()
+
+    def stats(self, explained_var: torch.Tensor) -> JointStats:
+        """The means over the steps taken, read to the host once."""
+        denom = max(self.steps, 1)
+        means = _to_host(
+            {
+                **{k: v / denom for k, v in self.sums.items()},
+                "explained_var": explained_var,
+                "aux_loss": self.aux_loss / denom,
+                "total_loss": self.total_loss / denom,
+                "grad_norm": {k: v / denom for k, v in self.grad_norm.items()},
+                "aux_metrics": {k: v / denom for k, v in self.aux_metrics.items()},
+            }
+        )
+        return JointStats(num_mb_steps=self.steps, **means)
+
+
+class _Unit:
+    """One network and its optimizers, serving some agents (a whole group, or one agent).
+
+    Gradients are clipped per network: the actor and the critic each on their own (one network when they share a
+    trunk), and per member of stacked per-agent weights. A network shared by several agents is one network: its
+    gradient, summed over those agents, is clipped once.
+    """
+
+    def __init__(
+        self,
+        group: int,
+        policy: ActorCritic,
+        agent_indices: tuple[int, ...],
+        optimizer: Any,
+        critic_optimizer: Any | None,
+        stacked: bool,
+        agent_names: Sequence[str],
+    ) -> None:
+        self.group = group
+        self.policy = policy
+        self.agent_indices = agent_indices
+        self.optimizer = optimizer
+        self.critic_optimizer = critic_optimizer
+        self.stacked = stacked
+        self.actor_params = list(policy.actor_parameters())
+        self.critic_params = list(policy.critic_parameters())
+        if getattr(policy, "share_trunk", False):
+            self.clip_groups = {"actor_critic": self.actor_params + self.critic_params}
+        else:
+            self.clip_groups = {"actor": self.actor_params, "critic": self.critic_params}
+        self.clip_groups = {part: params for part, params in self.clip_groups.items() if params}
+        self.members = len(agent_indices) if stacked and not policy.share_parameters else 1
+        names = [agent_names[i] for i in agent_indices]
+        # Member m's network name: its agent's, or the agents' joined by "+" for one network shared by several.
+        self.network_names = names if self.members == len(names) else ["+".join(names)]
+
+    def member_active(self, active: torch.Tensor) -> torch.Tensor:
+        """``[members]`` bool from the per-agent ``active`` mask; a shared network must be frozen as a whole."""
+        mine = active[list(self.agent_indices)]
+        if self.members == 1 and len(self.agent_indices) > 1:
+            if bool(mine.any()) != bool(mine.all()):
+                names = [int(i) for i in self.agent_indices]
+                raise ValueError(
+                    f"agents {names} share one network, so they cannot be frozen separately (active={mine.tolist()}); "
+                    "freeze all of them, or build the trainer with share_parameters=False"
+                )
+            return mine[:1]
+        return mine
+
+    def clip(self, max_norm: float) -> dict[str, torch.Tensor]:
+        """Clips every network's gradient to ``max_norm``; returns ``{part: [members] norms before clipping}``."""
+        norms = {}
+        for part, params in self.clip_groups.items():
+            if self.stacked:
+                norms[part] = clip_member_grads_(params, max_norm)
+            else:
+                # With an infinite cap the scale is min(1, inf) = 1: the call only measures the norm.
+                norms[part] = nn.utils.clip_grad_norm_(params, max_norm).detach().reshape(1)
+        return norms
+
+    def step(self, active: torch.Tensor) -> None:
+        """Steps the optimizers of the active members (after :meth:`clip`)."""
+        member_active = self.member_active(active)
+        for optimizer in self.optimizers():
+            if self.stacked:
+                optimizer.step(member_active)
+            elif bool(member_active.all()):
+                optimizer.step()
+
+    def zero_grad(self) -> None:
+        for p in self.actor_params + self.critic_params:
+            p.grad = None
+
+    def optimizers(self) -> list[Any]:
+        return [o for o in (self.optimizer, self.critic_optimizer) if o is not None]
+
+
+class Learner:
+    """The optimizers of a joint policy and its PPO update.
+
+    Args:
+        config: the trainer's hyperparameters.
+        policy: the :class:`~marljoint.policies.JointPolicy` to train.
+        units: each network with its optimizers, in the policy's network order.
+        generator: the source of the minibatch shuffles (the trainer's generator).
+    """
+
+    def __init__(
+        self, config: JointTrainerConfig, policy: JointPolicy, units: Sequence[_Unit], generator: torch.Generator
+    ) -> None:
+        self.config = config
+        self.joint_policy = policy
+        self.spec = policy.spec
+        self.device = policy.device
+        self.value_normalizer: RunningNormalizer | None = policy.value_normalizer
+        self._units = list(units)
+        self._generator = generator
+        self.lr_scale = 1.0
+
+    def compute_advantages(self, rollout: JointRollout) -> tuple[torch.Tensor, torch.Tensor]:
+        """GAE advantages and returns, ``[T', E, N]`` each, over the rows of ``rollout.extended()``.
+
+        ``T' = T`` unless moves were carried in from the previous rollout (then ``T' = N + T``, the carried rows
+        first). The carried moves' targets are complete here; the rollout's own deferred moves get placeholder
+        values that nothing trains on (they are complete in the next rollout).
+        """
+        return self._gae(rollout.extended())
+
+    def _gae(self, rollout: JointRollout) -> tuple[torch.Tensor, torch.Tensor]:
+        terminated = rollout.terminated
+        if not self.config.bootstrap_truncation:
+            terminated = terminated | rollout.truncated
+        return compute_gae(
+            rollout.rewards,
+            rollout.values,
+            terminated,
+            rollout.truncated,
+            rollout.bootstrap_values,
+            self.config.gamma,
+            self.config.gae_lambda,
+            valid=rollout.valid,
+            final_values=rollout.final_values,
+        )
+
+    def update(
+        self,
+        rollout: JointRollout,
+        aux_fn: Callable[..., AuxOutput | torch.Tensor] | None = None,
+        active: Sequence[bool] | torch.Tensor | None = None,
+    ) -> JointStats:
+        """Runs the PPO epochs on a rollout: one joint loss and one backward per minibatch.
+
+        Args:
+            rollout: from :meth:`collect_rollout` (or built by hand with the same shapes).
+            aux_fn: optional cross-agent loss called as ``aux_fn(features, alive)`` (or ``aux_fn(features)``) with
+                ``features[i]`` = agent i's encoder features ``[B, d_i]`` on the minibatch rows and ``alive`` the
+                ``[B, N]`` mask of the agents present on each row; returns an
+                :class:`~marljoint.auxiliary.AuxOutput` or a scalar. Present means in the episode: in
+                turn-based games the players waiting for their turn count (their features are computed from what
+                they observe while waiting), and frozen agents count as well as trained ones.
+            active: ``[N]`` bools; False freezes that agent (its parameters, optimizer state and normaliser stay
+                bit-identical; its statistics are still reported).
+
+        Returns:
+            :class:`JointStats`.
+
+        Raises:
+            ValueError: for a rollout whose shapes disagree, an ``active`` of the wrong length, or an aux loss
+                that is not a finite scalar.
+        """
+        rollout.validate()
+        if rollout.spec.agents != self.spec.agents:
+            raise ValueError(
+                f"rollout agents {list(rollout.spec.agents)} differ from the trainer's {list(self.spec.agents)}"
+            )
+        cfg = self.config
+        active_mask = self._active_mask(active)
+        call_aux = _aux_caller(aux_fn) if aux_fn is not None else None
+        batch = self._flatten(rollout, active_mask)
+        totals = _Totals(self.spec.num_agents, self.device)
+        self.joint_policy.train()
+        active_on_device = active_mask.to(self.device)
+        for _ in range(cfg.n_epochs):
+            order = torch.randperm(batch.rows, generator=self._generator).to(self.device)
+            for idx in order.split(cfg.minibatch_size)[: cfg.minibatches_per_epoch]:
+                loss = self._minibatch_loss(batch, idx, call_aux)
+                if cfg.target_kl is not None and _too_far(loss.pg.approx_kl[active_on_device], cfg.target_kl):
+                    # The policy already moved too far on these rows: stop before stepping on them.
+                    return totals.stats(batch.explained_var)
+                totals.add(loss, self._step(loss.joint, active_mask))
+        return totals.stats(batch.explained_var)
+
+    def _flatten(self, rollout: JointRollout, active_mask: torch.Tensor) -> _Batch:
+        """The update's rows: GAE on the extended rollout, the normaliser's statistics merged, ``(t, e)`` flattened."""
+        n = self.spec.num_agents
+        rollout = rollout.extended()
+        advantages, returns = self._gae(rollout)
+        valid = rollout.trainable
+        rows = rollout.steps * rollout.num_envs
+        if self.value_normalizer is not None:
+            self.value_normalizer.update(returns.reshape(rows, n), valid.reshape(rows, n), active_mask)
+        b_valid = valid.reshape(rows, n)
+        ev = explained_variance(rollout.values.reshape(rows, n), returns.reshape(rows, n), b_valid)
+        b_values = rollout.values.reshape(rows, n)
+        b_returns = returns.reshape(rows, n)
+        if self.value_normalizer is not None:
+            b_values = self.value_normalizer.normalize(b_values)
+            b_returns = self.value_normalizer.normalize(b_returns)
+        return _Batch(
+            rows=rows,
+            obs=[o.reshape(rows, *o.shape[2:]) for o in rollout.obs],
+            actions=[a.reshape(rows, *a.shape[2:]) for a in rollout.actions],
+            masks=[None if m is None else m.reshape(rows, *m.shape[2:]) for m in rollout.action_masks],
+            alive=rollout.alive.reshape(rows, n),
+            valid=b_valid,
+            log_probs=rollout.log_probs.reshape(rows, n),
+            values=b_values,
+            advantages=advantages.reshape(rows, n),
+            returns=b_returns,
+            explained_var=ev,
+        )
+
+    def _minibatch_loss(
+        self, batch: _Batch, idx: torch.Tensor, call_aux: Callable[..., AuxOutput] | None
+    ) -> _MinibatchLoss:
+        """The joint loss on rows ``idx``: every agent's PPO loss plus the aux loss on the same rows."""
+        cfg = self.config
+        policy = self.joint_policy
+        mb_valid = batch.valid[idx]
+        mb_alive = batch.alive[idx]
+        outputs = policy.forward([o[idx] for o in batch.obs], mb_alive)
+        log_prob, entropy, features = policy.evaluate(
+            outputs, [a[idx] for a in batch.actions], [None if m is None else m[idx] for m in batch.masks]
+        )
+        mb_adv = batch.advantages[idx]
+        if cfg.normalize_advantages:
+            mb_adv = normalize_advantages(mb_adv, mb_valid)
+        pg = policy_loss(log_prob, batch.log_probs[idx], mb_adv, cfg.clip_range, mb_valid)
+        new_values = policy.agent_columns(o.values for o in outputs)
+        vl = value_loss(new_values, batch.values[idx], batch.returns[idx], cfg.clip_range_vf, mb_valid)
+        ent = masked_mean(entropy, mb_valid)
+        joint = (pg.loss + cfg.vf_coef * vl - cfg.ent_coef * ent).sum()
+        aux = None
+        if call_aux is not None:
+            # Every present agent's features on the same rows: in turn-based games the waiting players too (a row
+            # has one mover), and frozen agents as well as trained ones.
+            aux = call_aux(features, mb_alive)
+            joint = joint + aux.loss
+        return _MinibatchLoss(joint, pg, vl, ent, aux)
+
+    def _step(self, joint: torch.Tensor, active_mask: torch.Tensor) -> dict[str, torch.Tensor]:
+        """One backward, then each network clipped and the active agents' optimizers stepped; returns the
+        ``"<part>/<network>"`` gradient norms before clipping."""
+        for unit in self._units:
+            unit.zero_grad()
+        joint.backward()
+        norms_by_key = {}
+        for unit in self._units:
+            for part, norms in unit.clip(self.config.max_grad_norm).items():
+                for name, norm in zip(unit.network_names, norms):
+                    norms_by_key[f"{part}/{name}"] = norm
+            unit.step(active_mask)
+        for unit in self._units:
+            unit.zero_grad()
+        return norms_by_key
+
+    def _active_mask(self, active: Sequence[bool] | torch.Tensor | None) -> torch.Tensor:
+        n = self.spec.num_agents
+        if active is None:
+            return torch.ones(n, dtype=torch.bool)
+        mask = torch.as_tensor(active, dtype=torch.bool).reshape(-1).cpu()
+        if mask.numel() != n:
+            raise ValueError(
+                f"active has {mask.numel()} entries for {n} agents {list(self.spec.agents)}; pass one bool per agent"
+            )
+        return mask
+
+    # ------------------------------------------------------------------ training loop
+    def set_learning_rate_scale(self, scale: float) -> None:
+        """Sets every optimizer's learning rate to ``scale ×`` its own initial value.
+
+        The initial value is each optimizer's learning rate when this is first called (kept in its param groups
+        as ``initial_lr``, so it survives checkpoints): the configured rates for :meth:`from_env`, and whatever
+        the optimizers passed to the constructor were built with.
+        """
+        self.lr_scale = float(scale)
+        for unit in self._units:
+            for optimizer in unit.optimizers():
+                for group in optimizer.param_groups:
+                    group.setdefault("initial_lr", group["lr"])
+                    group["lr"] = group["initial_lr"] * self.lr_scale
+
+
+def _too_far(approx_kl: torch.Tensor, target_kl: float) -> bool:
+    """Whether an agent's approximate KL exceeds ``1.5 × target_kl`` (the early stop of ``target_kl``)."""
+    return bool((approx_kl > 1.5 * target_kl).any())
+
+
+def _detached(value: Any) -> Any:
+    """A metric value without its graph (tensors stay on their device until :func:`_to_host`)."""
+    return value.detach() if isinstance(value, torch.Tensor) else float(value)
+
+
+def _to_host(stats: dict[str, Any]) -> dict[str, Any]:
+    """The update's statistics as Python numbers: the one point where they leave the trainer's device.
+
+    ``[N]`` tensors become lists, scalar tensors floats; nested dicts are converted entry by entry.
+    """
+    out: dict[str, Any] = {}
+    for key, value in stats.items():
+        if isinstance(value, dict):
+            out[key] = {k: float(v) for k, v in value.items()}
+        elif isinstance(value, torch.Tensor) and value.dim() > 0:
+            out[key] = value.tolist()
+        else:
+            out[key] = float(value)
+    return out
+
+
+def _aux_caller(aux_fn: Callable[..., Any]) -> Callable[[list[torch.Tensor], torch.Tensor], AuxOutput]:
+    """Normalises ``aux_fn(features, alive)`` / ``aux_fn(features)`` returning AuxOutput or a scalar."""
+    try:
+        params = inspect.signature(aux_fn).parameters.values()
+        positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL)]
+        takes_alive = len(positional) >= 2 or any(p.kind == p.VAR_POSITIONAL for p in positional)
+    except (TypeError, ValueError):
+        takes_alive = True
+
+    def call(features: list[torch.Tensor], alive: torch.Tensor) -> AuxOutput:
+        result = aux_fn(features, alive) if takes_alive else aux_fn(features)
+        if not isinstance(result, AuxOutput):
+            result = AuxOutput(result, {})
+        loss = result.loss
+        if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
+            raise ValueError(f"aux_fn must return a scalar tensor (or AuxOutput), got {type(loss).__name__}")
+        if not bool(torch.isfinite(loss.detach())):
+            raise ValueError(f"aux_fn returned a non-finite loss ({float(loss.detach())})")
+        return AuxOutput(loss.reshape(()), result.metrics)
+
+    return call

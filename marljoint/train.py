@@ -361,6 +361,28 @@ class RunResult:
     env_state_saved: bool
 
 
+def _prepare_run_dir(run_dir: Path, resume: bool, force: bool) -> dict[str, Any] | None:
+    """Checks (and with ``force`` clears) the run directory; returns the checkpoint to resume from, if any.
+
+    Raises:
+        RunError: nothing to resume, a path that is not a directory, or a run already there without ``force``.
+    """
+    if resume:
+        if not (run_dir / CONFIG_FILE).is_file():
+            raise RunError(f"--resume: {run_dir} holds no run to resume (no {CONFIG_FILE})")
+        return _latest_checkpoint(run_dir)
+    if run_dir.exists() and not run_dir.is_dir():
+        raise RunError(f"output path {run_dir} exists and is not a directory")
+    if holds_run(run_dir):
+        if not force:
+            raise RunError(
+                f"{run_dir} already holds a run; pass --resume to continue it, --force to overwrite it, "
+                "or choose another --out"
+            )
+        clear_run(run_dir)
+    return None
+
+
 def train_run(
     spec: RunSpec,
     run_dir: str | os.PathLike[str],
@@ -394,20 +416,7 @@ def train_run(
     stream = stream if stream is not None else sys.stderr
     run_dir = Path(run_dir)
     started = time.perf_counter()
-    checkpoint = None
-    if resume:
-        if not (run_dir / CONFIG_FILE).is_file():
-            raise RunError(f"--resume: {run_dir} holds no run to resume (no {CONFIG_FILE})")
-        checkpoint = _latest_checkpoint(run_dir)
-    elif run_dir.exists() and not run_dir.is_dir():
-        raise RunError(f"output path {run_dir} exists and is not a directory")
-    elif holds_run(run_dir):
-        if not force:
-            raise RunError(
-                f"{run_dir} already holds a run; pass --resume to continue it, --force to overwrite it, "
-                "or choose another --out"
-            )
-        clear_run(run_dir)
+    checkpoint = _prepare_run_dir(run_dir, resume, force)
     env = make_env(spec)
     trainer = build_trainer(spec, env)
     aux_fn = spec.penalty()
@@ -444,15 +453,8 @@ def train_run(
                 on_iteration(row)
             last = trainer.iteration >= total_iterations
             if last or trainer.iteration % spec.checkpoint_every == 0:
-                env_state_saved = _save(
-                    trainer,
-                    run_dir,
-                    spec,
-                    clock_offset + time.perf_counter() - clock,
-                    agent_steps,
-                    env_state_saved,
-                    stream,
-                )
+                seconds_so_far = clock_offset + time.perf_counter() - clock
+                env_state_saved = _save(trainer, run_dir, spec, seconds_so_far, agent_steps, env_state_saved, stream)
                 last_saved = trainer.iteration
             display.update(trainer.env_steps, row["sps"], row["episode_return_mean"], force=last)
     except KeyboardInterrupt:
@@ -466,16 +468,10 @@ def train_run(
         trainer.close()
         env.close()
     _write_curve(run_dir, stream, progress)
-    final = sum(recent) / len(recent) if recent else math.nan
     _say(stream, progress, f"done: {trainer.iteration} iterations, {trainer.env_steps:,} env steps, run in {run_dir}")
-    return RunResult(
-        run_dir=run_dir,
-        iterations=trainer.iteration,
-        env_steps=trainer.env_steps,
-        seconds=time.perf_counter() - started,
-        final_return=final,
-        env_state_saved=env_state_saved,
-    )
+    final = sum(recent) / len(recent) if recent else math.nan
+    seconds = time.perf_counter() - started
+    return RunResult(run_dir, trainer.iteration, trainer.env_steps, seconds, final, env_state_saved)
 
 
 _FIRST_COLUMNS = ("iteration", "wall_time", "env_steps", "agent_steps", "sps", "episodes", "episode_return_mean")

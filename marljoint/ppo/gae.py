@@ -55,22 +55,11 @@ def compute_gae(
         ``(advantages, returns)``, each ``[T, *batch]``; returns are ``advantages + values`` on valid rows and 0
         elsewhere.
     """
-    for name, tensor in (("values", values), ("terminated", terminated), ("truncated", truncated)):
-        if tensor.shape != rewards.shape:
-            raise ValueError(f"{name} has shape {tuple(tensor.shape)}, rewards {tuple(rewards.shape)}; they must match")
-    if bootstrap_values.shape != rewards.shape[1:]:
-        raise ValueError(
-            f"bootstrap_values has shape {tuple(bootstrap_values.shape)}, expected {tuple(rewards.shape[1:])} "
-            "(the batch shape of one rollout row)"
-        )
     if valid is None:
         valid = torch.ones_like(terminated, dtype=torch.bool)
     if final_values is None:
         final_values = torch.zeros_like(values)
-    for name, tensor in (("valid", valid), ("final_values", final_values)):
-        if tensor.shape != rewards.shape:
-            raise ValueError(f"{name} has shape {tuple(tensor.shape)}, rewards {tuple(rewards.shape)}; they must match")
-
+    _check_shapes(rewards, values, terminated, truncated, bootstrap_values, valid, final_values)
     if values.device.type == "cpu":
         # The recursion is sequential in T; numpy's per-op cost on small arrays is a fraction of torch's.
         device, dtype = values.device, values.dtype
@@ -110,6 +99,27 @@ def compute_gae(
         float(np.float32(gamma)) if dtype == torch.float32 else gamma,
         float(np.float32(gamma * gae_lambda)) if dtype == torch.float32 else gamma * gae_lambda,
     )
+
+
+def _check_shapes(
+    rewards: torch.Tensor,
+    values: torch.Tensor,
+    terminated: torch.Tensor,
+    truncated: torch.Tensor,
+    bootstrap_values: torch.Tensor,
+    valid: torch.Tensor,
+    final_values: torch.Tensor,
+) -> None:
+    """Raises ``ValueError`` naming the first input whose shape does not fit ``rewards``'."""
+    named = (("values", values), ("terminated", terminated), ("truncated", truncated))
+    for name, tensor in (*named, ("valid", valid), ("final_values", final_values)):
+        if tensor.shape != rewards.shape:
+            raise ValueError(f"{name} has shape {tuple(tensor.shape)}, rewards {tuple(rewards.shape)}; they must match")
+    if bootstrap_values.shape != rewards.shape[1:]:
+        raise ValueError(
+            f"bootstrap_values has shape {tuple(bootstrap_values.shape)}, expected {tuple(rewards.shape[1:])} "
+            "(the batch shape of one rollout row)"
+        )
 
 
 def _recursion(

@@ -49,7 +49,7 @@ KNOWN = {
     ("marljoint.env.subprocess", "marljoint.collect.noise"),
     ("marljoint.ppo.trainer", "marljoint.distributed.rollout"),
 }
-KNOWN_CYCLES = {("best_response", "distributed"), ("distributed", "ppo"), ("env", "ppo")}
+KNOWN_CYCLES = {("best_response", "distributed"), ("collect", "env"), ("distributed", "ppo"), ("env", "ppo")}
 
 
 def _module_name(path: pathlib.Path) -> str:

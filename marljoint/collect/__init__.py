@@ -1,5 +1,14 @@
-"""Collection: how rollouts are gathered from env copies (the per-copy noise generators so far)."""
+"""Collection: how rollouts are gathered from env copies: the rollout storage ``[T, E, N, ...]``, the moves a
+turn-based rollout carries into the next, and the per-copy noise generators."""
 
 from marljoint.collect.noise import CopyNoise, copy_generators, generators_from_states
+from marljoint.collect.rollout import PER_AGENT_FIELDS, JointRollout, carry_pending_moves
 
-__all__ = ["CopyNoise", "copy_generators", "generators_from_states"]
+__all__ = [
+    "PER_AGENT_FIELDS",
+    "CopyNoise",
+    "JointRollout",
+    "carry_pending_moves",
+    "copy_generators",
+    "generators_from_states",
+]

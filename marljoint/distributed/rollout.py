@@ -2,7 +2,7 @@
 
 The learner broadcasts its weights once per iteration (one ``ray.put``), every worker plays ``rollout_steps`` steps
 in its copies, and the pieces are written side by side along the env axis of the learner's
-:class:`~marljoint.ppo.rollout.JointRollout`. Env seeds and action noise are addressed by each copy's global index
+:class:`~marljoint.collect.JointRollout`. Env seeds and action noise are addressed by each copy's global index
 and every worker evaluates its copies at their rows of a batch of all E copies (matrix-product kernels choose their
 summation order by shape), so the result is bit-identical to collecting all copies in one process.
 
@@ -22,7 +22,7 @@ from marljoint.collect.noise import generators_from_states
 from marljoint.ppo.slices import assemble, blueprint, load_weights, rollout_piece, slice_trainer
 
 if TYPE_CHECKING:  # pragma: no cover
-    from marljoint.ppo.rollout import JointRollout
+    from marljoint.collect.rollout import JointRollout
     from marljoint.ppo.trainer import JointMultiAgentTrainer
 
 __all__ = ["RayRolloutWorkers", "WorkerLostError", "connect_ray", "require_ray", "worker_slices"]

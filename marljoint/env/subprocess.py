@@ -320,7 +320,7 @@ class SubprocessJointEnv:
         :meth:`~marljoint.JointMultiAgentTrainer.collect_rollout`.
 
         Args:
-            rollout: the learner's :class:`~marljoint.ppo.rollout.JointRollout` for all E copies.
+            rollout: the learner's :class:`~marljoint.collect.JointRollout` for all E copies.
             token: identifies the learner; a new token rebuilds the workers' trainers from ``plan``.
             plan: :func:`marljoint.ppo.slices.blueprint` of the learner.
             config: the learner's ``JointTrainerConfig.to_dict()``.

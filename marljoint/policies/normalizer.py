@@ -79,20 +79,21 @@ class RunningNormalizer:
         """``[N]`` standard deviation, ``sqrt(max(var, min_var))``."""
         return self.var.clamp_min(self.min_var).sqrt()
 
-    def _stats(self, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-        """Mean and std cast to ``dtype``, cached until the next update (denormalising runs every env step)."""
+    def stats(self, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """``[N]`` mean and std cast to ``dtype``, cached until the next update (denormalising runs every env
+        step)."""
         if dtype not in self._cast:
             self._cast[dtype] = (self.mean.to(dtype), self.std.to(dtype))
         return self._cast[dtype]
 
     def normalize(self, x: torch.Tensor) -> torch.Tensor:
         """``(x − mean) / std`` per agent; ``x`` is ``[..., N]``."""
-        mean, std = self._stats(x.dtype)
+        mean, std = self.stats(x.dtype)
         return (x - mean) / std
 
     def denormalize(self, x: torch.Tensor) -> torch.Tensor:
         """``x · std + mean`` per agent; ``x`` is ``[..., N]``."""
-        mean, std = self._stats(x.dtype)
+        mean, std = self.stats(x.dtype)
         return x * std + mean
 
     def state_dict(self) -> dict[str, torch.Tensor]:

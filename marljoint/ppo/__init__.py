@@ -2,6 +2,7 @@
 (the loop)."""
 
 from marljoint.auxiliary import AuxFn, AuxOutput
+from marljoint.collect.rollout import JointRollout
 from marljoint.policies.normalizer import RunningNormalizer
 from marljoint.ppo.config import JointTrainerConfig
 from marljoint.ppo.gae import compute_gae
@@ -14,7 +15,6 @@ from marljoint.ppo.losses import (
     policy_loss,
     value_loss,
 )
-from marljoint.ppo.rollout import JointRollout
 from marljoint.ppo.trainer import Iteration, JointMultiAgentTrainer, JointStats
 
 __all__ = [

@@ -17,13 +17,13 @@ import torch
 from torch import nn
 
 from marljoint.auxiliary import AuxOutput
+from marljoint.collect.rollout import JointRollout
 from marljoint.policies import ActorCritic, clip_member_grads_
 from marljoint.policies.joint import JointPolicy
 from marljoint.policies.normalizer import RunningNormalizer
 from marljoint.ppo.config import JointTrainerConfig
 from marljoint.ppo.gae import compute_gae
 from marljoint.ppo.losses import explained_variance, masked_mean, normalize_advantages, policy_loss, value_loss
-from marljoint.ppo.rollout import JointRollout
 
 __all__ = ["JointStats", "Learner"]
 

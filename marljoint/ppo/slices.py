@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from marljoint.ppo.rollout import PER_AGENT_FIELDS, JointRollout
+from marljoint.collect.rollout import PER_AGENT_FIELDS, JointRollout
 
 if TYPE_CHECKING:  # pragma: no cover
     from marljoint.env.base import JointEnv

@@ -20,15 +20,15 @@ import numpy as np
 import torch
 
 from marljoint.auxiliary import AuxOutput
+from marljoint.collect.acting import HostActing
 from marljoint.collect.noise import CopyNoise, copy_generators, generators_from_states
+from marljoint.collect.rollout import JointRollout, carry_pending_moves
 from marljoint.env.base import JointEnv, JointObs
 from marljoint.policies import ActorCritic, AgentPolicy, StackedAdam
 from marljoint.policies.joint import JointPolicy, NetworkSlot
 from marljoint.policies.normalizer import RunningNormalizer
-from marljoint.ppo.acting import HostActing
 from marljoint.ppo.config import JointTrainerConfig
 from marljoint.ppo.learner import JointStats, Learner, _Unit
-from marljoint.ppo.rollout import JointRollout, carry_pending_moves
 from marljoint.ppo.slices import blueprint, learner_weights
 
 __all__ = ["Iteration", "JointMultiAgentTrainer", "JointStats"]
@@ -308,7 +308,7 @@ class JointMultiAgentTrainer:
             sink(x) for x in (ro.alive, ro.acting, ro.rewards, ro.terminated, ro.truncated)
         )
         # On the CPU, plain MLP networks act through numpy around their torch matrix products.
-        host = HostActing.build(self, ro)
+        host = HostActing.build(self.joint_policy, ro)
         with torch.no_grad():
             for t in range(cfg.rollout_steps):
                 for g in range(len(self.spec.groups)):

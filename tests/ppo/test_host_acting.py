@@ -8,9 +8,9 @@ import torch
 from mpe2 import simple_spread_v3
 
 from marljoint import JointMultiAgentTrainer, JointTrainerConfig, make_joint_env
+from marljoint.collect.acting import HostActing, _UnitActing
 from marljoint.env.spaces import ActionLayout, ObservationLayout
 from marljoint.policies import ActorCritic
-from marljoint.ppo.acting import HostActing, _UnitActing
 from marljoint_envs import kuhn_poker_v0, mock_v0
 
 FLAT = ObservationLayout("flat", (7,), np.dtype(np.float32))
@@ -97,7 +97,7 @@ def test_unit_acting_on_a_slice_of_padded_rows_matches_the_unpadded_network() ->
 def _rollouts(env_fn, config: JointTrainerConfig, host: bool, monkeypatch: pytest.MonkeyPatch) -> list:
     with monkeypatch.context() as patch:
         if not host:
-            patch.setattr(HostActing, "build", staticmethod(lambda trainer, rollout: None))
+            patch.setattr(HostActing, "build", staticmethod(lambda policy, rollout: None))
         env = make_joint_env(env_fn, config.num_envs, config.seed)
         trainer = JointMultiAgentTrainer.from_env(env, config)
         out = []
@@ -152,10 +152,10 @@ def test_host_acting_is_built_only_for_plain_mlp_networks_on_the_cpu() -> None:
     env = make_joint_env(lambda: mock_v0.parallel_env(num_agents=2), 2, 0)
     trainer = JointMultiAgentTrainer.from_env(env, config)
     rollout = trainer.collect_rollout()
-    assert isinstance(HostActing.build(trainer, rollout), HostActing)
+    assert isinstance(HostActing.build(trainer.joint_policy, rollout), HostActing)
     trainer._units[0].policy.__class__ = _Custom
-    assert HostActing.build(trainer, rollout) is None
+    assert HostActing.build(trainer.joint_policy, rollout) is None
     trainer._units[0].policy.__class__ = ActorCritic
     trainer._units[0].policy.double()
-    assert HostActing.build(trainer, rollout) is None
+    assert HostActing.build(trainer.joint_policy, rollout) is None
     env.close()

@@ -7,7 +7,7 @@ import torch
 from rollout_checks import assert_same_parameters
 
 from marljoint import JointMultiAgentTrainer, JointTrainerConfig, PettingZooJointEnv
-from marljoint.ppo.rollout import carry_pending_moves
+from marljoint.collect.rollout import carry_pending_moves
 from marljoint_envs import counter_v0, kuhn_poker_v0, mock_v0
 
 NUM_ENVS = 16

@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from marljoint.policies.actor_critic import ActorCritic
+from marljoint.policies.joint import JointPolicy
 
 __all__ = ["HostActing"]
 
@@ -194,34 +195,34 @@ class _UnitActing:
 
 
 class HostActing:
-    """A trainer's acting step over one rollout, in numpy around torch matrix products (see the module docstring).
+    """A joint policy's acting step over one rollout, in numpy around torch matrix products (see the module
+    docstring).
 
     Built by :meth:`build`, which returns ``None`` when a network is not a plain :class:`ActorCritic` with an MLP
     trunk on the CPU (a CNN, a subclass, float64, another device): those act through the torch path.
 
     Args:
-        trainer: the :class:`~marljoint.JointMultiAgentTrainer` (its units, spec, normaliser and row padding).
-        rollout: the CPU :class:`~marljoint.ppo.rollout.JointRollout` being collected; :meth:`act` reads step t's
+        policy: the :class:`~marljoint.policies.JointPolicy` (its networks, slots, normaliser and row padding).
+        rollout: the CPU :class:`~marljoint.collect.JointRollout` being collected; :meth:`act` reads step t's
             observations, masks and alive flags from it and writes its actions, log-probabilities and values.
     """
 
-    def __init__(self, trainer: Any, rollout: Any) -> None:
-        spec = trainer.spec
+    def __init__(self, policy: JointPolicy, rollout: Any) -> None:
+        spec = policy.spec
         rows = rollout.num_envs
-        policy = trainer.joint_policy
         start, total = policy.row_pad if policy.row_pad is not None else (0, rows)
-        # The centralised critic's joint state, built by the trainer's own definition (None without one).
+        # The centralised critic's joint state, built by the policy's own definition (None without one).
         self.critic_obs = policy.critic_state
         self.centralized = policy.centralized
         self.units: list[_UnitActing] = []
-        for unit in trainer._units:
-            slots = np.array([spec.group_of(i)[1] for i in unit.agent_indices])
-            columns = np.array(unit.agent_indices)
-            critic_size = unit.policy.critic_input_size if self.centralized else None
-            self.units.append(_UnitActing(unit.policy, unit.group, slots, columns, start, rows, total, critic_size))
+        for network, slot in zip(policy.networks, policy.slots):
+            slots = np.array([spec.group_of(i)[1] for i in slot.agents])
+            columns = np.array(slot.agents)
+            critic_size = network.critic_input_size if self.centralized else None
+            self.units.append(_UnitActing(network, slot.group, slots, columns, start, rows, total, critic_size))
         self.stats = None
-        if trainer.value_normalizer is not None:
-            mean, std = trainer.value_normalizer._stats(torch.float32)
+        if policy.value_normalizer is not None:
+            mean, std = policy.value_normalizer.stats(torch.float32)
             self.stats = (mean.numpy(), std.numpy())
         # numpy views of the rollout storage: [T, E, ...] each.
         self.rollout = rollout
@@ -232,17 +233,16 @@ class HostActing:
         self.values = rollout.values.numpy()
 
     @staticmethod
-    def build(trainer: Any, rollout: Any) -> HostActing | None:
-        """The acting step of ``trainer`` over ``rollout``, or ``None`` when its networks need the torch path."""
-        if trainer.device.type != "cpu":  # the rollout storage lives on the trainer's device
+    def build(policy: JointPolicy, rollout: Any) -> HostActing | None:
+        """The acting step of ``policy`` over ``rollout``, or ``None`` when its networks need the torch path."""
+        if policy.device.type != "cpu":  # the rollout storage lives on the policy's device
             return None
-        for unit in trainer._units:
-            policy = unit.policy
-            if type(policy) is not ActorCritic or policy.cnn is not None or policy.critic_cnn is not None:
+        for network in policy.networks:
+            if type(network) is not ActorCritic or network.cnn is not None or network.critic_cnn is not None:
                 return None
-            if any(p.dtype != torch.float32 for p in policy.parameters()):
+            if any(p.dtype != torch.float32 for p in network.parameters()):
                 return None
-        return HostActing(trainer, rollout)
+        return HostActing(policy, rollout)
 
     def act(self, t: int, noise: Any) -> list[np.ndarray]:
         """Samples every agent's action at step ``t`` and writes actions, log-probabilities and (denormalised)

@@ -20,8 +20,8 @@ import numpy as np
 import torch
 
 from marljoint.auxiliary import AuxOutput
-from marljoint.collect.acting import HostActing
-from marljoint.collect.noise import CopyNoise, copy_generators, generators_from_states
+from marljoint.collect.local import LocalCollector
+from marljoint.collect.noise import generators_from_states
 from marljoint.collect.rollout import JointRollout, carry_pending_moves
 from marljoint.env.base import JointEnv, JointObs
 from marljoint.policies import ActorCritic, AgentPolicy, StackedAdam
@@ -171,13 +171,10 @@ class JointMultiAgentTrainer:
         self.device = torch.device(config.device)
         self._units = units
         self._generator = torch.Generator().manual_seed(config.seed)
-        # Action sampling in rollouts draws each env copy's noise from that copy's generator.
-        self._copy_generators: list[torch.Generator] = []
         # Global index of this trainer's first env copy (non-zero when it collects one slice of a larger set).
         self._first_copy = int(getattr(env, "_copy_offset", 0))
         n = self.spec.num_agents
         self.value_normalizer = RunningNormalizer(n, device=self.device) if config.value_normalization else None
-        self._state: JointObs | None = None
         self._rollout: JointRollout | None = None
         # Moves of the last rollout whose outcome lies in the next one (turn-based games), or None.
         self._pending: JointRollout | None = None
@@ -192,6 +189,7 @@ class JointMultiAgentTrainer:
             device=self.device,
         )
         self.learner = Learner(config, self.joint_policy, units, self._generator)
+        self._local = LocalCollector(env, self.joint_policy, config.seed, self._first_copy)
         self.iteration = 0
         self.env_steps = 0
         self._workers: Any = None
@@ -208,6 +206,26 @@ class JointMultiAgentTrainer:
             from marljoint.distributed.rollout import worker_slices
 
             worker_slices(env.num_envs, config.num_workers)  # fail here, not at the first rollout
+
+    # ------------------------------------------------------------------ where the next rollout starts
+    @property
+    def _state(self) -> JointObs | None:
+        """The state the next rollout starts from (``None``: the env is reset first); the env workers and the
+        Ray workers write it after a rollout they collected."""
+        return self._local.state
+
+    @_state.setter
+    def _state(self, state: JointObs | None) -> None:
+        self._local.state = state
+
+    @property
+    def _copy_generators(self) -> list[torch.Generator]:
+        """The per-copy noise generators of the in-process collector (restored from checkpoints)."""
+        return self._local.copy_generators
+
+    @_copy_generators.setter
+    def _copy_generators(self, generators: list[torch.Generator]) -> None:
+        self._local.copy_generators = generators
 
     # ------------------------------------------------------------------ public properties
     @property
@@ -281,84 +299,9 @@ class JointMultiAgentTrainer:
             )
             self.env_steps += cfg.rollout_steps * self.env.num_envs
             return ro
-        if self._state is None:
-            self._state = self.env.reset(seed=cfg.seed)
-        if len(self._copy_generators) != self.env.num_envs:
-            self._copy_generators = copy_generators(cfg.seed, self.env.num_envs, self._first_copy)
-        state = self._state
-        copy_noise = CopyNoise(self._copy_generators, cfg.rollout_steps)
-        ro.final_values.zero_()  # written only at the steps where an agent is truncated
-        ro.truncated_waiting.zero_()
-        episode_returns: list[np.ndarray] = []
-        episode_lengths: list[np.ndarray] = []
-        episode_steps: list[np.ndarray] = []
-        policy = self.joint_policy
-        policy.train(False)
-        # The env's arrays enter the rollout through numpy views of its storage when it is on the CPU: a numpy
-        # assignment costs a fraction of a torch copy_ per array and step.
-        on_host = ro.rewards.device.type == "cpu"
-        put = _put_numpy if on_host else _put_torch
-
-        def sink(tensor: torch.Tensor) -> Any:
-            return tensor.numpy() if on_host else tensor
-
-        obs_in = [sink(o) for o in ro.obs]
-        masks_in = [None if m is None else sink(m) for m in ro.action_masks]
-        alive_in, acting_in, rewards_in, terminated_in, truncated_in = (
-            sink(x) for x in (ro.alive, ro.acting, ro.rewards, ro.terminated, ro.truncated)
-        )
-        # On the CPU, plain MLP networks act through numpy around their torch matrix products.
-        host = HostActing.build(self.joint_policy, ro)
-        with torch.no_grad():
-            for t in range(cfg.rollout_steps):
-                for g in range(len(self.spec.groups)):
-                    put(obs_in[g], t, state.obs[g])
-                    if masks_in[g] is not None:
-                        put(masks_in[g], t, state.action_masks[g])
-                put(alive_in, t, state.alive)
-                put(acting_in, t, state.acting)
-                # Rows without a decision carry all-allowed masks (the adapter's contract; the distributions
-                # also treat an all-masked head as unmasked), so sampling there is well defined and ignored.
-                if host is not None:
-                    env_actions = policy.clip_actions(host.act(t, copy_noise))
-                else:
-                    env_actions = self._act_with_torch(ro, t, copy_noise)
-                step = self.env.step(env_actions)
-                put(rewards_in, t, step.rewards)
-                put(terminated_in, t, step.terminated)
-                put(truncated_in, t, step.truncated)
-                if step.truncated.any():
-                    ro.final_values[t] = self._final_values(step)
-                    if step.final_waiting is not None:
-                        ro.truncated_waiting[t] = torch.from_numpy(step.truncated & step.final_waiting)
-                if len(step.episode_lengths):
-                    episode_returns.append(step.episode_returns.copy())
-                    episode_lengths.append(step.episode_lengths.copy())
-                    episode_steps.append(np.full(len(step.episode_lengths), t, dtype=np.int64))
-                state = step
-            alive = torch.from_numpy(state.alive).to(self.device)
-            outputs = policy.forward_rows([torch.from_numpy(o).to(self.device) for o in state.obs], alive)
-            ro.bootstrap_values.copy_(policy.values(outputs) * alive)
-            ro.next_alive.copy_(alive)
-            ro.next_acting.copy_(torch.from_numpy(state.acting))
-        self._state = JointObs(state.obs, state.alive, state.acting, state.action_masks)
-        ro.episode_returns = np.concatenate(episode_returns) if episode_returns else np.zeros((0, self.spec.num_agents))
-        ro.episode_lengths = np.concatenate(episode_lengths) if episode_lengths else np.zeros(0, np.int64)
-        ro.episode_steps = np.concatenate(episode_steps) if episode_steps else np.zeros(0, np.int64)
+        self._local.collect_into(ro)
         self.env_steps += cfg.rollout_steps * self.env.num_envs
         return ro
-
-    def _act_with_torch(self, ro: JointRollout, t: int, copy_noise: CopyNoise) -> list[np.ndarray]:
-        """Samples step ``t`` of a rollout with the networks and distributions in torch; returns the env actions."""
-        masks = [m[t] if m is not None else None for m in ro.action_masks]
-        policy = self.joint_policy
-        outputs = policy.forward_rows([o[t] for o in ro.obs], ro.alive[t])
-        actions, log_probs = policy.sample(outputs, masks, copy_noise=copy_noise)
-        ro.values[t] = policy.values(outputs)
-        ro.log_probs[t] = log_probs
-        for g, action in enumerate(actions):
-            ro.actions[g][t].copy_(action)
-        return policy.env_actions(actions)
 
     def _collects_in_env_workers(self) -> bool:
         """Whether the env's worker processes run the policies too (a subprocess env, CPU policies, picklable)."""
@@ -388,23 +331,6 @@ class JointMultiAgentTrainer:
             self._workers.close()
             self._workers = None
 
-    def _final_values(self, step: Any) -> torch.Tensor:
-        """Values of the final states of agents that ended this step (bootstrap for truncation)."""
-        ended = torch.from_numpy(step.terminated | step.truncated).to(self.device)
-        reset = torch.from_numpy(step.reset_envs).to(self.device)
-        group_obs = []
-        for g, group in enumerate(self.spec.groups):
-            final = torch.from_numpy(step.final_obs[g]).to(self.device)
-            current = torch.from_numpy(step.obs[g]).to(self.device)
-            cols = ended[:, list(group.agent_indices)]
-            # Agents that did not end keep living in the same state, unless their copy was reset.
-            current = torch.where(reset.view(-1, *([1] * (current.dim() - 1))), torch.zeros_like(current), current)
-            shape = cols.shape + (1,) * (final.dim() - 2)
-            group_obs.append(torch.where(cols.view(shape), final, current))
-        alive_final = ended | (torch.from_numpy(step.alive).to(self.device) & ~reset.unsqueeze(1))
-        return self.joint_policy.values(self.joint_policy.forward_rows(group_obs, alive_final))
-
-    # ------------------------------------------------------------------ update
     # ------------------------------------------------------------------ update
     def compute_advantages(self, rollout: JointRollout) -> tuple[torch.Tensor, torch.Tensor]:
         """GAE advantages and returns, ``[T', E, N]`` each, over the rows of ``rollout.extended()`` (see
@@ -693,16 +619,6 @@ class JointMultiAgentTrainer:
 
 
 _PER_AGENT_STATS = ("policy_loss", "value_loss", "entropy", "clip_fraction", "approx_kl", "explained_var")
-
-
-def _put_numpy(dst: np.ndarray, t: int, src: np.ndarray) -> None:
-    """Writes an env array into step t of a rollout field held as a numpy view of CPU storage."""
-    dst[t] = src
-
-
-def _put_torch(dst: torch.Tensor, t: int, src: np.ndarray) -> None:
-    """Writes an env array into step t of a rollout field on any device."""
-    dst[t].copy_(torch.from_numpy(src))
 
 
 def _check_trunk_layout(policy: Any, policy_state: Mapping[str, Any], config: Mapping[str, Any]) -> None:

@@ -3,19 +3,10 @@
 import numpy as np
 import torch
 
-FIELDS = (
-    "log_probs",
-    "values",
-    "rewards",
-    "terminated",
-    "truncated",
-    "alive",
-    "acting",
-    "final_values",
-    "bootstrap_values",
-    "next_alive",
-    "next_acting",
-)
+from marljoint.collect import PER_AGENT_FIELDS
+
+# Every per-agent [T, E, N] field, then the [E, N] fields of the state after the last step.
+FIELDS = (*PER_AGENT_FIELDS, "bootstrap_values", "next_alive", "next_acting")
 
 
 def assert_same_rollout(a, b):

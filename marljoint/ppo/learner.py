@@ -265,7 +265,8 @@ class Learner:
         """Runs the PPO epochs on a rollout: one joint loss and one backward per minibatch.
 
         Args:
-            rollout: from :meth:`collect_rollout` (or built by hand with the same shapes).
+            rollout: from :meth:`~marljoint.JointMultiAgentTrainer.collect_rollout` (or built by hand with the same
+                shapes).
             aux_fn: optional cross-agent loss called as ``aux_fn(features, alive)`` (or ``aux_fn(features)``) with
                 ``features[i]`` = agent i's encoder features ``[B, d_i]`` on the minibatch rows and ``alive`` the
                 ``[B, N]`` mask of the agents present on each row; returns an

@@ -345,23 +345,8 @@ class JointMultiAgentTrainer:
     ) -> JointStats:
         """Runs the PPO epochs on a rollout: one joint loss and one backward per minibatch.
 
-        Args:
-            rollout: from :meth:`collect_rollout` (or built by hand with the same shapes).
-            aux_fn: optional cross-agent loss called as ``aux_fn(features, alive)`` (or ``aux_fn(features)``) with
-                ``features[i]`` = agent i's encoder features ``[B, d_i]`` on the minibatch rows and ``alive`` the
-                ``[B, N]`` mask of the agents present on each row; returns an
-                :class:`~marljoint.auxiliary.AuxOutput` or a scalar. Present means in the episode: in
-                turn-based games the players waiting for their turn count (their features are computed from what
-                they observe while waiting), and frozen agents count as well as trained ones.
-            active: ``[N]`` bools; False freezes that agent (its parameters, optimizer state and normaliser stay
-                bit-identical; its statistics are still reported).
-
-        Returns:
-            :class:`JointStats`.
-
-        Raises:
-            ValueError: for a rollout whose shapes disagree, an ``active`` of the wrong length, or an aux loss
-                that is not a finite scalar.
+        The learner's :meth:`~marljoint.ppo.Learner.update`, where the arguments, the aux-loss call and the errors
+        are described; ``rollout`` comes from :meth:`collect_rollout` (or is built by hand with the same shapes).
         """
         return self.learner.update(rollout, aux_fn, active)
 

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from marljoint.collect.noise import generators_from_states
-from marljoint.ppo.slices import assemble, blueprint, load_weights, rollout_piece, slice_trainer
+from marljoint.ppo.slices import assemble, blueprint, rollout_piece, slice_trainer
 
 if TYPE_CHECKING:  # pragma: no cover
     from marljoint.collect.rollout import JointRollout
@@ -119,7 +119,7 @@ class _RolloutWorker:
         if restore is not None:
             self.restore(restore)
         trainer = self.trainer
-        load_weights(trainer, weights)
+        trainer.joint_policy.load_weights(weights)
         piece = rollout_piece(trainer.collect_rollout())
         snapshot = {
             "env": trainer.env_state()["env"],

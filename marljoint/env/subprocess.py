@@ -71,7 +71,7 @@ def _worker(
     try:
         # Imported here: the env package loads before the trainer, which imports it.
         from marljoint.collect.noise import generators_from_states
-        from marljoint.ppo.slices import load_weights, rollout_piece, slice_trainer
+        from marljoint.ppo.slices import rollout_piece, slice_trainer
 
         torch.set_num_threads(1)
         env = PettingZooJointEnv(env_fn, num_envs=stop - start)
@@ -117,7 +117,7 @@ def _worker(
                     if pending is not None:  # noise generators restored before this learner existed
                         trainer._copy_generators = generators_from_states(pending)
                         pending = None
-                load_weights(trainer, weights)
+                trainer.joint_policy.load_weights(weights)
                 trainer._state = None if reset or state is None else state
                 piece = rollout_piece(trainer.collect_rollout())
                 state = trainer._state
@@ -324,7 +324,7 @@ class SubprocessJointEnv:
             token: identifies the learner; a new token rebuilds the workers' trainers from ``plan``.
             plan: :func:`marljoint.ppo.slices.blueprint` of the learner.
             config: the learner's ``JointTrainerConfig.to_dict()``.
-            weights: :func:`marljoint.ppo.slices.learner_weights` of the learner.
+            weights: :meth:`~marljoint.policies.JointPolicy.weights` of the learner's policy.
             reset: reset every copy (with ``config["seed"]``) before playing.
 
         Returns:

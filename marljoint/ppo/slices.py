@@ -39,11 +39,6 @@ def blueprint(trainer: JointMultiAgentTrainer) -> bytes:
     )
 
 
-def learner_weights(trainer: JointMultiAgentTrainer) -> dict[str, Any]:
-    """What a slice trainer needs each iteration: :meth:`~marljoint.policies.JointPolicy.weights` of the learner."""
-    return trainer.joint_policy.weights()
-
-
 def slice_trainer(
     env: JointEnv, start: int, total: int, config: dict[str, Any], plan: bytes
 ) -> JointMultiAgentTrainer:
@@ -72,11 +67,6 @@ def slice_trainer(
     trainer._setup(env, cfg, units)
     trainer.joint_policy.row_pad = (start, total)
     return trainer
-
-
-def load_weights(trainer: JointMultiAgentTrainer, weights: dict[str, Any]) -> None:
-    """Loads :func:`learner_weights` output into a slice trainer."""
-    trainer.joint_policy.load_weights(weights)
 
 
 def rollout_piece(rollout: JointRollout) -> dict[str, Any]:

@@ -29,7 +29,7 @@ from marljoint.policies.joint import JointPolicy, NetworkSlot
 from marljoint.policies.normalizer import RunningNormalizer
 from marljoint.ppo.config import JointTrainerConfig
 from marljoint.ppo.learner import JointStats, Learner, _Unit
-from marljoint.ppo.slices import blueprint, learner_weights
+from marljoint.ppo.slices import blueprint
 
 __all__ = ["Iteration", "JointMultiAgentTrainer", "JointStats"]
 
@@ -290,12 +290,12 @@ class JointMultiAgentTrainer:
             self._rollout = JointRollout.allocate(self.spec, cfg.rollout_steps, self.env.num_envs, self.device)
         ro = self._rollout
         if cfg.num_workers > 0:
-            self._ray_workers().collect(learner_weights(self), ro)
+            self._ray_workers().collect(self.joint_policy.weights(), ro)
             self.env_steps += cfg.rollout_steps * self.env.num_envs
             return ro
         if self._collects_in_env_workers():
             self._state = self.env.collect_in_workers(
-                ro, self._slice_token, self._slice_plan, cfg.to_dict(), learner_weights(self), self._state is None
+                ro, self._slice_token, self._slice_plan, cfg.to_dict(), self.joint_policy.weights(), self._state is None
             )
             self.env_steps += cfg.rollout_steps * self.env.num_envs
             return ro

@@ -1,23 +1,15 @@
 """Keeps benchmarks/identity_hashes.py runnable and its fingerprints meaningful: the same case hashes the same
 twice, and a change of one setting changes the hashes."""
 
-import importlib
-import pathlib
-import sys
 
 import pytest
-
-_PATH = pathlib.Path(__file__).resolve().parents[2] / "benchmarks" / "identity_hashes.py"
+from _benchmark_module import benchmark_module
 
 
 @pytest.fixture(scope="module")
 def hashes():
-    sys.path.insert(0, str(_PATH.parent))
-    try:
-        yield importlib.import_module("identity_hashes")
-    finally:
-        sys.path.remove(str(_PATH.parent))
-        sys.modules.pop("identity_hashes", None)
+    with benchmark_module("identity_hashes") as module:
+        yield module
 
 
 def test_a_case_hashes_the_same_twice_and_another_case_differs(hashes):

@@ -1,28 +1,20 @@
 """Keeps benchmarks/throughput.py runnable: its bare-env helpers and its CLI on the smallest budget (no timing is
 asserted; speed targets are read from the benchmark's own output)."""
 
-import importlib
 import math
-import pathlib
 import re
 import sys
 
 import pytest
+from _benchmark_module import benchmark_module
 
 pytest.importorskip("mpe2")
-
-_PATH = pathlib.Path(__file__).resolve().parents[2] / "benchmarks" / "throughput.py"
 
 
 @pytest.fixture(scope="module")
 def bench():
-    # Imported by name from a path entry, as the script's spawned processes import it.
-    sys.path.insert(0, str(_PATH.parent))
-    try:
-        yield importlib.import_module("throughput")
-    finally:
-        sys.path.remove(str(_PATH.parent))
-        sys.modules.pop("throughput", None)
+    with benchmark_module("throughput") as module:
+        yield module
 
 
 def test_bare_env_rate_by_steps_and_by_time_window(bench):

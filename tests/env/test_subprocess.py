@@ -240,18 +240,17 @@ def test_a_state_from_another_split_is_refused():
 def test_learner_weights_travel_as_numpy_and_load_exactly():
     # A pipe would move every torch tensor into its own shared-memory segment each iteration; numpy arrays are
     # pickled as bytes. A tensor numpy cannot hold (bfloat16, a lazy conjugate) stays a tensor.
-    from marljoint.ppo.slices import learner_weights, load_weights
 
     source = _trainer(_spread, "sync", value_normalization=True)
     target = _trainer(_spread, "sync", value_normalization=True, seed=12)
     source.update(source.collect_rollout())
-    weights = learner_weights(source)
+    weights = source.joint_policy.weights()
     leaves = [v for state in weights["policies"] for v in state.values()]
     leaves += list(weights["value_normalizer"].values())
     assert leaves and all(isinstance(v, np.ndarray) for v in leaves)
     for array in leaves:
         array.flags.writeable = False  # as Ray's object store hands them over
-    load_weights(target, weights)
+    target.joint_policy.load_weights(weights)
     assert_same_parameters(source, target)
     for key, value in source.value_normalizer.state_dict().items():
         torch.testing.assert_close(target.value_normalizer.state_dict()[key], value, rtol=0, atol=0)

@@ -28,7 +28,8 @@ import supersuit
 import torch
 from gymnasium import spaces
 
-from marljoint import JointMultiAgentTrainer, JointTrainerConfig, make_joint_env
+from marljoint import JointMultiAgentTrainer, JointTrainerConfig
+from marljoint.collect import CollectionConfig
 from marljoint.redundancy import RedundancyPenalty
 from marljoint_envs import bucket_brigade_v0, counter_v0, identity_v0, kuhn_poker_v0, mock_v0, variable_agents_v0
 
@@ -77,11 +78,22 @@ CASES: dict[str, tuple[Callable[[], Any], dict[str, Any], dict[str, Any]]] = {
     "sync-resume": (kuhn_poker_v0.env, {"share_parameters": False, "anneal_lr": True}, {"resume": True}),
     "subprocess-variable-agents": (
         variable_agents_v0.parallel_env,
-        {"vector_mode": "subprocess", "num_env_workers": 2},
+        {"collection": CollectionConfig("subprocess", workers=2)},
         {},
     ),
-    "subprocess-aec-kuhn": (kuhn_poker_v0.env, {"vector_mode": "subprocess", "num_env_workers": 2}, {}),
-    "ray-aec-kuhn": (kuhn_poker_v0.env, {"num_workers": 2}, {}),
+    "subprocess-aec-kuhn": (kuhn_poker_v0.env, {"collection": CollectionConfig("subprocess", workers=2)}, {}),
+    "ray-aec-kuhn": (kuhn_poker_v0.env, {"collection": CollectionConfig("ray", workers=2)}, {}),
+    # sync-resume collected in workers: both must give sync-resume's hashes.
+    "subprocess-resume": (
+        kuhn_poker_v0.env,
+        {"share_parameters": False, "anneal_lr": True, "collection": CollectionConfig("subprocess", workers=2)},
+        {"resume": True},
+    ),
+    "ray-resume": (
+        kuhn_poker_v0.env,
+        {"share_parameters": False, "anneal_lr": True, "collection": CollectionConfig("ray", workers=2)},
+        {"resume": True},
+    ),
 }
 
 
@@ -91,7 +103,7 @@ def _config(overrides: dict[str, Any]) -> JointTrainerConfig:
 
 
 def _build(env_fn: Callable[[], Any], config: JointTrainerConfig) -> JointMultiAgentTrainer:
-    env = make_joint_env(env_fn, config.num_envs, config.seed, config.vector_mode, config.num_env_workers)
+    env = config.collection.make_env(env_fn, config.num_envs, config.seed)
     return JointMultiAgentTrainer.from_env(env, config)
 
 

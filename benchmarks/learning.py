@@ -34,7 +34,7 @@ def run(preset_name: str, seed: int, steps: int, episodes: int, out: Path, overr
     preset = get_preset(preset_name)
     config = preset.config(seed=seed, **overrides)
     env_fn = preset.env_fn()
-    env = make_joint_env(env_fn, config.num_envs, seed, config.vector_mode, config.num_env_workers)
+    env = config.collection.make_env(env_fn, config.num_envs, seed)
     trainer = JointMultiAgentTrainer.from_env(env, config)
     curve_path = out / "curves" / f"{preset_name}{_suffix(overrides)}_seed{seed}.csv"
     curve_path.parent.mkdir(parents=True, exist_ok=True)

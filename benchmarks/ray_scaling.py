@@ -6,7 +6,7 @@ started and warmed up by one rollout before timing; medians over the repetitions
 update, 4 epochs × 4 minibatches) are timed too.
 
 PSRO: one iteration (the first after the initial uniform population) on bucket_brigade_v0 (default scenario,
-4 agents): 4 PPO best responses and the 16 new meta-game entries, in one process (``num_workers=0``), as the same
+4 agents): 4 PPO best responses and the 16 new meta-game entries, in one process (``task_split=0``), as the same
 split tasks run one after another (``engine="local"``) and as Ray tasks (``engine="ray"``).
 
 Usage::
@@ -36,13 +36,14 @@ def spread():
 def rollout_rates(num_workers: int, num_envs: int, steps: int, iterations: int, repeats: int) -> dict[str, Any]:
     """Agent-steps/s of collect_rollout alone and of collect + update."""
     from marljoint import JointMultiAgentTrainer, JointTrainerConfig, PettingZooJointEnv
+    from marljoint.collect import CollectionConfig
 
     config = JointTrainerConfig(
         num_envs=num_envs,
         rollout_steps=steps,
         n_epochs=4,
         minibatch_size=num_envs * steps // 4,
-        num_workers=num_workers,
+        collection=CollectionConfig("ray", num_workers) if num_workers else CollectionConfig(),
         torch_threads=1,
         seed=0,
     )
@@ -101,7 +102,7 @@ def psro_iteration(num_workers: int, engine: str, br_steps: int, episodes: int) 
         trainer=trainer,
         episodes_per_entry=episodes,
         eval_num_envs=16,
-        num_workers=num_workers,
+        task_split=num_workers,
         engine=engine,
         seed=0,
     )

@@ -37,6 +37,7 @@ import numpy as np
 import torch
 
 from marljoint import JointMultiAgentTrainer, JointTrainerConfig, make_joint_env
+from marljoint.collect import CollectionConfig
 from marljoint_envs import bucket_brigade_v0, mock_v0
 
 # The batch shape of the comparison: 8 envs x N agents, 128 steps, 4 epochs x 4 minibatches, 64-unit networks.
@@ -118,7 +119,7 @@ def marljoint_rates(env_fn: Callable[[], Any], iterations: int, **changes: Any) 
     probe = env_fn()
     cfg = _config(len(probe.possible_agents), **changes)
     probe.close()
-    env = make_joint_env(env_fn, cfg.num_envs, cfg.seed, cfg.vector_mode, cfg.num_env_workers)
+    env = cfg.collection.make_env(env_fn, cfg.num_envs, cfg.seed)
     try:
         trainer = JointMultiAgentTrainer.from_env(env, cfg)
         trainer.update(trainer.collect_rollout())  # warm-up
@@ -237,7 +238,7 @@ def main() -> None:
             bare = [bare_env_rate(env_fn, 0, seconds=window)]
             r, f = marljoint_rates(env_fn, iters)
             bare.append(bare_env_rate(env_fn, 0, seconds=window))
-            sub = marljoint_rates(env_fn, iters, vector_mode="subprocess", num_env_workers=2)[1]
+            sub = marljoint_rates(env_fn, iters, collection=CollectionConfig("subprocess", workers=2))[1]
             bare.append(bare_env_rate(env_fn, 0, seconds=window))
             measured = {"roll": (r, 0), "full": (f, 0), "sub": (sub, 1)}
             if not args.skip_sb3:

@@ -5,6 +5,7 @@ agent's optimizer steps on its own parameters. Any PettingZoo env (parallel or t
 :class:`JointEnv` through :class:`PettingZooJointEnv`.
 """
 
+from marljoint.collect import CollectionConfig, Collector, LocalCollector
 from marljoint.env import (
     ActionLayout,
     GroupSpec,
@@ -35,6 +36,8 @@ __version__ = "0.1.0"
 __all__ = [
     "ActionLayout",
     "AuxOutput",
+    "CollectionConfig",
+    "Collector",
     "GroupSpec",
     "Iteration",
     "JointEnv",
@@ -47,6 +50,7 @@ __all__ = [
     "JointStats",
     "JointStep",
     "JointTrainerConfig",
+    "LocalCollector",
     "ObservationLayout",
     "PettingZooJointEnv",
     "SubprocessJointEnv",

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from marljoint.checkpoint import CheckpointError, list_checkpoints, load_checkpoint
+from marljoint.collect.config import CollectionConfig
 from marljoint.train import CHECKPOINT_DIR, RunError, build_trainer, load_run_spec, make_env
 
 __all__ = ["EvalResult", "confidence_interval", "evaluate_run", "write_gif"]
@@ -135,7 +136,7 @@ def evaluate_run(
     except CheckpointError as exc:
         raise RunError(str(exc)) from None
     # In-process copies: a GIF reads frames from the first copy, and evaluation is too short to need workers.
-    spec = dataclasses.replace(spec, trainer=spec.trainer.replace(vector_mode="sync", num_workers=0))
+    spec = dataclasses.replace(spec, trainer=spec.trainer.replace(collection=CollectionConfig()))
     copies = 1 if gif is not None else (num_envs or min(episodes, 8))
     extra = {"render_mode": "rgb_array"} if gif is not None else {}
     env = make_env(spec, num_envs=copies, seed=seed, **extra)

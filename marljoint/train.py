@@ -30,7 +30,7 @@ from typing import Any, TextIO
 from marljoint import _toml
 from marljoint.checkpoint import CheckpointError, list_checkpoints, load_checkpoint, save_checkpoint
 from marljoint.envs_registry import EnvSpecError, ResolvedEnv, resolve_env
-from marljoint.ppo.config import JointTrainerConfig
+from marljoint.ppo.config import LEGACY_KEYS, JointTrainerConfig
 
 __all__ = [
     "CHECKPOINT_DIR",
@@ -146,7 +146,8 @@ class RunSpec:
         base = base or cls()
         run_names = [f.name for f in dataclasses.fields(cls) if f.name != "trainer"]
         trainer_names = [f.name for f in dataclasses.fields(JointTrainerConfig)]
-        unknown = sorted(set(values) - set(run_names) - set(trainer_names))
+        accepted = {*trainer_names, *LEGACY_KEYS}  # the older collection settings still load
+        unknown = sorted(set(values) - set(run_names) - accepted)
         if unknown:
             raise RunError(
                 f"unknown config key(s) {unknown}; valid keys: {run_names} and the JointTrainerConfig fields "
@@ -155,7 +156,7 @@ class RunSpec:
         run_changes = {k: v for k, v in values.items() if k in run_names}
         if "env_kwargs" in run_changes:
             run_changes["env_kwargs"] = parse_env_kwargs(run_changes["env_kwargs"])
-        trainer_changes = {k: v for k, v in values.items() if k in trainer_names}
+        trainer_changes = {k: v for k, v in values.items() if k in accepted}
         try:
             trainer = base.trainer.replace(**trainer_changes)
         except (TypeError, ValueError) as exc:
@@ -274,8 +275,8 @@ def _normal(value: Any) -> Any:
 
 
 def make_env(spec: RunSpec, num_envs: int | None = None, seed: int | None = None, **extra_kwargs: Any) -> Any:
-    """Builds the JointEnv of a run (a :class:`~marljoint.PettingZooJointEnv`, or worker processes when
-    ``vector_mode="subprocess"``).
+    """Builds the JointEnv of a run: the env its collection backend collects from
+    (:meth:`~marljoint.collect.CollectionConfig.make_env`: worker processes for ``"subprocess"``).
 
     Args:
         spec: the run.
@@ -286,19 +287,15 @@ def make_env(spec: RunSpec, num_envs: int | None = None, seed: int | None = None
     Raises:
         RunError: if the env cannot be resolved or built (naming the env and the reason).
     """
-    from marljoint.env.subprocess import make_joint_env
-
     try:
         resolved: ResolvedEnv = resolve_env(spec.env, dict(spec.env_kwargs))
     except EnvSpecError as exc:
         raise RunError(str(exc)) from None
     try:
-        return make_joint_env(
+        return spec.trainer.collection.make_env(
             resolved.env_fn(**extra_kwargs),
             num_envs=spec.trainer.num_envs if num_envs is None else num_envs,
             seed=spec.trainer.seed if seed is None else seed,
-            vector_mode=spec.trainer.vector_mode,
-            num_env_workers=spec.trainer.num_env_workers,
         )
     except Exception as exc:  # env constructors raise anything for bad keyword arguments
         raise RunError(f"env {spec.env!r} with kwargs {dict(spec.env_kwargs)} cannot be built: {exc}") from None

@@ -41,6 +41,7 @@ from marljoint.best_response.opponents import simulate_profiles
 from marljoint.best_response.oracles import BestResponses, ExactOracle, PPOOracle
 from marljoint.best_response.population import FrozenPolicy, PolicyMixture, UniformPolicy
 from marljoint.checkpoint import atomic_torch_save, load_checkpoint
+from marljoint.collect.config import CollectionConfig
 from marljoint.env.pettingzoo import PettingZooJointEnv
 from marljoint.ppo.config import JointTrainerConfig, known_fields
 from marljoint.ppo.trainer import JointMultiAgentTrainer
@@ -112,13 +113,13 @@ class PsroConfig:
     untrained network, for Box actions)."""
     seed: int = 0
     """Seed of everything (best-response training, simulation, initial networks)."""
-    num_workers: int = 0
+    task_split: int = 0
     """0: each iteration runs in this process as described above. K >= 1: the iteration is split into independent
     tasks run by ``engine``: one PPO best-response training per learning seat (each on its own ``trainer.num_envs``
     copies, with ``br_steps / learners`` steps, seeded by (seed, iteration, seat)) and K simulation chunks of the
     missing meta-game entries (``eval_num_envs / K`` copies each). The result depends on K, not on the engine."""
     engine: str = "ray"
-    """Who runs the tasks when ``num_workers >= 1``: ``"ray"`` (Ray tasks, ``pip install "marljoint[ray]"``) or
+    """Who runs the tasks when ``task_split >= 1``: ``"ray"`` (Ray tasks, ``pip install "marljoint[ray]"``) or
     ``"local"`` (the same tasks one after another in this process)."""
 
     def __post_init__(self) -> None:
@@ -135,9 +136,9 @@ class PsroConfig:
         _check_choice("initial_policy", self.initial_policy, _INITIAL_POLICIES)
         _check_choice("meta_solver", self.meta_solver, tuple(sorted(META_SOLVERS)))
         _check_choice("engine", self.engine, _ENGINES)
-        workers = self.num_workers
-        if not isinstance(workers, (int, np.integer)) or isinstance(workers, bool) or workers < 0:
-            raise ValueError(f"num_workers must be an integer >= 0 (0: no task split), got {self.num_workers!r}")
+        split = self.task_split
+        if not isinstance(split, (int, np.integer)) or isinstance(split, bool) or split < 0:
+            raise ValueError(f"task_split must be an integer >= 0 (0: no task split), got {self.task_split!r}")
         if not isinstance(self.seed, (int, np.integer)) or isinstance(self.seed, bool):
             raise ValueError(f"seed must be an integer, got {self.seed!r}")
         if not isinstance(self.symmetric, bool):
@@ -157,11 +158,15 @@ class PsroConfig:
 
     @classmethod
     def from_dict(cls, values: Mapping[str, Any]) -> PsroConfig:
-        """Builds a config from :meth:`to_dict` output.
+        """Builds a config from :meth:`to_dict` output (``num_workers``, the older name of :attr:`task_split`,
+        still loads).
 
         Raises:
             ValueError: naming unknown keys.
         """
+        values = dict(values)
+        if "num_workers" in values and "task_split" not in values:
+            values["task_split"] = values.pop("num_workers")
         return cls(**known_fields(cls, values))
 
 
@@ -295,7 +300,7 @@ class PSRO:
         """
         learners = [0] if self.config.symmetric else list(range(self.num_players))
         seed = _derived_seed(self.config.seed, self.iteration + 1, 1)
-        if self.config.num_workers > 0 and isinstance(self.oracle, PPOOracle):
+        if self.config.task_split > 0 and isinstance(self.oracle, PPOOracle):
             responses = self._best_responses_as_tasks(learners)
         else:
             responses = self.oracle(self.populations, self.strategies, learners, seed)
@@ -319,7 +324,7 @@ class PSRO:
             if self.game is not None and self.evaluation == "exact":
                 values = self.game.profile_values(self._tables, missing)
             else:
-                if self.config.num_workers > 0:
+                if self.config.task_split > 0:
                     values = self._simulate_as_tasks(missing)
                 else:
                     seed = _derived_seed(self.config.seed, self.iteration, 2)
@@ -470,7 +475,7 @@ class PSRO:
         psro._tabulate_new()
         return psro
 
-    # ------------------------------------------------------------------ tasks (num_workers > 0)
+    # ------------------------------------------------------------------ tasks (task_split > 0)
     def _engine(self) -> Any:
         from marljoint.distributed.tasks import TaskEngine
 
@@ -479,10 +484,10 @@ class PSRO:
         return self._task_engine
 
     def _best_responses_as_tasks(self, learners: Sequence[int]) -> BestResponses:
-        from marljoint.distributed.tasks import train_best_response
+        from marljoint.best_response.tasks import train_best_response
 
         steps = max(1, math.ceil(self.config.br_steps / len(learners)))
-        trainer_config = self.config.trainer.replace(num_workers=0)
+        trainer_config = self.config.trainer.replace(collection=CollectionConfig())
         calls = [
             (
                 self.env.env_fn,
@@ -511,9 +516,9 @@ class PSRO:
         return BestResponses(policies, metrics)
 
     def _simulate_as_tasks(self, missing: np.ndarray) -> np.ndarray:
-        from marljoint.distributed.tasks import chunk_envs, simulate_chunk, split_profiles
+        from marljoint.best_response.tasks import chunk_envs, simulate_chunk, split_profiles
 
-        chunks = split_profiles(missing, self.config.num_workers)
+        chunks = split_profiles(missing, self.config.task_split)
         num_envs = chunk_envs(self.config.eval_num_envs, len(chunks))
         calls = [
             (

@@ -178,7 +178,7 @@ def _add_train(subparsers: Any) -> None:
         metavar="K",
         type=_positive_int,
         help="step the env copies in K worker processes that also run the policies for their copies "
-        "(vector_mode='subprocess'); same results as in-process, faster on several cores",
+        "(collection backend 'subprocess'); same results as in-process, faster on several cores",
     )
     group = p.add_mutually_exclusive_group()
     group.add_argument(
@@ -205,7 +205,6 @@ def _train(args: argparse.Namespace) -> int:
         "redundancy_coef": args.redundancy_coef,
         "checkpoint_every": args.checkpoint_every,
         "keep_checkpoints": args.keep_checkpoints,
-        "num_workers": args.num_workers,
     }
     options = {k: v for k, v in options.items() if v is not None}
     if args.env_workers is not None:
@@ -214,10 +213,9 @@ def _train(args: argparse.Namespace) -> int:
                 "--env-workers (worker processes on this machine) and --ray/--num-workers (Ray rollout workers) are "
                 "two ways to collect on several cores; choose one"
             )
-        options["vector_mode"] = "subprocess"
-        options["num_env_workers"] = args.env_workers
-    if (args.ray or args.ray_address is not None) and args.num_workers is None:
-        options["num_workers"] = 2
+        options["collection"] = {"backend": "subprocess", "workers": args.env_workers}
+    if args.ray or args.ray_address is not None or args.num_workers is not None:
+        options["collection"] = {"backend": "ray", "workers": 2 if args.num_workers is None else args.num_workers}
     if args.ray_address is not None:
         from marljoint.distributed import connect_ray
 

@@ -230,11 +230,14 @@ def register(subparsers: Any) -> None:
         "--warm-start", action="store_true", help="PPO best responses start from their seat's newest member"
     )
     psro.add_argument(
+        "--task-split",
         "--num-workers",
+        dest="task_split",
+        metavar="K",
         type=int,
         default=0,
         help="split each iteration into Ray tasks: one per best response and K meta-game chunks (default 0: one "
-        'process; needs pip install "marljoint[ray]")',
+        'process; needs pip install "marljoint[ray]"; --num-workers is its older name)',
     )
     psro.add_argument("--ray-address", help="join this Ray cluster for the tasks (default: start a local one)")
     psro.add_argument("--resume", action="store_true", help="continue the run saved in OUT")
@@ -346,7 +349,7 @@ def run_psro(args: argparse.Namespace) -> int:
             symmetric=args.symmetric,
             warm_start=args.warm_start,
             seed=args.seed,
-            num_workers=args.num_workers,
+            task_split=args.task_split,
         )
         if args.ray_address is not None:
             from marljoint.distributed import connect_ray

@@ -1,16 +1,43 @@
-"""Collection: how rollouts are gathered from env copies: the in-process collector, the rollout storage
-``[T, E, N, ...]``, the moves a turn-based rollout carries into the next, and the per-copy noise generators."""
+"""Collection: how rollouts are gathered from env copies.
 
+A :class:`Collector` plays rollouts with a :class:`~marljoint.policies.JointPolicy`: in this process
+(:class:`LocalCollector`), in a :class:`~marljoint.env.SubprocessJointEnv`'s workers (:class:`SubprocessCollector`)
+or in Ray actors (:class:`RayCollector`), chosen by a :class:`CollectionConfig` (:func:`make_collector`). All give
+the same rollout bit for bit. Also here: the rollout storage ``[T, E, N, ...]``, the moves a turn-based rollout
+carries into the next, the per-copy noise generators and the one rule that splits env copies into slices.
+"""
+
+from marljoint.collect.backends import make_collector
+from marljoint.collect.base import Collector, rollout_storage
+from marljoint.collect.config import BACKENDS, CollectionConfig
 from marljoint.collect.local import LocalCollector
 from marljoint.collect.noise import CopyNoise, copy_generators, generators_from_states
+from marljoint.collect.ray import RayCollector, WorkerLostError
 from marljoint.collect.rollout import PER_AGENT_FIELDS, JointRollout, carry_pending_moves
+from marljoint.collect.slices import SliceWorker, assemble, blueprint, rollout_piece
+from marljoint.collect.subprocess import SubprocessCollector
+from marljoint.env.base import split_copies
 
 __all__ = [
+    "BACKENDS",
     "PER_AGENT_FIELDS",
+    "CollectionConfig",
+    "Collector",
     "CopyNoise",
     "JointRollout",
     "LocalCollector",
+    "RayCollector",
+    "SliceWorker",
+    "SubprocessCollector",
+    "WorkerLostError",
+    "assemble",
+    "blueprint",
     "carry_pending_moves",
     "copy_generators",
     "generators_from_states",
+    "make_collector",
+    "rollout_piece",
+    "rollout_storage",
+    "split_copies",
 ]
+

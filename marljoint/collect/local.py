@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 import torch
 
 from marljoint.collect.acting import HostActing
-from marljoint.collect.noise import CopyNoise, copy_generators
+from marljoint.collect.base import rollout_storage
+from marljoint.collect.noise import CopyNoise, copy_generators, generators_from_states
 from marljoint.collect.rollout import JointRollout
 from marljoint.env.base import JointEnv, JointObs
 from marljoint.policies.joint import JointPolicy
@@ -17,52 +19,100 @@ __all__ = ["LocalCollector"]
 
 
 class LocalCollector:
-    """Plays rollouts in a :class:`~marljoint.env.JointEnv` with a :class:`~marljoint.policies.JointPolicy`.
+    """Plays rollouts in a :class:`~marljoint.env.JointEnv` in this process with a
+    :class:`~marljoint.policies.JointPolicy` (a :class:`~marljoint.collect.Collector`).
 
     The env is reset with ``seed`` before the first rollout; each later rollout continues where the last stopped.
     Every env copy samples from its own noise generator, addressed by its global index ``first_copy + e``, so a
     slice of the copies collected here gives exactly what those copies give in a collector of all of them.
 
     Args:
-        env: the env copies.
-        policy: the policy to act with (its device is the rollout's).
+        env: the env copies (any JointEnv; a :class:`~marljoint.env.SubprocessJointEnv` steps in its workers).
         seed: the seed of the env resets and of the copies' noise generators.
         first_copy: the global index of the env's first copy (non-zero for one slice of a larger set).
 
     Attributes:
-        state: where the next rollout starts (``None``: the env is reset first).
+        current: where the next rollout starts (``None``: the env is reset first).
         copy_generators: one noise generator per env copy (built on the first rollout).
     """
 
-    def __init__(self, env: JointEnv, policy: JointPolicy, seed: int, first_copy: int = 0) -> None:
+    def __init__(self, env: JointEnv, seed: int, first_copy: int = 0) -> None:
         self.env = env
-        self.policy = policy
+        self.num_envs = env.num_envs
         self.seed = int(seed)
         self.first_copy = int(first_copy)
-        self.state: JointObs | None = None
+        self.current: JointObs | None = None
         self.copy_generators: list[torch.Generator] = []
-        self.device = policy.device
+        self._storage: JointRollout | None = None
 
-    def collect_into(self, ro: JointRollout) -> None:
+    def collect(self, policy: JointPolicy, steps: int) -> JointRollout:
+        """Plays ``steps`` joint steps in every env copy with ``policy``.
+
+        Returns:
+            The rollout ``[T, E, ...]`` on the policy's device (its storage is reused by the next call).
+        """
+        self._storage = rollout_storage(self._storage, self.env.spec, steps, self.env.num_envs, policy.device)
+        self.collect_into(self._storage, policy)
+        return self._storage
+
+    def state(self) -> dict[str, Any] | None:
+        """``{"env": the env's get_state() snapshot, "copy_generators": their states}``, or ``None`` before the
+        first rollout.
+
+        Raises:
+            TypeError: if the env has no ``get_state()`` or cannot be pickled.
+        """
+        if self.current is None:
+            return None
+        get_state = getattr(self.env, "get_state", None)
+        if get_state is None:
+            raise TypeError(f"{type(self.env).__name__} has no get_state(), so its episodes cannot be saved")
+        return {"env": get_state(), "copy_generators": [g.get_state() for g in self.copy_generators]}
+
+    def load_state(self, state: Mapping[str, Any] | None) -> None:
+        """Restores :meth:`state` output (an older snapshot without ``copy_generators`` keeps the current ones);
+        ``None`` makes the next rollout reset the env with the seed.
+
+        Raises:
+            ValueError: for a snapshot taken by Ray workers.
+        """
+        if state is None:
+            self.current = None
+            return
+        if "env" not in state:
+            workers = len(state.get("workers", ()))
+            raise ValueError(
+                f"this env state was saved by {workers} Ray rollout workers; resume it with collection "
+                f"backend 'ray' and workers={workers} (--num-workers {workers})"
+            )
+        self.current = self.env.set_state(state["env"])
+        if "copy_generators" in state:
+            self.copy_generators = generators_from_states(state["copy_generators"])
+
+    def close(self) -> None:
+        """Nothing to release: the env belongs to the caller."""
+
+    def collect_into(self, ro: JointRollout, policy: JointPolicy) -> None:
         """Plays ``ro.steps`` joint steps in every env copy, writing them into the rollout storage ``ro``.
 
         Args:
             ro: storage allocated for this env's copies on the policy's device (see
                 :meth:`~marljoint.collect.JointRollout.allocate`).
+            policy: the policy to act with.
         """
         steps = ro.steps
-        if self.state is None:
-            self.state = self.env.reset(seed=self.seed)
+        if self.current is None:
+            self.current = self.env.reset(seed=self.seed)
         if len(self.copy_generators) != self.env.num_envs:
             self.copy_generators = copy_generators(self.seed, self.env.num_envs, self.first_copy)
-        state = self.state
+        state = self.current
+        device = policy.device
         copy_noise = CopyNoise(self.copy_generators, steps)
         ro.final_values.zero_()  # written only at the steps where an agent is truncated
         ro.truncated_waiting.zero_()
         episode_returns: list[np.ndarray] = []
         episode_lengths: list[np.ndarray] = []
         episode_steps: list[np.ndarray] = []
-        policy = self.policy
         policy.train(False)
         # The env's arrays enter the rollout through numpy views of its storage when it is on the CPU: a numpy
         # assignment costs a fraction of a torch copy_ per array and step.
@@ -78,7 +128,7 @@ class LocalCollector:
             sink(x) for x in (ro.alive, ro.acting, ro.rewards, ro.terminated, ro.truncated)
         )
         # On the CPU, plain MLP networks act through numpy around their torch matrix products.
-        host = HostActing.build(self.policy, ro)
+        host = HostActing.build(policy, ro)
         with torch.no_grad():
             for t in range(steps):
                 for g in range(len(self.env.spec.groups)):
@@ -92,13 +142,13 @@ class LocalCollector:
                 if host is not None:
                     env_actions = policy.clip_actions(host.act(t, copy_noise))
                 else:
-                    env_actions = self._act_with_torch(ro, t, copy_noise)
+                    env_actions = _act_with_torch(policy, ro, t, copy_noise)
                 step = self.env.step(env_actions)
                 put(rewards_in, t, step.rewards)
                 put(terminated_in, t, step.terminated)
                 put(truncated_in, t, step.truncated)
                 if step.truncated.any():
-                    ro.final_values[t] = self._final_values(step)
+                    ro.final_values[t] = self._final_values(policy, step)
                     if step.final_waiting is not None:
                         ro.truncated_waiting[t] = torch.from_numpy(step.truncated & step.final_waiting)
                 if len(step.episode_lengths):
@@ -106,44 +156,45 @@ class LocalCollector:
                     episode_lengths.append(step.episode_lengths.copy())
                     episode_steps.append(np.full(len(step.episode_lengths), t, dtype=np.int64))
                 state = step
-            alive = torch.from_numpy(state.alive).to(self.device)
-            outputs = policy.forward_rows([torch.from_numpy(o).to(self.device) for o in state.obs], alive)
+            alive = torch.from_numpy(state.alive).to(device)
+            outputs = policy.forward_rows([torch.from_numpy(o).to(device) for o in state.obs], alive)
             ro.bootstrap_values.copy_(policy.values(outputs) * alive)
             ro.next_alive.copy_(alive)
             ro.next_acting.copy_(torch.from_numpy(state.acting))
-        self.state = JointObs(state.obs, state.alive, state.acting, state.action_masks)
+        self.current = JointObs(state.obs, state.alive, state.acting, state.action_masks)
         n = self.env.spec.num_agents
         ro.episode_returns = np.concatenate(episode_returns) if episode_returns else np.zeros((0, n))
         ro.episode_lengths = np.concatenate(episode_lengths) if episode_lengths else np.zeros(0, np.int64)
         ro.episode_steps = np.concatenate(episode_steps) if episode_steps else np.zeros(0, np.int64)
 
-    def _act_with_torch(self, ro: JointRollout, t: int, copy_noise: CopyNoise) -> list[np.ndarray]:
-        """Samples step ``t`` of a rollout with the networks and distributions in torch; returns the env actions."""
-        masks = [m[t] if m is not None else None for m in ro.action_masks]
-        policy = self.policy
-        outputs = policy.forward_rows([o[t] for o in ro.obs], ro.alive[t])
-        actions, log_probs = policy.sample(outputs, masks, copy_noise=copy_noise)
-        ro.values[t] = policy.values(outputs)
-        ro.log_probs[t] = log_probs
-        for g, action in enumerate(actions):
-            ro.actions[g][t].copy_(action)
-        return policy.env_actions(actions)
-
-    def _final_values(self, step: Any) -> torch.Tensor:
+    def _final_values(self, policy: JointPolicy, step: Any) -> torch.Tensor:
         """Values of the final states of agents that ended this step (bootstrap for truncation)."""
-        ended = torch.from_numpy(step.terminated | step.truncated).to(self.device)
-        reset = torch.from_numpy(step.reset_envs).to(self.device)
+        device = policy.device
+        ended = torch.from_numpy(step.terminated | step.truncated).to(device)
+        reset = torch.from_numpy(step.reset_envs).to(device)
         group_obs = []
         for g, group in enumerate(self.env.spec.groups):
-            final = torch.from_numpy(step.final_obs[g]).to(self.device)
-            current = torch.from_numpy(step.obs[g]).to(self.device)
+            final = torch.from_numpy(step.final_obs[g]).to(device)
+            current = torch.from_numpy(step.obs[g]).to(device)
             cols = ended[:, list(group.agent_indices)]
             # Agents that did not end keep living in the same state, unless their copy was reset.
             current = torch.where(reset.view(-1, *([1] * (current.dim() - 1))), torch.zeros_like(current), current)
             shape = cols.shape + (1,) * (final.dim() - 2)
             group_obs.append(torch.where(cols.view(shape), final, current))
-        alive_final = ended | (torch.from_numpy(step.alive).to(self.device) & ~reset.unsqueeze(1))
-        return self.policy.values(self.policy.forward_rows(group_obs, alive_final))
+        alive_final = ended | (torch.from_numpy(step.alive).to(device) & ~reset.unsqueeze(1))
+        return policy.values(policy.forward_rows(group_obs, alive_final))
+
+
+def _act_with_torch(policy: JointPolicy, ro: JointRollout, t: int, copy_noise: CopyNoise) -> list[np.ndarray]:
+    """Samples step ``t`` of a rollout with the networks and distributions in torch; returns the env actions."""
+    masks = [m[t] if m is not None else None for m in ro.action_masks]
+    outputs = policy.forward_rows([o[t] for o in ro.obs], ro.alive[t])
+    actions, log_probs = policy.sample(outputs, masks, copy_noise=copy_noise)
+    ro.values[t] = policy.values(outputs)
+    ro.log_probs[t] = log_probs
+    for g, action in enumerate(actions):
+        ro.actions[g][t].copy_(action)
+    return policy.env_actions(actions)
 
 
 def _put_numpy(dst: np.ndarray, t: int, src: np.ndarray) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import torch
@@ -193,6 +194,11 @@ class JointRollout:
             next_acting=self.next_acting,
             deferred=self.deferred,
         )
+
+    def fields(self) -> dict[str, Any]:
+        """Every field but the spec, as ``JointRollout(spec=spec, **fields)`` takes them (for a checkpoint: the
+        spec is rebuilt from the env)."""
+        return {name: value for name, value in vars(self).items() if name != "spec"}
 
     def to(self, device: torch.device | str) -> JointRollout:
         """A copy of this rollout with every tensor on ``device`` (the carried moves too)."""

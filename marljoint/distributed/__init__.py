@@ -1,15 +1,10 @@
-"""Scale-out on Ray: rollout workers as Ray actors and PSRO's simulations and best responses as Ray tasks.
+"""Scale-out on Ray: the connection (started locally or joined) and the task engine PSRO runs its work on.
 
-Ray is optional (``pip install "marljoint[ray]"``); nothing here imports it until it is used. The embedded default
-collects in-process.
+Ray is optional (``pip install "marljoint[ray]"``); nothing here imports it until it is used. Rollouts collected
+by Ray actors are a collection backend: :class:`~marljoint.collect.RayCollector`.
 """
 
-from marljoint.distributed.rollout import (
-    RayRolloutWorkers,
-    WorkerLostError,
-    connect_ray,
-    require_ray,
-    worker_slices,
-)
+from marljoint.distributed.ray import connect_ray, require_ray
+from marljoint.distributed.tasks import TaskEngine
 
-__all__ = ["RayRolloutWorkers", "WorkerLostError", "connect_ray", "require_ray", "worker_slices"]
+__all__ = ["TaskEngine", "connect_ray", "require_ray"]

@@ -1,13 +1,14 @@
 """Environments as JointEnvs: the protocol, the PettingZoo adapter, space layouts and the conformance check."""
 
-from marljoint.env.base import JointEnv, JointObs, JointStep
+from marljoint.env.base import JointEnv, JointObs, JointStep, split_copies
 from marljoint.env.check import JointEnvCheckError, check_joint_env, random_actions
 from marljoint.env.pettingzoo import PettingZooJointEnv
 from marljoint.env.spaces import ActionLayout, GroupSpec, JointSpec, ObservationLayout
-from marljoint.env.subprocess import SubprocessJointEnv, make_joint_env
+from marljoint.env.subprocess import EnvWorker, SubprocessJointEnv, make_joint_env
 
 __all__ = [
     "ActionLayout",
+    "EnvWorker",
     "GroupSpec",
     "JointEnv",
     "JointEnvCheckError",
@@ -20,4 +21,5 @@ __all__ = [
     "check_joint_env",
     "make_joint_env",
     "random_actions",
+    "split_copies",
 ]

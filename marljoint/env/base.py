@@ -31,7 +31,7 @@ import numpy as np
 
 from marljoint.env.spaces import JointSpec
 
-__all__ = ["JointEnv", "JointObs", "JointStep"]
+__all__ = ["JointEnv", "JointObs", "JointStep", "split_copies"]
 
 
 class JointObs(NamedTuple):
@@ -113,3 +113,31 @@ class JointEnv(Protocol):
     def close(self) -> None:
         """Releases the env copies."""
         ...
+
+
+def split_copies(num_envs: int, parts: int) -> list[tuple[int, int]]:
+    """Env copies ``0..E-1`` cut into ``parts`` contiguous ``[start, stop)`` slices, as equal as possible.
+
+    The one rule every multi-process collection follows (subprocess workers, Ray actors), so a slice's copies are
+    seeded and sampled by their global index the same way whichever backend holds them.
+
+    Example:
+        >>> split_copies(5, 2)
+        [(0, 2), (2, 5)]
+
+    Args:
+        num_envs: E, the copies of the whole set.
+        parts: the number of slices (each gets at least one copy).
+
+    Raises:
+        ValueError: if ``parts`` is not a positive integer, or larger than ``num_envs``.
+    """
+    if not isinstance(parts, (int, np.integer)) or isinstance(parts, bool) or parts < 1:
+        raise ValueError(f"the copies must be split into a positive number of slices, got {parts!r}")
+    if parts > num_envs:
+        raise ValueError(
+            f"{parts} workers need at least as many env copies, got num_envs={num_envs}; raise num_envs or use "
+            "fewer workers"
+        )
+    bounds = np.linspace(0, num_envs, parts + 1).round().astype(int)
+    return [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])]

@@ -158,15 +158,21 @@ class PettingZooJointEnv:
         env_fn: a function returning a new ``ParallelEnv`` or ``AECEnv`` each call, or a PettingZoo env module.
         num_envs: number of copies E.
         seed: seed used by the first :meth:`reset` when it is given none. Copy e is seeded with ``seed + e``.
+        first_copy: the global index of the first copy, for an env that holds copies ``[first_copy, first_copy + E)``
+            of a larger set (a collection worker's slice): copy e is seeded as copy ``first_copy + e`` of the set.
 
     Raises:
         ValueError: for unsupported spaces (naming the agent, the space and the fix), or copies that disagree.
         TypeError: if ``env_fn`` does not build PettingZoo envs.
     """
 
-    def __init__(self, env_fn: Any, num_envs: int = 1, seed: int | None = None) -> None:
+    def __init__(self, env_fn: Any, num_envs: int = 1, seed: int | None = None, first_copy: int = 0) -> None:
         if not isinstance(num_envs, (int, np.integer)) or isinstance(num_envs, bool) or num_envs < 1:
             raise ValueError(f"num_envs must be a positive integer, got {num_envs!r}")
+        if not isinstance(first_copy, (int, np.integer)) or isinstance(first_copy, bool) or first_copy < 0:
+            raise ValueError(f"first_copy must be an integer >= 0, got {first_copy!r}")
+        self.first_copy = int(first_copy)
+        """Global index of this env's first copy (0 unless it holds one slice of a larger set)."""
         factory = _resolve_factory(env_fn)
         self.env_fn: Callable[[], Any] = factory
         """The factory building one env copy (what remote rollout workers rebuild the copies with)."""
@@ -209,7 +215,6 @@ class PettingZooJointEnv:
         )
         self._index = {a: i for i, a in enumerate(agents)}
         self._episode_seeds: list[np.random.Generator] = []
-        self._copy_offset = 0
         self._slot = [self.spec.group_of(i) for i in range(len(agents))]
         self._direct_obs = [
             isinstance(space, spaces.Box) and tuple(space.shape) == layout.shape and not layout.has_mask
@@ -276,7 +281,7 @@ class PettingZooJointEnv:
         root = np.random.SeedSequence() if seed is None else np.random.SeedSequence([int(seed) % 2**63, 0x6A6F696E74])
         # Children are addressed by the copy's global index, so a worker holding copies [a, b) of a larger set
         # draws exactly the streams those copies would draw in one process.
-        offset = self._copy_offset
+        offset = self.first_copy
         self._episode_seeds = [
             np.random.default_rng(np.random.SeedSequence(root.entropy, spawn_key=(offset + e,)))
             for e in range(self.num_envs)

@@ -10,12 +10,11 @@ from multiprocessing import shared_memory
 from typing import Any
 
 import numpy as np
-import torch
 
-from marljoint.env.base import JointObs, JointStep
+from marljoint.env.base import JointObs, JointStep, split_copies
 from marljoint.env.pettingzoo import PettingZooJointEnv
 
-__all__ = ["SubprocessJointEnv", "make_joint_env"]
+__all__ = ["EnvWorker", "SubprocessJointEnv", "make_joint_env"]
 
 class _SharedArrays:
     """Named numpy arrays living in one shared-memory block, re-openable by name in another process."""
@@ -58,8 +57,33 @@ def _layout(env: PettingZooJointEnv) -> dict[str, tuple[tuple[int, ...], str]]:
     return layout
 
 
+class EnvWorker:
+    """What a function run inside a worker process (:meth:`SubprocessJointEnv.run_in_workers`) is handed.
+
+    Attributes:
+        index: the worker's position in :attr:`SubprocessJointEnv.slices`.
+        env: the worker's copies ``[start, stop)``, a :class:`PettingZooJointEnv` with ``first_copy=start``.
+        start: global index of the worker's first copy.
+        stop: one past its last copy.
+        total: E, the copies of all workers together.
+        state: the copies' current :class:`JointObs` (``None`` before the first reset). A function that steps
+            ``env`` sets it to the state it leaves the copies in; it is published to the main process after the call.
+        store: whatever the functions run in this worker keep between calls (e.g. a collector), by key.
+    """
+
+    def __init__(self, index: int, env: PettingZooJointEnv, start: int, stop: int, total: int) -> None:
+        self.index = index
+        self.env = env
+        self.start = start
+        self.stop = stop
+        self.total = total
+        self.state: JointObs | None = None
+        self.store: dict[str, Any] = {}
+
+
 def _worker(
     conn: Any,
+    index: int,
     env_fn: Callable[[], Any],
     start: int,
     stop: int,
@@ -69,20 +93,11 @@ def _worker(
 ) -> None:
     shared = None
     try:
-        # Imported here: the env package loads before the trainer, which imports it.
-        from marljoint.collect.noise import generators_from_states
-        from marljoint.ppo.slices import rollout_piece, slice_trainer
-
-        torch.set_num_threads(1)
-        env = PettingZooJointEnv(env_fn, num_envs=stop - start)
-        env._copy_offset = start
+        env = PettingZooJointEnv(env_fn, num_envs=stop - start, first_copy=start)
+        worker = EnvWorker(index, env, start, stop, total)
         shared = _SharedArrays(layout, name=shm_name)
         arrays = shared.arrays
         groups = range(len(env.spec.groups))
-        state: JointObs | None = None
-        trainer: Any = None
-        token = None
-        pending: list[Any] | None = None
 
         def publish(state: Any) -> None:
             for g in groups:
@@ -96,36 +111,24 @@ def _worker(
         while True:
             command, payload = conn.recv()
             if command == "reset":
-                state = env.reset(seed=payload)
-                publish(state)
+                worker.state = env.reset(seed=payload)
+                publish(worker.state)
                 conn.send(("ok", None))
             elif command == "get_state":
-                generators = None if trainer is None else [g.get_state() for g in trainer._copy_generators]
-                conn.send(("ok", (env.get_state(), generators)))
+                conn.send(("ok", env.get_state()))
             elif command == "set_state":
-                env_bytes, pending = payload
-                state = env.set_state(env_bytes)
-                publish(state)
-                if trainer is not None and pending is not None:
-                    trainer._copy_generators = generators_from_states(pending)
-                    pending = None
+                worker.state = env.set_state(payload)
+                publish(worker.state)
                 conn.send(("ok", None))
-            elif command == "collect":
-                plan_token, plan, config, weights, reset = payload
-                if plan_token != token:
-                    trainer, token = slice_trainer(env, start, total, config, plan), plan_token
-                    if pending is not None:  # noise generators restored before this learner existed
-                        trainer._copy_generators = generators_from_states(pending)
-                        pending = None
-                trainer.joint_policy.load_weights(weights)
-                trainer._state = None if reset or state is None else state
-                piece = rollout_piece(trainer.collect_rollout())
-                state = trainer._state
-                publish(state)
-                conn.send(("ok", piece))
+            elif command == "call":
+                function, args = payload
+                result = function(worker, *args)
+                if worker.state is not None:
+                    publish(worker.state)
+                conn.send(("ok", (result, worker.state is not None)))
             elif command == "step":
                 out = env.step([arrays[f"act{g}"][start:stop] for g in groups])
-                state = JointObs(out.obs, out.alive, out.acting, out.action_masks)
+                worker.state = JointObs(out.obs, out.alive, out.acting, out.action_masks)
                 publish(out)
                 for g in groups:
                     arrays[f"final{g}"][start:stop] = out.final_obs[g]
@@ -153,9 +156,11 @@ def _worker(
 class SubprocessJointEnv:
     """A :class:`~marljoint.env.JointEnv` whose copies step in worker processes, in parallel.
 
-    Each worker holds a contiguous slice of the E copies in a :class:`PettingZooJointEnv`; actions and results
-    cross through one shared-memory block, so only a short message per worker and step goes through a pipe. Copy e
-    is seeded exactly as in one process, so the same seed gives the same streams as :class:`PettingZooJointEnv`.
+    Each worker holds a contiguous slice of the E copies (:func:`~marljoint.env.split_copies`) in a
+    :class:`PettingZooJointEnv`; actions and results cross through one shared-memory block, so only a short message
+    per worker and step goes through a pipe. Copy e is seeded exactly as in one process, so the same seed gives the
+    same streams as :class:`PettingZooJointEnv`. Besides stepping, the workers run any function on their own copies
+    (:meth:`run_in_workers`): the subprocess collector plays whole rollouts there.
 
     Args:
         env_fn: a function building one PettingZoo env (picklable when the start method is not ``fork``).
@@ -200,7 +205,8 @@ class SubprocessJointEnv:
         if start_method is None:
             start_method = "fork" if "fork" in mp.get_all_start_methods() else "spawn"
         ctx = mp.get_context(start_method)
-        bounds = np.linspace(0, self.num_envs, self.num_workers + 1).round().astype(int)
+        self.slices = split_copies(self.num_envs, self.num_workers)
+        """Each worker's copies ``[start, stop)``."""
         self._conns = []
         self._procs = []
         self._closed = False
@@ -208,19 +214,13 @@ class SubprocessJointEnv:
             parent, child = ctx.Pipe()
             proc = ctx.Process(
                 target=_worker,
-                args=(
-                    child, env_fn, int(bounds[w]), int(bounds[w + 1]), self.num_envs, self._shared.shm.name,
-                    self._layout,
-                ),
+                args=(child, w, env_fn, *self.slices[w], self.num_envs, self._shared.shm.name, self._layout),
                 daemon=True,
             )
             proc.start()
             child.close()
             self._conns.append(parent)
             self._procs.append(proc)
-        self.slices = [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])]
-        """Each worker's copies ``[start, stop)``."""
-        self._plan_token: str | None = None
         self._gather()
         self._reset_done = False
 
@@ -308,50 +308,43 @@ class SubprocessJointEnv:
             final_waiting=a["final_waiting"],
         )
 
-    def collect_in_workers(
-        self, rollout: Any, token: str, plan: bytes, config: dict[str, Any], weights: dict[str, Any], reset: bool
-    ) -> JointObs:
-        """Plays one rollout with the policies inside the workers, each over its own copies, into ``rollout``.
+    def run_in_workers(self, function: Callable[..., Any], *args: Any) -> list[Any]:
+        """Calls ``function(worker, *args)`` in every worker process, in parallel, and returns the results.
 
-        Every worker runs a learner-less trainer (:func:`marljoint.ppo.slices.slice_trainer`) on its slice: it
-        evaluates the policies, samples with its copies' noise generators and steps its env copies, so workers
-        overlap one another's env stepping with their policy inference and exchange nothing per step. The result is
-        bit-identical to collecting all copies in one process. Used by
-        :meth:`~marljoint.JointMultiAgentTrainer.collect_rollout`.
+        ``worker`` is the worker's :class:`EnvWorker`: its copies, their current state and a store that lives as
+        long as the worker. If the function leaves ``worker.state`` set, that state is published, so :meth:`step`
+        continues from where the function left the copies.
 
         Args:
-            rollout: the learner's :class:`~marljoint.collect.JointRollout` for all E copies.
-            token: identifies the learner; a new token rebuilds the workers' trainers from ``plan``.
-            plan: :func:`marljoint.ppo.slices.blueprint` of the learner.
-            config: the learner's ``JointTrainerConfig.to_dict()``.
-            weights: :meth:`~marljoint.policies.JointPolicy.weights` of the learner's policy.
-            reset: reset every copy (with ``config["seed"]``) before playing.
+            function: a picklable function (module level), called with the worker's :class:`EnvWorker` first.
+            *args: passed to every call (pickled once per worker).
 
         Returns:
-            The state the next rollout starts from.
-        """
-        from marljoint.ppo.slices import assemble
+            The results, one per worker in :attr:`slices` order.
 
-        send_plan = token != self._plan_token
+        Raises:
+            Errors raised by ``function`` in a worker, with their original type and message.
+        """
         for conn in self._conns:
-            conn.send(("collect", (token, plan if send_plan else None, config, weights, reset)))
-        pieces = self._gather()
-        self._plan_token = token
-        self._reset_done = True
-        assemble(rollout, pieces, self.slices)
+            conn.send(("call", (function, args)))
+        replies = self._gather()
+        if all(started for _, started in replies):
+            self._reset_done = True
+        return [result for result, _ in replies]
+
+    def current(self) -> JointObs:
+        """The copies' current state as the workers last published it (views of the shared arrays)."""
         return self._current()
 
     def get_state(self) -> bytes:
-        """Snapshot of every worker's copies mid-episode (:meth:`PettingZooJointEnv.get_state`), with the noise
-        generators of the policies that run inside the workers, for resuming training bit-identically.
+        """Snapshot of every worker's copies mid-episode (:meth:`PettingZooJointEnv.get_state`).
 
         Raises:
             TypeError: if an env copy cannot be pickled.
         """
         for conn in self._conns:
             conn.send(("get_state", None))
-        pieces = self._gather()
-        return pickle.dumps({"num_envs": self.num_envs, "slices": self.slices, "workers": pieces})
+        return self.snapshot(self._gather())
 
     def set_state(self, state: bytes) -> JointObs:
         """Restores a :meth:`get_state` snapshot taken from a subprocess env with the same copies and workers.
@@ -362,22 +355,42 @@ class SubprocessJointEnv:
         Raises:
             ValueError: if the snapshot is unreadable or was taken with another split of the copies.
         """
+        for conn, entry in zip(self._conns, self.worker_states(state)):
+            # A collector's snapshot pairs each worker's copies with what it keeps beside them.
+            conn.send(("set_state", entry[0] if isinstance(entry, tuple) else entry))
+        self._gather()
+        self._reset_done = True
+        return self._current()
+
+    def worker_states(self, state: bytes) -> list[Any]:
+        """The per-worker entries of a snapshot (:meth:`get_state`, or a collector's that extends it), checked
+        against this env's split of the copies.
+
+        Raises:
+            ValueError: if the snapshot is unreadable or was taken with another split of the copies.
+        """
         try:
             snapshot = pickle.loads(state)
             slices = [tuple(s) for s in snapshot["slices"]]
+            workers = list(snapshot["workers"])
         except Exception as exc:  # unpickling damaged bytes raises many types
             raise ValueError(f"the env state cannot be unpickled ({type(exc).__name__}: {exc})") from exc
         if slices != self.slices:
             raise ValueError(
                 f"the env state was saved by a subprocess env with copies split {slices} over "
                 f"{len(slices)} workers, this one splits them {self.slices}; resume with the same num_envs and "
-                "num_env_workers"
+                "number of workers"
             )
-        for conn, (env_bytes, generators) in zip(self._conns, snapshot["workers"]):
-            conn.send(("set_state", (env_bytes, generators)))
-        self._gather()
-        self._reset_done = True
-        return self._current()
+        return workers
+
+    def snapshot(self, workers: Sequence[Any]) -> bytes:
+        """A snapshot in :meth:`get_state`'s format from per-worker entries (what :meth:`worker_states` reads)."""
+        return pickle.dumps({"num_envs": self.num_envs, "slices": self.slices, "workers": list(workers)})
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` has run (the workers are gone)."""
+        return self._closed
 
     def close(self) -> None:
         """Stops the workers and frees the shared memory."""

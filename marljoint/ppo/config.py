@@ -8,7 +8,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["JointTrainerConfig"]
+from marljoint.collect.config import CollectionConfig, from_legacy
+
+__all__ = ["LEGACY_KEYS", "JointTrainerConfig"]
 
 
 @dataclass(frozen=True)
@@ -83,22 +85,15 @@ class JointTrainerConfig:
     """Stop an update's epochs early once an agent's approx KL exceeds ``1.5 × target_kl``."""
     bootstrap_truncation: bool = True
     """Bootstrap truncated episodes from V(final obs); False treats truncation as termination (for ablations)."""
-    vector_mode: str = "sync"
-    """How :func:`~marljoint.env.make_joint_env` steps the copies: ``"sync"`` (in-process) or ``"subprocess"``
-    (worker processes that also run CPU policies for their own copies during rollouts; bit-identical results)."""
-    num_env_workers: int = 2
-    """Worker processes for ``vector_mode="subprocess"``."""
-    num_workers: int = 0
-    """Ray rollout workers (``pip install "marljoint[ray]"``); 0 collects in this process. Each worker steps a
-    contiguous slice of the env copies with a CPU copy of the policies, and the rollout is bit-identical to the
-    in-process one for the same seed and total number of env copies."""
+    collection: CollectionConfig = field(default_factory=CollectionConfig)
+    """How rollouts are collected: ``CollectionConfig(backend="local" | "subprocess" | "ray", workers=K)`` (see
+    :class:`~marljoint.collect.CollectionConfig`); every backend gives bit-identical rollouts. In a
+    ``config.toml``: ``collection = {backend = "subprocess", workers = 2}``."""
     torch_threads: int | None = None
     """If set, the trainer calls ``torch.set_num_threads`` with it (1 is fastest for small networks, and leaves
     cores to env workers)."""
     hidden_sizes: tuple[int, ...] = (64, 64)
     """Hidden layer widths of the default MLP encoders."""
-    extra: Mapping[str, Any] = field(default_factory=dict)
-    """Free-form settings recorded with a run (not used by the trainer)."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "hidden_sizes", tuple(int(h) for h in self.hidden_sizes))
@@ -133,17 +128,7 @@ class JointTrainerConfig:
             )
         if not self.hidden_sizes or any(h < 1 for h in self.hidden_sizes):
             raise ValueError(f"hidden_sizes must be a non-empty sequence of positive widths, got {self.hidden_sizes}")
-        if self.vector_mode not in ("sync", "subprocess"):
-            raise ValueError(f"vector_mode must be 'sync' or 'subprocess', got {self.vector_mode!r}")
-        _positive_int("num_env_workers", self.num_env_workers)
-        if not _is_int(self.num_workers) or self.num_workers < 0:
-            raise ValueError(f"num_workers must be an integer >= 0 (0: no Ray workers), got {self.num_workers!r}")
-        if self.num_workers > 0 and self.vector_mode != "sync":
-            raise ValueError(
-                f"num_workers={self.num_workers} (Ray rollout workers) cannot be combined with "
-                f"vector_mode={self.vector_mode!r}; each Ray worker steps its copies in-process, so use "
-                "vector_mode='sync'"
-            )
+        object.__setattr__(self, "collection", CollectionConfig.from_value(self.collection))
         if self.torch_threads is not None:
             _positive_int("torch_threads", self.torch_threads)
         if not _is_int(self.seed):
@@ -164,24 +149,45 @@ class JointTrainerConfig:
         return count
 
     def replace(self, **changes: Any) -> JointTrainerConfig:
-        """Returns a copy with ``changes`` applied (validated again)."""
-        return dataclasses.replace(self, **changes)
+        """Returns a copy with ``changes`` applied (validated again); the collection settings of older configs
+        (:data:`LEGACY_KEYS`) are translated into :attr:`collection`."""
+        return dataclasses.replace(self, **_translate_legacy(changes, self.collection))
 
     def to_dict(self) -> dict[str, Any]:
-        """The fields as plain Python values (``inf`` kept as a float)."""
+        """The fields as plain Python values (``inf`` kept as a float; :attr:`collection` as a dict)."""
         out = dataclasses.asdict(self)
         out["hidden_sizes"] = list(self.hidden_sizes)
-        out["extra"] = dict(self.extra)
         return out
 
     @classmethod
     def from_dict(cls, values: Mapping[str, Any]) -> JointTrainerConfig:
-        """Builds a config from a mapping of field names, rejecting unknown keys.
+        """Builds a config from a mapping of field names, rejecting unknown keys; the settings of older configs
+        (:data:`LEGACY_KEYS`: ``vector_mode``, ``num_env_workers``, ``num_workers``, ``extra``) still load.
 
         Raises:
             ValueError: naming the unknown keys and listing the valid ones.
         """
-        return cls(**known_fields(cls, values))
+        return cls(**known_fields(cls, _translate_legacy(values, CollectionConfig())))
+
+
+LEGACY_KEYS = ("vector_mode", "num_env_workers", "num_workers", "extra")
+"""Settings of older configs that still load: the three collection knobs, now :attr:`JointTrainerConfig.collection`
+(``vector_mode="subprocess"`` with ``num_env_workers=K`` is ``backend="subprocess", workers=K``; ``num_workers=K``
+is ``backend="ray", workers=K``), and ``extra``, which nothing read."""
+
+
+def _translate_legacy(values: Mapping[str, Any], collection: CollectionConfig) -> dict[str, Any]:
+    """``values`` with the :data:`LEGACY_KEYS` replaced by the ``collection`` they describe."""
+    values = dict(values)
+    legacy = {key: values.pop(key) for key in LEGACY_KEYS if key in values}
+    legacy.pop("extra", None)
+    if legacy:
+        if "collection" in values:
+            raise ValueError(
+                f"{sorted(legacy)} are the older names of the collection settings; give collection alone"
+            )
+        values["collection"] = from_legacy(legacy, collection)
+    return values
 
 
 def known_fields(cls: type, values: Mapping[str, Any]) -> dict[str, Any]:

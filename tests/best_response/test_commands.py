@@ -62,7 +62,7 @@ def test_nfsp_writes_metrics(tmp_path):
         (["psro", "--env", "kuhn_poker_v0", "--iterations", "0"], r"iterations must be a positive integer, got 0"),
         (["psro", "--env", "matrix_game_v0", "--env-kwargs", '{"game": "go"}'], r"marljoint psro: error: .*'go'"),
         (["psro", "--env", "kuhn_poker_v0", "--resume"], r"--resume: no psro.pt"),
-        (["psro", "--env", "kuhn_poker_v0", "--num-workers", "-2"], r"num_workers must be an integer >= 0"),
+        (["psro", "--env", "kuhn_poker_v0", "--num-workers", "-2"], r"task_split must be an integer >= 0"),
         (["psro", "--env", "kuhn_poker_v0", "--seconds", "-1"], r"--seconds must be positive"),
         (["nfsp", "--env", "kuhn_poker_v0"], r"marljoint nfsp: error: pass --seconds S"),
         (["nfsp", "--env", "kuhn_poker_v0", "--seconds", "1", "--anticipatory", "2"], r"anticipatory must be in"),

@@ -171,3 +171,9 @@ def test_psro_with_warm_start_reports_which_learners_started_warm():
     assert [row["br_warm_started"] for row in history[1:]] == [0.0, 2.0]
     with pytest.raises(ValueError, match="warm_start must be True or False"):
         PsroConfig(warm_start="yes")
+
+
+def test_a_saved_psro_config_with_the_older_name_of_the_task_split_loads():
+    old = {**PsroConfig().to_dict(), "num_workers": 3}
+    del old["task_split"]
+    assert PsroConfig.from_dict(old).task_split == 3

@@ -7,7 +7,8 @@ import torch
 
 from marljoint import JointTrainerConfig
 from marljoint.best_response import PSRO, PsroConfig
-from marljoint.distributed.tasks import TaskEngine, chunk_envs, split_profiles
+from marljoint.best_response.tasks import chunk_envs, split_profiles
+from marljoint.distributed import TaskEngine
 from marljoint_envs import bucket_brigade_v0, matrix_game_v0
 
 pytestmark = pytest.mark.usefixtures("ray_local")
@@ -46,7 +47,7 @@ def run(env_fn, engine, **changes):
         evaluation="simulation",
         episodes_per_entry=2,
         eval_num_envs=8,
-        num_workers=2,
+        task_split=2,
         engine=engine,
         seed=3,
     )
@@ -75,7 +76,7 @@ def test_the_task_split_is_deterministic_and_saved_with_the_run(tmp_path):
     first = run(biased_rps, "ray", iterations=1)
     first.save(tmp_path)
     resumed = PSRO.load(tmp_path, biased_rps)
-    assert resumed.config.num_workers == 2 and resumed.config.engine == "ray"
+    assert resumed.config.task_split == 2 and resumed.config.engine == "ray"
     resumed.run(iterations=2)
     straight = run(biased_rps, "ray")
     for a, b in zip(straight.meta_game.payoffs, resumed.meta_game.payoffs):
@@ -105,7 +106,7 @@ def test_task_engine_runs_calls_in_order_on_both_engines():
 @pytest.mark.parametrize(
     "changes,match",
     [
-        ({"num_workers": -1}, "num_workers must be an integer >= 0"),
+        ({"task_split": -1}, "task_split must be an integer >= 0"),
         ({"engine": "dask"}, r"engine='dask' is not one of \['ray', 'local'\]"),
     ],
 )
@@ -132,4 +133,4 @@ def test_marljoint_psro_num_workers_runs_ray_tasks_and_saves_the_split(tmp_path)
     rows = run_cli(tmp_path / "ray", "--num-workers", "2")
     assert len(rows) == 3
     config = PSRO.load(tmp_path / "ray", biased_rps).config
-    assert config.num_workers == 2 and config.engine == "ray"
+    assert config.task_split == 2 and config.engine == "ray"

@@ -10,7 +10,7 @@ from pettingzoo.utils.wrappers import BaseParallelWrapper
 from rollout_checks import FIELDS, assert_same_parameters, assert_same_rollout
 
 from marljoint import JointMultiAgentTrainer, JointTrainerConfig, PettingZooJointEnv
-from marljoint.distributed import RayRolloutWorkers, WorkerLostError, worker_slices
+from marljoint.collect import CollectionConfig, RayCollector, WorkerLostError, split_copies
 from marljoint_envs import kuhn_poker_v0, mock_v0, variable_agents_v0
 
 pytestmark = pytest.mark.usefixtures("ray_local")
@@ -26,7 +26,8 @@ def make(env_fn, num_envs=4, num_workers=0, **cfg):
     cfg.setdefault("minibatch_size", 32)
     cfg.setdefault("n_epochs", 2)
     cfg.setdefault("seed", 7)
-    config = JointTrainerConfig(num_envs=num_envs, num_workers=num_workers, **cfg)
+    collection = CollectionConfig("ray", num_workers) if num_workers else CollectionConfig()
+    config = JointTrainerConfig(num_envs=num_envs, collection=collection, **cfg)
     return JointMultiAgentTrainer.from_env(PettingZooJointEnv(env_fn, num_envs=num_envs), config)
 
 
@@ -96,8 +97,8 @@ def test_a_killed_worker_is_restarted_from_its_snapshot_and_the_run_stays_identi
     local = make(variable_agents_v0.parallel_env, 4)
     remote = make(variable_agents_v0.parallel_env, 4, num_workers=2)
     try:
-        lockstep(local, remote, before=lambda i: i == 2 and ray_local.kill(remote._workers.actors[1]))
-        assert remote._workers.restarts == 1
+        lockstep(local, remote, before=lambda i: i == 2 and ray_local.kill(remote.collector.actors[1]))
+        assert remote.collector.restarts == 1
     finally:
         remote.close()
 
@@ -133,7 +134,7 @@ def test_a_worker_dying_mid_rollout_is_replaced_and_its_share_recollected(tmp_pa
     try:
         # A worker claims the marker and dies; the in-process copies, which play after it, find none.
         lockstep(local, remote, before=lambda i: i == 1 and marker.touch())
-        assert not marker.exists() and remote._workers.restarts == 1
+        assert not marker.exists() and remote.collector.restarts == 1
     finally:
         remote.close()
 
@@ -146,7 +147,7 @@ def crash_outside(driver_pid):
 
 def test_a_worker_that_keeps_dying_raises_after_the_allowed_restarts():
     trainer = make(functools.partial(crash_outside, os.getpid()), 2, num_workers=1)
-    trainer._ray_workers().max_restarts = 1
+    trainer.collector.max_restarts = 1
     with pytest.raises(WorkerLostError, match=r"rollout worker 0 \(env copies 0\.\.1\) died 2 times"):
         trainer.collect_rollout()
     trainer.close()
@@ -167,7 +168,7 @@ def test_an_error_raised_by_an_env_in_a_worker_reaches_the_caller_with_its_type(
     try:
         with pytest.raises(ValueError, match="this env refuses to step"):
             trainer.collect_rollout()
-        assert trainer._workers.restarts == 0
+        assert trainer.collector.restarts == 0
     finally:
         trainer.close()
 
@@ -192,10 +193,12 @@ def test_resuming_from_state_dict_and_env_state_continues_bit_identically():
             assert torch.equal(getattr(again, name), expected[name]), name
         with pytest.raises(ValueError, match="saved by an in-process trainer"):
             second.load_env_state({"env": b""})
+        with pytest.raises(ValueError, match="holds 1 Ray workers' snapshots, this collector has 2 workers"):
+            second.load_env_state({"workers": env_state["workers"][:1]})
     finally:
         second.close()
     local = make(variable_agents_v0.parallel_env, 4)
-    with pytest.raises(ValueError, match="saved by 2 Ray rollout workers; resume it with num_workers=2"):
+    with pytest.raises(ValueError, match="saved by 2 Ray rollout workers; resume it with collection backend 'ray'"):
         local.load_env_state(env_state)
 
 
@@ -206,10 +209,12 @@ def test_env_state_is_none_before_the_first_ray_rollout():
 
 
 def test_worker_slices_are_contiguous_and_cover_every_copy():
-    assert worker_slices(5, 3) == [(0, 2), (2, 3), (3, 5)]
-    assert worker_slices(4, 4) == [(0, 1), (1, 2), (2, 3), (3, 4)]
-    with pytest.raises(ValueError, match="num_workers=3 Ray workers need at least as many env copies, got num_envs=2"):
-        worker_slices(2, 3)
+    assert split_copies(5, 3) == [(0, 2), (2, 3), (3, 5)]
+    assert split_copies(4, 4) == [(0, 1), (1, 2), (2, 3), (3, 4)]
+    with pytest.raises(ValueError, match="3 workers need at least as many env copies, got num_envs=2"):
+        split_copies(2, 3)
+    with pytest.raises(ValueError, match="a positive number of slices, got 0"):
+        split_copies(2, 0)
 
 
 def test_more_workers_than_env_copies_is_refused_when_building_the_trainer():
@@ -231,7 +236,7 @@ def test_an_env_without_a_factory_is_refused():
 
     env = Bare(PettingZooJointEnv(mock_v0.parallel_env, num_envs=2))
     with pytest.raises(ValueError, match="Bare has no env_fn; build the env with PettingZooJointEnv"):
-        JointMultiAgentTrainer.from_env(env, JointTrainerConfig(num_envs=2, num_workers=2))
+        JointMultiAgentTrainer.from_env(env, JointTrainerConfig(num_envs=2, collection=CollectionConfig("ray")))
 
 
 @pytest.mark.parametrize(
@@ -242,16 +247,17 @@ def test_an_env_without_a_factory_is_refused():
         ({"num_workers": 2, "vector_mode": "subprocess"}, "cannot be combined with vector_mode='subprocess'"),
     ],
 )
-def test_bad_num_workers_is_refused(changes, match):
+def test_bad_legacy_ray_settings_are_refused(changes, match):
     with pytest.raises(ValueError, match=match):
-        JointTrainerConfig(**changes)
+        JointTrainerConfig.from_dict(changes)
 
 
 def test_workers_are_separate_processes():
     trainer = make(mock_v0.parallel_env, 2, num_workers=2)
     try:
-        workers = trainer._ray_workers()
-        assert isinstance(workers, RayRolloutWorkers)
+        workers = trainer.collector
+        assert isinstance(workers, RayCollector)
+        trainer.collect_rollout()
         pids = workers.pids()
         assert len(set(pids)) == 2 and os.getpid() not in pids
     finally:
@@ -274,7 +280,7 @@ def test_marljoint_train_with_ray_workers_resumes_bit_identically(tmp_path):
     setup = ["--env", "variable_agents_v0", "--num-envs", "4", "--num-workers", "2"]
     train(tmp_path / "whole", 1024, *setup)
     train(tmp_path / "halves", 512, *setup)
-    assert "num_workers = 2" in (tmp_path / "halves" / "config.toml").read_text()
+    assert 'collection = {backend = "ray", workers = 2}' in (tmp_path / "halves" / "config.toml").read_text()
     train(tmp_path / "halves", 1024, "--resume")
     whole = losses(tmp_path / "whole")
     assert len(whole) == 4
@@ -305,7 +311,7 @@ def test_marljoint_train_ray_flag_defaults_to_two_workers(tmp_path, capsys):
         )
         == 0
     )
-    assert "num_workers = 2" in (out / "config.toml").read_text()
+    assert 'collection = {backend = "ray", workers = 2}' in (out / "config.toml").read_text()
 
 
 def test_connect_ray_names_the_address_when_no_cluster_answers(monkeypatch):

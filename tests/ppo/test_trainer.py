@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from marljoint import JointMultiAgentTrainer, JointTrainerConfig, PettingZooJointEnv
+from marljoint import JointMultiAgentTrainer, JointTrainerConfig, LocalCollector, PettingZooJointEnv
 from marljoint.policies import ActorCritic
 from marljoint_envs import kuhn_poker_v0, mock_v0, variable_agents_v0
 
@@ -298,7 +298,7 @@ def test_value_normalization_off_and_box_actions_are_clipped():
     trainer = make(functools.partial(identity_v0.parallel_env, action_type="box"), value_normalization=False)
     ro = trainer.collect_rollout()
     assert ro.actions[0].dtype == torch.float32 and ro.actions[0].shape == (16, 2, 2, 2)
-    actions = trainer.act(trainer._state)
+    actions = trainer.act(trainer.collector.current)
     assert all((a >= -1).all() and (a <= 1).all() for a in actions)
     stats = trainer.update(ro)
     assert all(math.isfinite(v) for v in stats.value_loss)
@@ -308,12 +308,11 @@ def test_a_slice_of_copies_reproduces_the_same_rows_of_the_full_rollout():
     """Each copy's env seeds and action noise depend only on its global index, not on the batch it is in."""
     full = make(variable_agents_v0.parallel_env, num_envs=4, rollout_steps=12, seed=5)
     ro_full = full.collect_rollout()
-    env = PettingZooJointEnv(variable_agents_v0.parallel_env, num_envs=2, seed=5)
-    env._copy_offset = 2
-    part = JointMultiAgentTrainer.from_env(env, full.config.replace(num_envs=2))
-    # Evaluate copies 2..3 at their rows of a 4-copy batch, as Ray rollout workers do.
-    part.joint_policy.row_pad = (2, 4)
-    ro_part = part.collect_rollout()
+    env = PettingZooJointEnv(variable_agents_v0.parallel_env, num_envs=2, seed=5, first_copy=2)
+    part = LocalCollector(env, seed=5, first_copy=2)
+    # Evaluate copies 2..3 at their rows of a 4-copy batch, as the multi-process collectors' workers do.
+    full.joint_policy.row_pad = (2, 4)
+    ro_part = part.collect(full.joint_policy, 12)
     assert torch.equal(ro_part.actions[0], ro_full.actions[0][:, 2:])
     assert torch.equal(ro_part.rewards, ro_full.rewards[:, 2:])
     assert torch.equal(ro_part.log_probs, ro_full.log_probs[:, 2:])

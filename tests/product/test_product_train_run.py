@@ -14,6 +14,7 @@ import pytest
 from _product_helpers import TINY_ENV_KWARGS, run_cli, tiny_config, train_args
 
 from marljoint import _toml
+from marljoint.collect import CollectionConfig
 from marljoint.evaluate import confidence_interval, evaluate_run
 from marljoint.runlog import Progress, read_metrics
 from marljoint.train import RunSpec, load_run_spec, train_run
@@ -219,7 +220,7 @@ def test_env_workers_give_the_same_run_as_one_process(run_dir, tmp_path):
     args = ["train", "--config", str(run_dir / "config.toml"), "--env-workers", "2", "--out", str(out), "--quiet"]
     assert run_cli(args) == 0
     spec = load_run_spec(out)
-    assert (spec.trainer.vector_mode, spec.trainer.num_env_workers) == ("subprocess", 2)
+    assert spec.trainer.collection == CollectionConfig("subprocess", workers=2)
     assert _text_rows(out) == _text_rows(run_dir)
 
 

@@ -1,0 +1,62 @@
+"""The Collector protocol: what every collection backend (in-process, subprocess, Ray) does."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Protocol, runtime_checkable
+
+import torch
+
+from marljoint.collect.rollout import JointRollout
+from marljoint.env.spaces import JointSpec
+from marljoint.policies.joint import JointPolicy
+
+__all__ = ["Collector", "rollout_storage"]
+
+
+@runtime_checkable
+class Collector(Protocol):
+    """Plays rollouts of E env copies with a :class:`~marljoint.policies.JointPolicy`.
+
+    Every backend gives the same :class:`~marljoint.collect.JointRollout`, bit for bit, for the same seed and E:
+    copy e is seeded and samples its actions by its global index, whichever process holds it.
+
+    Attributes:
+        num_envs: E, the env copies of every rollout.
+    """
+
+    num_envs: int
+
+    def collect(self, policy: JointPolicy, steps: int) -> JointRollout:
+        """Plays ``steps`` joint steps in every env copy with ``policy``, continuing where the last rollout
+        stopped (the copies are reset with the collector's seed before the first).
+
+        Returns:
+            The rollout ``[T, E, ...]`` on the policy's device; its storage is reused by the next call.
+        """
+        ...
+
+    def state(self) -> dict[str, Any] | None:
+        """Where the next rollout starts (the env copies mid-episode and the copies' noise generators), for a
+        bit-identical resume; ``None`` before the first rollout."""
+        ...
+
+    def load_state(self, state: Mapping[str, Any] | None) -> None:
+        """Restores :meth:`state` output; ``None`` makes the next rollout reset the copies."""
+        ...
+
+    def close(self) -> None:
+        """Releases what the collector started (worker actors); an env it was given stays open."""
+        ...
+
+
+def rollout_storage(
+    storage: JointRollout | None, spec: JointSpec, steps: int, num_envs: int, device: torch.device
+) -> JointRollout:
+    """``storage`` if it has the given shape and device, else a newly allocated :class:`JointRollout`."""
+    device = torch.device(device)
+    if storage is not None and storage.steps == steps and storage.num_envs == num_envs:
+        held = storage.rewards.device
+        if held.type == device.type and (device.index is None or held.index == device.index):
+            return storage
+    return JointRollout.allocate(spec, steps, num_envs, device)

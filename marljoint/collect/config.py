@@ -1,0 +1,125 @@
+"""How rollouts are collected: one frozen, validated choice of backend and workers."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["BACKENDS", "CollectionConfig"]
+
+BACKENDS = ("local", "subprocess", "ray")
+
+
+@dataclass(frozen=True)
+class CollectionConfig:
+    """Where the env copies step and the policies act during a rollout.
+
+    Every backend gives the same rollout, bit for bit, for the same seed and number of env copies: copy e samples
+    from its own noise generator and is seeded by its global index, whichever worker holds it.
+
+    Example:
+        >>> CollectionConfig(backend="subprocess", workers=2)
+        CollectionConfig(backend='subprocess', workers=2)
+    """
+
+    backend: str = "local"
+    """``"local"``: this process steps the env it is given and runs the policies (the env may itself be a
+    :class:`~marljoint.env.SubprocessJointEnv`, which then only steps). ``"subprocess"``: a
+    :class:`~marljoint.env.SubprocessJointEnv` of ``workers`` processes (built by :meth:`make_env`), whose
+    workers also run CPU copies of the policies for their own copies. ``"ray"``: ``workers`` Ray actors
+    (``pip install "marljoint[ray]"``), each stepping a slice of the copies with a CPU copy of the policies."""
+    workers: int = 2
+    """Worker processes (``"subprocess"``) or Ray actors (``"ray"``); each holds a contiguous slice of the env
+    copies (:func:`~marljoint.collect.split_copies`). Not used by ``"local"``."""
+
+    def __post_init__(self) -> None:
+        if self.backend not in BACKENDS:
+            raise ValueError(
+                f"collection backend must be one of {list(BACKENDS)}, got {self.backend!r} ('local': this process, "
+                "'subprocess': worker processes on this machine, 'ray': Ray actors)"
+            )
+        if not isinstance(self.workers, int) or isinstance(self.workers, bool) or self.workers < 1:
+            raise ValueError(f"collection workers must be a positive integer, got {self.workers!r}")
+
+    @property
+    def multiprocess(self) -> bool:
+        """Whether the policies act in other processes (``"subprocess"`` or ``"ray"``)."""
+        return self.backend != "local"
+
+    def make_env(self, env_fn: Any, num_envs: int, seed: int | None = None) -> Any:
+        """The JointEnv this backend collects from: a :class:`~marljoint.env.SubprocessJointEnv` of
+        :attr:`workers` processes for ``"subprocess"``, else a :class:`~marljoint.PettingZooJointEnv` (the Ray
+        actors rebuild their copies from its ``env_fn``).
+
+        Args:
+            env_fn: a PettingZoo env factory or module.
+            num_envs: E, the env copies.
+            seed: seed of the first reset.
+        """
+        from marljoint.env import PettingZooJointEnv, SubprocessJointEnv
+
+        if self.backend == "subprocess":
+            return SubprocessJointEnv(env_fn, num_envs=num_envs, num_workers=self.workers, seed=seed)
+        return PettingZooJointEnv(env_fn, num_envs=num_envs, seed=seed)
+
+    def replace(self, **changes: Any) -> CollectionConfig:
+        """A copy with ``changes`` applied (validated again)."""
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The fields as a plain dict."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_value(cls, value: CollectionConfig | Mapping[str, Any] | str) -> CollectionConfig:
+        """A config from itself, a mapping of its fields (a ``config.toml`` table) or a backend name.
+
+        Raises:
+            ValueError: for unknown keys (naming the valid ones) or invalid values.
+        """
+        if isinstance(value, cls):
+            return value
+        if isinstance(value, str):
+            return cls(backend=value)
+        if isinstance(value, Mapping):
+            names = {f.name for f in dataclasses.fields(cls)}
+            unknown = sorted(set(value) - names)
+            if unknown:
+                raise ValueError(f"unknown collection setting(s) {unknown}; valid: {sorted(names)}")
+            return cls(**value)
+        raise ValueError(
+            f"collection must be a CollectionConfig, a table such as {{backend = \"subprocess\", workers = 2}} or a "
+            f"backend name, got {value!r}"
+        )
+
+
+def from_legacy(values: Mapping[str, Any], base: CollectionConfig) -> CollectionConfig:
+    """The collection described by the settings of older configs: ``vector_mode`` (``"sync"``/``"subprocess"``)
+    with ``num_env_workers``, and ``num_workers`` (Ray actors, 0 for none), applied on top of ``base``.
+
+    Raises:
+        ValueError: for an unknown ``vector_mode``, or Ray workers combined with subprocess stepping.
+    """
+    mode = values.get("vector_mode")
+    ray_workers = values.get("num_workers", 0)
+    if mode not in (None, "sync", "subprocess"):
+        raise ValueError(f"vector_mode must be 'sync' or 'subprocess', got {mode!r}")
+    if not isinstance(ray_workers, int) or isinstance(ray_workers, bool) or ray_workers < 0:
+        raise ValueError(f"num_workers must be an integer >= 0 (0: no Ray workers), got {ray_workers!r}")
+    if ray_workers > 0 and mode == "subprocess":
+        raise ValueError(
+            f"num_workers={ray_workers} (Ray rollout workers) cannot be combined with vector_mode='subprocess'; "
+            "choose one collection backend"
+        )
+    env_workers = values.get("num_env_workers")
+    if ray_workers > 0:
+        return CollectionConfig("ray", ray_workers)
+    if mode == "subprocess":
+        return CollectionConfig("subprocess", 2 if env_workers is None else env_workers)
+    if mode == "sync" or "num_workers" in values:
+        return CollectionConfig("local", base.workers)
+    if env_workers is not None and base.backend == "subprocess":
+        return base.replace(workers=env_workers)
+    return base

@@ -1,0 +1,232 @@
+"""The Ray collector: K Ray actors, each stepping a contiguous slice of the env copies with a CPU copy of the policy.
+
+The learner broadcasts its weights once per rollout (one ``ray.put``), every actor plays its copies, and the pieces
+are written side by side along the env axis (:func:`~marljoint.collect.slices.assemble`). Env seeds and action noise
+are addressed by each copy's global index and every actor evaluates its copies at their rows of a batch of all E
+copies (matrix-product kernels choose their summation order by shape), so the result is bit-identical to
+collecting all copies in one process.
+
+An actor that dies is replaced: the new actor restores the dead one's last snapshot (its env copies mid-episode and
+its per-copy noise generators, taken after every rollout) and collects the same piece again with the same weights.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from marljoint.collect.base import rollout_storage
+from marljoint.collect.rollout import JointRollout
+from marljoint.collect.slices import SliceWorker, assemble, blueprint
+from marljoint.distributed.ray import connect_ray
+from marljoint.env.base import split_copies
+from marljoint.env.spaces import JointSpec
+from marljoint.policies.joint import JointPolicy
+
+__all__ = ["RayCollector", "WorkerLostError"]
+
+
+class WorkerLostError(RuntimeError):
+    """A rollout worker kept dying after the allowed number of restarts."""
+
+
+class _RaySlice:
+    """Body of one Ray actor: a :class:`SliceWorker` over copies ``[start, stop)`` of ``total``."""
+
+    def __init__(
+        self,
+        env_fn: Callable[[], Any],
+        start: int,
+        stop: int,
+        total: int,
+        seed: int,
+        plan: bytes,
+        torch_threads: int | None,
+    ) -> None:
+        from marljoint.env.pettingzoo import PettingZooJointEnv
+
+        env = PettingZooJointEnv(env_fn, num_envs=stop - start, seed=seed, first_copy=start)
+        self.slice = SliceWorker(env, seed, total, plan, torch_threads)
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def collect(
+        self, weights: Mapping[str, Any], steps: int, restore: Mapping[str, Any] | None
+    ) -> tuple[dict[str, Any], dict[str, Any] | None]:
+        """Restores ``restore`` if given, then plays one rollout; returns its piece and the snapshot after it."""
+        if restore is not None:
+            self.slice.collector.load_state(restore)
+        piece = self.slice.collect(weights, steps)
+        return piece, self.slice.collector.state()
+
+
+class RayCollector:
+    """Collects with K Ray actors, each over a contiguous slice of the env copies
+    (:func:`~marljoint.collect.split_copies`).
+
+    Ray is started locally (``ray.init()``) on the first rollout unless it already runs (call
+    ``ray.init(address=...)`` or :func:`~marljoint.distributed.connect_ray` first to use a cluster). The actors get
+    a CPU copy of the policy's networks once, and its weights every rollout.
+
+    Args:
+        env_fn: factory of one env copy, pickled to the actors.
+        spec: the env's agents and layouts (of the learner's env).
+        num_envs: E, split over the actors.
+        workers: K actors (each reserves one Ray CPU).
+        seed: the seed of the env resets and of the copies' noise generators.
+        torch_threads: torch threads of each actor (default 1).
+        max_restarts: how many times in a row one actor's piece is re-collected after the actor died.
+
+    Raises:
+        ValueError: if E < K; at the first rollout, if the Ray cluster has fewer CPUs than K.
+    """
+
+    def __init__(
+        self,
+        env_fn: Callable[[], Any],
+        spec: JointSpec,
+        num_envs: int,
+        workers: int,
+        seed: int,
+        torch_threads: int | None = None,
+        max_restarts: int = 3,
+    ) -> None:
+        self.slices = split_copies(num_envs, workers)
+        """Each actor's copies ``[start, stop)``."""
+        self.env_fn = env_fn
+        self.spec = spec
+        self.num_envs = num_envs
+        self.seed = int(seed)
+        self.torch_threads = torch_threads
+        self.max_restarts = max_restarts
+        self.restarts = 0
+        """Actors replaced after dying, over the collector's life."""
+        self.actors: list[Any] = []
+        """The live actors (empty until the first rollout)."""
+        self.snapshots: list[dict[str, Any] | None] = [None] * workers
+        self._pending_restore: list[dict[str, Any] | None] = [None] * workers
+        self._policy: JointPolicy | None = None
+        self._plan: bytes | None = None
+        self._storage: JointRollout | None = None
+        self._ray: Any = None
+
+    @property
+    def num_workers(self) -> int:
+        """K."""
+        return len(self.slices)
+
+    def _start(self) -> None:
+        ray = connect_ray()
+        cpus = ray.cluster_resources().get("CPU", 0)
+        if cpus < self.num_workers:
+            raise ValueError(
+                f"{self.num_workers} Ray rollout workers need {self.num_workers} CPUs, but the Ray cluster has "
+                f"{cpus:g}; use fewer workers or add CPUs to the cluster"
+            )
+        self._ray = ray
+        self._actor_class = ray.remote(num_cpus=1, max_restarts=0)(_RaySlice)
+
+    def _spawn(self, k: int) -> Any:
+        start, stop = self.slices[k]
+        # A new actor starts from the last snapshot of the one it replaces (sent with its first collect call).
+        self._pending_restore[k] = self.snapshots[k]
+        return self._actor_class.remote(
+            self.env_fn, start, stop, self.num_envs, self.seed, self._plan, self.torch_threads
+        )
+
+    def _submit(self, k: int, weights_ref: Any, steps: int) -> Any:
+        restore, self._pending_restore[k] = self._pending_restore[k], None
+        return self.actors[k].collect.remote(weights_ref, steps, restore)
+
+    def collect(self, policy: JointPolicy, steps: int) -> JointRollout:
+        """Collects one rollout of every copy, replacing actors that die.
+
+        Raises:
+            WorkerLostError: if one actor's piece failed ``max_restarts + 1`` times in a row.
+        """
+        if self._ray is None:
+            self._start()
+        if policy is not self._policy:
+            self._kill()
+            self._policy, self._plan = policy, blueprint(policy)
+        if not self.actors:
+            self.actors = [self._spawn(k) for k in range(self.num_workers)]
+        self._storage = rollout_storage(self._storage, self.spec, steps, self.num_envs, policy.device)
+        assemble(self._storage, self._gather(policy.weights(), steps), self.slices)
+        return self._storage
+
+    def _gather(self, weights: Mapping[str, Any], steps: int) -> list[dict[str, Any]]:
+        ray = self._ray
+        ref = ray.put(weights)
+        pending = {k: self._submit(k, ref, steps) for k in range(self.num_workers)}
+        failures = [0] * self.num_workers
+        pieces: list[Any] = [None] * self.num_workers
+        while pending:
+            done, _ = ray.wait(list(pending.values()), num_returns=1)
+            k = next(k for k, r in pending.items() if r == done[0])
+            del pending[k]
+            try:
+                piece, snapshot = ray.get(done[0])
+            except ray.exceptions.RayActorError as exc:
+                failures[k] += 1
+                self.restarts += 1
+                if failures[k] > self.max_restarts:
+                    raise WorkerLostError(
+                        f"rollout worker {k} (env copies {self.slices[k][0]}..{self.slices[k][1] - 1}) died "
+                        f"{failures[k]} times in one iteration; last error: {exc}"
+                    ) from exc
+                self.actors[k] = self._spawn(k)
+                pending[k] = self._submit(k, ref, steps)
+                continue
+            pieces[k] = piece
+            self.snapshots[k] = snapshot
+        return pieces
+
+    def state(self) -> dict[str, Any] | None:
+        """``{"workers": [snapshot per actor]}`` (each actor's copies and noise generators), or ``None`` before the
+        first rollout."""
+        if all(s is None for s in self.snapshots):
+            return None
+        return {"workers": list(self.snapshots)}
+
+    def load_state(self, state: Mapping[str, Any] | None) -> None:
+        """Restores :meth:`state` output; ``None`` restarts every actor from a fresh reset.
+
+        Raises:
+            ValueError: for a snapshot of another backend, or of another number of actors.
+        """
+        if state is not None and "workers" not in state:
+            raise ValueError(
+                "this env state was saved by an in-process trainer (collection backend 'local' or 'subprocess'); "
+                "resume it with that backend"
+            )
+        snapshots = [None] * self.num_workers if state is None else list(state["workers"])
+        if len(snapshots) != self.num_workers:
+            raise ValueError(
+                f"the saved env state holds {len(snapshots)} Ray workers' snapshots, this collector has "
+                f"{self.num_workers} workers; resume with the same number of workers"
+            )
+        self._kill()
+        self.snapshots = snapshots
+
+    def pids(self) -> list[int]:
+        """The process id of every actor (the actors are started if they are not yet)."""
+        if self._ray is None:
+            self._start()
+        if not self.actors:
+            if self._plan is None:
+                raise RuntimeError("the actors start with the first rollout, which needs the policy to copy")
+            self.actors = [self._spawn(k) for k in range(self.num_workers)]
+        return self._ray.get([a.pid.remote() for a in self.actors])
+
+    def _kill(self) -> None:
+        for actor in self.actors:
+            self._ray.kill(actor)
+        self.actors = []
+
+    def close(self) -> None:
+        """Kills the actors."""
+        if self._ray is not None:
+            self._kill()

@@ -1,0 +1,127 @@
+"""How the trainer's networks and optimizers are built: one unit (a network and its optimizers) per agent group
+from the defaults, or per agent from networks the caller passes; and the checks tying them to the env."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+
+from marljoint.env.spaces import JointSpec
+from marljoint.policies import ActorCritic, StackedAdam
+from marljoint.ppo.config import JointTrainerConfig
+from marljoint.ppo.learner import _Unit
+
+__all__ = ["default_units", "units_from_policies"]
+
+
+def default_units(spec: JointSpec, config: JointTrainerConfig, **policy_kwargs: Any) -> list[_Unit]:
+    """One :class:`~marljoint.policies.ActorCritic` per agent group (shared, or stacked per-agent weights) with a
+    :class:`~marljoint.policies.StackedAdam` that behaves like one independent Adam per agent (a second one for
+    the critic with ``critic_lr``).
+
+    Raises:
+        ValueError: if ``config.num_agents`` disagrees with the env, or a centralised critic meets images.
+    """
+    check_agent_count(config, spec.num_agents)
+    if config.torch_threads is not None:
+        # Before building: initial weights (orthogonal init) must not depend on the thread count in effect.
+        torch.set_num_threads(config.torch_threads)
+    critic_size = critic_input_size(spec) if config.centralized_critic else None
+    policy_kwargs.setdefault("hidden_sizes", config.hidden_sizes)
+    units = []
+    policy_kwargs.setdefault("generator", torch.Generator().manual_seed(config.seed))
+    for g, group in enumerate(spec.groups):
+        policy = ActorCritic(
+            group.observation,
+            group.action,
+            num_agents=group.size,
+            share_parameters=config.share_parameters,
+            critic_input_size=critic_size,
+            share_trunk=config.share_trunk,
+            **policy_kwargs,
+        ).to(config.device)
+        members = 1 if config.share_parameters else group.size
+        actor = list(policy.actor_parameters())
+        critic = list(policy.critic_parameters())
+        if config.critic_lr is None:
+            optimizer = StackedAdam(actor + critic, lr=config.learning_rate, eps=config.adam_eps, members=members)
+            critic_optimizer = None
+        else:
+            optimizer = StackedAdam(actor, lr=config.learning_rate, eps=config.adam_eps, members=members)
+            critic_optimizer = StackedAdam(critic, lr=config.critic_lr, eps=config.adam_eps, members=members)
+        unit = _Unit(g, policy, group.agent_indices, optimizer, critic_optimizer, True, agent_names=spec.agents)
+        units.append(unit)
+    return units
+
+
+def units_from_policies(
+    spec: JointSpec,
+    config: JointTrainerConfig,
+    policies: Sequence[ActorCritic],
+    optimizers: Sequence[torch.optim.Optimizer],
+    critic_optimizers: Sequence[torch.optim.Optimizer] | None,
+) -> list[_Unit]:
+    """One unit per agent from single-agent networks and optimizers the caller built.
+
+    Raises:
+        ValueError: when the numbers of policies/optimizers do not match the env's agents, a policy serves several
+            agents, or ``config.num_agents`` disagrees with the env.
+    """
+    n = spec.num_agents
+    check_agent_count(config, n)
+    for name, seq in (("policies", policies), ("optimizers", optimizers), ("critic_optimizers", critic_optimizers)):
+        if seq is not None and len(seq) != n:
+            raise ValueError(
+                f"got {len(seq)} {name} for {n} agents {list(spec.agents)}; pass exactly one per agent"
+            )
+    units = []
+    for i, policy in enumerate(policies):
+        g, _ = spec.group_of(i)
+        if getattr(policy, "num_agents", 1) != 1:
+            raise ValueError(
+                f"policy {i} is built for {policy.num_agents} agents; the constructor takes one single-agent "
+                "policy per agent (use from_env for batched groups)"
+            )
+        critic = critic_optimizers[i] if critic_optimizers is not None else None
+        units.append(_Unit(g, policy, (i,), optimizers[i], critic, stacked=False, agent_names=spec.agents))
+    return units
+
+
+def check_trunk_layout(policy: Any, policy_state: Mapping[str, Any], config: Mapping[str, Any]) -> None:
+    """Refuses a checkpoint whose critic layout (own trunk or shared) differs from the network's, with the fix."""
+    if not isinstance(policy, ActorCritic) or policy.critic_input_size is not None:
+        return
+    saved_own_trunk = any(key.startswith("critic_encoder.") for key in policy_state)
+    if saved_own_trunk == (not policy.share_trunk):
+        return
+    saved = "a critic trunk of its own" if saved_own_trunk else "a critic that reads the actor's trunk"
+    hint = "" if "share_trunk" in config else " (checkpoints written before separate networks became the default)"
+    raise ValueError(
+        f"the checkpoint's networks have {saved}{hint}, this trainer's do not; build the trainer with "
+        f"share_trunk={not saved_own_trunk} (share_trunk = {str(not saved_own_trunk).lower()} in a run's config.toml)"
+    )
+
+
+def check_agent_count(config: JointTrainerConfig, n: int) -> None:
+    """Refuses a ``config.num_agents`` other than the env's ``n``."""
+    if config.num_agents is not None and config.num_agents != n:
+        raise ValueError(
+            f"config.num_agents is {config.num_agents} but the env has {n} agents; set num_agents={n} or leave it None"
+        )
+
+
+def critic_input_size(spec: JointSpec) -> int:
+    """Input width of a centralised critic: every agent's flat observation and the alive mask.
+
+    Raises:
+        ValueError: for image observations (which need flattening or an encoder first).
+    """
+    for group in spec.groups:
+        if group.observation.kind == "image":
+            raise ValueError(
+                f"centralized_critic needs flat observations, but agents {list(group.agents)} observe images "
+                f"{group.observation.shape}; turn it off, or flatten/encode the images with a supersuit wrapper"
+            )
+    return sum(spec.observations[i].size for i in range(spec.num_agents)) + spec.num_agents

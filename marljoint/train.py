@@ -236,7 +236,7 @@ def load_run_spec(run_dir: str | os.PathLike[str]) -> RunSpec:
     return RunSpec.from_dict(read_config_file(path), base=RunSpec(env_kwargs={}))
 
 
-_RESUMABLE_CHANGES = ("total_steps", "checkpoint_every", "keep_checkpoints")
+_RESUMABLE_CHANGES = ("total_steps", "checkpoint_every", "keep_checkpoints", "collection")
 
 
 def resume_spec(run_dir: str | os.PathLike[str], overrides: Mapping[str, Any] | None = None) -> RunSpec:
@@ -244,8 +244,9 @@ def resume_spec(run_dir: str | os.PathLike[str], overrides: Mapping[str, Any] | 
 
     Args:
         run_dir: the run directory.
-        overrides: flat settings given for the resume; ``total_steps``, ``checkpoint_every`` and
-            ``keep_checkpoints`` may change, every other one must equal the saved value.
+        overrides: flat settings given for the resume; ``total_steps``, ``checkpoint_every``,
+            ``keep_checkpoints`` and ``collection`` (the backend: the results stay the same) may change, every
+            other one must equal the saved value.
 
     Raises:
         RunError: if the directory holds no run, or an override contradicts the saved config.

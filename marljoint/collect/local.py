@@ -12,6 +12,7 @@ from marljoint.collect.acting import HostActing
 from marljoint.collect.base import rollout_storage
 from marljoint.collect.noise import CopyNoise, copy_generators, generators_from_states
 from marljoint.collect.rollout import JointRollout
+from marljoint.collect.snapshots import read_state, restore_env
 from marljoint.env.base import JointEnv, JointObs
 from marljoint.policies.joint import JointPolicy
 
@@ -70,24 +71,20 @@ class LocalCollector:
         return {"env": get_state(), "copy_generators": [g.get_state() for g in self.copy_generators]}
 
     def load_state(self, state: Mapping[str, Any] | None) -> None:
-        """Restores :meth:`state` output (an older snapshot without ``copy_generators`` keeps the current ones);
-        ``None`` makes the next rollout reset the env with the seed.
+        """Restores the :meth:`~marljoint.collect.Collector.state` of any collector over the same copies (this
+        one's, or a subprocess or Ray collector's: the copies continue exactly where they stopped); ``None`` makes
+        the next rollout reset the env with the seed. An older snapshot without noise generators keeps the current
+        ones.
 
         Raises:
-            ValueError: for a snapshot taken by Ray workers.
+            ValueError: for a state that is unreadable or holds another number of copies.
         """
         if state is None:
             self.current = None
             return
-        if "env" not in state:
-            workers = len(state.get("workers", ()))
-            raise ValueError(
-                f"this env state was saved by {workers} Ray rollout workers; resume it with collection "
-                f"backend 'ray' and workers={workers} (--num-workers {workers})"
-            )
-        self.current = self.env.set_state(state["env"])
-        if "copy_generators" in state:
-            self.copy_generators = generators_from_states(state["copy_generators"])
+        self.current, generators = restore_env(self.env, read_state(state))
+        if generators is not None:
+            self.copy_generators = generators_from_states(generators)
 
     def close(self) -> None:
         """Nothing to release: the env belongs to the caller."""

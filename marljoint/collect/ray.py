@@ -19,8 +19,10 @@ from typing import Any
 from marljoint.collect.base import rollout_storage
 from marljoint.collect.rollout import JointRollout
 from marljoint.collect.slices import SliceWorker, assemble, blueprint
+from marljoint.collect.snapshots import read_state, resliced
 from marljoint.distributed.ray import connect_ray
 from marljoint.env.base import split_copies
+from marljoint.env.pettingzoo import PettingZooJointEnv
 from marljoint.env.spaces import JointSpec
 from marljoint.policies.joint import JointPolicy
 
@@ -44,8 +46,6 @@ class _RaySlice:
         plan: bytes,
         torch_threads: int | None,
     ) -> None:
-        from marljoint.env.pettingzoo import PettingZooJointEnv
-
         env = PettingZooJointEnv(env_fn, num_envs=stop - start, seed=seed, first_copy=start)
         self.slice = SliceWorker(env, seed, total, plan, torch_threads)
 
@@ -192,22 +192,20 @@ class RayCollector:
         return {"workers": list(self.snapshots)}
 
     def load_state(self, state: Mapping[str, Any] | None) -> None:
-        """Restores :meth:`state` output; ``None`` restarts every actor from a fresh reset.
+        """Restores the :meth:`~marljoint.collect.Collector.state` of any collector over the same copies (this
+        one's with any number of actors, a local or a subprocess collector's); ``None`` restarts every actor from
+        a fresh reset.
 
         Raises:
-            ValueError: for a snapshot of another backend, or of another number of actors.
+            ValueError: for a state that is unreadable or holds another number of copies.
         """
-        if state is not None and "workers" not in state:
-            raise ValueError(
-                "this env state was saved by an in-process trainer (collection backend 'local' or 'subprocess'); "
-                "resume it with that backend"
-            )
-        snapshots = [None] * self.num_workers if state is None else list(state["workers"])
-        if len(snapshots) != self.num_workers:
-            raise ValueError(
-                f"the saved env state holds {len(snapshots)} Ray workers' snapshots, this collector has "
-                f"{self.num_workers} workers; resume with the same number of workers"
-            )
+        snapshots: list[dict[str, Any] | None] = [None] * self.num_workers
+        if state is not None:
+            parts = resliced(read_state(state), self.slices)
+            for (env, _), (a, b) in zip(parts, self.slices):
+                if PettingZooJointEnv.state_copies(env) != b - a:  # checked here, not later in an actor
+                    raise ValueError(f"the saved state's slices do not hold the copies {a}..{b - 1} of this collector")
+            snapshots = [{"env": env} if gens is None else {"env": env, "copy_generators": gens} for env, gens in parts]
         self._kill()
         self.snapshots = snapshots
 

@@ -13,6 +13,7 @@ from marljoint.collect.local import LocalCollector
 from marljoint.collect.noise import generators_from_states
 from marljoint.collect.rollout import JointRollout
 from marljoint.collect.slices import SliceWorker, assemble, blueprint
+from marljoint.collect.snapshots import joined_generators, read_state, resliced
 from marljoint.env.subprocess import EnvWorker, SubprocessJointEnv
 from marljoint.policies.joint import JointPolicy
 
@@ -98,26 +99,23 @@ class SubprocessCollector:
         return {"env": self.env.snapshot(self.env.run_in_workers(_slice_state, self._key))}
 
     def load_state(self, state: Mapping[str, Any] | None) -> None:
-        """Restores :meth:`state` output (or a plain env snapshot, whose copies then draw fresh noise).
+        """Restores the :meth:`~marljoint.collect.Collector.state` of any collector over the same copies (this
+        one's with any number of workers, a local or a Ray collector's); a plain env snapshot's copies draw fresh
+        noise.
 
         Raises:
-            ValueError: for a snapshot of Ray workers, or one taken with another split of the copies.
+            ValueError: for a state that is unreadable or holds another number of copies.
         """
         if state is None:
             self._started = False
             self._here.load_state(None)
             return
-        if "env" not in state:
-            workers = len(state.get("workers", ()))
-            raise ValueError(
-                f"this env state was saved by {workers} Ray rollout workers; resume it with collection "
-                f"backend 'ray' and workers={workers} (--num-workers {workers})"
-            )
-        entries = [e if isinstance(e, tuple) else (e, None) for e in self.env.worker_states(state["env"])]
+        entries = resliced(read_state(state), self.env.slices)
         self.env.run_in_workers(_restore_slice, self._key, entries)
         self._here.current = self.env.current()
-        if "copy_generators" in state:
-            self._here.copy_generators = generators_from_states(state["copy_generators"])
+        generators = joined_generators(entries)
+        if generators is not None:
+            self._here.copy_generators = generators_from_states(generators)
         self._started = True
 
     def close(self) -> None:

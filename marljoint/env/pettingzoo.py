@@ -373,12 +373,10 @@ class PettingZooJointEnv:
             "episode_seeds": self._episode_seeds,
             "buffers": {name: getattr(self, name) for name in _STATE_BUFFERS},
         }
-        buffer = io.BytesIO()
         try:
-            _StatePickler(buffer).dump(state)
+            return _dump_snapshot(state)
         except Exception as exc:  # pickling raises TypeError, PicklingError, AttributeError, ...
             raise TypeError(f"{self!r} cannot be pickled ({type(exc).__name__}: {exc})") from exc
-        return buffer.getvalue()
 
     def set_state(self, state: bytes) -> JointObs:
         """Restores a :meth:`get_state` snapshot taken from an adapter of the same env and ``num_envs``.
@@ -392,10 +390,7 @@ class PettingZooJointEnv:
         Raises:
             ValueError: if the snapshot is unreadable or was taken with other agents or another ``num_envs``.
         """
-        try:
-            snapshot = _StateUnpickler(io.BytesIO(state)).load()
-        except Exception as exc:  # unpickling damaged bytes raises many types
-            raise ValueError(f"the env state cannot be unpickled ({type(exc).__name__}: {exc})") from exc
+        snapshot = _load_snapshot(state)
         if snapshot["num_envs"] != self.num_envs or tuple(snapshot["agents"]) != self.spec.agents:
             raise ValueError(
                 f"the env state holds {snapshot['num_envs']} copies of agents {list(snapshot['agents'])}, this env "
@@ -418,6 +413,54 @@ class PettingZooJointEnv:
             else:
                 np.copyto(target, value)
         return JointObs(self._obs, self._alive, self._acting, self._masks)
+
+    @staticmethod
+    def split_state(state: bytes, slices: Sequence[tuple[int, int]]) -> list[bytes]:
+        """Cuts a :meth:`get_state` snapshot of E copies into snapshots of the copies ``[start, stop)`` of each
+        slice, each restorable into an adapter of that many copies (a collection worker's, for instance).
+
+        Raises:
+            ValueError: if the snapshot is unreadable or the slices leave its copies.
+        """
+        snapshot = _load_snapshot(state)
+        total = snapshot["num_envs"]
+        if any(not 0 <= a < b <= total for a, b in slices):
+            raise ValueError(f"slices {list(slices)} do not fit the snapshot's {total} copies")
+        return [_dump_snapshot(_slice_snapshot(snapshot, a, b)) for a, b in slices]
+
+    @staticmethod
+    def state_copies(state: bytes) -> int:
+        """How many env copies a :meth:`get_state` snapshot holds.
+
+        Raises:
+            ValueError: if the snapshot is unreadable.
+        """
+        return int(_load_snapshot(state)["num_envs"])
+
+    @staticmethod
+    def join_states(states: Sequence[bytes]) -> bytes:
+        """Joins snapshots of consecutive slices of copies (:meth:`split_state`, or each worker's
+        :meth:`get_state`) into one snapshot of all their copies, in order.
+
+        Raises:
+            ValueError: if a snapshot is unreadable or they hold different agents.
+        """
+        parts = [_load_snapshot(s) for s in states]
+        if not parts:
+            raise ValueError("join_states needs at least one snapshot")
+        if any(tuple(p["agents"]) != tuple(parts[0]["agents"]) for p in parts):
+            raise ValueError("the snapshots hold different agents; they are not slices of one set of copies")
+        joined = {
+            "num_envs": sum(p["num_envs"] for p in parts),
+            "agents": parts[0]["agents"],
+            "seed": parts[0]["seed"],
+            "envs": [env for p in parts for env in p["envs"]],
+            "episode_seeds": [g for p in parts for g in p["episode_seeds"]],
+            "buffers": {
+                name: _join_buffers([p["buffers"][name] for p in parts]) for name in parts[0]["buffers"]
+            },
+        }
+        return _dump_snapshot(joined)
 
     def __repr__(self) -> str:
         kind = "AEC" if self._turn_based else "parallel"
@@ -752,3 +795,41 @@ class PettingZooJointEnv:
                 # After a step, agent_selection names the agent to move next: everyone else ends waiting.
                 self._final_waiting[e, i] = agent != env.agent_selection
                 self._write_obs(e, agent, env.observe(agent), self._final_obs)
+
+
+def _dump_snapshot(snapshot: dict[str, Any]) -> bytes:
+    buffer = io.BytesIO()
+    _StatePickler(buffer).dump(snapshot)
+    return buffer.getvalue()
+
+
+def _load_snapshot(state: bytes) -> dict[str, Any]:
+    try:
+        return _StateUnpickler(io.BytesIO(state)).load()
+    except Exception as exc:  # unpickling damaged bytes raises many types
+        raise ValueError(f"the env state cannot be unpickled ({type(exc).__name__}: {exc})") from exc
+
+
+def _slice_snapshot(snapshot: dict[str, Any], start: int, stop: int) -> dict[str, Any]:
+    """The part of a snapshot that holds copies ``[start, stop)``: every per-copy entry cut along its first axis."""
+
+    def cut(value: Any) -> Any:
+        if isinstance(value, tuple):
+            return tuple(None if v is None else v[start:stop].copy() for v in value)
+        return value[start:stop].copy()
+
+    return {
+        **snapshot,
+        "num_envs": stop - start,
+        "envs": list(snapshot["envs"][start:stop]),
+        "episode_seeds": list(snapshot["episode_seeds"][start:stop]),
+        "buffers": {name: cut(value) for name, value in snapshot["buffers"].items()},
+    }
+
+
+def _join_buffers(values: list[Any]) -> Any:
+    if isinstance(values[0], tuple):
+        return tuple(
+            None if parts[0] is None else np.concatenate(parts) for parts in zip(*values)
+        )
+    return np.concatenate(values)

@@ -6,7 +6,7 @@ from marljoint.collect.rollout import JointRollout
 from marljoint.policies.normalizer import RunningNormalizer
 from marljoint.ppo.config import JointTrainerConfig
 from marljoint.ppo.gae import compute_gae
-from marljoint.ppo.learner import Learner
+from marljoint.ppo.learner import Learner, NetworkUnit
 from marljoint.ppo.losses import (
     PolicyLossTerms,
     explained_variance,
@@ -26,6 +26,7 @@ __all__ = [
     "JointStats",
     "JointTrainerConfig",
     "Learner",
+    "NetworkUnit",
     "PolicyLossTerms",
     "RunningNormalizer",
     "compute_gae",

@@ -11,12 +11,12 @@ import torch
 from marljoint.env.spaces import JointSpec
 from marljoint.policies import ActorCritic, StackedAdam
 from marljoint.ppo.config import JointTrainerConfig
-from marljoint.ppo.learner import _Unit
+from marljoint.ppo.learner import NetworkUnit
 
 __all__ = ["default_units", "units_from_policies"]
 
 
-def default_units(spec: JointSpec, config: JointTrainerConfig, **policy_kwargs: Any) -> list[_Unit]:
+def default_units(spec: JointSpec, config: JointTrainerConfig, **policy_kwargs: Any) -> list[NetworkUnit]:
     """One :class:`~marljoint.policies.ActorCritic` per agent group (shared, or stacked per-agent weights) with a
     :class:`~marljoint.policies.StackedAdam` that behaves like one independent Adam per agent (a second one for
     the critic with ``critic_lr``).
@@ -51,7 +51,7 @@ def default_units(spec: JointSpec, config: JointTrainerConfig, **policy_kwargs: 
         else:
             optimizer = StackedAdam(actor, lr=config.learning_rate, eps=config.adam_eps, members=members)
             critic_optimizer = StackedAdam(critic, lr=config.critic_lr, eps=config.adam_eps, members=members)
-        unit = _Unit(g, policy, group.agent_indices, optimizer, critic_optimizer, True, agent_names=spec.agents)
+        unit = NetworkUnit(g, policy, group.agent_indices, optimizer, critic_optimizer, True, agent_names=spec.agents)
         units.append(unit)
     return units
 
@@ -62,7 +62,7 @@ def units_from_policies(
     policies: Sequence[ActorCritic],
     optimizers: Sequence[torch.optim.Optimizer],
     critic_optimizers: Sequence[torch.optim.Optimizer] | None,
-) -> list[_Unit]:
+) -> list[NetworkUnit]:
     """One unit per agent from single-agent networks and optimizers the caller built.
 
     Raises:
@@ -85,7 +85,7 @@ def units_from_policies(
                 "policy per agent (use from_env for batched groups)"
             )
         critic = critic_optimizers[i] if critic_optimizers is not None else None
-        units.append(_Unit(g, policy, (i,), optimizers[i], critic, stacked=False, agent_names=spec.agents))
+        units.append(NetworkUnit(g, policy, (i,), optimizers[i], critic, stacked=False, agent_names=spec.agents))
     return units
 
 

@@ -132,12 +132,22 @@ class _Totals:
         return JointStats(num_mb_steps=self.steps, **means)
 
 
-class _Unit:
+class NetworkUnit:
     """One network and its optimizers, serving some agents (a whole group, or one agent).
 
     Gradients are clipped per network: the actor and the critic each on their own (one network when they share a
     trunk), and per member of stacked per-agent weights. A network shared by several agents is one network: its
     gradient, summed over those agents, is clipped once.
+
+    Args:
+        group: index into ``spec.groups`` of the agents' group.
+        policy: the network.
+        agent_indices: the agents it serves, in ``possible_agents`` order.
+        optimizer: steps its actor parameters (and the critic's, unless ``critic_optimizer`` is given).
+        critic_optimizer: steps its critic parameters (split critic), or ``None``.
+        stacked: the network holds the whole group (a :class:`~marljoint.policies.StackedAdam` steps its
+            members); False: it serves one agent, with any torch optimizer.
+        agent_names: every agent's name (``possible_agents``), for the metrics' network names.
     """
 
     def __init__(
@@ -202,10 +212,12 @@ class _Unit:
                 optimizer.step()
 
     def zero_grad(self) -> None:
+        """Drops the network's gradients."""
         for p in self.actor_params + self.critic_params:
             p.grad = None
 
     def optimizers(self) -> list[Any]:
+        """The optimizer, then the critic's optimizer if there is one."""
         return [o for o in (self.optimizer, self.critic_optimizer) if o is not None]
 
 
@@ -220,14 +232,15 @@ class Learner:
     """
 
     def __init__(
-        self, config: JointTrainerConfig, policy: JointPolicy, units: Sequence[_Unit], generator: torch.Generator
+        self, config: JointTrainerConfig, policy: JointPolicy, units: Sequence[NetworkUnit], generator: torch.Generator
     ) -> None:
         self.config = config
         self.joint_policy = policy
         self.spec = policy.spec
         self.device = policy.device
         self.value_normalizer: RunningNormalizer | None = policy.value_normalizer
-        self._units = list(units)
+        self.units = list(units)
+        """Each network with its optimizers (:class:`NetworkUnit`), in the policy's network order."""
         self._generator = generator
         self.lr_scale = 1.0
 
@@ -366,16 +379,16 @@ class Learner:
     def _step(self, joint: torch.Tensor, active_mask: torch.Tensor) -> dict[str, torch.Tensor]:
         """One backward, then each network clipped and the active agents' optimizers stepped; returns the
         ``"<part>/<network>"`` gradient norms before clipping."""
-        for unit in self._units:
+        for unit in self.units:
             unit.zero_grad()
         joint.backward()
         norms_by_key = {}
-        for unit in self._units:
+        for unit in self.units:
             for part, norms in unit.clip(self.config.max_grad_norm).items():
                 for name, norm in zip(unit.network_names, norms):
                     norms_by_key[f"{part}/{name}"] = norm
             unit.step(active_mask)
-        for unit in self._units:
+        for unit in self.units:
             unit.zero_grad()
         return norms_by_key
 
@@ -399,7 +412,7 @@ class Learner:
         the optimizers passed to the constructor were built with.
         """
         self.lr_scale = float(scale)
-        for unit in self._units:
+        for unit in self.units:
             for optimizer in unit.optimizers():
                 for group in optimizer.param_groups:
                     group.setdefault("initial_lr", group["lr"])

@@ -27,7 +27,7 @@ from marljoint.policies.joint import JointPolicy, NetworkSlot
 from marljoint.policies.normalizer import RunningNormalizer
 from marljoint.ppo.build import check_trunk_layout, critic_input_size, default_units, units_from_policies
 from marljoint.ppo.config import JointTrainerConfig
-from marljoint.ppo.learner import JointStats, Learner, _Unit
+from marljoint.ppo.learner import JointStats, Learner, NetworkUnit
 from marljoint.ppo.metrics import MetricKeys, iteration_metrics
 
 __all__ = ["Iteration", "JointMultiAgentTrainer", "JointStats"]
@@ -113,14 +113,13 @@ class JointMultiAgentTrainer:
         return trainer
 
     # ------------------------------------------------------------------ setup
-    def _setup(self, env: JointEnv, config: JointTrainerConfig, units: list[_Unit]) -> None:
+    def _setup(self, env: JointEnv, config: JointTrainerConfig, units: list[NetworkUnit]) -> None:
         self.env = env
         self.config = config
         if config.torch_threads is not None:
             torch.set_num_threads(config.torch_threads)
         self.spec = env.spec
         self.device = torch.device(config.device)
-        self._units = units
         self._generator = torch.Generator().manual_seed(config.seed)
         n = self.spec.num_agents
         self.value_normalizer = RunningNormalizer(n, device=self.device) if config.value_normalization else None
@@ -149,7 +148,13 @@ class JointMultiAgentTrainer:
     @property
     def policies(self) -> list[ActorCritic]:
         """The networks, one per unit (per group with ``from_env``, per agent with the constructor)."""
-        return [u.policy for u in self._units]
+        return [u.policy for u in self.learner.units]
+
+    @property
+    def pending_moves(self) -> JointRollout | None:
+        """Moves of the last rollout whose outcome lies in the next one (turn-based games; ``None`` when there are
+        none): the next :meth:`collect_rollout` carries them (:attr:`JointRollout.carried`)."""
+        return self._pending
 
     @property
     def generator(self) -> torch.Generator:
@@ -339,7 +344,7 @@ class JointMultiAgentTrainer:
         (:func:`~marljoint.ppo.metrics.iteration_metrics`)."""
         if self._keys is None:
             self._keys = MetricKeys(self.spec.agents)
-        lr = float(self._units[0].optimizer.param_groups[0]["lr"])
+        lr = float(self.learner.units[0].optimizer.param_groups[0]["lr"])
         return iteration_metrics(self._keys, rollout, stats, seconds, self.iteration, self.env_steps, lr)
 
     # ------------------------------------------------------------------ persistence
@@ -348,8 +353,8 @@ class JointMultiAgentTrainer:
         return {
             "config": self.config.to_dict(),
             "agents": list(self.spec.agents),
-            "policies": [u.policy.state_dict() for u in self._units],
-            "optimizers": [[o.state_dict() for o in u.optimizers()] for u in self._units],
+            "policies": [u.policy.state_dict() for u in self.learner.units],
+            "optimizers": [[o.state_dict() for o in u.optimizers()] for u in self.learner.units],
             "value_normalizer": None if self.value_normalizer is None else self.value_normalizer.state_dict(),
             "generator": self._generator.get_state(),
             "iteration": self.iteration,
@@ -366,12 +371,12 @@ class JointMultiAgentTrainer:
         """
         if list(state["agents"]) != list(self.spec.agents):
             raise ValueError(f"checkpoint agents {state['agents']} differ from this env's {list(self.spec.agents)}")
-        if len(state["policies"]) != len(self._units):
+        if len(state["policies"]) != len(self.learner.units):
             raise ValueError(
-                f"checkpoint holds {len(state['policies'])} networks, this trainer has {len(self._units)}; "
+                f"checkpoint holds {len(state['policies'])} networks, this trainer has {len(self.learner.units)}; "
                 "build the trainer with the same share_parameters setting"
             )
-        for unit, policy_state, optimizer_states in zip(self._units, state["policies"], state["optimizers"]):
+        for unit, policy_state, optimizer_states in zip(self.learner.units, state["policies"], state["optimizers"]):
             check_trunk_layout(unit.policy, policy_state, state.get("config", {}))
             unit.policy.load_state_dict(policy_state)
             for optimizer, optimizer_state in zip(unit.optimizers(), optimizer_states):

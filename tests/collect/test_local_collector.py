@@ -27,7 +27,7 @@ def test_a_collector_on_a_joint_policy_plays_the_trainers_rollouts():
     assert all(isinstance(g, torch.Generator) for g in collector.copy_generators)
 
 
-def test_a_restored_collector_continues_bit_identically_and_refuses_ray_snapshots():
+def test_a_restored_collector_continues_bit_identically_and_refuses_what_no_collector_wrote():
     trainer = _trainer()
     first = LocalCollector(PettingZooJointEnv(kuhn_poker_v0.env, num_envs=4), seed=2)
     first.collect(trainer.joint_policy, 6)
@@ -40,8 +40,10 @@ def test_a_restored_collector_continues_bit_identically_and_refuses_ray_snapshot
     again = second.collect(trainer.joint_policy, 6)
     for name in FIELDS:
         assert torch.equal(getattr(again, name), expected[name]), name
-    with pytest.raises(ValueError, match="saved by 3 Ray rollout workers; resume it with collection backend 'ray'"):
+    with pytest.raises(ValueError, match="lacks some Ray workers' snapshots"):
         second.load_state({"workers": [None] * 3})
+    with pytest.raises(ValueError, match=r"not a collector state: it has the keys \['envs'\]"):
+        second.load_state({"envs": b""})
 
 
 def test_the_storage_is_reused_while_its_shape_fits():

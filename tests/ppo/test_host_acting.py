@@ -153,9 +153,9 @@ def test_host_acting_is_built_only_for_plain_mlp_networks_on_the_cpu() -> None:
     trainer = JointMultiAgentTrainer.from_env(env, config)
     rollout = trainer.collect_rollout()
     assert isinstance(HostActing.build(trainer.joint_policy, rollout), HostActing)
-    trainer._units[0].policy.__class__ = _Custom
+    trainer.learner.units[0].policy.__class__ = _Custom
     assert HostActing.build(trainer.joint_policy, rollout) is None
-    trainer._units[0].policy.__class__ = ActorCritic
-    trainer._units[0].policy.double()
+    trainer.learner.units[0].policy.__class__ = ActorCritic
+    trainer.learner.units[0].policy.double()
     assert HostActing.build(trainer.joint_policy, rollout) is None
     env.close()

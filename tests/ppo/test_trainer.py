@@ -109,13 +109,13 @@ def test_per_agent_observations_are_read_per_agent():
 def test_frozen_agent_is_bit_identical_and_others_move():
     trainer = make(share_parameters=False)
     before = params(trainer)
-    opt_before = trainer._units[0].optimizer.state_dict()
+    opt_before = trainer.learner.units[0].optimizer.state_dict()
     trainer.update(trainer.collect_rollout(), active=[True, False])
     after = params(trainer)
     for b, a in zip(before, after):
         assert torch.equal(b[1], a[1])
     assert any(not torch.equal(b[0], a[0]) for b, a in zip(before, after))
-    opt_after = trainer._units[0].optimizer.state_dict()
+    opt_after = trainer.learner.units[0].optimizer.state_dict()
     assert opt_before != opt_after
 
 
@@ -212,7 +212,7 @@ def test_split_critic_steps_only_the_critic_when_actor_lr_is_zero():
 
 def test_from_env_split_critic_has_its_own_optimizer():
     trainer = make(critic_lr=1e-3)
-    assert trainer._units[0].critic_optimizer is not None
+    assert trainer.learner.units[0].critic_optimizer is not None
     trainer.update(trainer.collect_rollout())
 
 

@@ -90,7 +90,7 @@ def test_every_reward_is_credited_to_exactly_one_move():
         _, returns = trainer.compute_advantages(rollout)
         credited += (returns * rollout.extended().trainable).sum((0, 1))
     assert (received != 0).all()  # per agent: the game is zero-sum
-    pending = trainer._pending
+    pending = trainer.pending_moves
     still_pending = torch.zeros(2) if pending is None else pending.rewards.sum((0, 1))
     assert torch.equal(credited + still_pending, received)
 
@@ -102,7 +102,7 @@ def test_a_resumed_turn_based_run_carries_its_pending_moves_bit_identically():
         whole.update(whole.collect_rollout())
     for _ in range(2):
         first.update(first.collect_rollout())
-    assert first._pending is not None  # the checkpoint holds moves carried into the next rollout
+    assert first.pending_moves is not None  # the checkpoint holds moves carried into the next rollout
     resumed = _kuhn(rollout_steps=3)
     resumed.load_state_dict(first.state_dict())
     resumed.load_env_state(first.env_state())

@@ -113,7 +113,7 @@ def test_a_shared_network_is_clipped_once_on_the_gradient_summed_over_its_agents
     # The clip acts on the gradient itself: after it, the gradient of the shared critic (summed over the agents)
     # has norm exactly the cap, one clip for the whole network.
     trainer = _trainer(max_grad_norm=1e-4)
-    unit = trainer._units[0]
+    unit = trainer.learner.units[0]
     rollout = trainer.collect_rollout()
     trainer.update(rollout)  # logged norms are far above the cap
     group_obs = [o[0] for o in rollout.obs]

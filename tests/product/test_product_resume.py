@@ -74,6 +74,18 @@ def test_n_plus_resume_plus_n_equals_2n_bit_for_bit(tmp_path):
     assert _rows(tmp_path / "straight") == _rows(tmp_path / "split")
 
 
+def test_a_resume_on_env_workers_continues_an_in_process_run_bit_for_bit(tmp_path):
+    spec = _spec(6)
+    train_run(spec, tmp_path / "straight", progress=False)
+    train_run(spec, tmp_path / "split", progress=False, stop_after=3)
+    assert run_cli(["train", "--out", str(tmp_path / "split"), "--resume", "--env-workers", "2", "--quiet"]) == 0
+    assert 'collection = {backend = "subprocess", workers = 2}' in (tmp_path / "split" / "config.toml").read_text()
+    a, b = _newest(tmp_path / "straight"), _newest(tmp_path / "split")
+    assert a["trainer"]["iteration"] == b["trainer"]["iteration"] == 6
+    assert _same_parameters(a, b)
+    assert _rows(tmp_path / "straight") == _rows(tmp_path / "split")
+
+
 def test_resume_can_extend_the_budget(tmp_path, capsys):
     config = tiny_config(tmp_path)
     out = tmp_path / "run"

@@ -1,0 +1,94 @@
+"""One collector's saved state read by another: every backend's snapshot cut or joined to any split of the copies.
+
+A local collector saves its E copies as one env snapshot with E noise generators; the subprocess and Ray
+collectors save one env snapshot and its generators per worker slice. All of them are the same copies in the same
+states, so a run saved with one backend (or number of workers) resumes bit-identically with another: the pieces
+are joined in copy order and cut again at the new slices.
+"""
+
+from __future__ import annotations
+
+import pickle
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from marljoint.env.pettingzoo import PettingZooJointEnv
+
+__all__ = ["SlicedState", "joined_generators", "read_state", "resliced", "restore_env"]
+
+# One slice of the copies: its env snapshot and its copies' noise generator states (None: fresh noise).
+SlicedState = list[tuple[bytes, list[Any] | None]]
+
+
+def read_state(state: Mapping[str, Any]) -> SlicedState:
+    """The slices of any collector's :meth:`~marljoint.collect.Collector.state`, in copy order.
+
+    Raises:
+        ValueError: for a state no collector wrote, or one whose snapshots cannot be read.
+    """
+    if "workers" in state:  # Ray: one {"env", "copy_generators"} per actor
+        snapshots = list(state["workers"])
+        if any(s is None for s in snapshots):
+            raise ValueError("the saved state lacks some Ray workers' snapshots (they had not collected yet)")
+        return [(s["env"], s.get("copy_generators")) for s in snapshots]
+    if "env" not in state:
+        raise ValueError(f"not a collector state: it has the keys {sorted(state)}, not 'env' or 'workers'")
+    env_bytes = state["env"]
+    try:
+        outer = pickle.loads(env_bytes)
+    except Exception:  # noqa: BLE001 - an env snapshot needs the env's own unpickler (or is damaged)
+        outer = None
+    generators = state.get("copy_generators")
+    if isinstance(outer, dict) and "slices" in outer and "workers" in outer:  # a subprocess env's workers
+        entries = [e if isinstance(e, tuple) else (e, None) for e in outer["workers"]]
+        if generators is not None and all(gens is None for _, gens in entries):
+            # a local collector over a subprocess env: its generators, cut at the workers' slices
+            entries = [(env, list(generators[a:b])) for (env, _), (a, b) in zip(entries, outer["slices"])]
+        return [(env, None if gens is None else list(gens)) for env, gens in entries]
+    return [(env_bytes, None if generators is None else list(generators))]
+
+
+def resliced(parts: SlicedState, slices: Sequence[tuple[int, int]]) -> SlicedState:
+    """``parts`` (consecutive slices of the copies) cut again at ``slices``; unchanged when there are as many.
+
+    Raises:
+        ValueError: if the snapshots do not hold as many copies as ``slices`` cover.
+    """
+    if len(parts) == len(slices):  # the same split (each env's set_state checks its copies)
+        return list(parts)
+    sizes = [PettingZooJointEnv.state_copies(env) for env, _ in parts]
+    if sum(sizes) != slices[-1][1]:
+        raise ValueError(
+            f"the saved state holds {sum(sizes)} env copies, this collector has {slices[-1][1]}; resume with the "
+            "same num_envs"
+        )
+    joined = PettingZooJointEnv.join_states([env for env, _ in parts]) if len(parts) > 1 else parts[0][0]
+    generators: list[Any] | None = None
+    if all(gens is not None for _, gens in parts):
+        generators = [g for _, gens in parts for g in gens]
+    pieces = PettingZooJointEnv.split_state(joined, slices) if len(slices) > 1 else [joined]
+    return [(piece, None if generators is None else generators[a:b]) for piece, (a, b) in zip(pieces, slices)]
+
+
+def restore_env(env: Any, parts: SlicedState) -> tuple[Any, list[Any] | None]:
+    """Restores ``parts`` into ``env`` (an in-process adapter, or a subprocess env at its workers' slices).
+
+    Returns:
+        The restored :class:`~marljoint.env.JointObs` and every copy's generator states (``None``: fresh noise).
+    """
+    from marljoint.env.subprocess import SubprocessJointEnv
+
+    if isinstance(env, SubprocessJointEnv):
+        fitted = resliced(parts, env.slices)
+        current = env.set_state(env.snapshot([e for e, _ in fitted]))
+    else:
+        fitted = resliced(parts, [(0, env.num_envs)])
+        current = env.set_state(fitted[0][0])
+    return current, joined_generators(fitted)
+
+
+def joined_generators(parts: SlicedState) -> list[Any] | None:
+    """Every copy's generator states in copy order, or ``None`` if a slice has none."""
+    if any(gens is None for _, gens in parts):
+        return None
+    return [g for _, gens in parts for g in gens]

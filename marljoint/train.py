@@ -76,7 +76,15 @@ class RunError(ValueError):
 
 
 class RunInterrupted(RunError):
-    """The run was interrupted (Ctrl-C); the message says how to resume it."""
+    """The run was interrupted (Ctrl-C, SIGTERM); the message says how to resume it.
+
+    Attributes:
+        exit_status: the command's exit status (130 after SIGINT, 143 after SIGTERM, as a shell reports them).
+    """
+
+    def __init__(self, message: str, exit_status: int = 130) -> None:
+        super().__init__(message)
+        self.exit_status = exit_status
 
 
 @dataclass(frozen=True)
@@ -359,8 +367,8 @@ class RunResult:
     env_state_saved: bool
 
 
-def _prepare_run_dir(run_dir: Path, resume: bool, force: bool) -> dict[str, Any] | None:
-    """Checks (and with ``force`` clears) the run directory; returns the checkpoint to resume from, if any.
+def _check_run_dir(run_dir: Path, resume: bool, force: bool) -> dict[str, Any] | None:
+    """Checks the run directory (without changing it); returns the checkpoint to resume from, if any.
 
     Raises:
         RunError: nothing to resume, a path that is not a directory, or a run already there without ``force``.
@@ -368,17 +376,54 @@ def _prepare_run_dir(run_dir: Path, resume: bool, force: bool) -> dict[str, Any]
     if resume:
         if not (run_dir / CONFIG_FILE).is_file():
             raise RunError(f"--resume: {run_dir} holds no run to resume (no {CONFIG_FILE})")
-        return _latest_checkpoint(run_dir)
+        checkpoint = _latest_checkpoint(run_dir)
+        if checkpoint is None:
+            raise RunError(
+                f"--resume: {run_dir} holds no checkpoint ({CHECKPOINT_DIR}/ is missing or empty), so there is "
+                "nothing to continue from; start the run again with --force (its metrics are replaced)"
+            )
+        return checkpoint
     if run_dir.exists() and not run_dir.is_dir():
         raise RunError(f"output path {run_dir} exists and is not a directory")
-    if holds_run(run_dir):
-        if not force:
-            raise RunError(
-                f"{run_dir} already holds a run; pass --resume to continue it, --force to overwrite it, "
-                "or choose another --out"
-            )
-        clear_run(run_dir)
+    if holds_run(run_dir) and not force:
+        raise RunError(
+            f"{run_dir} already holds a run; pass --resume to continue it, --force to overwrite it, "
+            "or choose another --out"
+        )
     return None
+
+
+class _StopRequests:
+    """SIGINT and SIGTERM ask the training loop to stop after the iteration in progress, with a checkpoint.
+
+    A second Ctrl-C stops at once (``KeyboardInterrupt``). Outside the main thread nothing is installed.
+    """
+
+    def __init__(self) -> None:
+        self.signal_name: str | None = None
+        self._previous: dict[int, Any] = {}
+
+    def __enter__(self) -> _StopRequests:
+        import signal
+        import threading
+
+        if threading.current_thread() is threading.main_thread():
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                self._previous[signum] = signal.signal(signum, self._request)
+        return self
+
+    def _request(self, signum: int, frame: Any) -> None:
+        import signal
+
+        if self.signal_name is not None and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        self.signal_name = signal.Signals(signum).name
+
+    def __exit__(self, *exc: Any) -> None:
+        import signal
+
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
 
 
 def train_run(
@@ -392,6 +437,11 @@ def train_run(
     on_iteration: Callable[[dict[str, Any]], None] | None = None,
 ) -> RunResult:
     """Trains according to ``spec`` and writes the run directory.
+
+    Nothing is written, and with ``force`` nothing is deleted, until the env and the trainer are built and the
+    first iteration has run: a run that fails to start leaves the directory as it was. SIGINT (Ctrl-C) and SIGTERM
+    (a cluster's pre-emption) stop the run after the iteration in progress, with a checkpoint, and raise
+    :class:`RunInterrupted` saying how to resume; a second Ctrl-C stops at once.
 
     Args:
         spec: the run; when resuming, the run's own (see :func:`resume_spec`).
@@ -408,68 +458,114 @@ def train_run(
 
     Raises:
         RunError: for an unusable run directory, a corrupted checkpoint, or an env that cannot be built.
+        RunInterrupted: after SIGINT or SIGTERM.
     """
-    from marljoint import runlog
-
     stream = stream if stream is not None else sys.stderr
     run_dir = Path(run_dir)
     started = time.perf_counter()
-    checkpoint = _prepare_run_dir(run_dir, resume, force)
+    checkpoint = _check_run_dir(run_dir, resume, force)
     env = make_env(spec)
-    trainer = build_trainer(spec, env)
-    aux_fn = spec.penalty()
-    run_dir.mkdir(parents=True, exist_ok=True)
-    write_config(spec, run_dir / CONFIG_FILE)
-
-    clock_offset, agent_steps, env_state_saved = 0.0, 0, True
-    if checkpoint is not None:
-        clock_offset, agent_steps, env_state_saved = _restore(trainer, checkpoint, stream)
-    total_iterations = iterations_for(spec)
-    log = runlog.MetricsLog(run_dir, keep_until=trainer.iteration if resume else None)
-    display = runlog.Progress(
-        total_iterations * spec.trainer.rollout_steps * spec.trainer.num_envs,
-        start_steps=trainer.env_steps,
-        stream=stream,
-        enabled=progress,
-    )
-    _say(stream, progress, _banner(spec, run_dir, trainer, total_iterations, resume))
-    if trainer.iteration >= total_iterations:
-        _say(stream, progress, f"the run already has {trainer.iteration} iterations; raise --total-steps to continue")
-    clock = time.perf_counter()
-    recent: list[float] = []
-    last_saved = trainer.iteration
     try:
-        while trainer.iteration < total_iterations and (stop_after is None or trainer.iteration < stop_after):
-            rollout, stats, seconds = trainer.iterate(total_iterations, aux_fn=aux_fn)
-            metrics = trainer.iteration_metrics(rollout, stats, seconds)
-            agent_steps += metrics["agent_steps"]
-            row = _row(metrics, clock_offset + time.perf_counter() - clock, agent_steps)
-            log.log(row)
-            if math.isfinite(row["episode_return_mean"]):
-                recent = (recent + [row["episode_return_mean"]])[-10:]
-            if on_iteration is not None:
-                on_iteration(row)
-            last = trainer.iteration >= total_iterations
-            if last or trainer.iteration % spec.checkpoint_every == 0:
-                seconds_so_far = clock_offset + time.perf_counter() - clock
-                env_state_saved = _save(trainer, run_dir, spec, seconds_so_far, agent_steps, env_state_saved, stream)
-                last_saved = trainer.iteration
-            display.update(trainer.env_steps, row["sps"], row["episode_return_mean"], force=last)
-    except KeyboardInterrupt:
-        raise RunInterrupted(
-            f"interrupted at iteration {trainer.iteration}; the newest checkpoint is from iteration {last_saved}. "
-            f"Continue with: marljoint train --out {run_dir} --resume"
-        ) from None
+        trainer = build_trainer(spec, env)
+        loop = _Loop(spec, run_dir, trainer, stream, progress, resume, force)
+        if checkpoint is not None:
+            loop.clock_offset, loop.agent_steps, loop.env_state_saved = _restore(trainer, checkpoint, stream)
+        with _StopRequests() as stops:
+            loop.run(stop_after, on_iteration, stops)
     finally:
-        display.close()
-        log.close()
-        trainer.close()
         env.close()
     _write_curve(run_dir, stream, progress)
     _say(stream, progress, f"done: {trainer.iteration} iterations, {trainer.env_steps:,} env steps, run in {run_dir}")
-    final = sum(recent) / len(recent) if recent else math.nan
+    final = sum(loop.recent) / len(loop.recent) if loop.recent else math.nan
     seconds = time.perf_counter() - started
-    return RunResult(run_dir, trainer.iteration, trainer.env_steps, seconds, final, env_state_saved)
+    return RunResult(run_dir, trainer.iteration, trainer.env_steps, seconds, final, loop.env_state_saved)
+
+
+class _Loop:
+    """The iterations of :func:`train_run`: log, checkpoint, progress; the run directory is opened after the
+    first iteration."""
+
+    def __init__(
+        self, spec: RunSpec, run_dir: Path, trainer: Any, stream: TextIO, progress: bool, resume: bool, force: bool
+    ) -> None:
+        self.spec, self.run_dir, self.trainer = spec, run_dir, trainer
+        self.stream, self.progress, self.resume, self.force = stream, progress, resume, force
+        self.aux_fn = spec.penalty()
+        self.clock_offset, self.agent_steps, self.env_state_saved = 0.0, 0, True
+        self.recent: list[float] = []
+        self.log: Any = None
+
+    def _open(self) -> None:
+        """Replaces an old run (``force``), creates the directory and writes the config: the run has started."""
+        from marljoint import runlog
+
+        if self.force and not self.resume:
+            clear_run(self.run_dir)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        write_config(self.spec, self.run_dir / CONFIG_FILE)
+        self.log = runlog.MetricsLog(self.run_dir, keep_until=self.trainer.iteration - 1 if self.resume else None)
+
+    def run(self, stop_after: int | None, on_iteration: Any, stops: _StopRequests) -> None:
+        from marljoint import runlog
+
+        trainer, spec = self.trainer, self.spec
+        total = iterations_for(spec)
+        display = runlog.Progress(
+            total * spec.trainer.rollout_steps * spec.trainer.num_envs,
+            start_steps=trainer.env_steps,
+            stream=self.stream,
+            enabled=self.progress,
+        )
+        _say(self.stream, self.progress, _banner(spec, self.run_dir, trainer, total, self.resume))
+        if trainer.iteration >= total:
+            _say(self.stream, self.progress, f"the run already has {trainer.iteration} iterations; raise --total-steps")
+        clock = time.perf_counter()
+        last_saved = trainer.iteration
+        try:
+            while trainer.iteration < total and (stop_after is None or trainer.iteration < stop_after):
+                row = self._iteration(total, clock)
+                if on_iteration is not None:
+                    on_iteration(row)
+                last = trainer.iteration >= total
+                if last or trainer.iteration % spec.checkpoint_every == 0 or stops.signal_name is not None:
+                    self._save(clock)
+                    last_saved = trainer.iteration
+                display.update(trainer.env_steps, row["sps"], row["episode_return_mean"], force=last)
+                if stops.signal_name is not None and not last:
+                    raise RunInterrupted(
+                        f"stopped by {stops.signal_name} after iteration {trainer.iteration}, which is checkpointed. "
+                        f"Continue with: marljoint train --out {self.run_dir} --resume",
+                        143 if stops.signal_name == "SIGTERM" else 130,
+                    )
+        except KeyboardInterrupt:
+            raise RunInterrupted(
+                f"interrupted at iteration {trainer.iteration}; the newest checkpoint is from iteration "
+                f"{last_saved}. Continue with: marljoint train --out {self.run_dir} --resume"
+            ) from None
+        finally:
+            display.close()
+            if self.log is not None:
+                self.log.close()
+            trainer.close()
+
+    def _iteration(self, total: int, clock: float) -> dict[str, Any]:
+        trainer = self.trainer
+        rollout, stats, seconds = trainer.iterate(total, aux_fn=self.aux_fn)
+        metrics = trainer.iteration_metrics(rollout, stats, seconds)
+        if self.log is None:
+            self._open()
+        self.agent_steps += metrics["agent_steps"]
+        row = _row(metrics, self.clock_offset + time.perf_counter() - clock, self.agent_steps)
+        self.log.log(row)
+        if math.isfinite(row["episode_return_mean"]):
+            self.recent = (self.recent + [row["episode_return_mean"]])[-10:]
+        return row
+
+    def _save(self, clock: float) -> None:
+        seconds = self.clock_offset + time.perf_counter() - clock
+        self.env_state_saved = _save(
+            self.trainer, self.run_dir, self.spec, seconds, self.agent_steps, self.env_state_saved, self.stream
+        )
 
 
 _FIRST_COLUMNS = ("iteration", "wall_time", "env_steps", "agent_steps", "sps", "episodes", "episode_return_mean")

@@ -418,7 +418,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         if isinstance(exc, RunInterrupted):
             sys.stderr.write(f"marljoint {args.command}: {_one_line(exc)}\n")
-            return 130
+            return exc.exit_status
         parser.exit(USAGE_ERROR, f"marljoint {args.command}: error: {_one_line(exc)}\n")
     return 0
 

@@ -78,3 +78,14 @@ def unpicklable_counter(**kwargs):
     env = counter_v0.parallel_env(num_agents=2, truncate_at=5, **kwargs)
     env.lock = threading.Lock()
     return env
+
+
+def broken_env():
+    """A counter_v0 whose first step raises."""
+    from pettingzoo.utils.wrappers import BaseParallelWrapper
+
+    class Broken(BaseParallelWrapper):
+        def step(self, actions):
+            raise RuntimeError("this env is broken at its first step")
+
+    return Broken(counter_v0.parallel_env())

@@ -1,14 +1,23 @@
-"""Checkpoint files: atomic writes, and loads that fail with a clear message."""
+"""Checkpoint files: atomic writes, and loads that fail with a clear message and run no code from the file.
+
+A training checkpoint holds tensors, numpy arrays and plain values only, and loads with ``torch.load(...,
+weights_only=True)`` plus an allow-list of numpy's array types (object arrays excluded): a file crafted to run code
+when unpickled is refused. The env copies' snapshot inside it stays bytes until a resume restores it, which
+unpickles the env objects: resume only runs you trust (evaluating a run or loading its policies never does).
+"""
 
 from __future__ import annotations
 
+import inspect
 import io
 import os
+import pickle
 import re
 import tempfile
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 __all__ = [
@@ -25,7 +34,23 @@ _NAME = re.compile(r"^ckpt_(\d+)\.pt$")
 
 
 class CheckpointError(ValueError):
-    """A checkpoint file is missing, truncated, corrupted or not a marljoint checkpoint."""
+    """A checkpoint file is missing, truncated, corrupted, not a marljoint checkpoint, or holds Python objects
+    that could run code when loaded."""
+
+
+# What a training checkpoint may hold beyond tensors and plain values: numpy arrays of non-object dtypes.
+_SAFE_GLOBALS = [
+    np._core.multiarray._reconstruct,
+    np._core.multiarray.scalar,
+    np.ndarray,
+    np.dtype,
+    bytes,
+    *(
+        cls
+        for _, cls in inspect.getmembers(np.dtypes, inspect.isclass)
+        if issubclass(cls, np.dtype) and cls is not np.dtypes.ObjectDType
+    ),
+]
 
 
 def atomic_torch_save(state: dict[str, Any], path: str | os.PathLike[str]) -> None:
@@ -65,17 +90,36 @@ def atomic_torch_save(state: dict[str, Any], path: str | os.PathLike[str]) -> No
         os.close(dir_fd)
 
 
-def load_checkpoint(path: str | os.PathLike[str]) -> dict[str, Any]:
+def load_checkpoint(path: str | os.PathLike[str], allow_objects: bool = False) -> dict[str, Any]:
     """Loads a file written by :func:`atomic_torch_save`.
 
+    Args:
+        path: the file.
+        allow_objects: also load pickled Python objects (PSRO and NFSP runs keep their populations of frozen
+            networks so): only for files you trust, since unpickling an object can run code.
+
     Raises:
-        CheckpointError: naming the file and what is wrong with it.
+        CheckpointError: naming the file and what is wrong with it; for a file holding other objects than
+            tensors, arrays and plain values (without ``allow_objects``), saying that it was refused.
     """
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"checkpoint {path} does not exist")
     try:
-        payload = torch.load(path, map_location="cpu", weights_only=False)
+        if allow_objects:
+            payload = torch.load(path, map_location="cpu", weights_only=False)
+        else:
+            with torch.serialization.safe_globals(_SAFE_GLOBALS):
+                payload = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as exc:
+        if "Weights only load failed" not in str(exc):
+            raise CheckpointError(f"checkpoint {path} is corrupted or truncated and cannot be read ({exc})") from exc
+        detail = next((line.strip() for line in str(exc).splitlines() if "WeightsUnpickler error" in line), "")
+        raise CheckpointError(
+            f"refused to load {path}: it holds Python objects other than tensors, arrays and plain values, which "
+            f"could run code when loaded ({detail or 'an object that is not allowed'}); a marljoint training "
+            "checkpoint never does, so the file was not written by marljoint or was altered"
+        ) from None
     except Exception as exc:  # torch raises several unrelated types for damaged files
         raise CheckpointError(f"checkpoint {path} is corrupted or truncated and cannot be read ({exc})") from exc
     if not isinstance(payload, dict) or payload.get("format") != _MAGIC:

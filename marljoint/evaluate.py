@@ -135,9 +135,11 @@ def evaluate_run(
         state = load_checkpoint(path)
     except CheckpointError as exc:
         raise RunError(str(exc)) from None
-    # In-process copies: a GIF reads frames from the first copy, and evaluation is too short to need workers.
-    spec = dataclasses.replace(spec, trainer=spec.trainer.replace(collection=CollectionConfig()))
     copies = 1 if gif is not None else (num_envs or min(episodes, 8))
+    # In-process copies on the CPU: a GIF reads frames from the first copy, evaluation is too short to need workers,
+    # and a run trained on a GPU evaluates anywhere.
+    trainer_config = spec.trainer.replace(collection=CollectionConfig(), num_envs=copies, device="cpu")
+    spec = dataclasses.replace(spec, trainer=trainer_config)
     extra = {"render_mode": "rgb_array"} if gif is not None else {}
     env = make_env(spec, num_envs=copies, seed=seed, **extra)
     trainer = build_trainer(spec, env)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from marljoint.runlog import METRICS_FILE, read_metrics
 
-__all__ = ["PlottingUnavailable", "plot_learning_curve", "plot_runs", "smooth"]
+__all__ = ["PlottingUnavailable", "image_path", "plot_learning_curve", "plot_runs", "smooth"]
 
 
 class PlottingUnavailable(RuntimeError):
@@ -65,7 +65,8 @@ def plot_runs(
 
     Args:
         run_dirs: run directories (each with a ``metrics.csv``).
-        out: the PNG to write.
+        out: the image to write; a directory (existing, or written with a trailing ``/``) gets
+            ``<metric>.png`` inside it, and a name without a suffix gets ``.png``.
         metric: a metrics.csv column.
         x: the x-axis column (``env_steps``, ``agent_steps``, ``wall_time`` or ``iteration``).
         window: moving-average window in iterations (1: no smoothing).
@@ -80,6 +81,7 @@ def plot_runs(
         FileNotFoundError: for a directory without ``metrics.csv``.
         ValueError: for an unknown column, or labels that do not match the runs.
     """
+    out = image_path(out, metric)
     if not run_dirs:
         raise ValueError("plot_runs needs at least one run directory")
     if labels is not None and len(labels) != len(run_dirs):
@@ -102,12 +104,21 @@ def plot_runs(
             ax.set_title(title)
         ax.legend(loc="best", fontsize="small")
         fig.tight_layout()
-        out = Path(out)
         out.parent.mkdir(parents=True, exist_ok=True)
         fig.savefig(out)
     finally:
         plt.close(fig)
     return out
+
+
+def image_path(out: str | os.PathLike[str], metric: str) -> Path:
+    """Where :func:`plot_runs` writes for ``out``: ``out/<metric>.png`` for a directory (an existing one, or a path
+    ending in ``/``), ``out.png`` for a name without a suffix, else ``out`` itself."""
+    text = os.fspath(out)
+    path = Path(text)
+    if text.endswith(("/", os.sep)) or path.is_dir():
+        return path / f"{metric.replace('/', '_')}.png"
+    return path if path.suffix else path.with_name(path.name + ".png")
 
 
 def plot_learning_curve(run_dir: str | os.PathLike[str], out: str | os.PathLike[str] | None = None) -> Path:

@@ -118,6 +118,12 @@ class RunSpec:
             raise RunError(f"env must be a non-empty string, got {self.env!r}")
         if not isinstance(self.env_kwargs, Mapping):
             raise RunError(f"env_kwargs must be a table of keyword arguments, got {self.env_kwargs!r}")
+        render_mode = self.env_kwargs.get("render_mode")
+        if render_mode not in (None, "rgb_array", "ansi"):
+            raise RunError(
+                f"env kwargs render_mode={render_mode!r} would open a window for every env copy and wait on it; "
+                "leave render_mode out (marljoint eval --gif FILE renders the frames of a trained run itself)"
+            )
         _positive_int("total_steps", self.total_steps)
         _positive_int("checkpoint_every", self.checkpoint_every)
         _positive_int("keep_checkpoints", self.keep_checkpoints)

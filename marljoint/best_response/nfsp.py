@@ -526,7 +526,7 @@ class NFSP:
             marljoint.checkpoint.CheckpointError: a missing or unreadable file.
             ValueError: the env's agents differ from the saved run's.
         """
-        state = load_checkpoint(Path(directory) / CHECKPOINT_NAME)
+        state = load_checkpoint(Path(directory) / CHECKPOINT_NAME, allow_objects=True)
         nfsp = cls(env_fn, NfspConfig.from_dict(state["config"]), game, **policy_kwargs)
         if list(state["agents"]) != list(nfsp.spec.agents):
             raise ValueError(

@@ -455,7 +455,7 @@ class PSRO:
             marljoint.checkpoint.CheckpointError: a missing or unreadable file.
             ValueError: the env's agents differ from the saved run's.
         """
-        state = load_checkpoint(Path(directory) / CHECKPOINT_NAME)
+        state = load_checkpoint(Path(directory) / CHECKPOINT_NAME, allow_objects=True)
         saved = PsroConfig.from_dict(state["config"])
         psro = cls.__new__(cls)
         psro._setup(env_fn, config or saved, game, policy_kwargs)

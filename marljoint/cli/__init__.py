@@ -7,13 +7,19 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from marljoint.cli.args import integer as _int
+from marljoint.cli.args import json_object as _json_object
+from marljoint.cli.args import non_negative_float as _non_negative_float
+from marljoint.cli.args import positive_float as _positive_float
+from marljoint.cli.args import positive_int as _positive_int
+from marljoint.cli.args import seed as _seed
+from marljoint.cli.args import setting as _setting
 from marljoint.presets import PRESETS, get_preset
 
 __all__ = ["build_parser", "main"]
@@ -27,43 +33,6 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> None:  # type: ignore[override]
         self.exit(USAGE_ERROR, f"{self.prog}: error: {message}\n")
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text.replace("_", ""))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {value}")
-    return value
-
-
-def _int(text: str) -> int:
-    try:
-        return int(text.replace("_", ""))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-
-
-def _non_negative_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not math.isfinite(value) or value < 0:
-        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text}")
-    return value
-
-
-def _json_object(text: str) -> dict[str, Any]:
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise argparse.ArgumentTypeError(f"not valid JSON ({exc.msg} at column {exc.colno}): {text!r}") from None
-    if not isinstance(value, dict):
-        raise argparse.ArgumentTypeError(f'expected a JSON object like \'{{"scenario": "easy"}}\', got {text!r}')
-    return value
 
 
 def _add_train(subparsers: Any) -> None:
@@ -104,7 +73,7 @@ def _add_train(subparsers: Any) -> None:
     p.add_argument(
         "--total-steps",
         metavar="N",
-        type=_int,
+        type=_positive_int,
         help=f"env steps to train for, all env copies together, rounded up to whole iterations "
         f"(default {DEFAULT_TOTAL_STEPS:,}); with --resume, the new total",
     )
@@ -114,7 +83,23 @@ def _add_train(subparsers: Any) -> None:
         type=_int,
         help=f"env copies stepped together (default {DEFAULT_TRAINER['num_envs']})",
     )
-    p.add_argument("--seed", metavar="S", type=_int, help="seed of every generator of the run (default 0)")
+    p.add_argument("--seed", metavar="S", type=_seed, help="seed of every generator of the run (default 0)")
+    p.add_argument(
+        "--learning-rate", metavar="LR", type=_positive_float, help="Adam learning rate (default 1e-3)"
+    )
+    p.add_argument(
+        "--rollout-steps", metavar="T", type=_positive_int, help="steps per rollout of every env copy (default 64)"
+    )
+    p.add_argument("--device", metavar="DEV", help="torch device of the networks: cpu (default), cuda, cuda:1, mps")
+    p.add_argument(
+        "--set",
+        metavar="KEY=VALUE",
+        action="append",
+        type=_setting,
+        default=[],
+        help="any setting a --config file holds, as a TOML value (repeatable): --set learning_rate=3e-4 "
+        "--set hidden_sizes=[128,128] --set centralized_critic=true; applied after --config and --preset",
+    )
     p.add_argument(
         "--out",
         metavar="DIR",
@@ -205,8 +190,11 @@ def _train(args: argparse.Namespace) -> int:
         "redundancy_coef": args.redundancy_coef,
         "checkpoint_every": args.checkpoint_every,
         "keep_checkpoints": args.keep_checkpoints,
+        "learning_rate": args.learning_rate,
+        "rollout_steps": args.rollout_steps,
+        "device": args.device,
     }
-    options = {k: v for k, v in options.items() if v is not None}
+    options = {**dict(args.set), **{k: v for k, v in options.items() if v is not None}}
     if args.env_workers is not None:
         if args.ray or args.ray_address is not None or args.num_workers is not None:
             raise RunError(
@@ -270,7 +258,7 @@ def _add_eval(subparsers: Any) -> None:
         "eval",
         help="evaluate a trained run: per-agent return, mean ± 95%% CI",
         description="Play episodes with a run's newest checkpoint and report each agent's mean episode return with "
-        "a 95%% confidence interval (Student t).",
+        "a 95% confidence interval (Student t).",
     )
     p.add_argument("run_dir", metavar="RUN_DIR", type=Path, help="a run directory written by marljoint train")
     p.add_argument("--episodes", metavar="N", type=_positive_int, default=10, help="episodes to play (default 10)")
@@ -284,7 +272,7 @@ def _add_eval(subparsers: Any) -> None:
     )
     mode.add_argument("--sample", dest="deterministic", action="store_false", help="sample actions from the policies")
     p.add_argument(
-        "--seed", metavar="S", type=_int, default=12345, help="seed of the evaluation episodes (default 12345)"
+        "--seed", metavar="S", type=_seed, default=12345, help="seed of the evaluation episodes (default 12345)"
     )
     p.add_argument("--num-envs", metavar="E", type=_positive_int, help="env copies (default min(episodes, 8))")
     p.add_argument("--checkpoint", metavar="FILE", type=Path, help="evaluate this checkpoint instead of the newest")
@@ -425,11 +413,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _user_errors() -> tuple[type[BaseException], ...]:
     from marljoint.checkpoint import CheckpointError
+    from marljoint.distributed import RayUnavailable
     from marljoint.envs_registry import EnvSpecError
     from marljoint.plotting import PlottingUnavailable
     from marljoint.train import RunError
 
-    return (RunError, CheckpointError, EnvSpecError, PlottingUnavailable, OSError, ValueError)
+    errors = (RunError, CheckpointError, EnvSpecError, PlottingUnavailable, RayUnavailable)
+    return (*errors, MemoryError, OSError, ValueError)
 
 
 def _one_line(exc: BaseException) -> str:

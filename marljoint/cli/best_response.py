@@ -32,6 +32,7 @@ from typing import Any
 
 from marljoint.best_response.games import KnownGame
 from marljoint.best_response.meta_solvers import META_SOLVERS
+from marljoint.cli.args import non_negative_int, positive_float, positive_int, seed
 from marljoint.envs_registry import known_game
 from marljoint.ppo.config import JointTrainerConfig
 
@@ -219,12 +220,12 @@ def register(subparsers: Any) -> None:
         default="auto",
         help=f"one of {sorted(META_SOLVERS)}; default: nash for two players, regret_matching otherwise",
     )
-    psro.add_argument("--iterations", type=int, default=10, help="PSRO iterations (default 10)")
+    psro.add_argument("--iterations", type=positive_int, default=10, help="PSRO iterations (default 10)")
     psro.add_argument(
         "--evaluation", choices=("auto", "exact", "simulation"), default="auto", help="meta-game estimation"
     )
-    psro.add_argument("--br-steps", type=int, help="env steps of PPO training per best response iteration")
-    psro.add_argument("--episodes-per-entry", type=int, help="episodes per simulated meta-game entry")
+    psro.add_argument("--br-steps", type=positive_int, help="env steps of PPO training per best response iteration")
+    psro.add_argument("--episodes-per-entry", type=positive_int, help="episodes per simulated meta-game entry")
     psro.add_argument("--symmetric", action="store_true", help="two interchangeable seats share one population")
     psro.add_argument(
         "--warm-start", action="store_true", help="PPO best responses start from their seat's newest member"
@@ -234,13 +235,12 @@ def register(subparsers: Any) -> None:
         "--num-workers",
         dest="task_split",
         metavar="K",
-        type=int,
+        type=non_negative_int,
         default=0,
         help="split each iteration into Ray tasks: one per best response and K meta-game chunks (default 0: one "
         'process; needs pip install "marljoint[ray]"; --num-workers is its older name)',
     )
     psro.add_argument("--ray-address", help="join this Ray cluster for the tasks (default: start a local one)")
-    psro.add_argument("--resume", action="store_true", help="continue the run saved in OUT")
     psro.set_defaults(func=run_psro)
 
     nfsp = subparsers.add_parser(
@@ -249,7 +249,7 @@ def register(subparsers: Any) -> None:
         description="Neural Fictitious Self-Play on a bundled env; writes OUT/metrics.csv and OUT/nfsp.pt.",
     )
     _add_common(nfsp)
-    nfsp.add_argument("--iterations", type=int, help="stop after this many iterations")
+    nfsp.add_argument("--iterations", type=positive_int, help="stop after this many iterations")
     nfsp.add_argument("--anticipatory", type=float, help="η, the probability of playing the best response")
     nfsp.set_defaults(func=run_nfsp)
 
@@ -258,10 +258,14 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--env", required=True, help=f"a bundled env: {', '.join(BUNDLED_ENVS)}")
     parser.add_argument("--env-kwargs", default="{}", help='env keyword arguments as JSON, e.g. \'{"game": "rps"}\'')
     parser.add_argument("--out", required=True, help="output directory")
-    parser.add_argument("--seed", type=int, default=0, help="seed of everything (default 0)")
-    parser.add_argument("--seconds", type=float, help="wall-time budget, checked between iterations")
-    parser.add_argument("--num-envs", type=int, help="env copies of the PPO trainer")
-    parser.add_argument("--learning-rate", type=float, help="PPO learning rate")
+    parser.add_argument("--seed", type=seed, default=0, help="seed of everything (default 0)")
+    parser.add_argument("--seconds", type=positive_float, help="wall-time budget, checked between iterations")
+    parser.add_argument("--num-envs", type=positive_int, help="env copies of the PPO trainer")
+    parser.add_argument("--learning-rate", type=positive_float, help="PPO learning rate")
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--resume", action="store_true", help="continue the run saved in OUT")
+    group.add_argument("--force", action="store_true", help="overwrite the run already in OUT")
+    parser.add_argument("--quiet", action="store_true", help="no progress lines or summary")
 
 
 class CommandError(SystemExit):
@@ -306,8 +310,53 @@ def _resolve(command: str, args: argparse.Namespace) -> tuple[Callable[[], Any],
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise _fail(command, f"--out {str(out)!r} exists and is not a directory")
-    out.mkdir(parents=True, exist_ok=True)
+    checkpoint = out / f"{command}.pt"
+    if args.resume and not checkpoint.exists():
+        raise _fail(command, f"--resume: no {checkpoint.name} in {str(out)!r}; run without --resume first")
+    if not args.resume and not args.force and (checkpoint.exists() or (out / "metrics.csv").exists()):
+        raise _fail(
+            command,
+            f"{str(out)!r} already holds a {command} run; pass --resume to continue it, --force to overwrite it, or "
+            "choose another --out",
+        )
     return factory, game, recipe_for(args.env), out
+
+
+def _recorder(command: str, run: Any, out: Path, args: argparse.Namespace, total: int | None) -> Any:
+    """The per-iteration callback of a best-response run: metrics.csv, the checkpoint and a progress line.
+
+    The directory is created (and with ``--force`` the old run's files replaced) at the first call, once the run
+    is built: a run that fails to start changes nothing on disk.
+    """
+    started = {"done": False}
+
+    def record(_: Mapping[str, Any]) -> None:
+        if not started["done"]:
+            started["done"] = True
+            if args.force and not args.resume:
+                for name in ("metrics.csv", f"{command}.pt"):
+                    (out / name).unlink(missing_ok=True)
+            out.mkdir(parents=True, exist_ok=True)
+        write_metrics_csv(run.history, out / "metrics.csv", _FIRST_COLUMNS)
+        run.save(out)
+        if not args.quiet and run.history:
+            sys.stderr.write(_progress_line(command, run.history[-1], total) + "\n")
+            sys.stderr.flush()
+
+    return record
+
+
+def _progress_line(command: str, row: Mapping[str, Any], total: int | None) -> str:
+    """``psro iteration 3/10  exploitability 0.0123  12.3 s`` (the measures a row has)."""
+    of = f"/{total}" if total else ""
+    parts = [f"{command} iteration {int(row.get('iteration', 0))}{of}"]
+    for key in ("exploitability", "best_response_gain", "meta_nash_conv"):
+        value = row.get(key)
+        if isinstance(value, (int, float)) and math.isfinite(value):
+            parts.append(f"{key} {value:.4g}")
+            break
+    parts.append(f"{float(row.get('wall_time', 0.0)):.1f} s")
+    return "  ".join(parts)
 
 
 def _trainer_config(command: str, base: JointTrainerConfig, args: argparse.Namespace) -> JointTrainerConfig:
@@ -324,7 +373,7 @@ def _trainer_config(command: str, base: JointTrainerConfig, args: argparse.Names
 
 def run_psro(args: argparse.Namespace) -> int:
     """The ``psro`` subcommand."""
-    from marljoint.best_response.psro import CHECKPOINT_NAME, PSRO, PsroConfig
+    from marljoint.best_response.psro import PSRO, PsroConfig
     from marljoint.checkpoint import CheckpointError
 
     factory, game, recipe, out = _resolve("psro", args)
@@ -356,27 +405,29 @@ def run_psro(args: argparse.Namespace) -> int:
 
             connect_ray(args.ray_address)
         if args.resume:
-            if not (out / CHECKPOINT_NAME).exists():
-                raise _fail("psro", f"--resume: no {CHECKPOINT_NAME} in {str(out)!r}; run without --resume first")
             psro = PSRO.load(out, factory, game, config)
         else:
             psro = PSRO(factory, config, game)
     except (ValueError, CheckpointError) as exc:
         raise _fail("psro", str(exc)) from None
-    metrics_path = out / "metrics.csv"
-
-    def record(_: Mapping[str, Any]) -> None:
-        write_metrics_csv(psro.history, metrics_path, _FIRST_COLUMNS)
-        psro.save(out)
-
+    record = _recorder("psro", psro, out, args, config.iterations)
     record({})
     psro.run(max_seconds=args.seconds, callback=record)
+    _summary("psro", psro.history, out, args)
     return 0
+
+
+def _summary(command: str, history: Sequence[Mapping[str, Any]], out: Path, args: argparse.Namespace) -> None:
+    """The final line of a best-response run."""
+    if args.quiet or not history:
+        return
+    print(f"{_progress_line(command, history[-1], None)}  -> {out}")
 
 
 def run_nfsp(args: argparse.Namespace) -> int:
     """The ``nfsp`` subcommand."""
     from marljoint.best_response.nfsp import NFSP, NfspConfig
+    from marljoint.checkpoint import CheckpointError
 
     factory, game, recipe, out = _resolve("nfsp", args)
     if args.seconds is None and args.iterations is None:
@@ -389,14 +440,10 @@ def run_nfsp(args: argparse.Namespace) -> int:
     try:
         trainer = _trainer_config("nfsp", recipe.nfsp_trainer_config(), args)
         config = NfspConfig(trainer=trainer, seed=args.seed, **settings)
-        nfsp = NFSP(factory, config, game)
-    except ValueError as exc:
+        nfsp = NFSP.load(out, factory, game) if args.resume else NFSP(factory, config, game)
+    except (ValueError, CheckpointError) as exc:
         raise _fail("nfsp", str(exc)) from None
-    metrics_path = out / "metrics.csv"
-
-    def record(_: Mapping[str, Any]) -> None:
-        write_metrics_csv(nfsp.history, metrics_path, _FIRST_COLUMNS)
-        nfsp.save(out)
-
+    record = _recorder("nfsp", nfsp, out, args, args.iterations)
     nfsp.run(iterations=args.iterations, max_seconds=args.seconds, callback=record)
+    _summary("nfsp", nfsp.history, out, args)
     return 0

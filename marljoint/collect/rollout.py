@@ -98,7 +98,25 @@ class JointRollout:
 
     @classmethod
     def allocate(cls, spec: JointSpec, steps: int, num_envs: int, device: torch.device | str = "cpu") -> JointRollout:
-        """Preallocates zeroed storage for ``steps`` steps of ``num_envs`` copies."""
+        """Preallocates zeroed storage for ``steps`` steps of ``num_envs`` copies.
+
+        Raises:
+            MemoryError: if the storage does not fit in memory, saying how large it is and what to lower.
+        """
+        try:
+            return cls._allocate(spec, steps, num_envs, device)
+        except (RuntimeError, MemoryError) as exc:
+            if not isinstance(exc, MemoryError) and "alloc" not in str(exc).lower():
+                raise
+            size = storage_bytes(spec, steps, num_envs) / 2**30
+            raise MemoryError(
+                f"the rollout storage of {steps} steps x {num_envs} env copies x {spec.num_agents} agents needs "
+                f"{size:.1f} GiB, more than {device} can allocate; lower rollout_steps or num_envs (or shrink the "
+                "observations, e.g. with supersuit.resize_v1)"
+            ) from None
+
+    @classmethod
+    def _allocate(cls, spec: JointSpec, steps: int, num_envs: int, device: torch.device | str) -> JointRollout:
         T, E, N = steps, num_envs, spec.num_agents
         groups = spec.groups
 
@@ -346,3 +364,16 @@ def _orphaned_moves(rollout: JointRollout) -> torch.Tensor | None:
         orphaned[t] = valid[t] & waiting_cut
         waiting_cut = waiting_cut & ~valid[t]
     return orphaned
+
+
+def storage_bytes(spec: JointSpec, steps: int, num_envs: int) -> int:
+    """Bytes of a :class:`JointRollout` of ``steps`` steps of ``num_envs`` copies (observations, actions, masks and
+    the per-agent fields)."""
+    rows = steps * num_envs
+    total = rows * spec.num_agents * (4 * 4 + 5)  # four float32 and five bool fields per agent
+    for g in spec.groups:
+        obs = int(np.prod(g.observation.shape, dtype=np.int64)) * np.dtype(g.observation.dtype).itemsize
+        act = int(np.prod(g.action.shape, dtype=np.int64)) * np.dtype(g.action.dtype).itemsize
+        mask = g.action.mask_size if g.action.kind != "box" else 0
+        total += rows * g.size * (obs + act + mask)
+    return int(total)

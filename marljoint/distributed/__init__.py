@@ -4,7 +4,7 @@ Ray is optional (``pip install "marljoint[ray]"``); nothing here imports it unti
 by Ray actors are a collection backend: :class:`~marljoint.collect.RayCollector`.
 """
 
-from marljoint.distributed.ray import connect_ray, require_ray
+from marljoint.distributed.ray import RayUnavailable, connect_ray, require_ray
 from marljoint.distributed.tasks import TaskEngine
 
-__all__ = ["TaskEngine", "connect_ray", "require_ray"]
+__all__ = ["RayUnavailable", "TaskEngine", "connect_ray", "require_ray"]

@@ -5,15 +5,19 @@ from __future__ import annotations
 import os
 from typing import Any
 
-__all__ = ["connect_ray", "require_ray"]
+__all__ = ["RayUnavailable", "connect_ray", "require_ray"]
+
+
+class RayUnavailable(ImportError):
+    """Ray is needed (Ray workers or tasks) but not installed; the message gives the install command."""
 
 
 def require_ray() -> Any:
-    """Imports Ray, or raises ImportError saying how to install it."""
+    """Imports Ray, or raises :class:`RayUnavailable` saying how to install it."""
     try:
         import ray
-    except ImportError as exc:  # pragma: no cover - ray is installed wherever these tests run
-        raise ImportError(
+    except ImportError as exc:
+        raise RayUnavailable(
             'Ray workers need Ray: pip install "marljoint[ray]" (or collect in this process: collection backend '
             '"local")'
         ) from exc

@@ -25,6 +25,7 @@ def default_units(spec: JointSpec, config: JointTrainerConfig, **policy_kwargs: 
         ValueError: if ``config.num_agents`` disagrees with the env, or a centralised critic meets images.
     """
     check_agent_count(config, spec.num_agents)
+    check_device_available(config.device)
     if config.torch_threads is not None:
         # Before building: initial weights (orthogonal init) must not depend on the thread count in effect.
         torch.set_num_threads(config.torch_threads)
@@ -71,6 +72,7 @@ def units_from_policies(
     """
     n = spec.num_agents
     check_agent_count(config, n)
+    check_device_available(config.device)
     for name, seq in (("policies", policies), ("optimizers", optimizers), ("critic_optimizers", critic_optimizers)):
         if seq is not None and len(seq) != n:
             raise ValueError(
@@ -102,6 +104,26 @@ def check_trunk_layout(policy: Any, policy_state: Mapping[str, Any], config: Map
         f"the checkpoint's networks have {saved}{hint}, this trainer's do not; build the trainer with "
         f"share_trunk={not saved_own_trunk} (share_trunk = {str(not saved_own_trunk).lower()} in a run's config.toml)"
     )
+
+
+def check_device_available(device: str) -> None:
+    """Refuses a device this machine does not have, naming it and the fix.
+
+    Raises:
+        ValueError: for CUDA without a CUDA GPU (or an index beyond the GPUs), or MPS where it is unavailable.
+    """
+    where = torch.device(device)
+    if where.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            raise ValueError(
+                f"device={device!r}, but this torch build sees no CUDA GPU (torch.cuda.is_available() is False); "
+                "use device='cpu', or install a CUDA build of torch on a machine with a GPU"
+            )
+        if where.index is not None and where.index >= count:
+            raise ValueError(f"device={device!r}, but this machine has {count} CUDA GPU(s): cuda:0..cuda:{count - 1}")
+    if where.type == "mps" and not torch.backends.mps.is_available():
+        raise ValueError(f"device={device!r}, but MPS is not available here; use device='cpu'")
 
 
 def check_agent_count(config: JointTrainerConfig, n: int) -> None:

@@ -96,7 +96,15 @@ class JointTrainerConfig:
     """Hidden layer widths of the default MLP encoders."""
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "hidden_sizes", tuple(int(h) for h in self.hidden_sizes))
+        object.__setattr__(self, "hidden_sizes", _widths(self.hidden_sizes))
+        for name in _BOOLEAN_FIELDS:
+            value = getattr(self, name)
+            if not isinstance(value, bool):
+                raise ValueError(
+                    f"{name} must be true or false, got {value!r}"
+                    + (" (a string: write it without quotes in TOML)" if isinstance(value, str) else "")
+                )
+        _check_device(self.device)
         if self.num_agents is not None:
             _positive_int("num_agents", self.num_agents)
         _positive_int("num_envs", self.num_envs)
@@ -126,13 +134,11 @@ class JointTrainerConfig:
             raise ValueError(
                 f"max_minibatches_per_epoch must be an integer or None, got {self.max_minibatches_per_epoch!r}"
             )
-        if not self.hidden_sizes or any(h < 1 for h in self.hidden_sizes):
-            raise ValueError(f"hidden_sizes must be a non-empty sequence of positive widths, got {self.hidden_sizes}")
         object.__setattr__(self, "collection", CollectionConfig.from_value(self.collection))
         if self.torch_threads is not None:
             _positive_int("torch_threads", self.torch_threads)
-        if not _is_int(self.seed):
-            raise ValueError(f"seed must be an integer, got {self.seed!r}")
+        if not _is_int(self.seed) or not 0 <= self.seed < 2**63:
+            raise ValueError(f"seed must be an integer in [0, 2**63 - 1], got {self.seed!r}")
 
     @property
     def batch_rows(self) -> int:
@@ -201,6 +207,44 @@ def known_fields(cls: type, values: Mapping[str, Any]) -> dict[str, Any]:
     if unknown:
         raise ValueError(f"unknown {cls.__name__} field(s) {unknown}; valid fields: {sorted(names)}")
     return dict(values)
+
+
+_BOOLEAN_FIELDS = (
+    "normalize_advantages",
+    "iterate_all_minibatches",
+    "share_parameters",
+    "value_normalization",
+    "centralized_critic",
+    "share_trunk",
+    "anneal_lr",
+    "bootstrap_truncation",
+)
+
+
+def _widths(value: Any) -> tuple[int, ...]:
+    """``hidden_sizes`` as a tuple of positive ints; a string, a number or a non-integer width is refused."""
+    if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)):
+        raise ValueError(
+            f"hidden_sizes must be a list of positive integer widths such as [64, 64], got {value!r}"
+        )
+    widths = tuple(value)
+    if not widths or any(not _is_int(h) or h < 1 for h in widths):
+        raise ValueError(f"hidden_sizes must be a non-empty list of positive integer widths, got {list(widths)!r}")
+    return tuple(int(h) for h in widths)
+
+
+def _check_device(value: Any) -> None:
+    """Refuses what is not a torch device string (whether the device exists is checked when a trainer is built)."""
+    import torch
+
+    try:
+        if not isinstance(value, str):
+            raise TypeError
+        torch.device(value)
+    except (RuntimeError, TypeError, ValueError):
+        raise ValueError(
+            f"device must name a torch device such as 'cpu', 'cuda' or 'cuda:1', got {value!r}"
+        ) from None
 
 
 def _is_int(value: Any) -> bool:

@@ -114,6 +114,11 @@ class JointMultiAgentTrainer:
 
     # ------------------------------------------------------------------ setup
     def _setup(self, env: JointEnv, config: JointTrainerConfig, units: list[NetworkUnit]) -> None:
+        if config.num_envs != env.num_envs:
+            raise ValueError(
+                f"config.num_envs is {config.num_envs} but the env has {env.num_envs} copies; build the env with "
+                f"num_envs={config.num_envs}, or set num_envs={env.num_envs} in the config"
+            )
         self.env = env
         self.config = config
         if config.torch_threads is not None:
@@ -400,14 +405,16 @@ class JointMultiAgentTrainer:
         atomic_torch_save(self.state_dict(), path)
 
     def load(self, path: str) -> None:
-        """Loads a checkpoint written by :meth:`save`.
+        """Loads a checkpoint written by :meth:`save`, or one of ``marljoint train``'s (``checkpoints/ckpt_*.pt``:
+        its trainer part; :meth:`load_env_state` takes its ``"env"`` part).
 
         Raises:
-            ValueError: if the file is not a readable marljoint checkpoint.
+            ValueError: if the file is not a readable marljoint checkpoint, or holds objects that could run code.
         """
         from marljoint.checkpoint import load_checkpoint
 
-        self.load_state_dict(load_checkpoint(path))
+        state = load_checkpoint(path)
+        self.load_state_dict(state["trainer"] if "trainer" in state and "policies" not in state else state)
 
     def env_state(self) -> dict[str, Any] | None:
         """Where the next rollout starts: the collector's :meth:`~marljoint.collect.Collector.state` (the env

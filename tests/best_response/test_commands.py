@@ -59,11 +59,8 @@ def test_nfsp_writes_metrics(tmp_path):
         (["psro", "--env", "kuhn_poker_v0", "--env-kwargs", "[1]"], r"--env-kwargs must be a JSON object"),
         (["psro", "--env", "bucket_brigade_v0", "--oracle", "exact"], r"--oracle exact needs a known game tree"),
         (["psro", "--env", "kuhn_poker_v0", "--meta-solver", "best"], r"marljoint psro: error: meta_solver='best'"),
-        (["psro", "--env", "kuhn_poker_v0", "--iterations", "0"], r"iterations must be a positive integer, got 0"),
         (["psro", "--env", "matrix_game_v0", "--env-kwargs", '{"game": "go"}'], r"marljoint psro: error: .*'go'"),
         (["psro", "--env", "kuhn_poker_v0", "--resume"], r"--resume: no psro.pt"),
-        (["psro", "--env", "kuhn_poker_v0", "--num-workers", "-2"], r"task_split must be an integer >= 0"),
-        (["psro", "--env", "kuhn_poker_v0", "--seconds", "-1"], r"--seconds must be positive"),
         (["nfsp", "--env", "kuhn_poker_v0"], r"marljoint nfsp: error: pass --seconds S"),
         (["nfsp", "--env", "kuhn_poker_v0", "--seconds", "1", "--anticipatory", "2"], r"anticipatory must be in"),
     ],
@@ -75,6 +72,65 @@ def test_bad_input_gives_one_line_errors(tmp_path, capsys, argv, message):
     assert capsys.readouterr().err == str(raised.value) + "\n" and "\n" not in str(raised.value)
 
 
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["psro", "--env", "kuhn_poker_v0", "--iterations", "0"], "argument --iterations: must be a positive integer"),
+        (["psro", "--env", "kuhn_poker_v0", "--num-workers", "-2"], "argument --task-split/--num-workers: must be an"),
+        (["psro", "--env", "kuhn_poker_v0", "--seconds", "-1"], "argument --seconds: must be a finite number"),
+        (["psro", "--env", "kuhn_poker_v0", "--br-steps", "0"], "argument --br-steps: must be a positive integer"),
+        (["nfsp", "--env", "kuhn_poker_v0", "--seed", "-1"], "argument --seed: a seed must be an integer from 0"),
+    ],
+)
+def test_bad_numbers_are_refused_by_the_command_line_in_one_line(tmp_path, capsys, argv, message):
+    from marljoint.cli import main
+
+    with pytest.raises(SystemExit) as raised:
+        main([*argv, "--out", str(tmp_path / "out")])
+    assert raised.value.code == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1 and err.startswith("marljoint")
+    assert not (tmp_path / "out").exists()
+
+
 def test_every_bundled_env_has_a_recipe():
     assert set(RECIPES) == {"kuhn_poker_v0", "matrix_game_v0", "bucket_brigade_v0"}
     assert all(not recipe.trainer.share_parameters for recipe in RECIPES.values())
+
+
+def _snapshot(directory):
+    return {p.name: p.read_bytes() for p in sorted(directory.iterdir())}
+
+
+def test_psro_refuses_an_existing_run_unless_resumed_or_forced_and_a_failed_start_changes_nothing(tmp_path, capsys):
+    out = tmp_path / "run"
+    base = ["psro", "--env", "kuhn_poker_v0", "--oracle", "exact", "--out", str(out)]
+    assert run([*base, "--iterations", "2"]) == 0
+    err = capsys.readouterr().err
+    assert "psro iteration 2/2  exploitability" in err
+    before = _snapshot(out)
+    with pytest.raises(SystemExit) as info:
+        run([*base, "--iterations", "2"])
+    assert info.value.code == 2
+    assert "already holds a psro run; pass --resume to continue it, --force to overwrite it" in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # --force, but a setting that fails: the old run stays as it was
+        run([*base, "--iterations", "2", "--force", "--meta-solver", "no_such_solver"])
+    assert _snapshot(out) == before
+    assert run([*base, "--iterations", "1", "--force", "--quiet"]) == 0
+    assert [int(r["iteration"]) for r in read_rows(out / "metrics.csv")] == [0, 1]
+
+
+def test_nfsp_resumes_and_refuses_to_overwrite(tmp_path, capsys):
+    out = tmp_path / "run"
+    base = ["nfsp", "--env", "kuhn_poker_v0", "--num-envs", "8", "--out", str(out)]
+    assert run([*base, "--iterations", "1"]) == 0
+    assert "nfsp iteration 1/1" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        run([*base, "--iterations", "1"])
+    assert "already holds a nfsp run" in capsys.readouterr().err
+    assert run([*base, "--iterations", "2", "--resume"]) == 0
+    rows = read_rows(out / "metrics.csv")
+    assert [int(r["iteration"]) for r in rows] == [1, 2]
+    with pytest.raises(SystemExit):
+        run(["nfsp", "--env", "kuhn_poker_v0", "--iterations", "1", "--out", str(tmp_path / "none"), "--resume"])
+    assert "--resume: no nfsp.pt in" in capsys.readouterr().err

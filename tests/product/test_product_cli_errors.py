@@ -88,7 +88,7 @@ def test_non_positive_steps(capsys, tmp_path, steps):
     _fails(
         capsys,
         ["train", "--total-steps", steps, "--out", str(tmp_path / "r")],
-        "total_steps must be a positive integer",
+        "argument --total-steps: must be a positive integer",
     )
 
 

@@ -1,0 +1,108 @@
+"""Argument types of the ``marljoint`` commands: each refuses bad input with a message argparse prints as one line."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from typing import Any
+
+__all__ = [
+    "integer",
+    "json_object",
+    "non_negative_float",
+    "non_negative_int",
+    "positive_float",
+    "positive_int",
+    "seed",
+    "setting",
+]
+
+MAX_SEED = 2**63 - 1
+"""The largest seed: every generator of a run is seeded from it (numpy's seed sequences take it)."""
+
+
+def integer(text: str) -> int:
+    """An integer; ``100_000`` and an integral ``1e5`` are accepted too."""
+    cleaned = text.strip().replace("_", "")
+    try:
+        return int(cleaned)
+    except ValueError:
+        pass
+    try:
+        value = float(cleaned)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if not math.isfinite(value) or value != int(value):
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}")
+    return int(value)
+
+
+def positive_int(text: str) -> int:
+    """An integer >= 1 (``1e5`` accepted)."""
+    value = integer(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
+    return value
+
+
+def non_negative_int(text: str) -> int:
+    """An integer >= 0."""
+    value = integer(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 0, got {text}")
+    return value
+
+
+def seed(text: str) -> int:
+    """A seed: an integer in ``[0, 2**63 - 1]``."""
+    value = integer(text)
+    if not 0 <= value <= MAX_SEED:
+        raise argparse.ArgumentTypeError(f"a seed must be an integer from 0 to 2**63 - 1, got {text}")
+    return value
+
+
+def non_negative_float(text: str) -> float:
+    """A finite number >= 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    """A finite number > 0."""
+    value = non_negative_float(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+    return value
+
+
+def json_object(text: str) -> dict[str, Any]:
+    """A JSON object (keyword arguments)."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise argparse.ArgumentTypeError(f"not valid JSON ({exc.msg} at column {exc.colno}): {text!r}") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f'expected a JSON object like \'{{"scenario": "easy"}}\', got {text!r}')
+    return value
+
+
+def setting(text: str) -> tuple[str, Any]:
+    """``KEY=VALUE`` with the value read as TOML (``3e-4``, ``[128, 128]``, ``true``, ``{backend = "ray"}``); a
+    value that is not TOML is taken as a string (``device=cuda``). The key is checked with the other settings."""
+    from marljoint import _toml
+
+    key, sep, raw = text.partition("=")
+    key, raw = key.strip(), raw.strip()
+    if not sep or not key or not raw:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE such as learning_rate=3e-4, got {text!r}")
+    try:
+        value = _toml.loads(f"value = {raw}")["value"]
+    except ValueError:
+        value = raw
+    return key, value

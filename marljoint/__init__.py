@@ -5,6 +5,11 @@ agent's optimizer steps on its own parameters. Any PettingZoo env (parallel or t
 :class:`JointEnv` through :class:`PettingZooJointEnv`.
 """
 
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any
+
 from marljoint.collect import CollectionConfig, Collector, LocalCollector
 from marljoint.env import (
     ActionLayout,
@@ -31,7 +36,29 @@ from marljoint.ppo import (
     compute_gae,
 )
 
+if TYPE_CHECKING:  # pragma: no cover
+    from marljoint.evaluate import TrainedRun
+
 __version__ = "0.1.0"
+
+
+def load_run(
+    run_dir: str | os.PathLike[str],
+    checkpoint: str | os.PathLike[str] | None = None,
+    num_envs: int = 1,
+    seed: int | None = None,
+    **env_kwargs: Any,
+) -> TrainedRun:
+    """A trained ``marljoint train`` run, ready to act (:func:`marljoint.evaluate.load_run`: the networks of its
+    newest checkpoint over ``num_envs`` in-process copies of its env, on the CPU).
+
+    Returns:
+        A :class:`~marljoint.evaluate.TrainedRun` with ``act(obs)``, ``agent_policy(agent)``, ``env`` and
+        ``close()``.
+    """
+    from marljoint.evaluate import load_run as _load_run
+
+    return _load_run(run_dir, checkpoint, num_envs=num_envs, seed=seed, **env_kwargs)
 
 __all__ = [
     "ActionLayout",
@@ -57,5 +84,6 @@ __all__ = [
     "__version__",
     "check_joint_env",
     "compute_gae",
+    "load_run",
     "make_joint_env",
 ]

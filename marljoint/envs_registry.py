@@ -16,7 +16,7 @@ import functools
 import importlib
 import inspect
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,7 +25,15 @@ import numpy as np
 import marljoint_envs
 from marljoint.best_response.games import KUHN_NAMES, KnownGame, KuhnGame, MatrixGame
 
-__all__ = ["BUNDLED_ENVS", "EnvSpecError", "ResolvedEnv", "known_game", "resolve_env"]
+__all__ = [
+    "BUNDLED_ENVS",
+    "EnvSpecError",
+    "ResolvedEnv",
+    "known_game",
+    "resolve_env",
+    "supersuit_wrappers",
+    "wrapped_factory",
+]
 
 BUNDLED_ENVS: tuple[str, ...] = tuple(marljoint_envs.__all__)
 """Names accepted without a package prefix: the modules of :mod:`marljoint_envs`."""
@@ -168,3 +176,59 @@ def known_game(env_name: str, env_kwargs: dict[str, Any] | None = None) -> Known
         name = kwargs.get("game", "rps")
         return MatrixGame(matrix_game_v0.payoff_tensors(name), name)
     return None
+
+
+def supersuit_wrappers(wrappers: Any) -> list[tuple[str, dict[str, Any]]]:
+    """Checks a list of SuperSuit wrappers to apply to every env copy, in order, before the adapter.
+
+    Each entry is a wrapper name (``"color_reduction_v0"``) or a table with ``name`` and its keyword arguments
+    (``{name = "resize_v1", x_size = 84, y_size = 84}``).
+
+    Returns:
+        ``[(name, kwargs), ...]``.
+
+    Raises:
+        EnvSpecError: for an entry of another form, or a name SuperSuit does not have (with the fix).
+    """
+    if wrappers is None:
+        return []
+    if isinstance(wrappers, (str, Mapping)) or not isinstance(wrappers, (list, tuple)):
+        raise EnvSpecError(f"wrappers must be a list of SuperSuit wrappers, got {wrappers!r}")
+    import supersuit
+
+    out = []
+    for entry in wrappers:
+        if isinstance(entry, str):
+            name, kwargs = entry, {}
+        elif isinstance(entry, Mapping) and isinstance(entry.get("name"), str):
+            name, kwargs = entry["name"], {k: v for k, v in entry.items() if k != "name"}
+        else:
+            raise EnvSpecError(
+                f"a wrapper is a SuperSuit wrapper name or a table such as "
+                f'{{name = "resize_v1", x_size = 84, y_size = 84}}, got {entry!r}'
+            )
+        try:
+            found = callable(getattr(supersuit, name)) and not name.startswith("_")
+        except (AttributeError, ImportError):  # supersuit's module __getattr__ raises ImportError
+            found = False
+        if not found:
+            known = sorted(n for n in dir(supersuit) if n[-3:-1] == "_v" and n[-1].isdigit())[:12]
+            raise EnvSpecError(f"supersuit has no wrapper {name!r}; some it has: {', '.join(known)}, ...")
+        out.append((name, dict(kwargs)))
+    return out
+
+
+def wrapped_factory(factory: Callable[[], Any], wrappers: Sequence[tuple[str, dict[str, Any]]]) -> Callable[[], Any]:
+    """``factory`` with the SuperSuit ``wrappers`` applied to every env it builds (picklable if ``factory`` is)."""
+    if not wrappers:
+        return factory
+    return functools.partial(_build_wrapped, factory, tuple((n, dict(k)) for n, k in wrappers))
+
+
+def _build_wrapped(factory: Callable[[], Any], wrappers: Sequence[tuple[str, dict[str, Any]]]) -> Any:
+    import supersuit
+
+    env = factory()
+    for name, kwargs in wrappers:
+        env = getattr(supersuit, name)(env, **kwargs)
+    return env

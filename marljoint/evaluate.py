@@ -14,9 +14,19 @@ import numpy as np
 
 from marljoint.checkpoint import CheckpointError, list_checkpoints, load_checkpoint
 from marljoint.collect.config import CollectionConfig
-from marljoint.train import CHECKPOINT_DIR, RunError, build_trainer, load_run_spec, make_env
+from marljoint.episodes import play_episodes
+from marljoint.train import CHECKPOINT_DIR, RunError, RunSpec, build_trainer, load_run_spec, make_env
 
-__all__ = ["EvalResult", "confidence_interval", "evaluate_run", "write_gif"]
+__all__ = [
+    "EvalResult",
+    "TrainedRun",
+    "confidence_interval",
+    "evaluate_run",
+    "load_run",
+    "play_episodes",
+    "write_gif",
+    "write_video",
+]
 
 
 @dataclass
@@ -30,6 +40,7 @@ class EvalResult:
         checkpoint: the checkpoint evaluated.
         deterministic: whether actions were the policies' modes (else sampled).
         gif: the GIF written, if any.
+        video: the video written, if any.
     """
 
     agents: tuple[str, ...]
@@ -38,6 +49,7 @@ class EvalResult:
     checkpoint: Path
     deterministic: bool
     gif: Path | None = None
+    video: Path | None = None
 
     def summary(self) -> dict[str, tuple[float, float]]:
         """Per agent (and ``"mean"`` over agents): ``(mean return, half-width of the 95% CI)``."""
@@ -59,6 +71,8 @@ class EvalResult:
             lines.append(f"{label:<{width}}  {mean:.4g} ± {half:.3g}")
         if self.gif is not None:
             lines.append(f"GIF written to {self.gif}")
+        if self.video is not None:
+            lines.append(f"video written to {self.video}")
         return "\n".join(lines)
 
 
@@ -92,6 +106,87 @@ def _checkpoint_file(run_dir: Path, checkpoint: str | os.PathLike[str] | None) -
     return paths[-1]
 
 
+@dataclass
+class TrainedRun:
+    """A trained run loaded for acting (:func:`load_run`).
+
+    Attributes:
+        trainer: a :class:`~marljoint.JointMultiAgentTrainer` holding the checkpoint's networks and normaliser.
+        env: ``num_envs`` in-process copies of the run's env (on the CPU).
+        spec: the run's settings (``config.toml``), with the in-process, CPU collection used here.
+        checkpoint: the checkpoint file loaded.
+    """
+
+    trainer: Any
+    env: Any
+    spec: RunSpec
+    checkpoint: Path
+
+    def act(self, obs: Any, deterministic: bool = True) -> list[np.ndarray]:
+        """Actions of every agent for a :class:`~marljoint.JointObs` of ``env`` (per group ``[E, n_g, ...]``,
+        ready for ``env.step``); the policies' most likely actions unless ``deterministic`` is False."""
+        return self.trainer.act(obs, deterministic=deterministic)
+
+    def agent_policy(self, agent: int | str) -> Any:
+        """One agent's frozen policy (:class:`~marljoint.policies.AgentPolicy`), for play outside the env."""
+        return self.trainer.agent_policy(agent)
+
+    def close(self) -> None:
+        """Closes the env copies."""
+        self.env.close()
+
+
+def load_run(
+    run_dir: str | os.PathLike[str],
+    checkpoint: str | os.PathLike[str] | None = None,
+    num_envs: int = 1,
+    seed: int | None = None,
+    **env_kwargs: Any,
+) -> TrainedRun:
+    """A trained run's policies, ready to act: the networks (and value normaliser) of its newest checkpoint, over
+    ``num_envs`` in-process copies of its env, on the CPU.
+
+    Example:
+        >>> run = load_run("runs/spread")  # doctest: +SKIP
+        >>> state = run.env.reset(seed=0)  # doctest: +SKIP
+        >>> out = run.env.step(run.act(state))  # doctest: +SKIP
+        >>> run.close()  # doctest: +SKIP
+
+    Args:
+        run_dir: a run directory written by ``marljoint train``.
+        checkpoint: a checkpoint file instead of the newest one.
+        num_envs: env copies of ``trainer.env``.
+        seed: seed of the env's first reset (the run's seed when ``None``).
+        **env_kwargs: extra keyword arguments of the env (e.g. ``render_mode="rgb_array"``).
+
+    Returns:
+        A :class:`TrainedRun` (close it when done). The checkpoint's env snapshot is not unpickled.
+
+    Raises:
+        RunError: for a directory without a run or checkpoint, or a checkpoint that is damaged, crafted or does not
+            fit the run's env.
+    """
+    run_dir = Path(run_dir)
+    spec = load_run_spec(run_dir)
+    path = _checkpoint_file(run_dir, checkpoint)
+    try:
+        state = load_checkpoint(path)
+    except CheckpointError as exc:
+        raise RunError(str(exc)) from None
+    # In-process copies on the CPU: a GIF reads frames from the first copy, acting needs no workers, and a run
+    # trained on a GPU loads anywhere.
+    trainer_config = spec.trainer.replace(collection=CollectionConfig(), num_envs=num_envs, device="cpu")
+    spec = dataclasses.replace(spec, trainer=trainer_config)
+    env = make_env(spec, num_envs=num_envs, seed=seed, **env_kwargs)
+    trainer = build_trainer(spec, env)
+    try:
+        trainer.load_state_dict(state.get("trainer", state))
+    except (KeyError, TypeError, ValueError, RuntimeError) as exc:
+        env.close()
+        raise RunError(f"checkpoint {path} does not fit the run's env ({type(exc).__name__}: {exc})") from None
+    return TrainedRun(trainer, env, spec, path)
+
+
 def evaluate_run(
     run_dir: str | os.PathLike[str],
     episodes: int = 10,
@@ -102,6 +197,8 @@ def evaluate_run(
     gif_fps: int = 10,
     checkpoint: str | os.PathLike[str] | None = None,
     max_steps: int = 1_000_000,
+    video: str | os.PathLike[str] | None = None,
+    progress: Callable[[int, int], None] | None = None,
 ) -> EvalResult:
     """Plays ``episodes`` episodes with a run's newest (or a given) checkpoint.
 
@@ -118,6 +215,8 @@ def evaluate_run(
         gif_fps: frames per second of the GIF.
         checkpoint: a checkpoint file instead of the newest one.
         max_steps: give up after this many joint steps (an env whose episodes never end).
+        video: record the first episode to this video (``.mp4``, ``.webm``, ...; needs ``imageio-ffmpeg``).
+        progress: called as ``progress(steps, episodes finished)`` every 10,000 joint steps.
 
     Returns:
         An :class:`EvalResult`.
@@ -128,28 +227,14 @@ def evaluate_run(
     """
     if isinstance(episodes, bool) or not isinstance(episodes, int) or episodes < 1:
         raise RunError(f"episodes must be a positive integer, got {episodes!r}")
-    run_dir = Path(run_dir)
-    spec = load_run_spec(run_dir)
-    path = _checkpoint_file(run_dir, checkpoint)
-    try:
-        state = load_checkpoint(path)
-    except CheckpointError as exc:
-        raise RunError(str(exc)) from None
-    copies = 1 if gif is not None else (num_envs or min(episodes, 8))
-    # In-process copies on the CPU: a GIF reads frames from the first copy, evaluation is too short to need workers,
-    # and a run trained on a GPU evaluates anywhere.
-    trainer_config = spec.trainer.replace(collection=CollectionConfig(), num_envs=copies, device="cpu")
-    spec = dataclasses.replace(spec, trainer=trainer_config)
-    extra = {"render_mode": "rgb_array"} if gif is not None else {}
-    env = make_env(spec, num_envs=copies, seed=seed, **extra)
-    trainer = build_trainer(spec, env)
-    try:
-        trainer.load_state_dict(state.get("trainer", state))
-    except (KeyError, TypeError, ValueError, RuntimeError) as exc:
-        raise RunError(f"checkpoint {path} does not fit the run's env ({type(exc).__name__}: {exc})") from None
+    recording = gif is not None or video is not None
+    copies = 1 if recording else (num_envs or min(episodes, 8))
+    extra = {"render_mode": "rgb_array"} if recording else {}
+    run = load_run(run_dir, checkpoint, num_envs=copies, seed=seed, **extra)
+    trainer, env, path = run.trainer, run.env, run.checkpoint
     frames: list[np.ndarray] = []
     on_step = None
-    if gif is not None:
+    if recording:
 
         def on_step(out: Any) -> bool:
             # The first call brings the reset observation; recording stops when the first episode ends.
@@ -158,11 +243,21 @@ def evaluate_run(
             frames.append(_frame(env))
             return True
 
-    returns, lengths = play_episodes(
-        trainer, env, episodes, deterministic=deterministic, seed=seed, max_steps=max_steps, on_step=on_step
-    )
-    env.close()
+    try:
+        returns, lengths = play_episodes(
+            trainer,
+            env,
+            episodes,
+            deterministic=deterministic,
+            seed=seed,
+            max_steps=max_steps,
+            on_step=on_step,
+            progress=progress,
+        )
+    finally:
+        env.close()
     written = write_gif(frames, gif, fps=gif_fps) if gif is not None else None
+    written_video = write_video(frames, video, fps=gif_fps) if video is not None else None
     return EvalResult(
         agents=tuple(trainer.spec.agents),
         returns=returns,
@@ -170,71 +265,8 @@ def evaluate_run(
         checkpoint=path,
         deterministic=deterministic,
         gif=written,
+        video=written_video,
     )
-
-
-def play_episodes(
-    trainer: Any,
-    env: Any,
-    episodes: int,
-    deterministic: bool = True,
-    seed: int = 12345,
-    max_steps: int = 1_000_000,
-    on_step: Callable[[Any], bool] | None = None,
-) -> tuple[np.ndarray, np.ndarray]:
-    """Plays ``episodes`` episodes of ``trainer``'s policies on ``env`` (the env is reset with ``seed``).
-
-    Episodes are spread evenly over the env copies and each copy contributes its first episodes, so short
-    episodes are not over-represented.
-
-    Args:
-        trainer: a :class:`~marljoint.JointMultiAgentTrainer` (its ``act`` chooses the actions).
-        env: a JointEnv with the trainer's agents (any number of copies).
-        episodes: episodes to play (>= 1).
-        deterministic: take each policy's most likely action; False samples (seeded by ``seed``).
-        seed: reset seed of the env and seed of the trainer's sampling generator.
-        max_steps: give up after this many joint steps.
-        on_step: called with the first :class:`~marljoint.JointObs` and then every :class:`~marljoint.JointStep`;
-            once it returns False it is not called again.
-
-    Returns:
-        ``(returns [episodes, N], lengths [episodes])``.
-
-    Raises:
-        RunError: for a non-positive ``episodes`` or episodes that do not end within ``max_steps``.
-    """
-    import torch
-
-    if isinstance(episodes, bool) or not isinstance(episodes, int) or episodes < 1:
-        raise RunError(f"episodes must be a positive integer, got {episodes!r}")
-    copies = env.num_envs
-    trainer.generator.manual_seed(seed)
-    quota = np.full(copies, episodes // copies)
-    quota[: episodes % copies] += 1
-    got: list[list[np.ndarray]] = [[] for _ in range(copies)]
-    lengths: list[list[int]] = [[] for _ in range(copies)]
-    obs = env.reset(seed=seed)
-    if on_step is not None and not on_step(obs):
-        on_step = None
-    steps = 0
-    with torch.no_grad():
-        while any(len(g) < q for g, q in zip(got, quota)):
-            if steps >= max_steps:
-                done = sum(len(g) for g in got)
-                raise RunError(
-                    f"only {done} of {episodes} episodes ended within {max_steps} steps; does the env ever end its "
-                    "episodes? (raise --max-steps)"
-                )
-            out = env.step(trainer.act(obs, deterministic=deterministic))
-            steps += 1
-            for row, e in enumerate(np.flatnonzero(out.reset_envs)):
-                if len(got[e]) < quota[e]:
-                    got[e].append(out.episode_returns[row].copy())
-                    lengths[e].append(int(out.episode_lengths[row]))
-            if on_step is not None and not on_step(out):
-                on_step = None
-            obs = out
-    return np.stack([r for g in got for r in g]), np.asarray([n for g in lengths for n in g])
 
 
 def _frame(env: Any) -> np.ndarray:
@@ -250,6 +282,33 @@ def _frame(env: Any) -> np.ndarray:
             "render_mode='rgb_array' returns [H, W, 3] images"
         )
     return frame
+
+
+def write_video(frames: Sequence[np.ndarray], path: str | os.PathLike[str], fps: int = 10) -> Path:
+    """Writes ``[H, W, 3]`` uint8 frames as a video (H.264 for ``.mp4``; the format follows the suffix) with the
+    ffmpeg that ``imageio-ffmpeg`` ships.
+
+    Raises:
+        RunError: if there are no frames, or ``imageio-ffmpeg`` is not installed.
+    """
+    if not frames:
+        raise RunError("no frames to write")
+    try:
+        import imageio_ffmpeg
+    except ImportError:
+        raise RunError('writing a video needs imageio-ffmpeg: pip install "marljoint[video]"') from None
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    images = [np.ascontiguousarray(np.asarray(f)[..., :3]).astype(np.uint8) for f in frames]
+    height, width = images[0].shape[:2]
+    writer = imageio_ffmpeg.write_frames(str(path), (width, height), fps=fps, macro_block_size=1, quality=7)
+    writer.send(None)  # starts ffmpeg
+    try:
+        for image in images:
+            writer.send(image)
+    finally:
+        writer.close()
+    return path
 
 
 def write_gif(frames: Sequence[np.ndarray], path: str | os.PathLike[str], fps: int = 10) -> Path:

@@ -7,9 +7,11 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
+import numpy as np
+
 from marljoint.runlog import METRICS_FILE, read_metrics
 
-__all__ = ["PlottingUnavailable", "image_path", "plot_learning_curve", "plot_runs", "smooth"]
+__all__ = ["PlottingUnavailable", "image_path", "plot_learning_curve", "plot_runs", "run_group", "smooth"]
 
 
 class PlottingUnavailable(RuntimeError):
@@ -41,6 +43,34 @@ def smooth(values: Sequence[float], window: int) -> list[float]:
     return out
 
 
+def run_group(run_dir: str | os.PathLike[str]) -> list[Path]:
+    """The runs behind one argument of ``marljoint plot``: the directory itself if it holds a run, else the runs in
+    its subdirectories (the seeds of ``marljoint train --seeds``), in name order.
+
+    Raises:
+        FileNotFoundError: if neither it nor any subdirectory holds a ``metrics.csv``.
+    """
+    path = Path(run_dir)
+    if (path / METRICS_FILE).is_file():
+        return [path]
+    members = sorted(p for p in path.iterdir() if (p / METRICS_FILE).is_file()) if path.is_dir() else []
+    if not members:
+        raise FileNotFoundError(f"{run_dir} holds no {METRICS_FILE}, nor do its subdirectories; is it a marljoint run?")
+    return members
+
+
+def _group_series(members: Sequence[Path], metric: str, x: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(x, mean, half-width of the 95% CI)`` over a group's runs, on the rows they all have."""
+    from marljoint.evaluate import confidence_interval
+
+    series = [_series(m, metric, x) for m in members]
+    length = min(len(xs) for xs, _ in series)
+    xs = np.asarray(series[0][0][:length], dtype=np.float64)
+    values = np.asarray([ys[:length] for _, ys in series], dtype=np.float64)
+    stats = [confidence_interval(values[:, k][np.isfinite(values[:, k])]) for k in range(length)]
+    return xs, np.array([m for m, _ in stats]), np.array([h for _, h in stats])
+
+
 def _series(run_dir: Path, metric: str, x: str) -> tuple[list[float], list[float]]:
     path = run_dir / METRICS_FILE
     if not path.is_file():
@@ -63,8 +93,11 @@ def plot_runs(
 ) -> Path:
     """Plots ``metric`` against ``x`` for several runs in one PNG: raw values faint, a moving average bold.
 
+    An argument whose directory holds runs in subdirectories instead (the seeds of ``marljoint train --seeds``) is
+    drawn as one curve: the mean over its runs, and a band of the 95% Student-t confidence interval of the mean.
+
     Args:
-        run_dirs: run directories (each with a ``metrics.csv``).
+        run_dirs: run directories (each with a ``metrics.csv``), or directories of such runs.
         out: the image to write; a directory (existing, or written with a trailing ``/``) gets
             ``<metric>.png`` inside it, and a name without a suffix gets ``.png``.
         metric: a metrics.csv column.
@@ -88,15 +121,23 @@ def plot_runs(
         raise ValueError(f"got {len(labels)} labels for {len(run_dirs)} runs")
     if not isinstance(window, int) or window < 1:
         raise ValueError(f"window must be a positive integer, got {window!r}")
-    series = [_series(Path(d), metric, x) for d in run_dirs]
+    groups = [run_group(d) for d in run_dirs]
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.2), dpi=110)
     try:
-        for k, (run_dir, (xs, ys)) in enumerate(zip(run_dirs, series)):
+        for k, (run_dir, members) in enumerate(zip(run_dirs, groups)):
             label = labels[k] if labels is not None else Path(run_dir).resolve().name
             color = f"C{k % 10}"
-            ax.plot(xs, ys, color=color, alpha=0.25, linewidth=0.8)
-            ax.plot(xs, smooth(ys, window), color=color, linewidth=2.0, label=label)
+            if len(members) == 1 and Path(members[0]) == Path(run_dir):
+                xs, ys = _series(members[0], metric, x)
+                ax.plot(xs, ys, color=color, alpha=0.25, linewidth=0.8)
+                ax.plot(xs, smooth(ys, window), color=color, linewidth=2.0, label=label)
+                continue
+            xs, mean, half = _group_series(members, metric, x)
+            centre = np.asarray(smooth(list(mean), window))
+            spread = np.nan_to_num(np.asarray(smooth(list(half), window)))
+            ax.fill_between(xs, centre - spread, centre + spread, color=color, alpha=0.2, linewidth=0)
+            ax.plot(xs, centre, color=color, linewidth=2.0, label=f"{label} (mean of {len(members)}, 95% CI)")
         ax.set_xlabel(x)
         ax.set_ylabel(metric)
         ax.grid(alpha=0.3)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import csv
 import math
 import os
+import secrets
 import sys
 import time
 from collections.abc import Iterable, Mapping
@@ -57,6 +58,49 @@ def _float(text: str | None) -> float:
         return math.nan
 
 
+class WandbLog:
+    """Logs every metrics row to a Weights & Biases run as well (``pip install "marljoint[wandb]"``).
+
+    The W&B run lives in ``RUN_DIR/wandb``; its id is kept in ``RUN_DIR/wandb_id`` so that a resumed run continues
+    the same W&B run. Without network, set ``WANDB_MODE=offline`` (and ``wandb sync`` later).
+
+    Args:
+        project: the W&B project.
+        run_dir: the run directory (its name names the W&B run).
+        config: the run's settings, recorded as the W&B config.
+
+    Raises:
+        ImportError: if wandb is not installed (the message gives the install command).
+    """
+
+    def __init__(self, project: str, run_dir: str | os.PathLike[str], config: Mapping[str, Any]) -> None:
+        try:
+            import wandb
+        except ImportError:
+            raise ImportError('--wandb needs Weights & Biases: pip install "marljoint[wandb]"') from None
+        run_dir = Path(run_dir)
+        id_file = run_dir / "wandb_id"
+        run_id = id_file.read_text().strip() if id_file.is_file() else secrets.token_hex(4)
+        id_file.write_text(run_id + "\n")
+        self.run = wandb.init(
+            project=project,
+            dir=str(run_dir),
+            id=run_id,
+            name=run_dir.resolve().name,
+            config=dict(config),
+            resume="allow",
+        )
+
+    def log(self, row: Mapping[str, Any]) -> None:
+        """Logs the finite numbers of one metrics row at its ``env_steps``."""
+        values = {k: v for k, v in row.items() if isinstance(v, (int, float)) and math.isfinite(v)}
+        self.run.log(values, step=int(row.get("env_steps", row.get("iteration", 0))))
+
+    def close(self) -> None:
+        """Finishes the W&B run."""
+        self.run.finish()
+
+
 class MetricsLog:
     """Appends one row per iteration to ``metrics.csv`` and, when available, to TensorBoard.
 
@@ -68,12 +112,18 @@ class MetricsLog:
         tensorboard: write TensorBoard event files too (ignored when ``tensorboard`` is not installed).
         keep_until: when resuming, keep only the existing rows with ``iteration <= keep_until`` (the rows after
             the checkpoint are produced again); ``None`` starts a new file.
+        wandb: also log every row to this :class:`WandbLog` (closed with this log).
     """
 
     def __init__(
-        self, run_dir: str | os.PathLike[str], tensorboard: bool = True, keep_until: int | None = None
+        self,
+        run_dir: str | os.PathLike[str],
+        tensorboard: bool = True,
+        keep_until: int | None = None,
+        wandb: WandbLog | None = None,
     ) -> None:
         self.path = Path(run_dir) / METRICS_FILE
+        self._wandb = wandb
         self._columns: list[str] = []
         rows: list[dict[str, Any]] = []
         if keep_until is not None and self.path.exists():
@@ -117,6 +167,8 @@ class MetricsLog:
                 if key not in ("iteration", "env_steps") and isinstance(value, (int, float)) and math.isfinite(value):
                     self._writer.add_scalar(key, value, step)
             self._writer.flush()
+        if self._wandb is not None:
+            self._wandb.log(row)
 
     def _written_rows(self) -> list[dict[str, str]]:
         with open(self.path, newline="") as f:
@@ -132,10 +184,13 @@ class MetricsLog:
         os.replace(tmp, self.path)
 
     def close(self) -> None:
-        """Closes the TensorBoard writer."""
+        """Closes the TensorBoard writer and the W&B run."""
         if self._writer is not None:
             self._writer.close()
             self._writer = None
+        if self._wandb is not None:
+            self._wandb.close()
+            self._wandb = None
 
 
 class Progress:

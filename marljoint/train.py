@@ -28,8 +28,9 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from marljoint import _toml
-from marljoint.checkpoint import CheckpointError, list_checkpoints, load_checkpoint, save_checkpoint
-from marljoint.envs_registry import EnvSpecError, ResolvedEnv, resolve_env
+from marljoint.checkpoint import CheckpointError, atomic_torch_save, list_checkpoints, load_checkpoint, save_checkpoint
+from marljoint.envs_registry import EnvSpecError, ResolvedEnv, resolve_env, supersuit_wrappers, wrapped_factory
+from marljoint.errors import RunError, RunInterrupted
 from marljoint.ppo.config import LEGACY_KEYS, JointTrainerConfig
 
 __all__ = [
@@ -52,8 +53,10 @@ __all__ = [
 CONFIG_FILE = "config.toml"
 CHECKPOINT_DIR = "checkpoints"
 CURVE_FILE = "learning_curve.png"
-_RUN_FILES = (CONFIG_FILE, "metrics.csv", CURVE_FILE)
-_RUN_DIRS = (CHECKPOINT_DIR, "tensorboard")
+_RUN_FILES = (CONFIG_FILE, "metrics.csv", CURVE_FILE, "wandb_id")
+BEST_CHECKPOINT = "best.pt"
+"""The checkpoint of the best evaluation during training (``RunSpec.eval_every``), beside ``ckpt_*.pt``."""
+_RUN_DIRS = (CHECKPOINT_DIR, "tensorboard", "wandb")
 
 DEFAULT_ENV = "bucket_brigade_v0"
 """The env trained when ``--env`` is not given."""
@@ -71,22 +74,6 @@ DEFAULT_TRAINER = {
 """Trainer settings of ``marljoint train`` that differ from :class:`~marljoint.JointTrainerConfig`'s defaults."""
 
 
-class RunError(ValueError):
-    """A run that cannot start or continue: bad settings, an unusable run directory or checkpoint."""
-
-
-class RunInterrupted(RunError):
-    """The run was interrupted (Ctrl-C, SIGTERM); the message says how to resume it.
-
-    Attributes:
-        exit_status: the command's exit status (130 after SIGINT, 143 after SIGTERM, as a shell reports them).
-    """
-
-    def __init__(self, message: str, exit_status: int = 130) -> None:
-        super().__init__(message)
-        self.exit_status = exit_status
-
-
 @dataclass(frozen=True)
 class RunSpec:
     """Everything a run is defined by, as written to ``config.toml``.
@@ -99,6 +86,10 @@ class RunSpec:
     """A bundled env name, a module path (``mpe2.simple_spread_v3``) or a factory path (``pkg.mod:make``)."""
     env_kwargs: Mapping[str, Any] = field(default_factory=lambda: dict(DEFAULT_ENV_KWARGS))
     """Keyword arguments of the env factory."""
+    wrappers: tuple[Any, ...] = ()
+    """SuperSuit wrappers applied to every env copy, in order, before the adapter: names
+    (``"color_reduction_v0"``) or tables with ``name`` and keyword arguments
+    (``{name = "resize_v1", x_size = 84, y_size = 84}``); ``--wrap`` on the command line."""
     total_steps: int = DEFAULT_TOTAL_STEPS
     """Env steps to train for (one step of one env copy is one env step), rounded up to whole iterations."""
     redundancy: str | None = None
@@ -110,6 +101,16 @@ class RunSpec:
     """Iterations between checkpoints (the last iteration is always checkpointed)."""
     keep_checkpoints: int = 3
     """How many of the newest checkpoints to keep."""
+    eval_every: int | None = None
+    """Evaluate the greedy policies every K iterations (and after the last) on ``eval_episodes`` fresh episodes of
+    an in-process copy of the env, always the same ones: logged as the ``eval/...`` columns, and the best evaluation
+    so far kept as ``checkpoints/best.pt``. ``None``: no evaluation during training. Training is the same with or
+    without it."""
+    eval_episodes: int = 10
+    """Episodes of each evaluation during training."""
+    wandb_project: str | None = None
+    """Also log every metrics row to this Weights & Biases project (``pip install "marljoint[wandb]"``; set
+    ``WANDB_MODE=offline`` without network). ``None``: CSV and TensorBoard only."""
     trainer: JointTrainerConfig = field(default_factory=lambda: JointTrainerConfig(**DEFAULT_TRAINER))
     """The trainer's hyperparameters."""
 
@@ -118,6 +119,11 @@ class RunSpec:
             raise RunError(f"env must be a non-empty string, got {self.env!r}")
         if not isinstance(self.env_kwargs, Mapping):
             raise RunError(f"env_kwargs must be a table of keyword arguments, got {self.env_kwargs!r}")
+        try:
+            supersuit_wrappers(self.wrappers)
+        except (EnvSpecError, TypeError) as exc:
+            raise RunError(str(exc)) from None
+        object.__setattr__(self, "wrappers", tuple(self.wrappers))
         render_mode = self.env_kwargs.get("render_mode")
         if render_mode not in (None, "rgb_array", "ansi"):
             raise RunError(
@@ -127,6 +133,11 @@ class RunSpec:
         _positive_int("total_steps", self.total_steps)
         _positive_int("checkpoint_every", self.checkpoint_every)
         _positive_int("keep_checkpoints", self.keep_checkpoints)
+        if self.eval_every is not None:
+            _positive_int("eval_every", self.eval_every)
+        _positive_int("eval_episodes", self.eval_episodes)
+        if self.wandb_project is not None and (not isinstance(self.wandb_project, str) or not self.wandb_project):
+            raise RunError(f"wandb_project must be a project name, got {self.wandb_project!r}")
         if self.redundancy is not None:
             self.penalty()
         elif not isinstance(self.redundancy_coef, (int, float)) or isinstance(self.redundancy_coef, bool):
@@ -147,6 +158,7 @@ class RunSpec:
         """The run fields followed by the trainer fields, flat (as in ``config.toml``)."""
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "trainer"}
         out["env_kwargs"] = dict(self.env_kwargs)
+        out["wrappers"] = [w if isinstance(w, str) else dict(w) for w in self.wrappers]
         out.update(self.trainer.to_dict())
         return out
 
@@ -307,8 +319,9 @@ def make_env(spec: RunSpec, num_envs: int | None = None, seed: int | None = None
     except EnvSpecError as exc:
         raise RunError(str(exc)) from None
     try:
+        factory = wrapped_factory(resolved.env_fn(**extra_kwargs), supersuit_wrappers(spec.wrappers))
         return spec.trainer.collection.make_env(
-            resolved.env_fn(**extra_kwargs),
+            factory,
             num_envs=spec.trainer.num_envs if num_envs is None else num_envs,
             seed=spec.trainer.seed if seed is None else seed,
         )
@@ -476,6 +489,7 @@ def train_run(
         loop = _Loop(spec, run_dir, trainer, stream, progress, resume, force)
         if checkpoint is not None:
             loop.clock_offset, loop.agent_steps, loop.env_state_saved = _restore(trainer, checkpoint, stream)
+            loop.best_eval = float(checkpoint["run"].get("best_eval_return", -math.inf))
         with _StopRequests() as stops:
             loop.run(stop_after, on_iteration, stops)
     finally:
@@ -500,6 +514,14 @@ class _Loop:
         self.clock_offset, self.agent_steps, self.env_state_saved = 0.0, 0, True
         self.recent: list[float] = []
         self.log: Any = None
+        self.best_eval = -math.inf
+        self._eval_env: Any = None
+        self._new_best = False
+        if spec.wandb_project is not None:  # before anything is written
+            try:
+                import wandb  # noqa: F401
+            except ImportError:
+                raise RunError('--wandb needs Weights & Biases: pip install "marljoint[wandb]"') from None
 
     def _open(self) -> None:
         """Replaces an old run (``force``), creates the directory and writes the config: the run has started."""
@@ -509,7 +531,14 @@ class _Loop:
             clear_run(self.run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         write_config(self.spec, self.run_dir / CONFIG_FILE)
-        self.log = runlog.MetricsLog(self.run_dir, keep_until=self.trainer.iteration - 1 if self.resume else None)
+        wandb = None
+        if self.spec.wandb_project is not None:
+            try:
+                wandb = runlog.WandbLog(self.spec.wandb_project, self.run_dir, self.spec.to_dict())
+            except ImportError as exc:
+                raise RunError(str(exc)) from None
+        keep_until = self.trainer.iteration - 1 if self.resume else None
+        self.log = runlog.MetricsLog(self.run_dir, keep_until=keep_until, wandb=wandb)
 
     def run(self, stop_after: int | None, on_iteration: Any, stops: _StopRequests) -> None:
         from marljoint import runlog
@@ -536,6 +565,9 @@ class _Loop:
                 if last or trainer.iteration % spec.checkpoint_every == 0 or stops.signal_name is not None:
                     self._save(clock)
                     last_saved = trainer.iteration
+                if self._new_best:
+                    self._save(clock, best=True)
+                    self._new_best = False
                 display.update(trainer.env_steps, row["sps"], row["episode_return_mean"], force=last)
                 if stops.signal_name is not None and not last:
                     raise RunInterrupted(
@@ -552,12 +584,17 @@ class _Loop:
             display.close()
             if self.log is not None:
                 self.log.close()
+            if self._eval_env is not None:
+                self._eval_env.close()
             trainer.close()
 
     def _iteration(self, total: int, clock: float) -> dict[str, Any]:
         trainer = self.trainer
         rollout, stats, seconds = trainer.iterate(total, aux_fn=self.aux_fn)
         metrics = trainer.iteration_metrics(rollout, stats, seconds)
+        every = self.spec.eval_every
+        if every is not None and (trainer.iteration % every == 0 or trainer.iteration >= total):
+            metrics.update(self._evaluate())
         if self.log is None:
             self._open()
         self.agent_steps += metrics["agent_steps"]
@@ -567,10 +604,36 @@ class _Loop:
             self.recent = (self.recent + [row["episode_return_mean"]])[-10:]
         return row
 
-    def _save(self, clock: float) -> None:
+    def _evaluate(self) -> dict[str, float]:
+        """Greedy returns on the same fresh episodes every time; the trainer's generator is left as it was."""
+        from marljoint.collect.config import CollectionConfig
+        from marljoint.episodes import play_episodes
+
+        trainer, spec = self.trainer, self.spec
+        seed = (spec.trainer.seed + 1_000_003) % 2**63
+        if self._eval_env is None:
+            copies = min(spec.eval_episodes, 8)
+            local = dataclasses.replace(spec, trainer=spec.trainer.replace(collection=CollectionConfig()))
+            self._eval_env = make_env(local, num_envs=copies, seed=seed)
+        generator = trainer.generator.get_state()
+        try:
+            returns, _ = play_episodes(trainer, self._eval_env, spec.eval_episodes, deterministic=True, seed=seed)
+        finally:
+            trainer.generator.set_state(generator)
+        mean = float(returns.mean())
+        if mean > self.best_eval:
+            self.best_eval, self._new_best = mean, True
+        out = {"eval/episode_return_mean": mean, "eval/best_episode_return_mean": self.best_eval}
+        for agent, value in zip(trainer.spec.agents, returns.mean(axis=0)):
+            out[f"eval/episode_return/{agent}"] = float(value)
+        return out
+
+    def _save(self, clock: float, best: bool = False) -> None:
         seconds = self.clock_offset + time.perf_counter() - clock
+        run = {"best_eval_return": self.best_eval}
         self.env_state_saved = _save(
-            self.trainer, self.run_dir, self.spec, seconds, self.agent_steps, self.env_state_saved, self.stream
+            self.trainer, self.run_dir, self.spec, seconds, self.agent_steps, self.env_state_saved, self.stream, run,
+            best,
         )
 
 
@@ -614,7 +677,15 @@ def _latest_checkpoint(run_dir: Path) -> dict[str, Any] | None:
 
 
 def _save(
-    trainer: Any, run_dir: Path, spec: RunSpec, wall_time: float, agent_steps: int, with_env: bool, stream: TextIO
+    trainer: Any,
+    run_dir: Path,
+    spec: RunSpec,
+    wall_time: float,
+    agent_steps: int,
+    with_env: bool,
+    stream: TextIO,
+    extra: Mapping[str, Any] | None = None,
+    best: bool = False,
 ) -> bool:
     env_state = None
     if with_env:
@@ -630,9 +701,12 @@ def _save(
         "trainer": trainer.state_dict(),
         "env": env_state,
         "env_state_saved": with_env,
-        "run": {"wall_time": wall_time, "agent_steps": agent_steps, "spec": spec.to_dict()},
+        "run": {"wall_time": wall_time, "agent_steps": agent_steps, "spec": spec.to_dict(), **dict(extra or {})},
     }
-    save_checkpoint(run_dir / CHECKPOINT_DIR, trainer.iteration, state, keep=spec.keep_checkpoints)
+    if best:  # outside the rotation of ckpt_*.pt
+        atomic_torch_save(state, run_dir / CHECKPOINT_DIR / BEST_CHECKPOINT)
+    else:
+        save_checkpoint(run_dir / CHECKPOINT_DIR, trainer.iteration, state, keep=spec.keep_checkpoints)
     return with_env
 
 

@@ -17,7 +17,10 @@ import pathlib
 ROOT = pathlib.Path(__file__).resolve().parents[1] / "marljoint"
 
 # Modules of the product layer: the command line, run directories and the registries of envs and games.
-PRODUCT = {"cli", "train", "envs_registry", "evaluate", "presets", "plotting", "runlog", "checkpoint", "_toml"}
+PRODUCT = {
+    "cli", "train", "envs_registry", "evaluate", "episodes", "errors", "presets", "plotting", "runlog", "checkpoint",
+    "_toml",
+}
 
 FORBIDDEN = {
     "env": (

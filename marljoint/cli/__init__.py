@@ -20,6 +20,7 @@ from marljoint.cli.args import positive_float as _positive_float
 from marljoint.cli.args import positive_int as _positive_int
 from marljoint.cli.args import seed as _seed
 from marljoint.cli.args import setting as _setting
+from marljoint.cli.args import wrapper as _wrapper
 from marljoint.presets import PRESETS, get_preset
 
 __all__ = ["build_parser", "main"]
@@ -71,6 +72,14 @@ def _add_train(subparsers: Any) -> None:
         f"else '{json.dumps(DEFAULT_ENV_KWARGS)}')",
     )
     p.add_argument(
+        "--wrap",
+        metavar="WRAPPER",
+        action="append",
+        type=_wrapper,
+        help="a SuperSuit wrapper applied to every env copy before training, repeatable and in order: "
+        "--wrap resize_v1:x_size=84,y_size=84 --wrap color_reduction_v0:mode=full --wrap frame_stack_v1:stack_size=4",
+    )
+    p.add_argument(
         "--total-steps",
         metavar="N",
         type=_positive_int,
@@ -83,7 +92,16 @@ def _add_train(subparsers: Any) -> None:
         type=_int,
         help=f"env copies stepped together (default {DEFAULT_TRAINER['num_envs']})",
     )
-    p.add_argument("--seed", metavar="S", type=_seed, help="seed of every generator of the run (default 0)")
+    seeds = p.add_mutually_exclusive_group()
+    seeds.add_argument("--seed", metavar="S", type=_seed, help="seed of every generator of the run (default 0)")
+    seeds.add_argument(
+        "--seeds",
+        metavar="S",
+        type=_seed,
+        nargs="+",
+        help="train one run per seed, one after another, into OUT/seed_<S> (each with the same settings and "
+        "collection backend); marljoint plot OUT draws their mean with a 95%% CI band",
+    )
     p.add_argument(
         "--learning-rate", metavar="LR", type=_positive_float, help="Adam learning rate (default 1e-3)"
     )
@@ -142,6 +160,22 @@ def _add_train(subparsers: Any) -> None:
     )
     p.add_argument("--keep-checkpoints", metavar="K", type=_int, help="newest checkpoints to keep (default 3)")
     p.add_argument(
+        "--eval-every",
+        metavar="K",
+        type=_positive_int,
+        help="evaluate the greedy policies every K iterations on the same fresh episodes (eval/... columns) and keep "
+        "the best as checkpoints/best.pt",
+    )
+    p.add_argument(
+        "--eval-episodes", metavar="M", type=_positive_int, help="episodes of each evaluation (default 10)"
+    )
+    p.add_argument(
+        "--wandb",
+        metavar="PROJECT",
+        help='also log to this Weights & Biases project (pip install "marljoint[wandb]"; WANDB_MODE=offline '
+        "without network)",
+    )
+    p.add_argument(
         "--ray",
         action="store_true",
         help='collect rollouts on Ray worker actors (pip install "marljoint[ray]"); same results as in-process for '
@@ -183,6 +217,7 @@ def _train(args: argparse.Namespace) -> int:
     options = {
         "env": args.env,
         "env_kwargs": args.env_kwargs,
+        "wrappers": args.wrap,
         "total_steps": args.total_steps,
         "num_envs": args.num_envs,
         "seed": args.seed,
@@ -190,6 +225,9 @@ def _train(args: argparse.Namespace) -> int:
         "redundancy_coef": args.redundancy_coef,
         "checkpoint_every": args.checkpoint_every,
         "keep_checkpoints": args.keep_checkpoints,
+        "eval_every": args.eval_every,
+        "eval_episodes": args.eval_episodes,
+        "wandb_project": args.wandb,
         "learning_rate": args.learning_rate,
         "rollout_steps": args.rollout_steps,
         "device": args.device,
@@ -213,6 +251,8 @@ def _train(args: argparse.Namespace) -> int:
             raise RunError("--resume needs --out DIR, the run directory to continue")
         if args.config is not None:
             raise RunError("--resume takes the run's own config.toml; drop --config")
+        if args.seeds:
+            return _train_seeds(args, None, options)
         spec = resume_spec(args.out, options)
     else:
         values = _preset_values(args.preset) if args.preset is not None else {}
@@ -224,10 +264,34 @@ def _train(args: argparse.Namespace) -> int:
         spec = RunSpec.from_dict(values)
         if spec.redundancy is None and args.redundancy_coef is not None:
             raise RunError("--redundancy-coef needs --redundancy KIND (xcorr, cka or hsic)")
+        if args.seeds:
+            return _train_seeds(args, spec, options)
     out = args.out if args.out is not None else _default_out(spec)
     result = train_run(spec, out, resume=args.resume, force=args.force, progress=not args.quiet)
     if not args.quiet:
         print(f"{result.run_dir}  final mean episode return {result.final_return:.4g}  ({result.seconds:.1f} s)")
+    return 0
+
+
+def _train_seeds(args: argparse.Namespace, spec: Any, options: dict[str, Any]) -> int:
+    """``--seeds``: one run per seed into ``OUT/seed_<S>``, one after another (resumed each, with ``--resume``)."""
+    from marljoint.evaluate import confidence_interval
+    from marljoint.train import RunError, RunSpec, resume_spec, train_run
+
+    if len(set(args.seeds)) != len(args.seeds):
+        raise RunError(f"--seeds lists a seed twice: {args.seeds}")
+    out = args.out if args.out is not None else _default_out(spec)
+    finals = []
+    for seed in args.seeds:
+        run_dir = Path(out) / f"seed_{seed}"
+        seed_spec = resume_spec(run_dir, options) if args.resume else RunSpec.from_dict({"seed": seed}, base=spec)
+        result = train_run(seed_spec, run_dir, resume=args.resume, force=args.force, progress=not args.quiet)
+        finals.append(result.final_return)
+        if not args.quiet:
+            print(f"{run_dir}  final mean episode return {result.final_return:.4g}  ({result.seconds:.1f} s)")
+    mean, half = confidence_interval(finals)
+    if not args.quiet:
+        print(f"{out}  {len(finals)} seeds: final mean episode return {mean:.4g} ± {half:.3g} (95% CI)")
     return 0
 
 
@@ -283,7 +347,13 @@ def _add_eval(subparsers: Any) -> None:
         help="also record the first episode to this GIF (the env must render rgb_array; needs Pillow or imageio)",
     )
     p.add_argument(
-        "--fps", metavar="F", type=_positive_int, default=10, help="frames per second of the GIF (default 10)"
+        "--video",
+        metavar="FILE",
+        type=Path,
+        help='also record the first episode to this video, e.g. run.mp4 (needs pip install "marljoint[video]")',
+    )
+    p.add_argument(
+        "--fps", metavar="F", type=_positive_int, default=10, help="frames per second of the GIF or video (default 10)"
     )
     p.add_argument(
         "--max-steps",
@@ -309,6 +379,8 @@ def _eval(args: argparse.Namespace) -> int:
         gif_fps=args.fps,
         checkpoint=args.checkpoint,
         max_steps=args.max_steps,
+        video=args.video,
+        progress=_eval_progress(args.episodes, args.max_steps),
     )
     if args.json:
         summary = {name: {"mean": m, "ci95": h} for name, (m, h) in result.summary().items()}
@@ -318,11 +390,22 @@ def _eval(args: argparse.Namespace) -> int:
             "checkpoint": str(result.checkpoint),
             "returns": summary,
             "gif": None if result.gif is None else str(result.gif),
+            "video": None if result.video is None else str(result.video),
         }
         print(json.dumps(payload, indent=2, allow_nan=True))
     else:
         print(result.format())
     return 0
+
+
+def _eval_progress(episodes: int, max_steps: int) -> Any:
+    """A progress line on standard error for long evaluations (every 10,000 joint steps)."""
+
+    def show(steps: int, done: int) -> None:
+        sys.stderr.write(f"eval: {steps:,} of at most {max_steps:,} steps, {done}/{episodes} episodes ended\n")
+        sys.stderr.flush()
+
+    return show
 
 
 def _add_plot(subparsers: Any) -> None:
@@ -333,7 +416,10 @@ def _add_plot(subparsers: Any) -> None:
     )
     p.add_argument("run_dirs", metavar="RUN_DIR", type=Path, nargs="+", help="run directories to compare")
     p.add_argument(
-        "--out", metavar="FILE", type=Path, default=Path("runs.png"), help="the PNG to write (default runs.png)"
+        "--out",
+        metavar="FILE",
+        default="runs.png",
+        help="the PNG to write (default runs.png); DIR/ writes DIR/<metric>.png, a name without a suffix gets .png",
     )
     p.add_argument(
         "--metric",

@@ -16,6 +16,7 @@ __all__ = [
     "positive_int",
     "seed",
     "setting",
+    "wrapper",
 ]
 
 MAX_SEED = 2**63 - 1
@@ -106,3 +107,28 @@ def setting(text: str) -> tuple[str, Any]:
     except ValueError:
         value = raw
     return key, value
+
+
+def wrapper(text: str) -> str | dict[str, Any]:
+    """``NAME`` or ``NAME:KEY=VALUE,KEY=VALUE`` of a SuperSuit wrapper (``resize_v1:x_size=84,y_size=84``), values
+    read as TOML; the name is checked with the other settings."""
+    from marljoint import _toml
+
+    name, _, rest = text.partition(":")
+    name = name.strip()
+    if not name:
+        raise argparse.ArgumentTypeError(
+            f"expected NAME or NAME:KEY=VALUE,... such as resize_v1:x_size=84, got {text!r}"
+        )
+    if not rest.strip():
+        return name
+    kwargs: dict[str, Any] = {"name": name}
+    for item in rest.split(","):
+        key, sep, raw = item.partition("=")
+        if not sep or not key.strip() or not raw.strip():
+            raise argparse.ArgumentTypeError(f"expected KEY=VALUE in {text!r}, got {item!r}")
+        try:
+            kwargs[key.strip()] = _toml.loads(f"value = {raw.strip()}")["value"]
+        except ValueError:
+            kwargs[key.strip()] = raw.strip()
+    return kwargs

@@ -125,3 +125,54 @@ def test_settings_from_the_command_line_are_type_checked_and_recorded(tmp_path, 
     assert "unknown config key(s) ['no_such_setting']" in capsys.readouterr().err
     assert run_cli([*TRAIN, "--out", str(tmp_path / "s"), "--set", "learning_rate"]) == 2
     assert "expected KEY=VALUE" in capsys.readouterr().err
+
+
+def test_plot_out_names_the_file_it_wrote(place, tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    run = str(place / "run")
+    assert run_cli(["plot", run, "--out", str(tmp_path / "figures") + "/"]) == 0
+    assert capsys.readouterr().out.strip() == str(tmp_path / "figures" / "episode_return_mean.png")
+    assert (tmp_path / "figures" / "episode_return_mean.png").read_bytes()[:4] == b"\x89PNG"
+    assert run_cli(["plot", run, "--out", str(tmp_path / "curve")]) == 0
+    assert capsys.readouterr().out.strip() == str(tmp_path / "curve.png")
+    assert (tmp_path / "curve.png").is_file()
+
+
+def test_several_seeds_in_one_command_and_their_plot_with_a_confidence_band(tmp_path, capsys):
+    out = tmp_path / "seeds"
+    args = ["train", "--env", "mock_v0", "--num-envs", "2", "--rollout-steps", "16", "--total-steps", "64"]
+    args += ["--out", str(out)]
+    assert run_cli([*args, "--seeds", "3", "5"]) == 0
+    printed = capsys.readouterr().out
+    assert "2 seeds: final mean episode return" in printed and "(95% CI)" in printed
+    for seed in (3, 5):
+        assert f"seed = {seed}\n" in (out / f"seed_{seed}" / "config.toml").read_text()
+    assert run_cli(["train", "--out", str(out), "--resume", "--total-steps", "128", "--seeds", "3", "5"]) == 0
+    assert all(len((out / f"seed_{s}" / "metrics.csv").read_text().splitlines()) == 5 for s in (3, 5))
+    assert run_cli([*args, "--seeds", "1", "1"]) == 2
+    assert "--seeds lists a seed twice" in capsys.readouterr().err
+    pytest.importorskip("matplotlib")
+    assert run_cli(["plot", str(out), str(out / "seed_3"), "--out", str(tmp_path / "bands.png")]) == 0
+    assert (tmp_path / "bands.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_supersuit_wrappers_from_the_command_line(tmp_path, capsys):
+    from marljoint.train import load_run_spec, make_env
+
+    out = tmp_path / "r"
+    args = ["train", "--env", "mpe2.simple_spread_v3", "--env-kwargs", '{"N": 2, "max_cycles": 10}']
+    args += ["--num-envs", "2", "--rollout-steps", "8", "--total-steps", "16", "--quiet", "--out", str(out)]
+    pytest.importorskip("mpe2")
+    wraps = ["--wrap", "dtype_v0:dtype=float64", "--wrap", "frame_stack_v1:stack_size=3"]
+    assert run_cli([*args, *wraps]) == 0
+    spec = load_run_spec(out)
+    expected = [{"name": "dtype_v0", "dtype": "float64"}, {"name": "frame_stack_v1", "stack_size": 3}]
+    assert list(spec.wrappers) == expected
+    env = make_env(spec, num_envs=1)
+    assert env.spec.observations[0].shape[-1] % 3 == 0  # three frames stacked
+    env.close()
+    assert run_cli([*args[:-1], str(tmp_path / "bad"), "--wrap", "no_such_wrapper_v0"]) == 2
+    assert "supersuit has no wrapper 'no_such_wrapper_v0'" in capsys.readouterr().err
+    assert run_cli([*args[:-1], str(tmp_path / "bad"), "--wrap", "resize_v1:x_size"]) == 2
+    assert "expected KEY=VALUE" in capsys.readouterr().err
+    assert not (tmp_path / "bad").exists()

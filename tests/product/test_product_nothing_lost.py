@@ -100,3 +100,70 @@ def test_a_signal_stops_after_the_iteration_with_a_checkpoint_and_the_resume_is_
 def _rows(run_dir):
     with open(run_dir / "metrics.csv", newline="") as f:
         return [{k: v for k, v in row.items() if k not in ("wall_time", "sps")} for row in csv.DictReader(f)]
+
+
+def test_evaluation_during_training_logs_greedy_returns_keeps_the_best_and_changes_no_training(tmp_path):
+    import torch
+
+    from marljoint.checkpoint import load_checkpoint
+
+    base = {
+        "env_kwargs": {"scenario": "easy", "num_houses": 5, "num_agents": 2, "max_nights": 20},
+        "num_envs": 4,
+        "rollout_steps": 16,
+        "minibatch_size": 32,
+        "hidden_sizes": [16],
+        "total_steps": 4 * 64,
+        "checkpoint_every": 10,
+    }
+    plain = train_run(RunSpec.from_dict(base), tmp_path / "plain", progress=False)
+    spec = RunSpec.from_dict({**base, "eval_every": 2, "eval_episodes": 3})
+    train_run(spec, tmp_path / "eval", progress=False)
+    with open(tmp_path / "eval" / "metrics.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    evaluated = [r for r in rows if r["eval/episode_return_mean"] != ""]
+    assert [int(r["iteration"]) for r in evaluated] == [2, 4]
+    best = max(float(r["eval/episode_return_mean"]) for r in evaluated)
+    assert float(evaluated[-1]["eval/best_episode_return_mean"]) == best
+    assert {"eval/episode_return/agent_0", "eval/episode_return/agent_1"} <= set(rows[0])
+    # the training columns are those of the run without evaluation: evaluating consumes no training randomness
+    strip = [{k: v for k, v in r.items() if not k.startswith("eval/") and k not in ("wall_time", "sps")} for r in rows]
+    assert strip == _rows(plain.run_dir)
+    best_ckpt = load_checkpoint(tmp_path / "eval" / "checkpoints" / "best.pt")
+    assert best_ckpt["run"]["best_eval_return"] == best
+    newest = load_checkpoint(list_checkpoints(tmp_path / "eval" / "checkpoints")[-1])
+    assert best_ckpt["trainer"]["iteration"] in (2, 4)
+    if best_ckpt["trainer"]["iteration"] == 4:
+        assert torch.equal(best_ckpt["trainer"]["generator"], newest["trainer"]["generator"])
+
+
+def test_weights_and_biases_logging_offline(tmp_path, monkeypatch):
+    pytest.importorskip("wandb")
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    monkeypatch.setenv("WANDB_DISABLE_CODE", "true")
+    out = tmp_path / "run"
+    args = ["train", "--env", "mock_v0", "--num-envs", "2", "--rollout-steps", "16", "--total-steps", "64"]
+    from _product_helpers import run_cli as cli
+
+    assert cli([*args, "--out", str(out), "--wandb", "marljoint-tests", "--quiet"]) == 0
+    run_id = (out / "wandb_id").read_text().strip()
+    runs = list((out / "wandb").glob(f"offline-run-*-{run_id}"))
+    assert len(runs) == 1 and list(runs[0].glob("*.wandb"))
+    assert 'wandb_project = "marljoint-tests"' in (out / "config.toml").read_text()
+    # a resume continues the same W&B run
+    assert cli(["train", "--out", str(out), "--resume", "--total-steps", "128", "--quiet"]) == 0
+    assert (out / "wandb_id").read_text().strip() == run_id
+
+
+def test_wandb_logging_without_wandb_says_how_to_install_it(tmp_path, monkeypatch, capsys):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "wandb", None)
+    from _product_helpers import run_cli as cli
+
+    out = tmp_path / "run"
+    args = ["train", "--env", "mock_v0", "--num-envs", "2", "--total-steps", "64", "--out", str(out), "--wandb", "p"]
+    assert cli(args) == 2
+    assert 'pip install "marljoint[wandb]"' in capsys.readouterr().err
+    assert not out.exists()

@@ -68,3 +68,28 @@ def test_a_saved_trainer_loads_safely(tmp_path):
 def test_atomic_save_output_is_what_load_reads(tmp_path):
     atomic_torch_save({"a": torch.ones(2)}, tmp_path / "x.pt")
     assert torch.equal(load_checkpoint(tmp_path / "x.pt")["a"], torch.ones(2))
+
+
+def test_load_run_acts_with_the_newest_checkpoint_and_names_what_is_missing(tmp_path):
+    import marljoint
+    from marljoint.train import RunError
+
+    out = tmp_path / "run"
+    assert run_cli(train_args(out, tiny_config(tmp_path), 2 * 64)) == 0
+    run = marljoint.load_run(out, num_envs=3, seed=1)
+    try:
+        state = run.env.reset(seed=1)
+        actions = run.act(state)
+        assert [a.shape[0] for a in actions] == [3] * len(actions)
+        assert run.checkpoint == list_checkpoints(out / "checkpoints")[-1]
+        newest = load_checkpoint(run.checkpoint)
+        for name, value in run.trainer.policies[0].state_dict().items():
+            assert torch.equal(value, newest["trainer"]["policies"][0][name])
+    finally:
+        run.close()
+    with pytest.raises(RunError, match="is not a marljoint run directory"):
+        marljoint.load_run(tmp_path / "nothing")
+    for path in list_checkpoints(out / "checkpoints"):
+        path.unlink()
+    with pytest.raises(RunError, match="has no checkpoint in checkpoints/; train it first"):
+        marljoint.load_run(out)

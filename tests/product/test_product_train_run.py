@@ -91,8 +91,10 @@ def test_the_metrics_table_in_the_docs_matches_what_a_run_writes(run_dir):
     patterns = {name: _pattern(name) for name in documented}
     undocumented = [c for c in columns if not any(p.match(c) for p in patterns.values())]
     assert not undocumented, f"add these to docs/metrics.md: {undocumented}"
-    # Written only with RedundancyPenalty(variance_floor=...), which the command line does not set.
-    optional = {"redundancy/variance_hinge"}
+    # Written only with RedundancyPenalty(variance_floor=...), which the command line does not set, and only with
+    # --eval-every (tested in test_product_nothing_lost.py).
+    optional = {"redundancy/variance_hinge", "eval/episode_return_mean", "eval/episode_return/<agent>"}
+    optional.add("eval/best_episode_return_mean")
     unused = [n for n, p in patterns.items() if n not in optional and not any(p.match(c) for c in columns)]
     assert not unused, f"docs/metrics.md lists metrics a run does not write: {unused}"
 
@@ -205,6 +207,30 @@ def test_gif_of_an_env_that_renders(tmp_path, capsys):
 
     with Image.open(gif) as image:
         assert image.n_frames == 4  # the reset frame and the frames after the three steps before the end
+    pytest.importorskip("imageio_ffmpeg")
+    video = tmp_path / "episode.mp4"
+    assert run_cli(["eval", str(tmp_path / "run"), "--episodes", "2", "--video", str(video)]) == 0
+    assert f"video written to {video}" in capsys.readouterr().out
+    head = video.read_bytes()[:12]
+    assert head[4:8] == b"ftyp" and video.stat().st_size > 100  # an MP4 container
+
+
+def test_a_long_evaluation_shows_progress_and_stops_at_max_steps(tmp_path, capsys):
+    spec = RunSpec.from_dict(
+        {
+            "env": "counter_v0",
+            "env_kwargs": {"truncate_at": 100_000},
+            "num_envs": 2,
+            "rollout_steps": 8,
+            "total_steps": 16,
+            "hidden_sizes": [8],
+        }
+    )
+    train_run(spec, tmp_path / "run", progress=False)
+    assert run_cli(["eval", str(tmp_path / "run"), "--episodes", "1", "--max-steps", "20000"]) == 2
+    err = capsys.readouterr().err
+    assert "eval: 10,000 of at most 20,000 steps, 0/1 episodes ended" in err
+    assert err.strip().splitlines()[-1].startswith("marljoint eval: error: only 0 of 1 episodes ended within 20000")
 
 
 def test_plot_compares_runs(run_dir, tmp_path, capsys):

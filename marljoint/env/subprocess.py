@@ -323,7 +323,8 @@ class SubprocessJointEnv:
             The results, one per worker in :attr:`slices` order.
 
         Raises:
-            Errors raised by ``function`` in a worker, with their original type and message.
+            ValueError: raised by ``function`` in a worker (as are TypeError and RuntimeError: each is re-raised
+                with its original type and message; any other type as a RuntimeError with the worker's traceback).
         """
         for conn in self._conns:
             conn.send(("call", (function, args)))

@@ -14,6 +14,7 @@ SCRIPTS = sorted(p.name for p in TUTORIALS.glob("*.py"))
 # Tutorials on APIs that may be missing from an installation, and the names they need.
 NEEDS = {
     "any_pettingzoo_env.py": ("mpe2", ()),
+    "train_from_pixels.py": ("pettingzoo.butterfly", ()),
     "psro_kuhn_poker.py": ("marljoint.best_response", ("PSRO", "PsroConfig", "exploitability")),
     "nfsp_kuhn_poker.py": ("marljoint.best_response", ("NFSP", "NfspConfig", "exploitability")),
 }
@@ -31,8 +32,8 @@ def test_every_tutorial_page_includes_its_code_and_every_script_has_a_page():
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_tutorial_runs(script, monkeypatch, capsys):
     module, names = NEEDS.get(script, (None, ()))
-    if module == "mpe2":
-        pytest.importorskip("mpe2")
+    if module in ("mpe2", "pettingzoo.butterfly"):
+        pytest.importorskip(module)
     elif module is not None:
         api = importlib.import_module(module)
         missing = [n for n in names if not hasattr(api, n)]

@@ -191,11 +191,7 @@ def test_resuming_from_state_dict_and_env_state_continues_bit_identically(resume
         first.close()
     second = _resumed(variable_agents_v0.parallel_env, 4, resumed_with)
     try:
-        second.load_state_dict(state)
-        second.load_env_state(env_state)
-        again = second.collect_rollout()
-        for name in FIELDS:
-            assert torch.equal(getattr(again, name), expected[name]), name
+        _assert_resumes_to(second, state, env_state, expected)
         with pytest.raises(ValueError, match="the env state cannot be unpickled"):
             second.load_env_state({"env": b""})
         with pytest.raises(ValueError, match="lacks some Ray workers' snapshots"):
@@ -213,13 +209,18 @@ def test_an_in_process_run_resumes_on_ray_workers_bit_identically():
     expected = {name: getattr(expected, name).clone() for name in FIELDS}
     second = make(kuhn_poker_v0.env, 5, num_workers=2)
     try:
-        second.load_state_dict(state)
-        second.load_env_state(env_state)
-        again = second.collect_rollout()
-        for name in FIELDS:
-            assert torch.equal(getattr(again, name), expected[name]), name
+        _assert_resumes_to(second, state, env_state, expected)
     finally:
         second.close()
+
+
+def _assert_resumes_to(trainer, state, env_state, expected):
+    """Loads a checkpoint into ``trainer``; its next rollout must be ``expected`` bit for bit."""
+    trainer.load_state_dict(state)
+    trainer.load_env_state(env_state)
+    again = trainer.collect_rollout()
+    for name in FIELDS:
+        assert torch.equal(getattr(again, name), expected[name]), name
 
 
 def _resumed(env_fn, num_envs, changes):

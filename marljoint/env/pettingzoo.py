@@ -450,15 +450,17 @@ class PettingZooJointEnv:
             raise ValueError("join_states needs at least one snapshot")
         if any(tuple(p["agents"]) != tuple(parts[0]["agents"]) for p in parts):
             raise ValueError("the snapshots hold different agents; they are not slices of one set of copies")
+        try:
+            buffers = {name: _join_buffers([p["buffers"][name] for p in parts]) for name in parts[0]["buffers"]}
+        except (KeyError, ValueError) as exc:
+            raise ValueError(f"the snapshots hold copies of different envs ({exc}); join slices of one set") from None
         joined = {
             "num_envs": sum(p["num_envs"] for p in parts),
             "agents": parts[0]["agents"],
             "seed": parts[0]["seed"],
             "envs": [env for p in parts for env in p["envs"]],
             "episode_seeds": [g for p in parts for g in p["episode_seeds"]],
-            "buffers": {
-                name: _join_buffers([p["buffers"][name] for p in parts]) for name in parts[0]["buffers"]
-            },
+            "buffers": buffers,
         }
         return _dump_snapshot(joined)
 

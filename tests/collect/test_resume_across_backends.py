@@ -82,3 +82,23 @@ def test_a_state_of_another_number_of_copies_is_refused():
     finally:
         small.env.close()
         sub.close()
+
+
+@pytest.mark.parametrize("resumed_with", ["local", "subprocess-3"])
+def test_an_old_checkpoint_with_the_noise_generators_in_the_trainer_state_resumes_on_any_backend(resumed_with):
+    # Older checkpoints kept the in-process noise generators in state_dict()["copy_generators"] and the env alone
+    # in env_state(): load_env_state hands them to whichever collector resumes.
+    first = _trainer(variable_agents_v0.parallel_env, BACKENDS["local"])
+    first.update(first.collect_rollout())
+    state, env_state = first.state_dict(), first.env_state()
+    state["copy_generators"] = env_state.pop("copy_generators")
+    expected = _rollout(first)
+    second = _trainer(variable_agents_v0.parallel_env, BACKENDS[resumed_with])
+    try:
+        second.load_state_dict(state)
+        second.load_env_state(env_state)
+        again = _rollout(second)
+    finally:
+        second.env.close()
+    for name in FIELDS:
+        assert torch.equal(again[name], expected[name]), name

@@ -34,6 +34,7 @@ from marljoint.ppo import (
     JointStats,
     JointTrainerConfig,
     compute_gae,
+    derive_settings,
 )
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -84,6 +85,7 @@ __all__ = [
     "__version__",
     "check_joint_env",
     "compute_gae",
+    "derive_settings",
     "load_run",
     "make_joint_env",
 ]

@@ -63,6 +63,15 @@ class Preset:
         """The preset's :class:`JointTrainerConfig`, with ``overrides`` applied (validated)."""
         return JointTrainerConfig(**{**dict(self.config_kwargs), **overrides})
 
+    def changes(self) -> dict[str, tuple[Any, Any]]:
+        """What the preset changes from ``marljoint train``'s defaults: ``{setting: (default, preset's value)}``
+        (a default derived from the env shows as ``None``)."""
+        from marljoint.train import RunSpec
+
+        defaults = RunSpec().trainer.to_dict()
+        mine = self.config().to_dict()
+        return {key: (defaults[key], value) for key, value in mine.items() if value != defaults[key]}
+
 
 _COOPERATIVE_MPE = dict(
     num_envs=32,
@@ -76,6 +85,8 @@ _COOPERATIVE_MPE = dict(
     clip_range=0.2,
     max_grad_norm=10.0,
     value_normalization=True,
+    # Measured without observation normalisation (MPE's Boxes are unbounded, so the default would turn it on).
+    normalize_observations=False,
     centralized_critic=True,
     torch_threads=1,
 )

@@ -31,7 +31,7 @@ from marljoint import _toml
 from marljoint.checkpoint import CheckpointError, atomic_torch_save, list_checkpoints, load_checkpoint, save_checkpoint
 from marljoint.envs_registry import EnvSpecError, ResolvedEnv, resolve_env, supersuit_wrappers, wrapped_factory
 from marljoint.errors import RunError, RunInterrupted
-from marljoint.ppo.config import LEGACY_KEYS, JointTrainerConfig
+from marljoint.ppo.config import LEGACY_KEYS, JointTrainerConfig, as_saved
 
 __all__ = [
     "CHECKPOINT_DIR",
@@ -230,9 +230,21 @@ def read_config_file(path: str | os.PathLike[str]) -> dict[str, Any]:
         raise RunError(f"config file {path} is not valid TOML: {exc}") from None
 
 
-def write_config(spec: RunSpec, path: str | os.PathLike[str]) -> None:
-    """Writes ``spec`` as TOML (``env_kwargs`` as a JSON string when TOML cannot hold them)."""
+def write_config(
+    spec: RunSpec, path: str | os.PathLike[str], derived: Mapping[str, str] | None = None
+) -> None:
+    """Writes ``spec`` as TOML (``env_kwargs`` as a JSON string when TOML cannot hold them).
+
+    Args:
+        spec: the run's settings.
+        path: the file.
+        derived: ``{setting: reason}`` of the settings derived from the env (the trainer's
+            :attr:`~marljoint.JointMultiAgentTrainer.derived`), written as a comment above each.
+    """
     values = spec.to_dict()
+    comments = {
+        key: f"derived from the env ({reason}); set it to override" for key, reason in (derived or {}).items()
+    }
     try:
         _toml.dumps({"env_kwargs": values["env_kwargs"]})
     except TypeError:
@@ -241,7 +253,7 @@ def write_config(spec: RunSpec, path: str | os.PathLike[str]) -> None:
         "marljoint run configuration: the run fields, then every JointTrainerConfig field.\n"
         "Pass it to `marljoint train --config FILE`; options on the command line override it."
     )
-    text = _toml.dumps({"__header__": None, **values}, comments={"__header__": header}).replace(
+    text = _toml.dumps({"__header__": None, **values}, comments={"__header__": header, **comments}).replace(
         "# __header__ is not set (None)\n", ""
     )
     path = Path(path)
@@ -259,7 +271,7 @@ def load_run_spec(run_dir: str | os.PathLike[str]) -> RunSpec:
     path = Path(run_dir) / CONFIG_FILE
     if not path.is_file():
         raise RunError(f"{run_dir} is not a marljoint run directory (no {CONFIG_FILE})")
-    return RunSpec.from_dict(read_config_file(path), base=RunSpec(env_kwargs={}))
+    return RunSpec.from_dict(as_saved(read_config_file(path)), base=RunSpec(env_kwargs={}))
 
 
 _RESUMABLE_CHANGES = ("total_steps", "checkpoint_every", "keep_checkpoints", "collection")
@@ -530,7 +542,9 @@ class _Loop:
         if self.force and not self.resume:
             clear_run(self.run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        write_config(self.spec, self.run_dir / CONFIG_FILE)
+        # The settings the trainer derived from the env are written as resolved, with their reasons.
+        self.spec = dataclasses.replace(self.spec, trainer=self.trainer.config)
+        write_config(self.spec, self.run_dir / CONFIG_FILE, self.trainer.derived)
         wandb = None
         if self.spec.wandb_project is not None:
             try:

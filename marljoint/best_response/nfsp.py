@@ -57,7 +57,7 @@ from marljoint.env.pettingzoo import PettingZooJointEnv
 from marljoint.env.spaces import ActionLayout, ObservationLayout
 from marljoint.policies.distributions import make_distribution
 from marljoint.policies.layers import StackedLinear, StackedMLP
-from marljoint.ppo.config import JointTrainerConfig, known_fields
+from marljoint.ppo.config import JointTrainerConfig, as_saved, known_fields
 from marljoint.ppo.trainer import JointMultiAgentTrainer
 
 __all__ = ["NFSP", "NfspConfig", "AveragePolicy", "NFSP_METRICS"]
@@ -527,7 +527,7 @@ class NFSP:
             ValueError: the env's agents differ from the saved run's.
         """
         state = load_checkpoint(Path(directory) / CHECKPOINT_NAME, allow_objects=True)
-        nfsp = cls(env_fn, NfspConfig.from_dict(state["config"]), game, **policy_kwargs)
+        nfsp = cls(env_fn, NfspConfig.from_dict(as_saved(state["config"])), game, **policy_kwargs)
         if list(state["agents"]) != list(nfsp.spec.agents):
             raise ValueError(
                 f"the checkpoint's agents {state['agents']} differ from this env's {list(nfsp.spec.agents)}"

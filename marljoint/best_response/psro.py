@@ -43,7 +43,7 @@ from marljoint.best_response.population import FrozenPolicy, PolicyMixture, Unif
 from marljoint.checkpoint import atomic_torch_save, load_checkpoint
 from marljoint.collect.config import CollectionConfig
 from marljoint.env.pettingzoo import PettingZooJointEnv
-from marljoint.ppo.config import JointTrainerConfig, known_fields
+from marljoint.ppo.config import JointTrainerConfig, as_saved, known_fields
 from marljoint.ppo.trainer import JointMultiAgentTrainer
 
 __all__ = ["PSRO", "PsroConfig", "PSRO_METRICS"]
@@ -456,7 +456,7 @@ class PSRO:
             ValueError: the env's agents differ from the saved run's.
         """
         state = load_checkpoint(Path(directory) / CHECKPOINT_NAME, allow_objects=True)
-        saved = PsroConfig.from_dict(state["config"])
+        saved = PsroConfig.from_dict(as_saved(state["config"]))
         psro = cls.__new__(cls)
         psro._setup(env_fn, config or saved, game, policy_kwargs)
         if list(state["agents"]) != list(psro.spec.agents):

@@ -23,6 +23,7 @@ import torch
 
 from marljoint.policies.actor_critic import ActorCritic
 from marljoint.policies.joint import JointPolicy
+from marljoint.policies.normalizer import ObservationNormalizer
 
 __all__ = ["HostActing"]
 
@@ -77,6 +78,8 @@ class _UnitActing:
             if self.shared:
                 self.critic_np.reshape(total, n, -1)[:, :, critic_size:] = np.eye(n, dtype=np.float32)
             self.critic_size = critic_size
+        self.obs_norm = _standardiser(policy.obs_normalizer)
+        self.critic_norm = _standardiser(policy.critic_obs_normalizer)
         head = policy.value_head
         self.value_w = head.weight.detach().numpy()[:, :, 0][:, None, :]  # [M, 1, d]
         self.value_b = head.bias.detach().numpy()  # [M, 1]
@@ -122,6 +125,8 @@ class _UnitActing:
         policy = self.policy
         rows = obs.shape[0]
         flat = obs.reshape(rows, self.n, -1)
+        if self.obs_norm is not None:
+            flat = self.obs_norm(flat)  # [R, n, F] against [M, F]: M = 1, or one row per agent
         if self.flatten and flat.dtype == np.uint8:
             flat = flat.astype(np.float32) / np.float32(255.0)
         if self.shared:
@@ -136,11 +141,11 @@ class _UnitActing:
             trunk = (features if encoder is None else encoder.forward_member_major(self.x)).numpy()
         else:
             if self.shared:
-                self.critic_np.reshape(self.total, self.n, -1)[self.start : self.stop, :, : self.critic_size] = (
-                    critic[:, None, :]
-                )
+                joint = critic[:, None, :] if self.critic_norm is None else self.critic_norm(critic[:, None, :])
+                self.critic_np.reshape(self.total, self.n, -1)[self.start : self.stop, :, : self.critic_size] = joint
             else:
-                self.critic_np[:, self.start : self.stop] = critic[None]
+                joint = critic[None] if self.critic_norm is None else self.critic_norm(critic[None], members_first=True)
+                self.critic_np[:, self.start : self.stop] = joint
             trunk = policy.critic_encoder.forward_member_major(self.critic_x).numpy()
         values = (trunk * self.value_w).sum(-1) + self.value_b  # [M, B']
         values = self._agent_major(values[..., None])[..., 0]
@@ -192,6 +197,26 @@ class _UnitActing:
         if self.kind == "discrete":
             choice = choice[..., 0]
         return choice, log_probs
+
+
+class _Standardiser:
+    """An :class:`~marljoint.policies.ObservationNormalizer`'s float32 statistics, applied as its forward does
+    (the same float32 operations in the same order, so the same bits)."""
+
+    def __init__(self, normalizer: ObservationNormalizer) -> None:
+        self.mean = normalizer.mean.to(torch.float32).numpy()  # [M, F]
+        self.scale = (normalizer.var + normalizer.eps).rsqrt().to(torch.float32).numpy()
+        self.clip = np.float32(normalizer.clip)
+
+    def __call__(self, x: np.ndarray, members_first: bool = False) -> np.ndarray:
+        """``x`` ``[..., M, F]`` standardised (``members_first``: ``x`` is ``[M|1, R, F]``)."""
+        mean, scale = (self.mean[:, None], self.scale[:, None]) if members_first else (self.mean, self.scale)
+        out = (x.astype(np.float32, copy=False) - mean) * scale
+        return np.clip(out, -self.clip, self.clip, out=out)
+
+
+def _standardiser(normalizer: ObservationNormalizer | None) -> _Standardiser | None:
+    return None if normalizer is None else _Standardiser(normalizer)
 
 
 class HostActing:

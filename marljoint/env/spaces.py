@@ -16,7 +16,7 @@ component) and bounded ``Box`` (diagonal Gaussian, clipped to the bounds when st
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import gymnasium
@@ -37,6 +37,9 @@ __all__ = [
 ActionKind = Literal["discrete", "multidiscrete", "box"]
 ObservationKind = Literal["flat", "image"]
 
+UNBOUNDED_LIMIT = 1e6
+"""A Box bound at least this large in magnitude counts as unbounded (:attr:`ObservationLayout.unbounded`)."""
+
 _SUPPORTED_OBS = "Box, Discrete, MultiDiscrete, MultiBinary, or a Dict/Tuple of those"
 _SUPPORTED_ACT = "Discrete, MultiDiscrete or a bounded Box"
 
@@ -50,12 +53,17 @@ class ObservationLayout:
         shape: shape of the processed observation of one agent.
         dtype: dtype of the processed observation (``float32``, or ``uint8`` for byte images).
         has_mask: whether the raw space is PettingZoo's ``Dict(observation=..., action_mask=...)``.
+        unbounded: whether some bound of the raw space is infinite, or of magnitude >= 1e6 (a ``Box`` alone or
+            inside a ``Dict``/``Tuple``): nothing tells the scale of such observations before training, which is
+            what the ``normalize_observations`` default reads. Not compared: agents whose layouts differ only
+            here still form one group.
     """
 
     kind: ObservationKind
     shape: tuple[int, ...]
     dtype: np.dtype
     has_mask: bool = False
+    unbounded: bool = field(default=False, compare=False)
 
     @property
     def size(self) -> int:
@@ -193,12 +201,14 @@ def observation_layout(agent: str, space: gymnasium.Space) -> ObservationLayout:
     """
     if isinstance(space, spaces.Dict) and "observation" in space.spaces and "action_mask" in space.spaces:
         inner = observation_layout(agent, space.spaces["observation"])
-        return ObservationLayout(inner.kind, inner.shape, inner.dtype, has_mask=True)
+        return ObservationLayout(inner.kind, inner.shape, inner.dtype, has_mask=True, unbounded=inner.unbounded)
     if isinstance(space, spaces.Box):
         if len(space.shape) == 3:
             dtype = np.dtype(np.uint8) if space.dtype == np.uint8 else np.dtype(np.float32)
-            return ObservationLayout("image", tuple(int(s) for s in space.shape), dtype)
-        return ObservationLayout("flat", (int(math.prod(space.shape)),), np.dtype(np.float32))
+            return ObservationLayout("image", tuple(int(s) for s in space.shape), dtype, unbounded=_unbounded(space))
+        return ObservationLayout(
+            "flat", (int(math.prod(space.shape)),), np.dtype(np.float32), unbounded=_unbounded(space)
+        )
     if isinstance(space, (spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary, spaces.Dict, spaces.Tuple)):
         try:
             flat = spaces.flatten_space(space)
@@ -207,8 +217,22 @@ def observation_layout(agent: str, space: gymnasium.Space) -> ObservationLayout:
         if not isinstance(flat, spaces.Box):
             raise _obs_error(agent, space)
         _check_nested(agent, space)
-        return ObservationLayout("flat", (int(flat.shape[0]),), np.dtype(np.float32))
+        return ObservationLayout("flat", (int(flat.shape[0]),), np.dtype(np.float32), unbounded=_unbounded(space))
     raise _obs_error(agent, space)
+
+
+def _unbounded(space: gymnasium.Space) -> bool:
+    """Whether a Box of ``space`` (itself, or one nested in a Dict/Tuple) has an infinite bound, or one so large
+    (``|bound| >= 1e6``, such as float32's largest number standing in for infinity) that it says nothing of the
+    scale."""
+    if isinstance(space, spaces.Box):
+        bounds = np.concatenate((np.ravel(space.low), np.ravel(space.high))).astype(np.float64)
+        return bool(np.any(~np.isfinite(bounds)) or np.any(np.abs(bounds) >= UNBOUNDED_LIMIT))
+    if isinstance(space, spaces.Dict):
+        return any(_unbounded(sub) for sub in space.spaces.values())
+    if isinstance(space, spaces.Tuple):
+        return any(_unbounded(sub) for sub in space.spaces)
+    return False
 
 
 def _check_nested(agent: str, space: gymnasium.Space) -> None:

@@ -12,7 +12,7 @@ from marljoint.policies.distributions import (
 )
 from marljoint.policies.joint import JointPolicy, NetworkSlot
 from marljoint.policies.layers import StackedCNN, StackedConv2d, StackedLinear, StackedMLP
-from marljoint.policies.normalizer import RunningNormalizer
+from marljoint.policies.normalizer import ObservationNormalizer, RunningNormalizer
 from marljoint.policies.optim import StackedAdam, clip_member_grads_, member_grad_norms
 
 __all__ = [
@@ -24,6 +24,7 @@ __all__ = [
     "FactoredCategorical",
     "JointPolicy",
     "NetworkSlot",
+    "ObservationNormalizer",
     "PolicyOutput",
     "RunningNormalizer",
     "StackedAdam",

@@ -11,6 +11,7 @@ from torch import nn
 from marljoint.env.spaces import ActionLayout, ObservationLayout
 from marljoint.policies.distributions import Categorical, DiagGaussian, FactoredCategorical, make_distribution
 from marljoint.policies.layers import Activation, StackedCNN, StackedLinear, StackedMLP
+from marljoint.policies.normalizer import ObservationNormalizer
 
 __all__ = ["ActorCritic", "PolicyOutput"]
 
@@ -64,6 +65,9 @@ class ActorCritic(nn.Module):
             (False, the default, as in CleanRL, SB3 and MAPPO). Ignored by a centralised critic, which always has
             its own MLP.
         log_std_init: initial log standard deviation of a Box action.
+        normalize_observations: standardise flat observations (and a centralised critic's input) by running
+            per-feature statistics before the encoders (:attr:`obs_normalizer`, :attr:`critic_obs_normalizer`;
+            updated by the learner with :meth:`update_observation_statistics`). Flat observations only.
         activation: activation of the MLPs.
         cnn_channels: output channels of each convolution (image observations).
         cnn_kernel_sizes: kernel size of each convolution (image observations).
@@ -78,8 +82,8 @@ class ActorCritic(nn.Module):
 
     Raises:
         TypeError: if the layouts are not :class:`ObservationLayout` / :class:`ActionLayout`.
-        ValueError: for a non-positive ``num_agents``, empty or non-positive sizes, or an image too small for the
-            CNN settings given.
+        ValueError: for a non-positive ``num_agents``, empty or non-positive sizes, an image too small for the
+            CNN settings given, or ``normalize_observations`` with image observations.
 
     Example:
         >>> import numpy as np, torch
@@ -107,6 +111,7 @@ class ActorCritic(nn.Module):
         log_std_init: float = 0.0,
         *,
         share_trunk: bool = False,
+        normalize_observations: bool = False,
         activation: Activation = torch.tanh,
         cnn_channels: Sequence[int] | None = None,
         cnn_kernel_sizes: Sequence[int] | None = None,
@@ -167,6 +172,18 @@ class ActorCritic(nn.Module):
             self.critic_cnn, self.critic_encoder = trunk()
         critic_features = self.feature_size if self.critic_encoder is None else self.critic_encoder.out_features
         self.value_head = StackedLinear(members, critic_features, 1, 1.0, generator=generator)
+        self.obs_normalizer: ObservationNormalizer | None = None
+        self.critic_obs_normalizer: ObservationNormalizer | None = None
+        if normalize_observations:
+            if observation.kind == "image":
+                raise ValueError(
+                    f"normalize_observations standardises flat observations, but this group observes images "
+                    f"{observation.shape}; turn it off (images are scaled to [0, 1] by the network), or flatten "
+                    "them first"
+                )
+            self.obs_normalizer = ObservationNormalizer(observation.size, members)
+            if critic_input_size is not None:
+                self.critic_obs_normalizer = ObservationNormalizer(critic_input_size, members)
         self.register_buffer("agent_ids", torch.eye(num_agents), persistent=False)
         self._obs_shape = (num_agents, *observation.shape)
 
@@ -243,6 +260,31 @@ class ActorCritic(nn.Module):
         modules = [m for m in (self.critic_cnn, self.critic_encoder, self.value_head) if m is not None]
         return [p for module in modules for p in module.parameters()]
 
+    @torch.no_grad()
+    def update_observation_statistics(
+        self, obs: torch.Tensor, weights: torch.Tensor, critic_obs: torch.Tensor | None = None
+    ) -> None:
+        """Merges observations into the running statistics (nothing without ``normalize_observations``).
+
+        A shared network (one member) merges every agent's rows into its one set of statistics; stacked per-agent
+        weights keep one set per agent.
+
+        Args:
+            obs: ``[B, n_g, *obs_shape]`` observations of the group's agents.
+            weights: ``[B, n_g]`` bool, which of them count (alive agents that are trained).
+            critic_obs: ``[B, n_g, critic_input_size]`` centralised critic inputs (required with one).
+        """
+        if self.obs_normalizer is None:
+            return
+        batch = self._check_obs(obs)
+        rows = batch * self.num_agents if self.share_parameters else batch
+        shaped = (rows, self.members, -1)
+        self.obs_normalizer.update(obs.reshape(shaped), weights.reshape(rows, self.members))
+        if self.critic_obs_normalizer is not None:
+            if critic_obs is None:
+                raise ValueError("this network normalises a centralised critic's input; pass critic_obs")
+            self.critic_obs_normalizer.update(critic_obs.reshape(shaped), weights.reshape(rows, self.members))
+
     def member_of_agent(self, agent: int) -> int:
         """Index along the member axis of the parameters that act for agent ``agent`` of the group.
 
@@ -270,7 +312,7 @@ class ActorCritic(nn.Module):
         """Member-major features of one trunk (the actor's or the local critic's) on ``[B, n_g, *obs]``."""
         batch = obs.shape[0]
         if cnn is None:
-            x = obs
+            x = obs if self.obs_normalizer is None else self.obs_normalizer(obs)
             if self.observation.kind == "image":  # an image too small for the default CNN, flattened
                 x = obs.reshape(batch, self.num_agents, -1)
                 if x.dtype == torch.uint8:
@@ -322,6 +364,8 @@ class ActorCritic(nn.Module):
             )
         if critic_obs.shape != expected:
             raise ValueError(f"critic_obs of shape {tuple(critic_obs.shape)} does not fit; expected {list(expected)}.")
+        if self.critic_obs_normalizer is not None:
+            critic_obs = self.critic_obs_normalizer(critic_obs)
         hidden = encoder.forward_member_major(self._member_major(critic_obs))
         return self._agent_major(self.value_head.forward_member_major(hidden), batch).squeeze(-1)
 

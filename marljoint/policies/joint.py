@@ -281,6 +281,28 @@ class JointPolicy:
                 return network, slot.agents.index(index)
         raise ValueError(f"unknown agent {agent!r}; agents are {list(self.spec.agents)}")
 
+    @torch.no_grad()
+    def update_observation_statistics(
+        self, group_obs: Sequence[torch.Tensor], alive: torch.Tensor, active: torch.Tensor | None = None
+    ) -> None:
+        """Merges a batch of observations into every network's running observation statistics (networks built
+        without ``normalize_observations`` ignore it).
+
+        Args:
+            group_obs: per group, ``[B, n_g, *obs_shape]``.
+            alive: ``[B, N]`` bool; only present agents' observations count.
+            active: ``[N]`` bool; frozen agents' (False) statistics stay as they are. ``None``: every agent.
+        """
+        counts = alive.bool()
+        if active is not None:
+            counts = counts & active.to(device=counts.device, dtype=torch.bool)
+        critic_state = self.critic_state(group_obs, alive)
+        for k, network in enumerate(self.networks):
+            obs = self.network_obs(k, group_obs)
+            weights = counts[:, list(self.slots[k].agents)]
+            critic_obs = None if critic_state is None else critic_state.unsqueeze(1).expand(-1, obs.shape[1], -1)
+            network.update_observation_statistics(obs, weights, critic_obs)
+
     # ------------------------------------------------------------------ weights
     def weights(self) -> dict[str, Any]:
         """Every network's weights and the value normaliser's statistics, as numpy copies (see

@@ -1,12 +1,13 @@
-"""Running per-agent statistics of returns, for value normalisation."""
+"""Running statistics: per-agent returns (value normalisation) and per-feature observations."""
 
 from __future__ import annotations
 
 import math
 
 import torch
+from torch import nn
 
-__all__ = ["RunningNormalizer"]
+__all__ = ["ObservationNormalizer", "RunningNormalizer"]
 
 
 class RunningNormalizer:
@@ -106,3 +107,92 @@ class RunningNormalizer:
             state[k].clone().to(device=self.device, dtype=torch.float64) for k in ("mean", "var", "count")
         )
         self._cast.clear()
+
+
+class ObservationNormalizer(nn.Module):
+    """Standardises observation features by running statistics: ``clip((x − mean) / sqrt(var + eps))``.
+
+    There is one set of per-feature statistics per member of the owning network (M = 1 for a shared network,
+    one per agent for stacked per-agent weights), so freezing one agent of a stacked group leaves its statistics,
+    like its weights, untouched. The statistics are buffers (float64, exact parallel merge) of the owning network:
+    they are saved in its ``state_dict``, copied with it to env workers and frozen policies, and loaded back with
+    it. The learner calls :meth:`update` after each PPO update on that rollout's observations, so every rollout is
+    collected, and then trained on, with one set of statistics (the PPO ratio starts at exactly 1). Before the first
+    update the statistics are the identity (mean 0, variance 1).
+
+    Example:
+        >>> norm = ObservationNormalizer(2)
+        >>> norm.update(torch.tensor([[[1.0, 10.0]], [[3.0, 30.0]]]), torch.ones(2, 1, dtype=torch.bool))
+        >>> norm(torch.tensor([[[3.0, 30.0]]])).tolist()
+        [[[1.0, 1.0]]]
+
+    Args:
+        size: F, the number of features of one observation.
+        members: M, the number of independent statistics (the owning network's member axis).
+        clip: bound of the standardised features (SB3's ``VecNormalize`` and CleanRL use 10).
+        eps: added to the variance (a constant feature standardises to 0, not to a division by zero).
+
+    Raises:
+        ValueError: for a non-positive ``size``, ``members``, ``clip`` or ``eps``.
+    """
+
+    def __init__(self, size: int, members: int = 1, clip: float = 10.0, eps: float = 1e-8) -> None:
+        super().__init__()
+        for name, count in (("size", size), ("members", members)):
+            if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+                raise ValueError(f"{name} must be a positive int, got {count!r}")
+        for name, value in (("clip", clip), ("eps", eps)):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+                raise ValueError(f"{name} must be > 0, got {value!r}")
+        self.size = size
+        self.members = members
+        self.clip = float(clip)
+        self.eps = float(eps)
+        self.register_buffer("mean", torch.zeros(members, size, dtype=torch.float64))
+        self.register_buffer("var", torch.ones(members, size, dtype=torch.float64))
+        self.register_buffer("count", torch.zeros(members, 1, dtype=torch.float64))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Standardises ``x`` ``[..., M, F]`` by each member's statistics.
+
+        ``x``'s second-to-last axis is the member axis (size M), or any size when M = 1. The result has ``x``'s
+        floating dtype (float32 for integer input).
+        """
+        dtype = x.dtype if x.is_floating_point() else torch.float32
+        mean = self.mean.to(dtype)
+        scale = (self.var + self.eps).rsqrt().to(dtype)
+        return ((x.to(dtype) - mean) * scale).clamp(-self.clip, self.clip)
+
+    @torch.no_grad()
+    def update(self, x: torch.Tensor, weights: torch.Tensor) -> None:
+        """Merges the rows of ``x`` ``[R, M, F]`` whose ``weights`` ``[R, M]`` (bool or 0/1) are set; a member
+        without a set weight keeps its statistics exactly.
+
+        Raises:
+            ValueError: if ``x`` is not ``[R, M, F]`` or ``weights`` not ``[R, M]``.
+        """
+        expected = (self.members, self.size)
+        if x.dim() != 3 or tuple(x.shape[1:]) != expected or weights.shape != x.shape[:2]:
+            raise ValueError(
+                f"update takes x [R, {self.members}, {self.size}] and weights [R, {self.members}]; got "
+                f"{tuple(x.shape)} and {tuple(weights.shape)}"
+            )
+        w = weights.to(device=self.mean.device, dtype=torch.float64).unsqueeze(-1)  # [R, M, 1]
+        n = w.sum(0)  # [M, 1]
+        if not bool((n > 0).any()):
+            return
+        x = x.to(device=self.mean.device, dtype=torch.float64)
+        safe_n = n.clamp_min(1.0)
+        batch_mean = (x * w).sum(0) / safe_n
+        batch_var = (((x - batch_mean) ** 2) * w).sum(0) / safe_n
+        total = self.count + n
+        safe_total = total.clamp_min(1.0)
+        delta = batch_mean - self.mean
+        m2 = self.var * self.count + batch_var * n + delta**2 * self.count * n / safe_total
+        has_data = n > 0
+        self.mean.copy_(torch.where(has_data, self.mean + delta * n / safe_total, self.mean))
+        self.var.copy_(torch.where(has_data, m2 / safe_total, self.var))
+        self.count.copy_(total)
+
+    def extra_repr(self) -> str:
+        return f"size={self.size}, members={self.members}, clip={self.clip}"

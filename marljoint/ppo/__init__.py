@@ -5,6 +5,7 @@ from marljoint.auxiliary import AuxFn, AuxOutput
 from marljoint.collect.rollout import JointRollout
 from marljoint.policies.normalizer import RunningNormalizer
 from marljoint.ppo.config import JointTrainerConfig
+from marljoint.ppo.derived import derive_settings
 from marljoint.ppo.gae import compute_gae
 from marljoint.ppo.learner import Learner, NetworkUnit
 from marljoint.ppo.losses import (
@@ -30,6 +31,7 @@ __all__ = [
     "PolicyLossTerms",
     "RunningNormalizer",
     "compute_gae",
+    "derive_settings",
     "explained_variance",
     "masked_mean",
     "normalize_advantages",

@@ -41,6 +41,7 @@ def default_units(spec: JointSpec, config: JointTrainerConfig, **policy_kwargs: 
             share_parameters=config.share_parameters,
             critic_input_size=critic_size,
             share_trunk=config.share_trunk,
+            normalize_observations=bool(config.normalize_observations) and group.observation.kind == "flat",
             **policy_kwargs,
         ).to(config.device)
         members = 1 if config.share_parameters else group.size
@@ -92,8 +93,20 @@ def units_from_policies(
 
 
 def check_trunk_layout(policy: Any, policy_state: Mapping[str, Any], config: Mapping[str, Any]) -> None:
-    """Refuses a checkpoint whose critic layout (own trunk or shared) differs from the network's, with the fix."""
-    if not isinstance(policy, ActorCritic) or policy.critic_input_size is not None:
+    """Refuses a checkpoint whose critic layout (own trunk or shared) or observation statistics differ from the
+    network's, with the fix."""
+    if not isinstance(policy, ActorCritic):
+        return
+    saved_stats = any(key.startswith("obs_normalizer.") for key in policy_state)
+    if saved_stats != (policy.obs_normalizer is not None):
+        hint = "" if "normalize_observations" in config else " (checkpoints written before it existed)"
+        raise ValueError(
+            f"the checkpoint's networks {'normalise' if saved_stats else 'do not normalise'} observations"
+            f"{hint}, this trainer's {'do not' if saved_stats else 'do'}; build the trainer with "
+            f"normalize_observations={saved_stats} (normalize_observations = {str(saved_stats).lower()} in a run's "
+            "config.toml)"
+        )
+    if policy.critic_input_size is not None:
         return
     saved_own_trunk = any(key.startswith("critic_encoder.") for key in policy_state)
     if saved_own_trunk == (not policy.share_trunk):

@@ -10,7 +10,7 @@ from typing import Any
 
 from marljoint.collect.config import CollectionConfig, from_legacy
 
-__all__ = ["LEGACY_KEYS", "JointTrainerConfig"]
+__all__ = ["LEGACY_KEYS", "SAVED_BEFORE", "JointTrainerConfig", "as_saved"]
 
 
 @dataclass(frozen=True)
@@ -70,6 +70,15 @@ class JointTrainerConfig:
     """Agents of one group share one network (agent one-hot appended); False gives one network per agent."""
     value_normalization: bool = True
     """Train the critic on returns standardised by running per-agent statistics (MAPPO's value normalisation)."""
+    normalize_observations: bool | None = None
+    """Standardise flat observations (and a centralised critic's input) by running per-feature statistics, clipped
+    to ±10, before the networks (:class:`~marljoint.policies.ObservationNormalizer`; the statistics live in the
+    networks, so checkpoints and frozen policies keep them). ``None`` (the default) derives it from the env: on
+    when some agent's observation space holds a ``Box`` with an infinite bound (or one of magnitude >= 1e6), whose
+    scale nothing tells in advance; off when every observation is bounded (one-hot, ``[0, 1]`` features, images).
+    True normalises every group with flat observations; images are never normalised (the CNN scales bytes to
+    ``[0, 1]``). The trainer's :attr:`~marljoint.JointMultiAgentTrainer.config` holds the resolved value and
+    :attr:`~marljoint.JointMultiAgentTrainer.derived` the reason."""
     centralized_critic: bool = False
     """The critic sees every agent's observation (and who is alive), not only its own."""
     share_trunk: bool = False
@@ -105,6 +114,11 @@ class JointTrainerConfig:
                     + (" (a string: write it without quotes in TOML)" if isinstance(value, str) else "")
                 )
         _check_device(self.device)
+        if self.normalize_observations is not None and not isinstance(self.normalize_observations, bool):
+            raise ValueError(
+                f"normalize_observations must be true, false or None (derived from the env), got "
+                f"{self.normalize_observations!r}"
+            )
         if self.num_agents is not None:
             _positive_int("num_agents", self.num_agents)
         _positive_int("num_envs", self.num_envs)
@@ -180,6 +194,21 @@ LEGACY_KEYS = ("vector_mode", "num_env_workers", "num_workers", "extra")
 """Settings of older configs that still load: the three collection knobs, now :attr:`JointTrainerConfig.collection`
 (``vector_mode="subprocess"`` with ``num_env_workers=K`` is ``backend="subprocess", workers=K``; ``num_workers=K``
 is ``backend="ray", workers=K``), and ``extra``, which nothing read."""
+
+
+SAVED_BEFORE = {"normalize_observations": False}
+"""Settings that configs saved before they existed lack, with the value those runs trained with (a run saved
+before observation normalisation had none, whatever its env)."""
+
+
+def as_saved(values: Mapping[str, Any]) -> dict[str, Any]:
+    """A saved trainer config (a run's flat ``config.toml``, or a PSRO/NFSP config holding one as ``trainer``)
+    with the settings it predates (:data:`SAVED_BEFORE`) set to the values it trained with, so an old run resumes
+    as it ran."""
+    trainer = values.get("trainer")
+    if isinstance(trainer, Mapping):
+        return {**values, "trainer": {**SAVED_BEFORE, **trainer}}
+    return {**SAVED_BEFORE, **values}
 
 
 def _translate_legacy(values: Mapping[str, Any], collection: CollectionConfig) -> dict[str, Any]:

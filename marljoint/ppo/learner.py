@@ -301,22 +301,41 @@ class Learner:
             raise ValueError(
                 f"rollout agents {list(rollout.spec.agents)} differ from the trainer's {list(self.spec.agents)}"
             )
-        cfg = self.config
         active_mask = self._active_mask(active)
         call_aux = _aux_caller(aux_fn) if aux_fn is not None else None
         batch = self._flatten(rollout, active_mask)
         totals = _Totals(self.spec.num_agents, self.device)
         self.joint_policy.train()
         active_on_device = active_mask.to(self.device)
+        self._epochs(batch, totals, call_aux, active_mask, active_on_device)
+        # After the epochs: the rollout was collected and trained on with one set of observation statistics, and
+        # the next one is collected with statistics that include it.
+        rows = rollout.steps * rollout.num_envs
+        self.joint_policy.update_observation_statistics(
+            [o.reshape(rows, *o.shape[2:]) for o in rollout.obs],
+            rollout.alive.reshape(rows, self.spec.num_agents),
+            active_on_device,
+        )
+        return totals.stats(batch.explained_var)
+
+    def _epochs(
+        self,
+        batch: _Batch,
+        totals: _Totals,
+        call_aux: Callable[[list[torch.Tensor], torch.Tensor], AuxOutput] | None,
+        active_mask: torch.Tensor,
+        active_on_device: torch.Tensor,
+    ) -> None:
+        """The PPO epochs over ``batch``, stopping early when ``target_kl`` is exceeded."""
+        cfg = self.config
         for _ in range(cfg.n_epochs):
             order = torch.randperm(batch.rows, generator=self._generator).to(self.device)
             for idx in order.split(cfg.minibatch_size)[: cfg.minibatches_per_epoch]:
                 loss = self._minibatch_loss(batch, idx, call_aux)
                 if cfg.target_kl is not None and _too_far(loss.pg.approx_kl[active_on_device], cfg.target_kl):
                     # The policy already moved too far on these rows: stop before stepping on them.
-                    return totals.stats(batch.explained_var)
+                    return
                 totals.add(loss, self._step(loss.joint, active_mask))
-        return totals.stats(batch.explained_var)
 
     def _flatten(self, rollout: JointRollout, active_mask: torch.Tensor) -> _Batch:
         """The update's rows: GAE on the extended rollout, the normaliser's statistics merged, ``(t, e)`` flattened."""

@@ -25,6 +25,7 @@ from marljoint.policies.joint import JointPolicy, NetworkSlot
 from marljoint.policies.normalizer import RunningNormalizer
 from marljoint.ppo.build import check_trunk_layout, critic_input_size, default_units, units_from_policies
 from marljoint.ppo.config import JointTrainerConfig
+from marljoint.ppo.derived import derive_settings, settings_of_policies
 from marljoint.ppo.learner import JointStats, Learner, NetworkUnit
 from marljoint.ppo.metrics import MetricKeys, iteration_metrics
 
@@ -85,7 +86,9 @@ class JointMultiAgentTrainer:
         optimizers: Sequence[torch.optim.Optimizer],
         critic_optimizers: Sequence[torch.optim.Optimizer] | None = None,
     ) -> None:
-        self._setup(env, config, units_from_policies(env.spec, config, policies, optimizers, critic_optimizers))
+        config, derived = settings_of_policies(config, policies)
+        units = units_from_policies(env.spec, config, policies, optimizers, critic_optimizers)
+        self._setup(env, config, units, derived)
 
     @classmethod
     def from_env(
@@ -105,13 +108,15 @@ class JointMultiAgentTrainer:
         Returns:
             The trainer.
         """
-        config = config or JointTrainerConfig()
+        config, derived = derive_settings(env.spec, config or JointTrainerConfig())
         trainer = cls.__new__(cls)
-        trainer._setup(env, config, default_units(env.spec, config, **policy_kwargs))
+        trainer._setup(env, config, default_units(env.spec, config, **policy_kwargs), derived)
         return trainer
 
     # ------------------------------------------------------------------ setup
-    def _setup(self, env: JointEnv, config: JointTrainerConfig, units: list[NetworkUnit]) -> None:
+    def _setup(
+        self, env: JointEnv, config: JointTrainerConfig, units: list[NetworkUnit], derived: dict[str, str]
+    ) -> None:
         if config.num_envs != env.num_envs:
             raise ValueError(
                 f"config.num_envs is {config.num_envs} but the env has {env.num_envs} copies; build the env with "
@@ -119,6 +124,9 @@ class JointMultiAgentTrainer:
             )
         self.env = env
         self.config = config
+        self.derived = derived
+        """Why each setting the config left to the env (``None``) has the value in :attr:`config`: ``{setting:
+        reason}`` (see :func:`~marljoint.ppo.derived.derive_settings`)."""
         if config.torch_threads is not None:
             torch.set_num_threads(config.torch_threads)
         self.spec = env.spec

@@ -159,3 +159,23 @@ def test_host_acting_is_built_only_for_plain_mlp_networks_on_the_cpu() -> None:
     trainer.learner.units[0].policy.double()
     assert HostActing.build(trainer.joint_policy, rollout) is None
     env.close()
+
+
+@pytest.mark.parametrize("share", [True, False])
+def test_unit_acting_standardises_observations_as_the_network_does(share: bool) -> None:
+    layout, n, rows = LAYOUTS["discrete"], 3, 5
+    policy = ActorCritic(FLAT, layout, n, share, (16, 8), normalize_observations=True)
+    rng = np.random.default_rng(3)
+    sample = torch.from_numpy(rng.normal(4.0, 30.0, size=(50, n, 7)))
+    policy.update_observation_statistics(sample, torch.ones(50, n, dtype=torch.bool))
+    assert policy.obs_normalizer.count.sum() == 50 * n
+    obs = rng.normal(4.0, 30.0, size=(rows, n, 7)).astype(np.float32)
+    obs[0, 0, 0] = 1e5  # clipped at +10
+    unit = _UnitActing(policy, 0, np.arange(n), np.arange(n), 0, rows, rows, None)
+    noise = torch.rand(unit.noise_shape)
+    with torch.no_grad():
+        out = policy(torch.from_numpy(obs))
+        expected = policy.distribution(out.head).sample_from_noise(noise.clone())
+        actions, _, values = unit.act(obs, None, None, noise.numpy())
+    np.testing.assert_array_equal(actions, expected.numpy())
+    np.testing.assert_allclose(values, out.values.numpy(), rtol=1e-5, atol=1e-6)  # a numpy sum, as above

@@ -19,7 +19,8 @@ Usage::
     pip install -e ".[bench]"
     python benchmarks/generalization.py --out benchmarks/results/generalization/runs.csv      # the whole suite
     python benchmarks/generalization.py --envs simple_reference multiwalker --seeds 0 1 2 --out runs.csv
-    python benchmarks/generalization.py --report --out benchmarks/results/generalization/runs.csv
+    python benchmarks/generalization.py --report --out benchmarks/results/generalization/runs.csv \
+        --plot docs/img/generalization.png
 """
 
 from __future__ import annotations
@@ -338,6 +339,49 @@ def report(path: Path) -> str:
     return "\n".join(lines)
 
 
+def plot(path: Path, out: Path) -> None:
+    """One panel per env of a runs CSV: each method's greedy and sampled mean over seeds with its 95% CI, and the
+    uniformly random return as a dashed line."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from marljoint.evaluate import confidence_interval
+
+    with path.open(newline="") as f:
+        rows = list(csv.DictReader(f))
+    envs = [n for n in SUITE if any(r["env"] == n for r in rows)]
+    cols = min(4, max(1, len(envs)))
+    fig, axes = plt.subplots(
+        (len(envs) + cols - 1) // cols, cols, figsize=(3.2 * cols, 2.8 * ((len(envs) + cols - 1) // cols)),
+        squeeze=False,
+    )
+    bars = [("marljoint", "greedy"), ("sb3", "greedy"), ("marljoint", "sampled"), ("sb3", "sampled")]
+    colours = {"marljoint": "tab:blue", "sb3": "tab:orange"}
+    for ax, name in zip(axes.flat, envs):
+        for k, (method, mode) in enumerate(bars):
+            key = (name, method, mode)
+            values = [float(r["return_mean"]) for r in rows if (r["env"], r["method"], r["mode"]) == key]
+            if not values:
+                continue
+            mean, half = confidence_interval(values)
+            ax.bar(k, mean, yerr=half if len(values) > 1 else None, color=colours[method],
+                   alpha=1.0 if mode == "greedy" else 0.5, capsize=3)
+        randoms = [float(r["return_mean"]) for r in rows if (r["env"], r["method"]) == (name, "random")]
+        if randoms:
+            ax.axhline(float(np.mean(randoms)), color="grey", linestyle="--", linewidth=1)
+        ax.set_xticks(range(len(bars)), ["mj", "SB3", "mj s.", "SB3 s."])
+        ax.set_title(name, fontsize=9)
+    for ax in list(axes.flat)[len(envs):]:
+        ax.axis("off")
+    fig.suptitle("mean episode return per agent, 200 episodes (greedy; s. = sampled; dashed: random)", fontsize=9)
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--envs", nargs="+", default=list(SUITE), choices=list(SUITE))
@@ -348,9 +392,12 @@ def main() -> None:
     parser.add_argument("--episodes", type=int, default=200, help="evaluation episodes per policy and mode")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/generalization/runs.csv"))
     parser.add_argument("--report", action="store_true", help="print the table of --out instead of training")
+    parser.add_argument("--plot", type=Path, help="with --report: also draw the results into this PNG")
     args = parser.parse_args()
     if args.report:
         print(report(args.out))
+        if args.plot is not None:
+            plot(args.out, args.plot)
         return
     import torch
 

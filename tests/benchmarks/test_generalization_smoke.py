@@ -47,7 +47,10 @@ def test_the_cli_trains_evaluates_resumes_and_reports(bench, tmp_path, monkeypat
     assert len(rows) == 1 + 2 * 2
     bench.main()  # finished runs are not trained again
     assert len(out.read_text().splitlines()) == 1 + len(rows)
-    monkeypatch.setattr(sys, "argv", ["generalization.py", "--report", "--out", str(out)])
+    pytest.importorskip("matplotlib")
+    picture = tmp_path / "plot" / "generalization.png"
+    monkeypatch.setattr(sys, "argv", ["generalization.py", "--report", "--out", str(out), "--plot", str(picture)])
     bench.main()
     table = capsys.readouterr().out
     assert "| speaker_listener |" in table and "(2)" in table
+    assert picture.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -121,13 +121,16 @@ FIELDS = ("env", "method", "seed", "env_steps", "train_seconds", "mode", "episod
 
 
 # ------------------------------------------------------------------ training
-def train_marljoint(task: Task, seed: int, env_steps: int) -> tuple[Any, float]:
-    """marljoint's plain defaults (``marljoint train``'s, without a preset); returns (a policy function, seconds)."""
+def train_marljoint(
+    task: Task, seed: int, env_steps: int, changes: dict[str, Any] | None = None
+) -> tuple[Any, float]:
+    """marljoint's plain defaults (``marljoint train``'s, without a preset), with ``changes`` (``--set``) applied;
+    returns (the trainer, seconds)."""
     from marljoint import JointMultiAgentTrainer, PettingZooJointEnv
-    from marljoint.train import DEFAULT_TRAINER, RunSpec
+    from marljoint.train import RunSpec
 
-    config = RunSpec().trainer.replace(seed=seed)  # the defaults marljoint train uses: DEFAULT_TRAINER
-    assert config.num_envs == DEFAULT_TRAINER["num_envs"]
+    # The defaults marljoint train uses (DEFAULT_TRAINER), with a candidate change when one is measured.
+    config = RunSpec().trainer.replace(seed=seed, **(changes or {}))
     env = PettingZooJointEnv(task.factory, num_envs=config.num_envs, seed=seed)
     trainer = JointMultiAgentTrainer.from_env(env, config)
     start = time.perf_counter()
@@ -274,14 +277,18 @@ def append(path: Path, rows: list[dict[str, Any]]) -> None:
         writer.writerows(rows)
 
 
-def run_one(name: str, method: str, seed: int, scale: float, episodes: int) -> list[dict[str, Any]]:
+def run_one(
+    name: str, method: str, seed: int, scale: float, episodes: int, changes: dict[str, Any] | None = None
+) -> list[dict[str, Any]]:
     """Trains one (env, method, seed) and evaluates it greedy and sampled (the random policy: once)."""
     task = SUITE[name]
     steps = max(1, int(task.env_steps * scale))
     base_seed = 1_000_000  # the same evaluation episodes for every method and seed
     seconds = 0.0
+    label = method
     if method == "marljoint":
-        trainer, seconds = train_marljoint(task, seed, steps)
+        trainer, seconds = train_marljoint(task, seed, steps, changes)
+        label = variant_label(changes)
         actors = {
             m: functools.partial(evaluate_marljoint, trainer, task, m == "greedy") for m in ("greedy", "sampled")
         }
@@ -300,7 +307,7 @@ def run_one(name: str, method: str, seed: int, scale: float, episodes: int) -> l
         rows.append(
             {
                 "env": name,
-                "method": method,
+                "method": label,
                 "seed": seed,
                 "env_steps": steps if method != "random" else 0,
                 "train_seconds": round(seconds, 1),
@@ -311,6 +318,26 @@ def run_one(name: str, method: str, seed: int, scale: float, episodes: int) -> l
             }
         )
     return rows
+
+
+def variant_label(changes: dict[str, Any] | None) -> str:
+    """The method column of a marljoint run: ``marljoint``, or ``marljoint[k=v,...]`` for a candidate change."""
+    if not changes:
+        return "marljoint"
+    return "marljoint[" + ",".join(f"{k}={v}" for k, v in sorted(changes.items())) + "]"
+
+
+def parse_changes(items: list[str]) -> dict[str, Any]:
+    """``KEY=VALUE`` settings (values read as TOML) for ``--set``."""
+    import tomllib
+
+    changes = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise SystemExit(f"--set takes KEY=VALUE, got {item!r}")
+        changes[key.strip()] = tomllib.loads(f"v = {value}")["v"]
+    return changes
 
 
 def report(path: Path) -> str:
@@ -393,6 +420,11 @@ def main() -> None:
     parser.add_argument("--scale", type=float, default=1.0, help="multiplies every env's budget (e.g. 0.01 to try)")
     parser.add_argument("--episodes", type=int, default=200, help="evaluation episodes per policy and mode")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/generalization/runs.csv"))
+    parser.add_argument(
+        "--set", dest="changes", nargs="+", default=[], metavar="KEY=VALUE",
+        help="measure marljoint's defaults with these settings changed (a candidate default; recorded as the method "
+        "marljoint[KEY=VALUE,...])",
+    )
     parser.add_argument("--report", action="store_true", help="print the table of --out instead of training")
     parser.add_argument("--plot", type=Path, help="with --report: also draw the results into this PNG")
     args = parser.parse_args()
@@ -405,13 +437,15 @@ def main() -> None:
 
     torch.set_num_threads(1)
     done = done_runs(args.out)
+    changes = parse_changes(args.changes)
     for name in args.envs:
         for method in args.methods:
             for seed in args.seeds if method != "random" else args.seeds[:1]:
-                if (name, method, seed) in done:
+                label = variant_label(changes) if method == "marljoint" else method
+                if (name, label, seed) in done:
                     continue
                 tick = time.perf_counter()
-                rows = run_one(name, method, seed, args.scale, args.episodes)
+                rows = run_one(name, method, seed, args.scale, args.episodes, changes)
                 append(args.out, rows)
                 print(f"{name} {method} seed {seed}: " + ", ".join(f"{r['mode']} {r['return_mean']:.3g}" for r in rows)
                       + f" ({time.perf_counter() - tick:.0f} s)", flush=True)

@@ -247,6 +247,7 @@ def test_every_bundled_module_is_present() -> None:
         "identity_v0",
         "kuhn_poker_v0",
         "matrix_game_v0",
+        "memory_v0",
         "mock_v0",
         "variable_agents_v0",
     ]

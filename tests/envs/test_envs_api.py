@@ -18,6 +18,7 @@ from marljoint_envs import (
     identity_v0,
     kuhn_poker_v0,
     matrix_game_v0,
+    memory_v0,
     mock_v0,
     variable_agents_v0,
 )
@@ -50,6 +51,9 @@ PARALLEL_VARIANTS: dict[str, Callable[[], ParallelEnv]] = {
     "identity_multidiscrete": lambda: identity_v0.parallel_env(),
     "identity_single_head": lambda: identity_v0.parallel_env(num_agents=3, nvec=(5,)),
     "identity_box": lambda: identity_v0.parallel_env(action_type="box", box_dim=3),
+    "memory": lambda: memory_v0.parallel_env(),
+    "memory_short": lambda: memory_v0.parallel_env(num_agents=3, num_cues=2, delay=1),
+    "memory_long": lambda: memory_v0.parallel_env(num_agents=1, num_cues=7, delay=12),
 }
 
 
@@ -121,6 +125,7 @@ def test_package_lists_every_environment_module() -> None:
         "identity_v0",
         "kuhn_poker_v0",
         "matrix_game_v0",
+        "memory_v0",
         "mock_v0",
         "variable_agents_v0",
     ]
@@ -157,6 +162,7 @@ def test_kuhn_poker_ansi_render() -> None:
         mock_v0.parallel_env,
         counter_v0.parallel_env,
         identity_v0.parallel_env,
+        memory_v0.parallel_env,
         bucket_brigade_v0.parallel_env,
         matrix_game_v0.parallel_env,
         variable_agents_v0.parallel_env,

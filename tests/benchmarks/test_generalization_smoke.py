@@ -54,3 +54,16 @@ def test_the_cli_trains_evaluates_resumes_and_reports(bench, tmp_path, monkeypat
     table = capsys.readouterr().out
     assert "| speaker_listener |" in table and "(2)" in table
     assert picture.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_candidate_default_is_recorded_as_its_own_method(bench, tmp_path, monkeypatch):
+    out = tmp_path / "runs.csv"
+    argv = ["generalization.py", "--envs", "speaker_listener", "--methods", "marljoint", "--seeds", "0"]
+    argv += ["--scale", "0.001", "--episodes", "1", "--out", str(out), "--set", "n_epochs=1", "minibatch_size=128"]
+    monkeypatch.setattr(sys, "argv", argv)
+    bench.main()
+    with out.open(newline="") as f:
+        methods = {r["method"] for r in csv.DictReader(f)}
+    assert methods == {"marljoint[minibatch_size=128,n_epochs=1]"}
+    with pytest.raises(SystemExit, match="--set takes KEY=VALUE"):
+        bench.parse_changes(["n_epochs"])

@@ -1,0 +1,151 @@
+"""Recurrent cores held as M stacked members: GRU and LSTM cells evaluated for every member in one batched call.
+
+The cells follow PyTorch's equations (:class:`torch.nn.GRUCell`, :class:`torch.nn.LSTMCell`), with the member axis
+first on every parameter like the other stacked layers (:mod:`marljoint.policies.layers`), so parameter sharing
+(M = 1, agents folded into the batch) and per-agent weights (M = n_g) are one code path and per-member
+optimisation and clipping work unchanged. The state of one member's batch row is one tensor of
+:attr:`StackedRecurrentCell.state_size` numbers: ``h`` for a GRU, ``h`` then ``c`` for an LSTM.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+from torch import nn
+
+__all__ = ["RECURRENT_KINDS", "StackedRecurrentCell"]
+
+RecurrentKind = Literal["gru", "lstm"]
+RECURRENT_KINDS: tuple[str, ...] = ("gru", "lstm")
+"""The recurrent cells a policy can have."""
+
+_GATES = {"gru": 3, "lstm": 4}
+
+
+class StackedRecurrentCell(nn.Module):
+    """M independent GRU or LSTM cells.
+
+    Member m's input-to-hidden weights are ``weight_ih[m]`` ``[in, G·h]`` and its hidden-to-hidden weights
+    ``weight_hh[m]`` ``[h, G·h]`` (G = 3 gates r, z, n for a GRU; 4 gates i, f, g, o for an LSTM, in PyTorch's
+    order). Each gate's block is initialised orthogonally per member and the biases are zero (as CleanRL's LSTM
+    agent does), except the LSTM forget gate's input bias, which is 1 so that a new cell keeps its memory.
+
+    Args:
+        members: number of members M.
+        in_features: input size.
+        hidden_size: h, the size of the output (and of ``h``).
+        kind: ``"gru"`` or ``"lstm"``.
+        generator: source of the initial weights; ``None`` draws from torch's default generator.
+
+    Raises:
+        ValueError: for an unknown ``kind`` or a non-positive size.
+
+    Example:
+        >>> import torch
+        >>> cell = StackedRecurrentCell(2, 5, 8, "lstm", generator=torch.Generator().manual_seed(0))
+        >>> state = cell.initial_state(3)
+        >>> out, state = cell.step(torch.zeros(2, 3, 5), state)
+        >>> out.shape, state.shape
+        (torch.Size([2, 3, 8]), torch.Size([2, 3, 16]))
+    """
+
+    def __init__(
+        self,
+        members: int,
+        in_features: int,
+        hidden_size: int,
+        kind: RecurrentKind = "gru",
+        *,
+        generator: torch.Generator | None = None,
+    ) -> None:
+        super().__init__()
+        if kind not in _GATES:
+            raise ValueError(f"kind must be one of {list(RECURRENT_KINDS)} (the recurrent cell), got {kind!r}")
+        for name, value in (("members", members), ("in_features", in_features), ("hidden_size", hidden_size)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        self.members, self.in_features, self.hidden_size, self.kind = members, in_features, hidden_size, kind
+        gates = _GATES[kind]
+        self.weight_ih = nn.Parameter(torch.empty(members, in_features, gates * hidden_size))
+        self.weight_hh = nn.Parameter(torch.empty(members, hidden_size, gates * hidden_size))
+        self.bias_ih = nn.Parameter(torch.zeros(members, gates * hidden_size))
+        self.bias_hh = nn.Parameter(torch.zeros(members, gates * hidden_size))
+        with torch.no_grad():
+            for member in range(members):
+                for gate in range(gates):
+                    block = slice(gate * hidden_size, (gate + 1) * hidden_size)
+                    nn.init.orthogonal_(self.weight_ih[member, :, block].T, generator=generator)
+                    nn.init.orthogonal_(self.weight_hh[member, :, block].T, generator=generator)
+            if kind == "lstm":
+                self.bias_ih[:, hidden_size : 2 * hidden_size] = 1.0
+
+    @property
+    def state_size(self) -> int:
+        """Numbers in one row's state: h for a GRU, 2h (``h`` then ``c``) for an LSTM."""
+        return self.hidden_size * (2 if self.kind == "lstm" else 1)
+
+    def initial_state(self, batch: int, device: torch.device | str | None = None) -> torch.Tensor:
+        """The zero state of ``batch`` rows, ``[M, batch, state_size]``."""
+        return torch.zeros(self.members, batch, self.state_size, device=device or self.weight_ih.device)
+
+    def step(self, x: torch.Tensor, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """One step of every member on member-major rows.
+
+        Args:
+            x: ``[M, B, in_features]`` inputs.
+            state: ``[M, B, state_size]`` states.
+
+        Returns:
+            ``(output [M, B, h], new state [M, B, state_size])``; the output is the new ``h``.
+        """
+        h = self.hidden_size
+        gates_x = torch.baddbmm(self.bias_ih.unsqueeze(1), x, self.weight_ih)
+        hidden = state[..., :h]
+        gates_h = torch.baddbmm(self.bias_hh.unsqueeze(1), hidden, self.weight_hh)
+        if self.kind == "gru":
+            r = torch.sigmoid(gates_x[..., :h] + gates_h[..., :h])
+            z = torch.sigmoid(gates_x[..., h : 2 * h] + gates_h[..., h : 2 * h])
+            n = torch.tanh(gates_x[..., 2 * h :] + r * gates_h[..., 2 * h :])
+            new_h = (1.0 - z) * n + z * hidden
+            return new_h, new_h
+        gates = gates_x + gates_h
+        i = torch.sigmoid(gates[..., :h])
+        f = torch.sigmoid(gates[..., h : 2 * h])
+        g = torch.tanh(gates[..., 2 * h : 3 * h])
+        o = torch.sigmoid(gates[..., 3 * h :])
+        c = f * state[..., h:] + i * g
+        new_h = o * torch.tanh(c)
+        return new_h, torch.cat((new_h, c), dim=-1)
+
+    def forward_sequence(
+        self, x: torch.Tensor, state: torch.Tensor, starts: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Runs a sequence chunk from its initial state, zeroing the state of rows where an episode starts.
+
+        Args:
+            x: ``[L, M, B, in_features]`` inputs of L consecutive steps.
+            state: ``[M, B, state_size]`` the state before the first step.
+            starts: ``[L, M, B]`` bool; True where a row's episode starts at that step (its state is reset to zero
+                before the step).
+
+        Returns:
+            ``(outputs [L, M, B, h], the state after the last step [M, B, state_size])``.
+
+        Raises:
+            ValueError: if the shapes disagree.
+        """
+        if x.dim() != 4 or starts.shape != x.shape[:3] or state.shape != (*x.shape[1:3], self.state_size):
+            raise ValueError(
+                f"forward_sequence takes x [L, M, B, {self.in_features}], state [M, B, {self.state_size}] and starts "
+                f"[L, M, B]; got {tuple(x.shape)}, {tuple(state.shape)} and {tuple(starts.shape)}"
+            )
+        keep = (~starts).to(state.dtype).unsqueeze(-1)
+        outputs = []
+        for t in range(x.shape[0]):
+            out, state = self.step(x[t], state * keep[t])
+            outputs.append(out)
+        return torch.stack(outputs), state
+
+    def extra_repr(self) -> str:
+        return f"members={self.members}, in_features={self.in_features}, hidden_size={self.hidden_size}, {self.kind}"

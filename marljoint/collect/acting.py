@@ -265,6 +265,8 @@ class HostActing:
         for network in policy.networks:
             if type(network) is not ActorCritic or network.cnn is not None or network.critic_cnn is not None:
                 return None
+            if network.recurrent is not None:  # recurrent cores step through torch
+                return None
             if any(p.dtype != torch.float32 for p in network.parameters()):
                 return None
         return HostActing(policy, rollout)

@@ -12,6 +12,7 @@ from marljoint.env.spaces import ActionLayout, ObservationLayout
 from marljoint.policies.distributions import Categorical, DiagGaussian, FactoredCategorical, make_distribution
 from marljoint.policies.layers import Activation, StackedCNN, StackedLinear, StackedMLP
 from marljoint.policies.normalizer import ObservationNormalizer
+from marljoint.policies.recurrent import RECURRENT_KINDS, StackedRecurrentCell
 
 __all__ = ["ActorCritic", "PolicyOutput"]
 
@@ -23,11 +24,14 @@ class PolicyOutput(NamedTuple):
         head: ``[B, n_g, L]`` action-head output (logits, or Gaussian means for a Box), ``L = logits_size``.
         values: ``[B, n_g]`` state-value estimates.
         features: ``[B, n_g, d]`` encoder features (the input of the action head).
+        state: ``[B, n_g, S]`` the recurrent state after this step (``S = state_size``); ``None`` for a
+            feed-forward network.
     """
 
     head: torch.Tensor
     values: torch.Tensor
     features: torch.Tensor
+    state: torch.Tensor | None = None
 
 
 _NATURE_CNN = ((32, 64, 64), (8, 4, 3), (4, 2, 1), 512)
@@ -65,6 +69,11 @@ class ActorCritic(nn.Module):
             (False, the default, as in CleanRL, SB3 and MAPPO). Ignored by a centralised critic, which always has
             its own MLP.
         log_std_init: initial log standard deviation of a Box action.
+        recurrent: ``"gru"`` or ``"lstm"`` gives the actor's trunk, and the critic's own trunk, a recurrent core
+            after its MLP (:class:`~marljoint.policies.recurrent.StackedRecurrentCell`, one per member, all in one
+            batched call); the features are then the core's output (``d = rnn_hidden_size``) and every method
+            takes the agents' recurrent ``state`` (:meth:`initial_state`). ``None``: feed-forward.
+        rnn_hidden_size: the recurrent core's hidden size.
         normalize_observations: standardise flat observations (and a centralised critic's input) by running
             per-feature statistics before the encoders (:attr:`obs_normalizer`, :attr:`critic_obs_normalizer`;
             updated by the learner with :meth:`update_observation_statistics`). Flat observations only.
@@ -111,6 +120,8 @@ class ActorCritic(nn.Module):
         log_std_init: float = 0.0,
         *,
         share_trunk: bool = False,
+        recurrent: str | None = None,
+        rnn_hidden_size: int = 64,
         normalize_observations: bool = False,
         activation: Activation = torch.tanh,
         cnn_channels: Sequence[int] | None = None,
@@ -152,8 +163,18 @@ class ActorCritic(nn.Module):
             encoder_in = (cnn.out_features if cnn is not None else observation.size) + id_size
             return cnn, StackedMLP(members, encoder_in, hidden_sizes, activation, generator=generator)
 
+        if recurrent is not None and recurrent not in RECURRENT_KINDS:
+            raise ValueError(f"recurrent must be one of {list(RECURRENT_KINDS)} or None, got {recurrent!r}")
+        self.recurrent = recurrent
+
+        def core(in_features: int) -> StackedRecurrentCell | None:
+            if recurrent is None:
+                return None
+            return StackedRecurrentCell(members, in_features, rnn_hidden_size, recurrent, generator=generator)
+
         self.cnn, self.encoder = trunk()
-        self.feature_size = self.encoder.out_features
+        self.core = core(self.encoder.out_features)
+        self.feature_size = self.encoder.out_features if self.core is None else self.core.hidden_size
         self.actor_head = StackedLinear(members, self.feature_size, action.logits_size, 0.01, generator=generator)
         if action.kind == "box":
             self.log_std: nn.Parameter | None = nn.Parameter(
@@ -170,7 +191,11 @@ class ActorCritic(nn.Module):
             )
         elif not self.share_trunk:
             self.critic_cnn, self.critic_encoder = trunk()
-        critic_features = self.feature_size if self.critic_encoder is None else self.critic_encoder.out_features
+        self.critic_core = None if self.critic_encoder is None else core(self.critic_encoder.out_features)
+        if self.critic_encoder is None:
+            critic_features = self.feature_size
+        else:
+            critic_features = self.critic_encoder.out_features if self.critic_core is None else rnn_hidden_size
         self.value_head = StackedLinear(members, critic_features, 1, 1.0, generator=generator)
         self.obs_normalizer: ObservationNormalizer | None = None
         self.critic_obs_normalizer: ObservationNormalizer | None = None
@@ -187,53 +212,142 @@ class ActorCritic(nn.Module):
         self.register_buffer("agent_ids", torch.eye(num_agents), persistent=False)
         self._obs_shape = (num_agents, *observation.shape)
 
-    def forward(self, obs: torch.Tensor, critic_obs: torch.Tensor | None = None) -> PolicyOutput:
-        """Evaluates every agent of the group.
+    @property
+    def state_size(self) -> int:
+        """S, the numbers of one agent's recurrent state: the actor core's state, then the critic core's (0 for a
+        feed-forward network)."""
+        return sum(c.state_size for c in (self.core, self.critic_core) if c is not None)
+
+    def initial_state(self, batch: int) -> torch.Tensor:
+        """The zero recurrent state of ``batch`` rows of every agent, ``[batch, n_g, S]`` (an episode's start)."""
+        return torch.zeros(batch, self.num_agents, self.state_size, device=self.agent_ids.device)
+
+    def forward(
+        self, obs: torch.Tensor, critic_obs: torch.Tensor | None = None, state: torch.Tensor | None = None
+    ) -> PolicyOutput:
+        """Evaluates every agent of the group (one step of a recurrent network).
 
         Args:
             obs: ``[B, n_g, *obs_shape]`` observations.
             critic_obs: ``[B, n_g, critic_input_size]`` critic inputs; required with a centralised critic and
                 rejected without one.
+            state: ``[B, n_g, S]`` recurrent states before this step; required by a recurrent network (zeros,
+                :meth:`initial_state`, at an episode's start), rejected by a feed-forward one.
 
         Returns:
-            A :class:`PolicyOutput` with head ``[B, n_g, L]``, values ``[B, n_g]`` and features ``[B, n_g, d]``.
+            A :class:`PolicyOutput` with head ``[B, n_g, L]``, values ``[B, n_g]``, features ``[B, n_g, d]`` and
+            (recurrent) the state after the step ``[B, n_g, S]``.
 
         Raises:
-            ValueError: if a tensor has the wrong shape, or ``critic_obs`` is missing or unexpected.
+            ValueError: if a tensor has the wrong shape, or ``critic_obs`` or ``state`` is missing or unexpected.
         """
         batch = self._check_obs(obs)
-        features = self._trunk(obs)
+        actor_state, critic_state = self._split_state(state, batch)
+        features, actor_state = self._trunk(obs, actor_state)
         head = self._agent_major(self.actor_head.forward_member_major(features), batch)
-        values = self._values(obs, critic_obs, batch, features)
-        return PolicyOutput(head, values, self._agent_major(features, batch))
+        values, critic_state = self._values(obs, critic_obs, batch, features, critic_state)
+        new_state = self._join_state(actor_state, critic_state, batch)
+        return PolicyOutput(head, values, self._agent_major(features, batch), new_state)
 
-    def action_head(self, obs: torch.Tensor) -> torch.Tensor:
+    def forward_sequence(
+        self,
+        obs: torch.Tensor,
+        state: torch.Tensor,
+        starts: torch.Tensor,
+        advance: torch.Tensor | None = None,
+        critic_obs: torch.Tensor | None = None,
+    ) -> PolicyOutput:
+        """Replays a sequence chunk of a recurrent network from its initial state (truncated BPTT).
+
+        The MLPs run on all ``L × B`` rows at once; the cores then step through the chunk, resetting the state
+        where an episode starts and keeping it where an agent does not advance.
+
+        Args:
+            obs: ``[L, B, n_g, *obs_shape]`` the observations of L consecutive steps of B sequences.
+            state: ``[B, n_g, S]`` the states before the first step.
+            starts: ``[L, B, n_g]`` bool, True where an agent's episode starts (its state is reset before it).
+            advance: ``[L, B, n_g]`` bool, False where an agent's state stays as it is (absent, or waiting for its
+                turn); ``None``: every agent advances at every step.
+            critic_obs: ``[L, B, n_g, critic_input_size]`` with a centralised critic.
+
+        Returns:
+            A :class:`PolicyOutput` with head ``[L, B, n_g, ·]``, values ``[L, B, n_g]``, features
+            ``[L, B, n_g, d]`` and the state after the last step ``[B, n_g, S]``.
+
+        Raises:
+            ValueError: for a feed-forward network, or shapes that disagree.
+        """
+        if self.core is None:
+            raise ValueError("forward_sequence replays a recurrent network; this one is feed-forward (recurrent=None)")
+        length, batch = obs.shape[:2]
+        flat_obs = obs.reshape(length * batch, *obs.shape[2:])
+        self._check_obs(flat_obs)
+        expected = (length, batch, self.num_agents)
+        if starts.shape != expected or (advance is not None and advance.shape != expected):
+            raise ValueError(f"starts and advance must be [L, B, n_g] = {list(expected)}, got {tuple(starts.shape)}")
+        actor_state, critic_state = self._split_state(state, batch)
+        starts_mm, advance_mm = self._sequence_mask(starts), None if advance is None else self._sequence_mask(advance)
+
+        def replay(core: StackedRecurrentCell, x: torch.Tensor, start: torch.Tensor) -> tuple[torch.Tensor, ...]:
+            seq = x.reshape(x.shape[0], length, -1, x.shape[-1]).transpose(0, 1)  # [L, M, B', f]
+            out, final = core.forward_sequence(seq, start, starts_mm, advance_mm)
+            return out.transpose(0, 1).reshape(x.shape[0], -1, out.shape[-1]), final
+
+        features, actor_state = replay(self.core, self._mlp(self.cnn, self.encoder, flat_obs), actor_state)
+        rows = length * batch
+        head = self._agent_major(self.actor_head.forward_member_major(features), rows)
+        if self.critic_input_size is not None:
+            flat_critic = None if critic_obs is None else critic_obs.reshape(rows, *critic_obs.shape[2:])
+            hidden = self._critic_hidden(flat_critic, rows)
+        elif self.critic_encoder is not None:
+            self._reject_critic_obs(critic_obs)
+            hidden = self._mlp(self.critic_cnn, self.critic_encoder, flat_obs)
+        else:
+            self._reject_critic_obs(critic_obs)
+            hidden = None
+        if hidden is not None and self.critic_core is not None:
+            hidden, critic_state = replay(self.critic_core, hidden, critic_state)
+        values = self._agent_major(self.value_head.forward_member_major(features if hidden is None else hidden), rows)
+        fields = (head, values.squeeze(-1), self._agent_major(features, rows))
+        shaped = (x.reshape(length, batch, *x.shape[1:]) for x in fields)
+        return PolicyOutput(*shaped, state=self._join_state(actor_state, critic_state, batch))
+
+    def action_head(self, obs: torch.Tensor, state: torch.Tensor | None = None) -> torch.Tensor:
         """The action-head output alone, ``[B, n_g, L]`` (no critic is evaluated).
 
         Args:
             obs: ``[B, n_g, *obs_shape]`` observations.
+            state: ``[B, n_g, S]`` recurrent states (recurrent networks only).
         """
         batch = self._check_obs(obs)
-        return self._agent_major(self.actor_head.forward_member_major(self._trunk(obs)), batch)
+        features, _ = self._trunk(obs, self._split_state(state, batch)[0])
+        return self._agent_major(self.actor_head.forward_member_major(features), batch)
 
-    def encoder_features(self, obs: torch.Tensor) -> torch.Tensor:
+    def encoder_features(self, obs: torch.Tensor, state: torch.Tensor | None = None) -> torch.Tensor:
         """Trunk features of every agent, ``[B, n_g, d]`` (the input of the action head).
 
         Args:
             obs: ``[B, n_g, *obs_shape]`` observations.
+            state: ``[B, n_g, S]`` recurrent states (recurrent networks only).
         """
         batch = self._check_obs(obs)
-        return self._agent_major(self._trunk(obs), batch)
+        features, _ = self._trunk(obs, self._split_state(state, batch)[0])
+        return self._agent_major(features, batch)
 
-    def value(self, obs: torch.Tensor, critic_obs: torch.Tensor | None = None) -> torch.Tensor:
+    def value(
+        self, obs: torch.Tensor, critic_obs: torch.Tensor | None = None, state: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """State values of every agent, ``[B, n_g]``.
 
         Args:
             obs: ``[B, n_g, *obs_shape]`` observations (not read by a centralised critic).
             critic_obs: ``[B, n_g, critic_input_size]``; required with a centralised critic, rejected otherwise.
+            state: ``[B, n_g, S]`` recurrent states (recurrent networks only).
         """
         batch = self._check_obs(obs)
-        return self._values(obs, critic_obs, batch, self._trunk(obs) if self.share_trunk else None)
+        actor_state, critic_state = self._split_state(state, batch)
+        features = self._trunk(obs, actor_state)[0] if self.share_trunk else None
+        return self._values(obs, critic_obs, batch, features, critic_state)[0]
 
     def distribution(
         self, head: torch.Tensor, mask: torch.Tensor | None = None
@@ -255,9 +369,11 @@ class ActorCritic(nn.Module):
         return [p for p in self.parameters() if id(p) not in critic]
 
     def critic_parameters(self) -> list[nn.Parameter]:
-        """Parameters of the value function: the critic's own trunk (local CNN + MLP, or centralised MLP) and the
-        value head. With ``share_trunk=True`` only the value head: the shared trunk counts as the actor's."""
-        modules = [m for m in (self.critic_cnn, self.critic_encoder, self.value_head) if m is not None]
+        """Parameters of the value function: the critic's own trunk (local CNN + MLP, or centralised MLP, and its
+        recurrent core) and the value head. With ``share_trunk=True`` only the value head: the shared trunk counts
+        as the actor's."""
+        parts = (self.critic_cnn, self.critic_encoder, self.critic_core, self.value_head)
+        modules = [m for m in parts if m is not None]
         return [p for module in modules for p in module.parameters()]
 
     @torch.no_grad()
@@ -304,12 +420,23 @@ class ActorCritic(nn.Module):
             )
         return obs.shape[0]
 
-    def _trunk(self, obs: torch.Tensor) -> torch.Tensor:
-        """Member-major actor trunk features ``[M, B', d]`` (``B' = B`` independent, ``B * n_g`` shared)."""
-        return self._encode(self.cnn, self.encoder, obs)
+    def _trunk(self, obs: torch.Tensor, state: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Member-major actor trunk features ``[M, B', d]`` (``B' = B`` independent, ``B * n_g`` shared) and the
+        actor core's member-major state after the step (``None`` without a core)."""
+        return self._recur(self.core, self._mlp(self.cnn, self.encoder, obs), state)
 
-    def _encode(self, cnn: StackedCNN | None, encoder: StackedMLP, obs: torch.Tensor) -> torch.Tensor:
-        """Member-major features of one trunk (the actor's or the local critic's) on ``[B, n_g, *obs]``."""
+    @staticmethod
+    def _recur(
+        core: StackedRecurrentCell | None, x: torch.Tensor, state: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """One step of a recurrent core on member-major features (the features themselves without a core)."""
+        if core is None:
+            return x, None
+        assert state is not None
+        return core.step(x, state)
+
+    def _mlp(self, cnn: StackedCNN | None, encoder: StackedMLP, obs: torch.Tensor) -> torch.Tensor:
+        """Member-major MLP features of one trunk (the actor's or the local critic's) on ``[B, n_g, *obs]``."""
         batch = obs.shape[0]
         if cnn is None:
             x = obs if self.obs_normalizer is None else self.obs_normalizer(obs)
@@ -324,16 +451,67 @@ class ActorCritic(nn.Module):
         return encoder.forward_member_major(self._member_major(x))
 
     def _values(
-        self, obs: torch.Tensor, critic_obs: torch.Tensor | None, batch: int, features: torch.Tensor | None
-    ) -> torch.Tensor:
+        self,
+        obs: torch.Tensor,
+        critic_obs: torch.Tensor | None,
+        batch: int,
+        features: torch.Tensor | None,
+        state: torch.Tensor | None,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """``[B, n_g]`` values from the critic's input: the centralised critic input, the observation through the
-        critic's own trunk, or (shared trunk) the actor's member-major ``features``."""
+        critic's own trunk, or (shared trunk) the actor's member-major ``features``; and the critic core's
+        member-major state after the step (``None`` without one)."""
         if self.critic_input_size is not None:
-            return self._critic_values(self.critic_encoder, critic_obs, batch)
-        self._reject_critic_obs(critic_obs)
-        if self.critic_encoder is not None:
-            features = self._encode(self.critic_cnn, self.critic_encoder, obs)
-        return self._agent_major(self.value_head.forward_member_major(features), batch).squeeze(-1)
+            hidden = self._critic_hidden(critic_obs, batch)
+        else:
+            self._reject_critic_obs(critic_obs)
+            hidden = None if self.critic_encoder is None else self._mlp(self.critic_cnn, self.critic_encoder, obs)
+        if hidden is None:
+            assert features is not None
+            hidden = features
+        else:
+            hidden, state = self._recur(self.critic_core, hidden, state)
+        return self._agent_major(self.value_head.forward_member_major(hidden), batch).squeeze(-1), state
+
+    def _split_state(
+        self, state: torch.Tensor | None, batch: int
+    ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """Agent-major ``[B, n_g, S]`` states → the member-major states of the actor core and the critic core."""
+        if self.core is None:
+            if state is not None:
+                raise ValueError("state was given, but this network is feed-forward (recurrent=None); pass None")
+            return None, None
+        expected = (batch, self.num_agents, self.state_size)
+        if state is None or state.shape != expected:
+            got = "none" if state is None else f"shape {tuple(state.shape)}"
+            raise ValueError(
+                f"this network is recurrent ({self.recurrent}); pass state of shape {list(expected)} (the agents' "
+                f"states before this step, initial_state(B) at an episode's start), got {got}"
+            )
+        actor_size = self.core.state_size
+        member_major = self._member_major_rows(state)
+        critic = member_major[..., actor_size:] if self.critic_core is not None else None
+        return member_major[..., :actor_size], critic
+
+    def _join_state(self, actor: torch.Tensor | None, critic: torch.Tensor | None, batch: int) -> torch.Tensor | None:
+        """Inverse of :meth:`_split_state`."""
+        if actor is None:
+            return None
+        joined = actor if critic is None else torch.cat((actor, critic), dim=-1)
+        return self._agent_major(joined, batch)
+
+    def _member_major_rows(self, x: torch.Tensor) -> torch.Tensor:
+        """``[B, n_g, k]`` → ``[M, B', k]`` without agent ids (states and masks)."""
+        if self.share_parameters:
+            return x.reshape(1, x.shape[0] * self.num_agents, *x.shape[2:])
+        return x.transpose(0, 1)
+
+    def _sequence_mask(self, mask: torch.Tensor) -> torch.Tensor:
+        """``[L, B, n_g]`` per-agent flags → the cores' member-major ``[L, M, B']``."""
+        length, batch = mask.shape[:2]
+        if self.share_parameters:
+            return mask.reshape(length, 1, batch * self.num_agents)
+        return mask.transpose(1, 2)
 
     def _member_major(self, x: torch.Tensor) -> torch.Tensor:
         """``[B, n_g, f]`` per-agent inputs → the ``[M, B', f']`` input of a stacked network.
@@ -355,7 +533,8 @@ class ActorCritic(nn.Module):
             return y.transpose(0, 1)
         return y.reshape(batch, self.num_agents, y.shape[-1])
 
-    def _critic_values(self, encoder: StackedMLP, critic_obs: torch.Tensor | None, batch: int) -> torch.Tensor:
+    def _critic_hidden(self, critic_obs: torch.Tensor | None, batch: int) -> torch.Tensor:
+        """Member-major features of the centralised critic's MLP on ``[B, n_g, critic_input_size]``."""
         expected = (batch, self.num_agents, self.critic_input_size)
         if critic_obs is None:
             raise ValueError(
@@ -366,8 +545,8 @@ class ActorCritic(nn.Module):
             raise ValueError(f"critic_obs of shape {tuple(critic_obs.shape)} does not fit; expected {list(expected)}.")
         if self.critic_obs_normalizer is not None:
             critic_obs = self.critic_obs_normalizer(critic_obs)
-        hidden = encoder.forward_member_major(self._member_major(critic_obs))
-        return self._agent_major(self.value_head.forward_member_major(hidden), batch).squeeze(-1)
+        assert self.critic_encoder is not None
+        return self.critic_encoder.forward_member_major(self._member_major(critic_obs))
 
     @staticmethod
     def _reject_critic_obs(critic_obs: torch.Tensor | None) -> None:

@@ -140,7 +140,7 @@ class JointPolicy:
             return out
 
         outputs = self.forward([padded(o) for o in group_obs], padded(alive))
-        return [type(o)(*(field[start : start + rows] for field in o)) for o in outputs]
+        return [type(o)(*(None if f is None else f[start : start + rows] for f in o)) for o in outputs]
 
     def agent_columns(self, per_network: Iterable[torch.Tensor]) -> torch.Tensor:
         """Concatenates ``[B, n_k]`` network outputs into ``[B, N]`` in ``possible_agents`` order."""

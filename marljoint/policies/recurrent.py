@@ -119,7 +119,7 @@ class StackedRecurrentCell(nn.Module):
         return new_h, torch.cat((new_h, c), dim=-1)
 
     def forward_sequence(
-        self, x: torch.Tensor, state: torch.Tensor, starts: torch.Tensor
+        self, x: torch.Tensor, state: torch.Tensor, starts: torch.Tensor, advance: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Runs a sequence chunk from its initial state, zeroing the state of rows where an episode starts.
 
@@ -128,6 +128,9 @@ class StackedRecurrentCell(nn.Module):
             state: ``[M, B, state_size]`` the state before the first step.
             starts: ``[L, M, B]`` bool; True where a row's episode starts at that step (its state is reset to zero
                 before the step).
+            advance: ``[L, M, B]`` bool, or ``None`` (every row advances); a row set to False keeps its state
+                through that step (an absent agent, or a player waiting for its turn). Its output is still
+                computed, from the kept state.
 
         Returns:
             ``(outputs [L, M, B, h], the state after the last step [M, B, state_size])``.
@@ -135,15 +138,23 @@ class StackedRecurrentCell(nn.Module):
         Raises:
             ValueError: if the shapes disagree.
         """
-        if x.dim() != 4 or starts.shape != x.shape[:3] or state.shape != (*x.shape[1:3], self.state_size):
+        if (
+            x.dim() != 4
+            or starts.shape != x.shape[:3]
+            or state.shape != (*x.shape[1:3], self.state_size)
+            or (advance is not None and advance.shape != x.shape[:3])
+        ):
             raise ValueError(
-                f"forward_sequence takes x [L, M, B, {self.in_features}], state [M, B, {self.state_size}] and starts "
-                f"[L, M, B]; got {tuple(x.shape)}, {tuple(state.shape)} and {tuple(starts.shape)}"
+                f"forward_sequence takes x [L, M, B, {self.in_features}], state [M, B, {self.state_size}], starts "
+                f"and advance [L, M, B]; got {tuple(x.shape)}, {tuple(state.shape)} and {tuple(starts.shape)}"
             )
-        keep = (~starts).to(state.dtype).unsqueeze(-1)
+        keep = (~starts).unsqueeze(-1)
+        moves = None if advance is None else advance.unsqueeze(-1)
         outputs = []
         for t in range(x.shape[0]):
-            out, state = self.step(x[t], state * keep[t])
+            state = torch.where(keep[t], state, torch.zeros_like(state))
+            out, new_state = self.step(x[t], state)
+            state = new_state if moves is None else torch.where(moves[t], new_state, state)
             outputs.append(out)
         return torch.stack(outputs), state
 

@@ -45,6 +45,7 @@ class LocalCollector:
         self.current: JointObs | None = None
         self.copy_generators: list[torch.Generator] = []
         self._storage: JointRollout | None = None
+        self._memory: _Memory | None = None
 
     def collect(self, policy: JointPolicy, steps: int) -> JointRollout:
         """Plays ``steps`` joint steps in every env copy with ``policy``.
@@ -68,7 +69,10 @@ class LocalCollector:
         get_state = getattr(self.env, "get_state", None)
         if get_state is None:
             raise TypeError(f"{type(self.env).__name__} has no get_state(), so its episodes cannot be saved")
-        return {"env": get_state(), "copy_generators": [g.get_state() for g in self.copy_generators]}
+        state = {"env": get_state(), "copy_generators": [g.get_state() for g in self.copy_generators]}
+        if self._memory is not None:
+            state["memory"] = self._memory.state()
+        return state
 
     def load_state(self, state: Mapping[str, Any] | None) -> None:
         """Restores the :meth:`~marljoint.collect.Collector.state` of any collector over the same copies (this
@@ -81,10 +85,13 @@ class LocalCollector:
         """
         if state is None:
             self.current = None
+            self._memory = None
             return
         self.current, generators = restore_env(self.env, read_state(state))
         if generators is not None:
             self.copy_generators = generators_from_states(generators)
+        memory = state.get("memory")
+        self._memory = None if memory is None else _Memory.from_state(self.env.spec, memory)
 
     def close(self) -> None:
         """Nothing to release: the env belongs to the caller."""
@@ -100,6 +107,7 @@ class LocalCollector:
         steps = ro.steps
         if self.current is None:
             self.current = self.env.reset(seed=self.seed)
+            self._memory = None
         if len(self.copy_generators) != self.env.num_envs:
             self.copy_generators = copy_generators(self.seed, self.env.num_envs, self.first_copy)
         state = self.current
@@ -126,6 +134,7 @@ class LocalCollector:
         )
         # On the CPU, plain MLP networks act through numpy around their torch matrix products.
         host = HostActing.build(policy, ro)
+        memory = self._recurrent_memory(policy, ro, state)
         with torch.no_grad():
             for t in range(steps):
                 for g in range(len(self.env.spec.groups)):
@@ -136,7 +145,9 @@ class LocalCollector:
                 put(acting_in, t, state.acting)
                 # Rows without a decision carry all-allowed masks (the adapter's contract; the distributions
                 # also treat an all-masked head as unmasked), so sampling there is well defined and ignored.
-                if host is not None:
+                if memory is not None:
+                    env_actions = memory.act(policy, ro, t, copy_noise)
+                elif host is not None:
                     env_actions = policy.clip_actions(host.act(t, copy_noise))
                 else:
                     env_actions = _act_with_torch(policy, ro, t, copy_noise)
@@ -145,16 +156,19 @@ class LocalCollector:
                 put(terminated_in, t, step.terminated)
                 put(truncated_in, t, step.truncated)
                 if step.truncated.any():
-                    ro.final_values[t] = self._final_values(policy, step)
+                    ro.final_values[t] = self._final_values(policy, step, memory)
                     if step.final_waiting is not None:
                         ro.truncated_waiting[t] = torch.from_numpy(step.truncated & step.final_waiting)
                 if len(step.episode_lengths):
                     episode_returns.append(step.episode_returns.copy())
                     episode_lengths.append(step.episode_lengths.copy())
                     episode_steps.append(np.full(len(step.episode_lengths), t, dtype=np.int64))
+                if memory is not None:  # the env may reuse its arrays: step t's flags are read from the rollout
+                    memory.after_step(ro.alive[t].cpu().numpy(), step)
                 state = step
             alive = torch.from_numpy(state.alive).to(device)
-            outputs = policy.forward_rows([torch.from_numpy(o).to(device) for o in state.obs], alive)
+            states = None if memory is None else memory.fresh_states()
+            outputs = policy.forward_rows([torch.from_numpy(o).to(device) for o in state.obs], alive, states)
             ro.bootstrap_values.copy_(policy.values(outputs) * alive)
             ro.next_alive.copy_(alive)
             ro.next_acting.copy_(torch.from_numpy(state.acting))
@@ -164,7 +178,29 @@ class LocalCollector:
         ro.episode_lengths = np.concatenate(episode_lengths) if episode_lengths else np.zeros(0, np.int64)
         ro.episode_steps = np.concatenate(episode_steps) if episode_steps else np.zeros(0, np.int64)
 
-    def _final_values(self, policy: JointPolicy, step: Any) -> torch.Tensor:
+    def _recurrent_memory(self, policy: JointPolicy, ro: JointRollout, start: JointObs) -> _Memory | None:
+        """The agents' hidden states for this rollout (``None`` for a feed-forward policy), with the rollout's
+        ``states`` and ``starts`` storage allocated."""
+        if not policy.recurrent:
+            self._memory = None
+            ro.states = ro.starts = None
+            return None
+        if self.env.spec.turn_based:
+            raise ValueError(
+                "recurrent policies do not train on turn-based (AEC) envs yet; use a feed-forward policy "
+                "(recurrent=None) for this env"
+            )
+        sizes = policy.state_sizes()
+        if self._memory is None or self._memory.sizes != sizes:
+            self._memory = _Memory(self.env.spec, policy.initial_states(self.env.num_envs), start.alive)
+        self._memory.to(policy.device)
+        shapes = [(ro.steps, *h.shape) for h in self._memory.hidden]
+        if ro.states is None or [tuple(x.shape) for x in ro.states] != shapes:
+            ro.states = tuple(torch.zeros(shape, device=policy.device) for shape in shapes)
+            ro.starts = torch.zeros_like(ro.alive)
+        return self._memory
+
+    def _final_values(self, policy: JointPolicy, step: Any, memory: _Memory | None = None) -> torch.Tensor:
         """Values of the final states of agents that ended this step (bootstrap for truncation)."""
         device = policy.device
         ended = torch.from_numpy(step.terminated | step.truncated).to(device)
@@ -179,7 +215,73 @@ class LocalCollector:
             shape = cols.shape + (1,) * (final.dim() - 2)
             group_obs.append(torch.where(cols.view(shape), final, current))
         alive_final = ended | (torch.from_numpy(step.alive).to(device) & ~reset.unsqueeze(1))
-        return policy.values(policy.forward_rows(group_obs, alive_final))
+        # A recurrent critic reads the final states from the states the agents reached with their last step.
+        states = None if memory is None else memory.hidden
+        return policy.values(policy.forward_rows(group_obs, alive_final, states))
+
+
+class _Memory:
+    """The agents' recurrent states between steps: per group ``[E, n_g, S_g]``, and which agents start afresh
+    at the next step (``[E, N]`` bool: their episode began, or they appeared in their copy)."""
+
+    def __init__(self, spec: Any, hidden: tuple[torch.Tensor, ...], fresh: np.ndarray) -> None:
+        self.hidden = tuple(hidden)
+        self.fresh = np.array(fresh, dtype=bool)
+        self.sizes = tuple(int(h.shape[-1]) for h in self.hidden)
+        self.columns = [list(g.agent_indices) for g in spec.groups]
+
+    def to(self, device: torch.device) -> None:
+        self.hidden = tuple(h.to(device) for h in self.hidden)
+
+    def act(self, policy: JointPolicy, ro: JointRollout, t: int, copy_noise: CopyNoise) -> list[np.ndarray]:
+        """Step ``t``: resets the fresh agents' states, stores what each agent acts from, samples, and advances
+        the states of the agents that decide at this step."""
+        fresh = torch.from_numpy(self.fresh).to(ro.alive.device)
+        ro.starts[t] = fresh
+        columns = self.columns
+        hidden = []
+        for g, h in enumerate(self.hidden):
+            h = torch.where(fresh[:, columns[g]].unsqueeze(-1), torch.zeros_like(h), h)
+            ro.states[g][t] = h
+            hidden.append(h)
+        masks = [m[t] if m is not None else None for m in ro.action_masks]
+        outputs = policy.forward_rows([o[t] for o in ro.obs], ro.alive[t], hidden)
+        actions, log_probs = policy.sample(outputs, masks, copy_noise=copy_noise)
+        ro.values[t] = policy.values(outputs)
+        ro.log_probs[t] = log_probs
+        for g, action in enumerate(actions):
+            ro.actions[g][t].copy_(action)
+        advance = ro.alive[t] & ro.acting[t]
+        stepped = policy.group_states(outputs)
+        assert stepped is not None
+        self.hidden = tuple(
+            torch.where(advance[:, columns[g]].unsqueeze(-1), new, old)
+            for g, (new, old) in enumerate(zip(stepped, hidden))
+        )
+        return policy.env_actions(actions)
+
+    def after_step(self, alive_before: np.ndarray, step: Any) -> None:
+        """Marks the agents that start afresh at the next step: those of a copy that was reset, and those that
+        appeared (absent at this step, present at the next)."""
+        self.fresh = step.alive & (step.reset_envs[:, None] | ~alive_before)
+
+    def fresh_states(self) -> tuple[torch.Tensor, ...]:
+        """The states the agents act from at the next step (the fresh ones reset)."""
+        fresh = torch.from_numpy(self.fresh)
+        out = []
+        for g, h in enumerate(self.hidden):
+            cols = fresh[:, self.columns[g]].to(h.device)
+            out.append(torch.where(cols.unsqueeze(-1), torch.zeros_like(h), h))
+        return tuple(out)
+
+    def state(self) -> dict[str, Any]:
+        """Numpy copies, for the collector's saved state."""
+        return {"hidden": [h.detach().cpu().numpy().copy() for h in self.hidden], "fresh": self.fresh.copy()}
+
+    @classmethod
+    def from_state(cls, spec: Any, state: Mapping[str, Any]) -> _Memory:
+        """Inverse of :meth:`state`."""
+        return cls(spec, tuple(torch.as_tensor(np.array(h)) for h in state["hidden"]), np.array(state["fresh"]))
 
 
 def _act_with_torch(policy: JointPolicy, ro: JointRollout, t: int, copy_noise: CopyNoise) -> list[np.ndarray]:

@@ -66,6 +66,11 @@ class JointRollout:
             before row 0: :meth:`extended` puts them there.
         deferred: ``[T', E, N]`` bool over the rows of :meth:`extended`: moves whose outcome lies beyond this
             rollout, so they are trained with the next one (``None``: none).
+        states: recurrent policies only (else ``None``): per group, ``[T, E, n_g, S_g]``, the hidden state each
+            agent acted from at step t (zeros where its episode started). An agent's state advances only on the
+            rows where it decides (:attr:`valid`: present, and in turn-based games on its own turns).
+        starts: recurrent policies only: ``[T, E, N]`` bool, the agent's state was reset before step t (its
+            episode began, or it appeared in this env copy).
 
     Turn-based games: when a rollout ends while an agent waits for its turn, the value of that waiting state is
     not one the critic learns (it is trained on the states where the agent moves). So the agent's last move is not
@@ -95,6 +100,8 @@ class JointRollout:
     next_acting: torch.Tensor | None = None
     carried: JointRollout | None = None
     deferred: torch.Tensor | None = None
+    states: tuple[torch.Tensor, ...] | None = None
+    starts: torch.Tensor | None = None
 
     @classmethod
     def allocate(cls, spec: JointSpec, steps: int, num_envs: int, device: torch.device | str = "cpu") -> JointRollout:
@@ -211,6 +218,10 @@ class JointRollout:
             next_alive=self.next_alive,
             next_acting=self.next_acting,
             deferred=self.deferred,
+            states=None if self.states is None or carried.states is None else tuple(
+                torch.cat((a, b)) for a, b in zip(carried.states, self.states)
+            ),
+            starts=cat(carried.starts, self.starts),
         )
 
     def fields(self) -> dict[str, Any]:
@@ -237,6 +248,8 @@ class JointRollout:
             next_acting=move(self.next_acting),
             carried=None if self.carried is None else self.carried.to(device),
             deferred=move(self.deferred),
+            states=None if self.states is None else tuple(move(x) for x in self.states),
+            starts=move(self.starts),
         )
 
     def validate(self) -> None:
@@ -274,6 +287,17 @@ class JointRollout:
                     f"rollout.actions[{g}] (agents {list(group.agents)}) has shape {tuple(self.actions[g].shape)}, "
                     f"expected {expected_act}"
                 )
+        if (self.states is None) != (self.starts is None):
+            raise ValueError("a recurrent rollout holds both states and starts; this one holds only one of them")
+        if self.states is not None:
+            if self.starts is not None and tuple(self.starts.shape) != (T, E, N):
+                raise ValueError(f"rollout.starts has shape {tuple(self.starts.shape)}, expected {(T, E, N)}")
+            for g, group in enumerate(self.spec.groups):
+                if tuple(self.states[g].shape[:3]) != (T, E, group.size) or self.states[g].dim() != 4:
+                    raise ValueError(
+                        f"rollout.states[{g}] (agents {list(group.agents)}) has shape {tuple(self.states[g].shape)}, "
+                        f"expected {(T, E, group.size)} + (state size,)"
+                    )
 
 
 def carry_pending_moves(

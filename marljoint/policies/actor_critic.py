@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 from torch import nn
@@ -39,6 +39,41 @@ _NATURE_CNN = ((32, 64, 64), (8, 4, 3), (4, 2, 1), 512)
 
 _NATURE_CNN_MIN_SIZE = 36
 """Smallest image side the default CNN's kernels fit: a side of 36 becomes 8, 3, then 1 (35 would end at 0)."""
+
+
+def _check_arguments(
+    observation: Any, action: Any, num_agents: Any, critic_input_size: Any, recurrent: Any
+) -> None:
+    """The argument checks of :class:`ActorCritic`."""
+    if not isinstance(observation, ObservationLayout):
+        raise TypeError(f"observation must be an ObservationLayout, got {type(observation).__name__}")
+    if not isinstance(action, ActionLayout):
+        raise TypeError(f"action must be an ActionLayout, got {type(action).__name__}")
+    if isinstance(num_agents, bool) or not isinstance(num_agents, int) or num_agents < 1:
+        raise ValueError(f"num_agents must be a positive int (the group size n_g), got {num_agents!r}")
+    if critic_input_size is not None and (
+        isinstance(critic_input_size, bool) or not isinstance(critic_input_size, int) or critic_input_size < 1
+    ):
+        raise ValueError(
+            f"critic_input_size must be a positive int or None (no centralised critic), got {critic_input_size!r}"
+        )
+    if recurrent is not None and recurrent not in RECURRENT_KINDS:
+        raise ValueError(f"recurrent must be one of {list(RECURRENT_KINDS)} or None, got {recurrent!r}")
+
+
+def _observation_normalizers(
+    enabled: bool, observation: ObservationLayout, members: int, critic_input_size: int | None
+) -> tuple[ObservationNormalizer | None, ObservationNormalizer | None]:
+    """The observation statistics of a network (and of its centralised critic's input), or ``None``."""
+    if not enabled:
+        return None, None
+    if observation.kind == "image":
+        raise ValueError(
+            f"normalize_observations standardises flat observations, but this group observes images "
+            f"{observation.shape}; turn it off (images are scaled to [0, 1] by the network), or flatten them first"
+        )
+    critic = None if critic_input_size is None else ObservationNormalizer(critic_input_size, members)
+    return ObservationNormalizer(observation.size, members), critic
 
 
 class ActorCritic(nn.Module):
@@ -131,18 +166,7 @@ class ActorCritic(nn.Module):
         generator: torch.Generator | None = None,
     ) -> None:
         super().__init__()
-        if not isinstance(observation, ObservationLayout):
-            raise TypeError(f"observation must be an ObservationLayout, got {type(observation).__name__}")
-        if not isinstance(action, ActionLayout):
-            raise TypeError(f"action must be an ActionLayout, got {type(action).__name__}")
-        if isinstance(num_agents, bool) or not isinstance(num_agents, int) or num_agents < 1:
-            raise ValueError(f"num_agents must be a positive int (the group size n_g), got {num_agents!r}")
-        if critic_input_size is not None and (
-            isinstance(critic_input_size, bool) or not isinstance(critic_input_size, int) or critic_input_size < 1
-        ):
-            raise ValueError(
-                f"critic_input_size must be a positive int or None (no centralised critic), got {critic_input_size!r}"
-            )
+        _check_arguments(observation, action, num_agents, critic_input_size, recurrent)
         self.observation = observation
         self.action = action
         self.num_agents = num_agents
@@ -163,8 +187,6 @@ class ActorCritic(nn.Module):
             encoder_in = (cnn.out_features if cnn is not None else observation.size) + id_size
             return cnn, StackedMLP(members, encoder_in, hidden_sizes, activation, generator=generator)
 
-        if recurrent is not None and recurrent not in RECURRENT_KINDS:
-            raise ValueError(f"recurrent must be one of {list(RECURRENT_KINDS)} or None, got {recurrent!r}")
         self.recurrent = recurrent
 
         def core(in_features: int) -> StackedRecurrentCell | None:
@@ -197,18 +219,9 @@ class ActorCritic(nn.Module):
         else:
             critic_features = self.critic_encoder.out_features if self.critic_core is None else rnn_hidden_size
         self.value_head = StackedLinear(members, critic_features, 1, 1.0, generator=generator)
-        self.obs_normalizer: ObservationNormalizer | None = None
-        self.critic_obs_normalizer: ObservationNormalizer | None = None
-        if normalize_observations:
-            if observation.kind == "image":
-                raise ValueError(
-                    f"normalize_observations standardises flat observations, but this group observes images "
-                    f"{observation.shape}; turn it off (images are scaled to [0, 1] by the network), or flatten "
-                    "them first"
-                )
-            self.obs_normalizer = ObservationNormalizer(observation.size, members)
-            if critic_input_size is not None:
-                self.critic_obs_normalizer = ObservationNormalizer(critic_input_size, members)
+        self.obs_normalizer, self.critic_obs_normalizer = _observation_normalizers(
+            normalize_observations, observation, members, critic_input_size
+        )
         self.register_buffer("agent_ids", torch.eye(num_agents), persistent=False)
         self._obs_shape = (num_agents, *observation.shape)
 

@@ -105,23 +105,124 @@ class JointPolicy:
         parts.append(alive.float())
         return torch.cat(parts, dim=1)
 
+    # ------------------------------------------------------------------ recurrent states
+    @property
+    def recurrent(self) -> bool:
+        """Whether some network has a recurrent core (then every forward takes the agents' states)."""
+        return any(getattr(network, "core", None) is not None for network in self.networks)
+
+    def state_sizes(self) -> tuple[int, ...]:
+        """Per group, S_g, the size of one agent's recurrent state (0 for feed-forward groups).
+
+        Raises:
+            ValueError: if the networks of one group have different state sizes.
+        """
+        sizes: list[set[int]] = [set() for _ in self.spec.groups]
+        for network, slot in zip(self.networks, self.slots):
+            sizes[slot.group].add(int(getattr(network, "state_size", 0)))
+        for g, found in enumerate(sizes):
+            if len(found) > 1:
+                raise ValueError(
+                    f"the networks of agents {list(self.spec.groups[g].agents)} have recurrent states of sizes "
+                    f"{sorted(found)}; one group's networks need one state size"
+                )
+        return tuple(found.pop() for found in sizes)
+
+    def initial_states(self, batch: int) -> tuple[torch.Tensor, ...]:
+        """Per group, the zero states ``[batch, n_g, S_g]`` of an episode's start."""
+        return tuple(
+            torch.zeros(batch, group.size, size, device=self.device)
+            for group, size in zip(self.spec.groups, self.state_sizes())
+        )
+
+    def network_state(self, k: int, states: Sequence[torch.Tensor] | None) -> torch.Tensor | None:
+        """Network ``k``'s states ``[B, n_k, S]`` from the per-group states (``None`` for a feed-forward one)."""
+        if states is None or getattr(self.networks[k], "core", None) is None:
+            return None
+        return self.network_obs(k, states)
+
+    def group_states(self, outputs: Sequence[PolicyOutput]) -> tuple[torch.Tensor, ...] | None:
+        """Per group, the states after a step ``[B, n_g, S_g]`` from :meth:`forward` outputs (``None`` for a
+        feed-forward policy)."""
+        if not self.recurrent:
+            return None
+        parts: list[list[torch.Tensor]] = [[] for _ in self.spec.groups]
+        for out, slot in zip(outputs, self.slots):
+            state = out.state if out.state is not None else out.values.new_zeros((*out.values.shape, 0))
+            parts[slot.group].append(state)
+        return tuple(torch.cat(p, dim=1) if len(p) > 1 else p[0] for p in parts)
+
     # ------------------------------------------------------------------ evaluation
-    def forward(self, group_obs: Sequence[torch.Tensor], alive: torch.Tensor) -> list[PolicyOutput]:
+    def forward(
+        self,
+        group_obs: Sequence[torch.Tensor],
+        alive: torch.Tensor,
+        states: Sequence[torch.Tensor] | None = None,
+    ) -> list[PolicyOutput]:
         """Every network on its agents' rows: one :class:`~marljoint.policies.PolicyOutput` per network.
 
         Args:
             group_obs: per group, ``[B, n_g, *obs_shape]``.
             alive: ``[B, N]`` bool (read by a centralised critic).
+            states: per group, ``[B, n_g, S_g]`` recurrent states (required by a recurrent policy).
         """
         critic_state = self.critic_state(group_obs, alive)
         outputs = []
         for k, network in enumerate(self.networks):
             obs = self.network_obs(k, group_obs)
             critic_obs = None if critic_state is None else critic_state.unsqueeze(1).expand(-1, obs.shape[1], -1)
-            outputs.append(network(obs, critic_obs))
+            state = self.network_state(k, states)
+            outputs.append(network(obs, critic_obs) if state is None else network(obs, critic_obs, state))
         return outputs
 
-    def forward_rows(self, group_obs: Sequence[torch.Tensor], alive: torch.Tensor) -> list[PolicyOutput]:
+    def forward_sequence(
+        self,
+        group_obs: Sequence[torch.Tensor],
+        alive: torch.Tensor,
+        states: Sequence[torch.Tensor],
+        starts: torch.Tensor,
+        advance: torch.Tensor,
+    ) -> list[PolicyOutput]:
+        """Replays sequence chunks of a recurrent policy (truncated BPTT); outputs flattened to ``L × B`` rows.
+
+        Args:
+            group_obs: per group, ``[L, B, n_g, *obs_shape]``.
+            alive: ``[L, B, N]`` bool.
+            states: per group, ``[B, n_g, S_g]``, the states before each chunk's first step.
+            starts: ``[L, B, N]`` bool, the agent's state is reset before that step.
+            advance: ``[L, B, N]`` bool, the agent's state advances through that step.
+
+        Returns:
+            One :class:`~marljoint.policies.PolicyOutput` per network with fields over ``L × B`` rows in
+            ``(step, chunk)`` order (as ``[L, B]`` flattened), and the states after the chunks ``[B, n_k, S]``.
+        """
+        length, batch = alive.shape[:2]
+        rows = length * batch
+        flat_obs = [o.reshape(rows, *o.shape[2:]) for o in group_obs]
+        critic_state = self.critic_state(flat_obs, alive.reshape(rows, -1))
+        outputs = []
+        for k, network in enumerate(self.networks):
+            agents = list(self.slots[k].agents)
+            obs = self.network_obs(k, flat_obs)
+            critic_obs = None
+            if critic_state is not None:
+                critic_obs = critic_state.view(length, batch, 1, -1).expand(-1, -1, obs.shape[1], -1)
+            out = network.forward_sequence(
+                obs.reshape(length, batch, *obs.shape[1:]),
+                self.network_state(k, states),
+                starts[:, :, agents],
+                advance[:, :, agents],
+                critic_obs,
+            )
+            outputs.append(PolicyOutput(*(x.reshape(rows, *x.shape[2:]) for x in out[:3]), state=out.state))
+        return outputs
+
+    def forward_rows(
+        self,
+        group_obs: Sequence[torch.Tensor],
+        alive: torch.Tensor,
+        states: Sequence[torch.Tensor] | None = None,
+    ) -> list[PolicyOutput]:
         """:meth:`forward` of rollout rows; with :attr:`row_pad` ``(a, total)`` the rows are evaluated as rows
         ``a..`` of a ``total``-row batch (the others zero).
 
@@ -130,7 +231,7 @@ class JointPolicy:
         process evaluates all the rows.
         """
         if self.row_pad is None:
-            return self.forward(group_obs, alive)
+            return self.forward(group_obs, alive, states)
         start, total = self.row_pad
         rows = alive.shape[0]
 
@@ -139,7 +240,8 @@ class JointPolicy:
             out[start : start + rows] = x
             return out
 
-        outputs = self.forward([padded(o) for o in group_obs], padded(alive))
+        padded_states = None if states is None else [padded(s) for s in states]
+        outputs = self.forward([padded(o) for o in group_obs], padded(alive), padded_states)
         return [type(o)(*(None if f is None else f[start : start + rows] for f in o)) for o in outputs]
 
     def agent_columns(self, per_network: Iterable[torch.Tensor]) -> torch.Tensor:

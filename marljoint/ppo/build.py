@@ -26,6 +26,7 @@ def default_units(spec: JointSpec, config: JointTrainerConfig, **policy_kwargs: 
     """
     check_agent_count(config, spec.num_agents)
     check_device_available(config.device)
+    check_recurrent_support(config, spec)
     if config.torch_threads is not None:
         # Before building: initial weights (orthogonal init) must not depend on the thread count in effect.
         torch.set_num_threads(config.torch_threads)
@@ -42,6 +43,8 @@ def default_units(spec: JointSpec, config: JointTrainerConfig, **policy_kwargs: 
             critic_input_size=critic_size,
             share_trunk=config.share_trunk,
             normalize_observations=bool(config.normalize_observations) and group.observation.kind == "flat",
+            recurrent=config.recurrent,
+            rnn_hidden_size=config.rnn_hidden_size,
             **policy_kwargs,
         ).to(config.device)
         members = 1 if config.share_parameters else group.size
@@ -137,6 +140,26 @@ def check_device_available(device: str) -> None:
             raise ValueError(f"device={device!r}, but this machine has {count} CUDA GPU(s): cuda:0..cuda:{count - 1}")
     if where.type == "mps" and not torch.backends.mps.is_available():
         raise ValueError(f"device={device!r}, but MPS is not available here; use device='cpu'")
+
+
+def check_recurrent_support(config: JointTrainerConfig, spec: JointSpec) -> None:
+    """Refuses the combinations recurrent policies do not train in yet, naming the setting and the fix.
+
+    Raises:
+        ValueError: for a recurrent policy on a turn-based (AEC) env, or collected in worker processes.
+    """
+    if config.recurrent is None:
+        return
+    if spec.turn_based:
+        raise ValueError(
+            f"recurrent={config.recurrent!r} does not train on turn-based (AEC) envs yet; use recurrent=None for "
+            f"this env (agents {list(spec.agents)} take turns)"
+        )
+    if config.collection.backend != "local":
+        raise ValueError(
+            f"recurrent={config.recurrent!r} collects in this process only for now; use collection = "
+            f'{{backend = "local"}} (not {config.collection.backend!r}), or recurrent=None'
+        )
 
 
 def check_agent_count(config: JointTrainerConfig, n: int) -> None:

@@ -103,6 +103,16 @@ class JointTrainerConfig:
     cores to env workers)."""
     hidden_sizes: tuple[int, ...] = (64, 64)
     """Hidden layer widths of the default MLP encoders."""
+    recurrent: str | None = None
+    """``"gru"`` or ``"lstm"``: every network gets a recurrent core after its MLP (the critic one of its own), and
+    each agent keeps a hidden state per env copy, carried across rollouts and replayed by truncated BPTT over
+    chunks of :attr:`bptt_length` steps. ``None``: feed-forward networks."""
+    rnn_hidden_size: int = 64
+    """Hidden size of the recurrent cores (with :attr:`recurrent`)."""
+    bptt_length: int | None = None
+    """Steps per sequence chunk of truncated BPTT (with :attr:`recurrent`), from 1 to ``rollout_steps``; a
+    minibatch holds whole chunks, ``max(1, minibatch_size // bptt_length)`` of them. ``None``: the whole rollout
+    (``rollout_steps``)."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "hidden_sizes", _widths(self.hidden_sizes))
@@ -153,6 +163,29 @@ class JointTrainerConfig:
             _positive_int("torch_threads", self.torch_threads)
         if not _is_int(self.seed) or not 0 <= self.seed < 2**63:
             raise ValueError(f"seed must be an integer in [0, 2**63 - 1], got {self.seed!r}")
+        self._check_recurrent()
+
+    def _check_recurrent(self) -> None:
+        from marljoint.policies.recurrent import RECURRENT_KINDS
+
+        if self.recurrent is not None and self.recurrent not in RECURRENT_KINDS:
+            raise ValueError(
+                f"recurrent must be one of {list(RECURRENT_KINDS)} (the recurrent cell) or None (feed-forward), "
+                f"got {self.recurrent!r}"
+            )
+        _positive_int("rnn_hidden_size", self.rnn_hidden_size)
+        if self.bptt_length is not None and (
+            not _is_int(self.bptt_length) or not 1 <= self.bptt_length <= self.rollout_steps
+        ):
+            raise ValueError(
+                f"bptt_length must be an integer from 1 to rollout_steps ({self.rollout_steps}), or None (the whole "
+                f"rollout), got {self.bptt_length!r}; a chunk cannot be longer than the rollout it is cut from"
+            )
+
+    @property
+    def chunk_length(self) -> int:
+        """Steps per BPTT chunk: :attr:`bptt_length`, or the whole rollout."""
+        return self.rollout_steps if self.bptt_length is None else self.bptt_length
 
     @property
     def batch_rows(self) -> int:
@@ -161,7 +194,10 @@ class JointTrainerConfig:
 
     @property
     def minibatches_per_epoch(self) -> int:
-        """Minibatch steps per epoch after the single-minibatch mode and the cap are applied."""
+        """Minibatch steps per epoch after the single-minibatch mode and the cap are applied, for a rollout of
+        :attr:`batch_rows` rows. A turn-based rollout with moves carried in has up to ``N × num_envs`` rows more:
+        when they make one more minibatch, it is left out of that epoch (each epoch shuffles anew). A recurrent
+        rollout is cut into minibatches of whole chunks instead."""
         full = math.ceil(self.batch_rows / self.minibatch_size)
         count = full if self.iterate_all_minibatches else 1
         if self.max_minibatches_per_epoch is not None:

@@ -9,6 +9,7 @@ a minibatch, and the step.
 from __future__ import annotations
 
 import inspect
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -24,6 +25,7 @@ from marljoint.policies.normalizer import RunningNormalizer
 from marljoint.ppo.config import JointTrainerConfig
 from marljoint.ppo.gae import compute_gae
 from marljoint.ppo.losses import explained_variance, masked_mean, normalize_advantages, policy_loss, value_loss
+from marljoint.ppo.sequences import SequenceChunks, chunk_rows, pad_row
 
 __all__ = ["JointStats", "Learner"]
 
@@ -77,6 +79,7 @@ class _Batch(NamedTuple):
     advantages: torch.Tensor
     returns: torch.Tensor
     explained_var: torch.Tensor
+    sequences: SequenceChunks | None = None
 
 
 class _MinibatchLoss(NamedTuple):
@@ -328,14 +331,27 @@ class Learner:
     ) -> None:
         """The PPO epochs over ``batch``, stopping early when ``target_kl`` is exceeded."""
         cfg = self.config
+        seq = batch.sequences
+        # Feed-forward: minibatches of rows. Recurrent: of whole chunks, as many rows as minibatch_size allows.
+        if seq is None:
+            # As many minibatches as the config's rows make (a turn-based rollout's carried rows can make one more,
+            # left out: the count runs and checkpoints have always used).
+            units, size, count = batch.rows, cfg.minibatch_size, cfg.minibatches_per_epoch
+        else:
+            units, size = seq.count, self._chunks_per_minibatch()
+            count = _minibatch_count(units, size, cfg)
         for _ in range(cfg.n_epochs):
-            order = torch.randperm(batch.rows, generator=self._generator).to(self.device)
-            for idx in order.split(cfg.minibatch_size)[: cfg.minibatches_per_epoch]:
-                loss = self._minibatch_loss(batch, idx, call_aux)
+            order = torch.randperm(units, generator=self._generator).to(self.device)
+            for picked in order.split(size)[:count]:
+                loss = self._minibatch_loss(batch, picked, call_aux)
                 if cfg.target_kl is not None and _too_far(loss.pg.approx_kl[active_on_device], cfg.target_kl):
                     # The policy already moved too far on these rows: stop before stepping on them.
                     return
                 totals.add(loss, self._step(loss.joint, active_mask))
+
+    def _chunks_per_minibatch(self) -> int:
+        """Whole chunks per minibatch: ``max(1, minibatch_size // bptt_length)``."""
+        return max(1, self.config.minibatch_size // self.config.chunk_length)
 
     def _flatten(self, rollout: JointRollout, active_mask: torch.Tensor) -> _Batch:
         """The update's rows: GAE on the extended rollout, the normaliser's statistics merged, ``(t, e)`` flattened."""
@@ -353,7 +369,7 @@ class Learner:
         if self.value_normalizer is not None:
             b_values = self.value_normalizer.normalize(b_values)
             b_returns = self.value_normalizer.normalize(b_returns)
-        return _Batch(
+        batch = _Batch(
             rows=rows,
             obs=[o.reshape(rows, *o.shape[2:]) for o in rollout.obs],
             actions=[a.reshape(rows, *a.shape[2:]) for a in rollout.actions],
@@ -366,16 +382,64 @@ class Learner:
             returns=b_returns,
             explained_var=ev,
         )
+        return batch if rollout.states is None else self._with_sequences(batch, rollout)
+
+    def _with_sequences(self, batch: _Batch, rollout: JointRollout) -> _Batch:
+        """A recurrent rollout's rows with the padding row appended and their sequence chunks."""
+        if rollout.carried is not None:
+            raise ValueError("recurrent policies cannot replay moves carried in from a turn-based rollout")
+        assert rollout.states is not None and rollout.starts is not None
+        rows, n = batch.rows, self.spec.num_agents
+        seq = SequenceChunks(
+            rows=chunk_rows(rollout.steps, rollout.num_envs, self.config.chunk_length, self.device),
+            length=self.config.chunk_length,
+            states=[pad_row(s.reshape(rows, *s.shape[2:])) for s in rollout.states],
+            starts=pad_row(rollout.starts.reshape(rows, n), True),
+            advance=pad_row((rollout.alive & rollout.acting).reshape(rows, n), False),
+        )
+        return _Batch(
+            rows=rows,
+            obs=[pad_row(o) for o in batch.obs],
+            actions=[pad_row(a) for a in batch.actions],
+            masks=[None if m is None else pad_row(m, True) for m in batch.masks],
+            alive=pad_row(batch.alive, False),
+            valid=pad_row(batch.valid, False),
+            log_probs=pad_row(batch.log_probs),
+            values=pad_row(batch.values),
+            advantages=pad_row(batch.advantages),
+            returns=pad_row(batch.returns),
+            explained_var=batch.explained_var,
+            sequences=seq,
+        )
 
     def _minibatch_loss(
-        self, batch: _Batch, idx: torch.Tensor, call_aux: Callable[..., AuxOutput] | None
+        self, batch: _Batch, picked: torch.Tensor, call_aux: Callable[..., AuxOutput] | None
     ) -> _MinibatchLoss:
-        """The joint loss on rows ``idx``: every agent's PPO loss plus the aux loss on the same rows."""
+        """The joint loss on the ``picked`` rows (feed-forward) or chunks (recurrent): every agent's PPO loss plus
+        the aux loss on the same rows."""
         cfg = self.config
         policy = self.joint_policy
+        seq = batch.sequences
+        # A chunk's rows in step order, the chunks side by side: [L, b] flattened (the sequence replay's order).
+        idx = picked if seq is None else seq.rows[picked].T.reshape(-1)
         mb_valid = batch.valid[idx]
         mb_alive = batch.alive[idx]
-        outputs = policy.forward([o[idx] for o in batch.obs], mb_alive)
+        if seq is None:
+            outputs = policy.forward([o[idx] for o in batch.obs], mb_alive)
+        else:
+            length, chunks = seq.length, picked.shape[0]
+
+            def steps(x: torch.Tensor) -> torch.Tensor:
+                return x[idx].reshape(length, chunks, *x.shape[1:])
+
+            first = seq.rows[picked, 0]
+            outputs = policy.forward_sequence(
+                [steps(o) for o in batch.obs],
+                steps(batch.alive),
+                [s[first] for s in seq.states],
+                steps(seq.starts),
+                steps(seq.advance),
+            )
         log_prob, entropy, features = policy.evaluate(
             outputs, [a[idx] for a in batch.actions], [None if m is None else m[idx] for m in batch.masks]
         )
@@ -436,6 +500,15 @@ class Learner:
                 for group in optimizer.param_groups:
                     group.setdefault("initial_lr", group["lr"])
                     group["lr"] = group["initial_lr"] * self.lr_scale
+
+
+def _minibatch_count(units: int, size: int, config: JointTrainerConfig) -> int:
+    """Minibatch steps per epoch over ``units`` rows or chunks taken ``size`` at a time (the single-minibatch mode
+    and the cap applied)."""
+    count = math.ceil(units / size) if config.iterate_all_minibatches else 1
+    if config.max_minibatches_per_epoch is not None:
+        count = min(count, max(1, config.max_minibatches_per_epoch))
+    return count
 
 
 def _too_far(approx_kl: torch.Tensor, target_kl: float) -> bool:

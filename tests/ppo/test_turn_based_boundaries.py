@@ -213,3 +213,4 @@ def test_a_move_cut_off_while_its_agent_waits_is_not_bootstrapped_from_an_untrai
     # agent_0 moves in its final state: its last moves are bootstrapped from V(final obs) and trained.
     assert not deferred[..., 0].any()
     trainer.update(rollout)
+

@@ -1,0 +1,115 @@
+"""Recurrent policies in the trainer: hidden states in the rollout, truncated BPTT over chunks, learning a task that
+needs memory, determinism and an exact resume, and the combinations refused for now."""
+
+import functools
+
+import pytest
+import torch
+
+from marljoint import CollectionConfig, JointMultiAgentTrainer, JointTrainerConfig, PettingZooJointEnv
+from marljoint_envs import kuhn_poker_v0, memory_v0, variable_agents_v0
+
+MEMORY = functools.partial(memory_v0.parallel_env, num_agents=2, num_cues=4, delay=3)
+
+
+def make(env_fn=MEMORY, **cfg):
+    settings = {
+        "num_envs": 16,
+        "rollout_steps": 32,
+        "minibatch_size": 256,
+        "n_epochs": 4,
+        "learning_rate": 3e-3,
+        "rnn_hidden_size": 32,
+        "bptt_length": 8,
+        "hidden_sizes": (32,),
+        "seed": 0,
+        **cfg,
+    }
+    config = JointTrainerConfig(**settings)
+    return JointMultiAgentTrainer.from_env(PettingZooJointEnv(env_fn, num_envs=config.num_envs, seed=0), config)
+
+
+def _mean_return(trainer, iterations):
+    returns = []
+    for _ in range(iterations):
+        rollout = trainer.collect_rollout()
+        trainer.update(rollout)
+        returns.extend(rollout.episode_returns.mean(1).tolist())
+    return sum(returns[-100:]) / len(returns[-100:])
+
+
+@pytest.mark.parametrize("kind", ["gru", "lstm"])
+def test_a_recurrent_policy_solves_the_memory_env_where_the_mlp_stays_at_chance(kind):
+    assert _mean_return(make(recurrent=kind), 50) >= 0.95 * memory_v0.optimal_return()
+    assert _mean_return(make(recurrent=None), 50) <= memory_v0.chance_return(num_cues=4) + 0.15
+
+
+def test_the_rollout_stores_the_state_each_agent_acted_from_and_its_resets():
+    trainer = make(recurrent="gru", rollout_steps=10)
+    rollout = trainer.collect_rollout()
+    starts = rollout.starts
+    # memory_v0 episodes last delay + 1 = 4 steps: a new episode, and a reset, every 4th step.
+    assert starts[:, :, 0].tolist() == [[t % 4 == 0] * 16 for t in range(10)]
+    (states,) = rollout.states
+    assert states.shape == (10, 16, 2, trainer.policies[0].state_size)
+    assert not states[starts[:, :, 0]].any() and states[~starts[:, :, 0]].abs().sum() > 0
+    # The stored state is what the network acted from: recomputing step 1 from it gives the stored values.
+    policy = trainer.joint_policy
+    outputs = policy.forward([rollout.obs[0][1]], rollout.alive[1], [states[1]])
+    torch.testing.assert_close(policy.values(outputs), rollout.values[1], rtol=1e-5, atol=1e-5)
+    # ... and the next step's state is the network's output from it.
+    torch.testing.assert_close(policy.group_states(outputs)[0], states[2], rtol=1e-6, atol=1e-6)
+
+
+def test_absent_agents_keep_their_state_and_a_returning_agent_starts_afresh():
+    trainer = make(variable_agents_v0.parallel_env, recurrent="lstm", rollout_steps=24, num_envs=4)
+    rollout = trainer.collect_rollout()
+    (states,) = [s for s in rollout.states if s.shape[2] > 0][:1]
+    group = trainer.spec.groups[0]
+    alive = rollout.alive[:, :, list(group.agent_indices)]
+    starts = rollout.starts[:, :, list(group.agent_indices)]
+    appearances = absences = 0
+    for t in range(1, 24):
+        appeared = alive[t] & ~alive[t - 1]
+        assert bool((starts[t] | ~appeared).all())  # who appears starts afresh
+        kept = ~alive[t - 1] & ~starts[t]
+        assert torch.equal(states[t][kept], states[t - 1][kept])  # who is absent keeps its state
+        appearances += int(appeared.sum())
+        absences += int(kept.sum())
+    assert appearances > 0 and absences > 0  # the env has agents that leave and join
+
+
+def test_same_seed_same_bits_and_an_exact_resume():
+    def run(iterations, resume_at=None):
+        trainer = make(recurrent="gru", seed=4)
+        for k in range(iterations):
+            if k == resume_at:
+                saved = (trainer.state_dict(), trainer.env_state())
+                trainer = make(recurrent="gru", seed=9)
+                trainer.load_state_dict(saved[0])
+                trainer.load_env_state(saved[1])
+            trainer.update(trainer.collect_rollout())
+        return [p.detach().clone() for p in trainer.policies[0].parameters()]
+
+    straight = run(3)
+    assert all(torch.equal(a, b) for a, b in zip(straight, run(3)))
+    assert all(torch.equal(a, b) for a, b in zip(straight, run(3, resume_at=2)))
+
+
+def test_a_chunk_length_that_does_not_divide_the_rollout_pads_its_last_chunk():
+    trainer = make(recurrent="gru", rollout_steps=10, bptt_length=4, minibatch_size=8)
+    stats = trainer.update(trainer.collect_rollout())
+    # 16 copies x 3 chunks (4 + 4 + 2 steps) = 48 chunks, 2 per minibatch: 24 minibatches per epoch.
+    assert stats.num_mb_steps == 4 * 24
+    assert all(torch.isfinite(torch.tensor(stats.policy_loss)))
+
+
+def test_unsupported_combinations_and_bad_settings_are_refused():
+    with pytest.raises(ValueError, match="does not train on turn-based"):
+        make(kuhn_poker_v0.env, recurrent="gru")
+    with pytest.raises(ValueError, match='collects in this process only for now; use collection = {backend = "local"}'):
+        make(recurrent="lstm", collection=CollectionConfig("subprocess", workers=2))
+    with pytest.raises(ValueError, match="bptt_length must be an integer from 1 to rollout_steps"):
+        JointTrainerConfig(recurrent="gru", rollout_steps=16, bptt_length=17)
+    with pytest.raises(ValueError, match=r"recurrent must be one of \['gru', 'lstm'\]"):
+        JointTrainerConfig(recurrent="transformer")

@@ -110,6 +110,12 @@ def _add_train(subparsers: Any) -> None:
     )
     p.add_argument("--device", metavar="DEV", help="torch device of the networks: cpu (default), cuda, cuda:1, mps")
     p.add_argument(
+        "--recurrent",
+        choices=["gru", "lstm"],
+        help="give every network a recurrent core (hidden states per agent and env copy, truncated BPTT); "
+        "--set rnn_hidden_size=... and --set bptt_length=... tune it",
+    )
+    p.add_argument(
         "--set",
         metavar="KEY=VALUE",
         action="append",
@@ -231,6 +237,7 @@ def _train(args: argparse.Namespace) -> int:
         "learning_rate": args.learning_rate,
         "rollout_steps": args.rollout_steps,
         "device": args.device,
+        "recurrent": args.recurrent,
     }
     options = {**dict(args.set), **{k: v for k, v in options.items() if v is not None}}
     if args.env_workers is not None:

@@ -8,7 +8,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
-from marljoint.env.base import JointObs
+from marljoint.env.base import JointObs, JointStep
 from marljoint.env.spaces import JointSpec
 from marljoint.policies.actor_critic import ActorCritic, PolicyOutput
 from marljoint.policies.normalizer import RunningNormalizer
@@ -72,6 +72,8 @@ class JointPolicy:
         self.device = torch.device(device)
         # (first row, total rows) when this policy evaluates one slice of a larger batch (a rollout worker).
         self.row_pad: tuple[int, int] | None = None
+        # What act() remembers between calls for a recurrent policy: the states and alive flags after its last call.
+        self._acting: tuple[tuple[torch.Tensor, ...], np.ndarray] | None = None
         # Columns of the concatenated network outputs, mapped back to possible_agents order.
         self._to_agent_order = torch.as_tensor(np.argsort(order), dtype=torch.long, device=self.device)
         self._in_agent_order = bool(np.array_equal(order, np.arange(len(order))))
@@ -337,23 +339,55 @@ class JointPolicy:
     ) -> list[np.ndarray]:
         """Actions for a :class:`~marljoint.env.JointObs`, respecting masks.
 
+        A recurrent policy remembers between calls: a :class:`~marljoint.env.JointObs` (what ``env.reset()``
+        returns) starts every agent afresh, and the :class:`~marljoint.env.JointStep` that ``env.step()`` returned
+        continues each agent's state, reset where its copy's episode restarted or the agent appeared, and kept while
+        it is absent or waits for its turn.
+
         Returns:
             Per group, ``[E, n_g, *action_shape]`` actions ready for ``env.step`` (Box actions clipped).
         """
         group_obs = [torch.as_tensor(o, device=self.device) for o in obs.obs]
         masks = [None if m is None else torch.as_tensor(m, device=self.device) for m in obs.action_masks]
         alive = torch.as_tensor(obs.alive, device=self.device)
+        states = self._acting_states(obs)
         with torch.no_grad():
-            actions, _ = self.sample(self.forward(group_obs, alive), masks, deterministic, generator)
+            outputs = self.forward(group_obs, alive, states)
+            actions, _ = self.sample(outputs, masks, deterministic, generator)
+        if states is not None:
+            advance = alive & torch.as_tensor(obs.acting, device=self.device)
+            stepped = self.group_states(outputs)
+            assert stepped is not None
+            kept = tuple(
+                torch.where(advance[:, list(g.agent_indices)].unsqueeze(-1), new, old)
+                for g, new, old in zip(self.spec.groups, stepped, states)
+            )
+            self._acting = (kept, np.array(obs.alive, dtype=bool))
         return self.env_actions(actions)
 
     def predict_values(self, obs: JointObs) -> torch.Tensor:
         """``[E, N]`` value estimates (return units) for a :class:`~marljoint.env.JointObs`; entries of absent
-        agents are meaningless."""
+        agents are meaningless. A recurrent policy reads the states :meth:`act` would act from (without
+        advancing them)."""
         group_obs = [torch.as_tensor(o, device=self.device) for o in obs.obs]
         alive = torch.as_tensor(obs.alive, device=self.device)
         with torch.no_grad():
-            return self.values(self.forward(group_obs, alive))
+            return self.values(self.forward(group_obs, alive, self._acting_states(obs)))
+
+    def _acting_states(self, obs: JointObs) -> tuple[torch.Tensor, ...] | None:
+        """The states :meth:`act` acts from on ``obs`` (``None`` for a feed-forward policy)."""
+        if not self.recurrent:
+            return None
+        copies = len(obs.alive)
+        remembered = self._acting
+        if not isinstance(obs, JointStep) or remembered is None or len(remembered[1]) != copies:
+            return self.initial_states(copies)
+        hidden, alive_before = remembered
+        fresh = torch.as_tensor(obs.alive & (obs.reset_envs[:, None] | ~alive_before), device=self.device)
+        return tuple(
+            torch.where(fresh[:, list(g.agent_indices)].unsqueeze(-1), torch.zeros_like(h), h)
+            for g, h in zip(self.spec.groups, hidden)
+        )
 
     def env_actions(self, actions: Sequence[torch.Tensor]) -> list[np.ndarray]:
         """Per-group action tensors as the env takes them: numpy, Box actions clipped to their bounds."""

@@ -113,3 +113,17 @@ def test_unsupported_combinations_and_bad_settings_are_refused():
         JointTrainerConfig(recurrent="gru", rollout_steps=16, bptt_length=17)
     with pytest.raises(ValueError, match=r"recurrent must be one of \['gru', 'lstm'\]"):
         JointTrainerConfig(recurrent="transformer")
+
+
+def test_acting_carries_each_agents_state_through_an_episode():
+    from marljoint.episodes import play_episodes
+
+    trainer = make(recurrent="gru")
+    _mean_return(trainer, 40)
+    env = PettingZooJointEnv(MEMORY, num_envs=3, seed=1)
+    returns, lengths = play_episodes(trainer, env, episodes=30, seed=5)
+    assert (lengths == 4).all() and returns.mean() >= 0.95  # greedy, from a state carried over 3 steps
+    # A new reset forgets: the state act() starts from is zero, whatever came before.
+    state = env.reset(seed=2)
+    assert all(not s.any() for s in trainer.joint_policy._acting_states(state))
+    env.close()

@@ -1,4 +1,5 @@
 """Recurrent agents: a GRU policy remembers a cue that a feed-forward policy cannot see any more."""
+
 import functools
 import os
 
@@ -26,6 +27,8 @@ for recurrent in (None, "gru"):
     trainer.train(total_steps)
     # act() carries each agent's state from step to step, and starts afresh when an episode restarts.
     returns, _ = play_episodes(trainer, PettingZooJointEnv(env_fn, num_envs=4), episodes=100)
-    print(f"{recurrent or 'feed-forward'}: mean return {returns.mean():.2f} "
-          f"(optimal {memory_v0.optimal_return():.0f}, chance {memory_v0.chance_return(num_cues=4):.2f})")
+    print(
+        f"{recurrent or 'feed-forward'}: mean return {returns.mean():.2f} "
+        f"(optimal {memory_v0.optimal_return():.0f}, chance {memory_v0.chance_return(num_cues=4):.2f})"
+    )
     env.close()

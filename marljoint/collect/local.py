@@ -91,7 +91,7 @@ class LocalCollector:
         if generators is not None:
             self.copy_generators = generators_from_states(generators)
         memory = state.get("memory")
-        self._memory = None if memory is None else _Memory.from_state(self.env.spec, memory)
+        self._memory = None if memory is None else _Memory.from_state(memory)
 
     def close(self) -> None:
         """Nothing to release: the env belongs to the caller."""
@@ -167,7 +167,7 @@ class LocalCollector:
                     memory.after_step(ro.alive[t].cpu().numpy(), step)
                 state = step
             alive = torch.from_numpy(state.alive).to(device)
-            states = None if memory is None else memory.fresh_states()
+            states = None if memory is None else memory.fresh_states(policy)
             outputs = policy.forward_rows([torch.from_numpy(o).to(device) for o in state.obs], alive, states)
             ro.bootstrap_values.copy_(policy.values(outputs) * alive)
             ro.next_alive.copy_(alive)
@@ -192,7 +192,7 @@ class LocalCollector:
             )
         sizes = policy.state_sizes()
         if self._memory is None or self._memory.sizes != sizes:
-            self._memory = _Memory(self.env.spec, policy.initial_states(self.env.num_envs), start.alive)
+            self._memory = _Memory(policy.initial_states(self.env.num_envs), start.alive)
         self._memory.to(policy.device)
         shapes = [(ro.steps, *h.shape) for h in self._memory.hidden]
         if ro.states is None or [tuple(x.shape) for x in ro.states] != shapes:
@@ -224,11 +224,10 @@ class _Memory:
     """The agents' recurrent states between steps: per group ``[E, n_g, S_g]``, and which agents start afresh
     at the next step (``[E, N]`` bool: their episode began, or they appeared in their copy)."""
 
-    def __init__(self, spec: Any, hidden: tuple[torch.Tensor, ...], fresh: np.ndarray) -> None:
+    def __init__(self, hidden: tuple[torch.Tensor, ...], fresh: np.ndarray) -> None:
         self.hidden = tuple(hidden)
         self.fresh = np.array(fresh, dtype=bool)
         self.sizes = tuple(int(h.shape[-1]) for h in self.hidden)
-        self.columns = [list(g.agent_indices) for g in spec.groups]
 
     def to(self, device: torch.device) -> None:
         self.hidden = tuple(h.to(device) for h in self.hidden)
@@ -238,12 +237,9 @@ class _Memory:
         the states of the agents that decide at this step."""
         fresh = torch.from_numpy(self.fresh).to(ro.alive.device)
         ro.starts[t] = fresh
-        columns = self.columns
-        hidden = []
-        for g, h in enumerate(self.hidden):
-            h = torch.where(fresh[:, columns[g]].unsqueeze(-1), torch.zeros_like(h), h)
+        hidden = policy.reset_states(self.hidden, fresh)
+        for g, h in enumerate(hidden):
             ro.states[g][t] = h
-            hidden.append(h)
         masks = [m[t] if m is not None else None for m in ro.action_masks]
         outputs = policy.forward_rows([o[t] for o in ro.obs], ro.alive[t], hidden)
         actions, log_probs = policy.sample(outputs, masks, copy_noise=copy_noise)
@@ -251,13 +247,7 @@ class _Memory:
         ro.log_probs[t] = log_probs
         for g, action in enumerate(actions):
             ro.actions[g][t].copy_(action)
-        advance = ro.alive[t] & ro.acting[t]
-        stepped = policy.group_states(outputs)
-        assert stepped is not None
-        self.hidden = tuple(
-            torch.where(advance[:, columns[g]].unsqueeze(-1), new, old)
-            for g, (new, old) in enumerate(zip(stepped, hidden))
-        )
+        self.hidden = policy.advance_states(hidden, outputs, ro.alive[t] & ro.acting[t])
         return policy.env_actions(actions)
 
     def after_step(self, alive_before: np.ndarray, step: Any) -> None:
@@ -265,23 +255,18 @@ class _Memory:
         appeared (absent at this step, present at the next)."""
         self.fresh = step.alive & (step.reset_envs[:, None] | ~alive_before)
 
-    def fresh_states(self) -> tuple[torch.Tensor, ...]:
+    def fresh_states(self, policy: JointPolicy) -> tuple[torch.Tensor, ...]:
         """The states the agents act from at the next step (the fresh ones reset)."""
-        fresh = torch.from_numpy(self.fresh)
-        out = []
-        for g, h in enumerate(self.hidden):
-            cols = fresh[:, self.columns[g]].to(h.device)
-            out.append(torch.where(cols.unsqueeze(-1), torch.zeros_like(h), h))
-        return tuple(out)
+        return policy.reset_states(self.hidden, torch.from_numpy(self.fresh))
 
     def state(self) -> dict[str, Any]:
         """Numpy copies, for the collector's saved state."""
         return {"hidden": [h.detach().cpu().numpy().copy() for h in self.hidden], "fresh": self.fresh.copy()}
 
     @classmethod
-    def from_state(cls, spec: Any, state: Mapping[str, Any]) -> _Memory:
+    def from_state(cls, state: Mapping[str, Any]) -> _Memory:
         """Inverse of :meth:`state`."""
-        return cls(spec, tuple(torch.as_tensor(np.array(h)) for h in state["hidden"]), np.array(state["fresh"]))
+        return cls(tuple(torch.as_tensor(np.array(h)) for h in state["hidden"]), np.array(state["fresh"]))
 
 
 def _act_with_torch(policy: JointPolicy, ro: JointRollout, t: int, copy_noise: CopyNoise) -> list[np.ndarray]:

@@ -154,6 +154,27 @@ class JointPolicy:
             parts[slot.group].append(state)
         return tuple(torch.cat(p, dim=1) if len(p) > 1 else p[0] for p in parts)
 
+    def reset_states(self, states: Sequence[torch.Tensor], fresh: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """``states`` (per group ``[B, n_g, S_g]``) with the agents set in ``fresh`` (``[B, N]`` bool) zeroed."""
+        fresh = fresh.to(device=states[0].device, dtype=torch.bool)
+        return tuple(
+            torch.where(fresh[:, list(g.agent_indices)].unsqueeze(-1), torch.zeros_like(h), h)
+            for g, h in zip(self.spec.groups, states)
+        )
+
+    def advance_states(
+        self, states: Sequence[torch.Tensor], outputs: Sequence[PolicyOutput], advance: torch.Tensor
+    ) -> tuple[torch.Tensor, ...]:
+        """The states after a step: the :meth:`forward` outputs' states for the agents set in ``advance``
+        (``[B, N]`` bool: they decided at this step), ``states`` for the others (absent, or waiting)."""
+        stepped = self.group_states(outputs)
+        assert stepped is not None
+        advance = advance.to(device=states[0].device, dtype=torch.bool)
+        return tuple(
+            torch.where(advance[:, list(g.agent_indices)].unsqueeze(-1), new, old)
+            for g, new, old in zip(self.spec.groups, stepped, states)
+        )
+
     # ------------------------------------------------------------------ evaluation
     def forward(
         self,
@@ -356,13 +377,7 @@ class JointPolicy:
             actions, _ = self.sample(outputs, masks, deterministic, generator)
         if states is not None:
             advance = alive & torch.as_tensor(obs.acting, device=self.device)
-            stepped = self.group_states(outputs)
-            assert stepped is not None
-            kept = tuple(
-                torch.where(advance[:, list(g.agent_indices)].unsqueeze(-1), new, old)
-                for g, new, old in zip(self.spec.groups, stepped, states)
-            )
-            self._acting = (kept, np.array(obs.alive, dtype=bool))
+            self._acting = (self.advance_states(states, outputs, advance), np.array(obs.alive, dtype=bool))
         return self.env_actions(actions)
 
     def predict_values(self, obs: JointObs) -> torch.Tensor:
@@ -383,11 +398,7 @@ class JointPolicy:
         if not isinstance(obs, JointStep) or remembered is None or len(remembered[1]) != copies:
             return self.initial_states(copies)
         hidden, alive_before = remembered
-        fresh = torch.as_tensor(obs.alive & (obs.reset_envs[:, None] | ~alive_before), device=self.device)
-        return tuple(
-            torch.where(fresh[:, list(g.agent_indices)].unsqueeze(-1), torch.zeros_like(h), h)
-            for g, h in zip(self.spec.groups, hidden)
-        )
+        return self.reset_states(hidden, torch.from_numpy(obs.alive & (obs.reset_envs[:, None] | ~alive_before)))
 
     def env_actions(self, actions: Sequence[torch.Tensor]) -> list[np.ndarray]:
         """Per-group action tensors as the env takes them: numpy, Box actions clipped to their bounds."""

@@ -12,7 +12,7 @@ from marljoint.collect.acting import HostActing
 from marljoint.collect.base import rollout_storage
 from marljoint.collect.noise import CopyNoise, copy_generators, generators_from_states
 from marljoint.collect.rollout import JointRollout
-from marljoint.collect.snapshots import read_state, restore_env
+from marljoint.collect.snapshots import read_memory, read_state, restore_env
 from marljoint.env.base import JointEnv, JointObs
 from marljoint.policies.joint import JointPolicy
 
@@ -90,7 +90,15 @@ class LocalCollector:
         self.current, generators = restore_env(self.env, read_state(state))
         if generators is not None:
             self.copy_generators = generators_from_states(generators)
-        memory = state.get("memory")
+        self.load_memory(read_memory(state))
+
+    def memory_state(self) -> dict[str, Any] | None:
+        """The recurrent agents' states between rollouts (``{"hidden": per group [E, n_g, S_g], "fresh": [E, N]}``
+        as numpy arrays), or ``None`` (a feed-forward policy, or before the first rollout)."""
+        return None if self._memory is None else self._memory.state()
+
+    def load_memory(self, memory: Mapping[str, Any] | None) -> None:
+        """Restores :meth:`memory_state` output; ``None`` starts every agent afresh at the next rollout."""
         self._memory = None if memory is None else _Memory.from_state(memory)
 
     def close(self) -> None:

@@ -19,7 +19,7 @@ from typing import Any
 from marljoint.collect.base import rollout_storage
 from marljoint.collect.rollout import JointRollout
 from marljoint.collect.slices import SliceWorker, assemble, blueprint
-from marljoint.collect.snapshots import read_state, resliced
+from marljoint.collect.snapshots import cut_memory, read_memory, read_state, resliced
 from marljoint.distributed.ray import connect_ray
 from marljoint.env.base import split_copies
 from marljoint.env.pettingzoo import PettingZooJointEnv
@@ -206,6 +206,10 @@ class RayCollector:
                 if PettingZooJointEnv.state_copies(env) != b - a:  # checked here, not later in an actor
                     raise ValueError(f"the saved state's slices do not hold the copies {a}..{b - 1} of this collector")
             snapshots = [{"env": env} if gens is None else {"env": env, "copy_generators": gens} for env, gens in parts]
+            memory = read_memory(state)
+            if memory is not None:  # the recurrent agents' states, cut at the actors' slices
+                for snapshot, (a, b) in zip(snapshots, self.slices):
+                    snapshot["memory"] = cut_memory(memory, a, b)
         self._kill()
         self.snapshots = snapshots
 

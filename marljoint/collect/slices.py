@@ -91,6 +91,9 @@ def rollout_piece(rollout: JointRollout) -> dict[str, Any]:
     piece["episode_returns"] = rollout.episode_returns
     piece["episode_lengths"] = rollout.episode_lengths
     piece["episode_steps"] = rollout.episode_steps
+    if rollout.states is not None and rollout.starts is not None:
+        piece["states"] = [x.numpy().copy() for x in rollout.states]
+        piece["starts"] = rollout.starts.numpy().copy()
     return piece
 
 
@@ -109,6 +112,7 @@ def assemble(rollout: JointRollout, pieces: Sequence[dict[str, Any]], slices: Se
                 rollout.actions[g][:, a:b].copy_(torch.from_numpy(piece["actions"][g]))
                 if rollout.action_masks[g] is not None:
                     rollout.action_masks[g][:, a:b].copy_(torch.from_numpy(piece["action_masks"][g]))
+    _assemble_states(rollout, pieces, slices)
     steps = np.concatenate([p["episode_steps"] for p in pieces])
     # Within one step, one process lists finished episodes in copy order, i.e. slice by slice: a stable sort by
     # step of the slice-ordered concatenation restores exactly that order.
@@ -116,3 +120,21 @@ def assemble(rollout: JointRollout, pieces: Sequence[dict[str, Any]], slices: Se
     rollout.episode_returns = np.concatenate([p["episode_returns"] for p in pieces])[order]
     rollout.episode_lengths = np.concatenate([p["episode_lengths"] for p in pieces])[order]
     rollout.episode_steps = steps[order]
+
+
+def _assemble_states(
+    rollout: JointRollout, pieces: Sequence[dict[str, Any]], slices: Sequence[tuple[int, int]]
+) -> None:
+    """A recurrent rollout's states and resets from its slices (storage allocated on the first one)."""
+    if "states" not in pieces[0]:
+        rollout.states = rollout.starts = None
+        return
+    shapes = [(x.shape[0], rollout.num_envs, *x.shape[2:]) for x in pieces[0]["states"]]
+    if rollout.states is None or [tuple(x.shape) for x in rollout.states] != shapes:
+        rollout.states = tuple(torch.zeros(shape, device=rollout.alive.device) for shape in shapes)
+        rollout.starts = torch.zeros_like(rollout.alive)
+    assert rollout.starts is not None
+    for piece, (a, b) in zip(pieces, slices):
+        for g, x in enumerate(piece["states"]):
+            rollout.states[g][:, a:b].copy_(torch.from_numpy(x))
+        rollout.starts[:, a:b].copy_(torch.from_numpy(piece["starts"]))

@@ -12,9 +12,20 @@ import pickle
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
+
 from marljoint.env.pettingzoo import PettingZooJointEnv
 
-__all__ = ["SlicedState", "joined_generators", "read_state", "resliced", "restore_env"]
+__all__ = [
+    "SlicedState",
+    "cut_memory",
+    "join_memories",
+    "joined_generators",
+    "read_memory",
+    "read_state",
+    "resliced",
+    "restore_env",
+]
 
 # One slice of the copies: its env snapshot and its copies' noise generator states (None: fresh noise).
 SlicedState = list[tuple[bytes, list[Any] | None]]
@@ -92,3 +103,29 @@ def joined_generators(parts: SlicedState) -> list[Any] | None:
     if any(gens is None for _, gens in parts):
         return None
     return [g for _, gens in parts for g in gens]
+
+
+def read_memory(state: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The recurrent agents' states in any collector's saved state, over all its copies in copy order (``None``
+    when it holds none: a feed-forward policy, or a state saved before recurrent policies)."""
+    if "workers" in state:  # Ray: one memory per actor
+        memories = [None if s is None else s.get("memory") for s in state["workers"]]
+        return None if any(m is None for m in memories) else join_memories(memories)
+    return state.get("memory")
+
+
+def join_memories(memories: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Slices' recurrent states side by side along the copy axis."""
+    groups = len(memories[0]["hidden"])
+    return {
+        "hidden": [np.concatenate([np.asarray(m["hidden"][g]) for m in memories]) for g in range(groups)],
+        "fresh": np.concatenate([np.asarray(m["fresh"]) for m in memories]),
+    }
+
+
+def cut_memory(memory: Mapping[str, Any], start: int, stop: int) -> dict[str, Any]:
+    """The recurrent states of copies ``start .. stop - 1``."""
+    return {
+        "hidden": [np.asarray(h)[start:stop].copy() for h in memory["hidden"]],
+        "fresh": np.asarray(memory["fresh"])[start:stop].copy(),
+    }

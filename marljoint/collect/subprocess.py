@@ -13,7 +13,7 @@ from marljoint.collect.local import LocalCollector
 from marljoint.collect.noise import generators_from_states
 from marljoint.collect.rollout import JointRollout
 from marljoint.collect.slices import SliceWorker, assemble, blueprint
-from marljoint.collect.snapshots import joined_generators, read_state, resliced
+from marljoint.collect.snapshots import cut_memory, join_memories, joined_generators, read_memory, read_state, resliced
 from marljoint.env.subprocess import EnvWorker, SubprocessJointEnv
 from marljoint.policies.joint import JointPolicy
 
@@ -96,7 +96,11 @@ class SubprocessCollector:
             return None
         if not self.in_workers:
             return self._here.state()
-        return {"env": self.env.snapshot(self.env.run_in_workers(_slice_state, self._key))}
+        state: dict[str, Any] = {"env": self.env.snapshot(self.env.run_in_workers(_slice_state, self._key))}
+        memories = self.env.run_in_workers(_slice_memory, self._key)
+        if all(m is not None for m in memories):
+            state["memory"] = join_memories(memories)
+        return state
 
     def load_state(self, state: Mapping[str, Any] | None) -> None:
         """Restores the :meth:`~marljoint.collect.Collector.state` of any collector over the same copies (this
@@ -116,6 +120,10 @@ class SubprocessCollector:
         generators = joined_generators(entries)
         if generators is not None:
             self._here.copy_generators = generators_from_states(generators)
+        memory = read_memory(state)
+        pieces = [None if memory is None else cut_memory(memory, a, b) for a, b in self.env.slices]
+        self.env.run_in_workers(_restore_memory, self._key, pieces)
+        self._here.load_memory(memory)
         self._started = True
 
     def close(self) -> None:
@@ -146,6 +154,7 @@ def _collect_slice(
         pending = worker.store.pop(f"generators:{key}", None)
         if pending is not None:  # noise generators restored before this slice existed
             slices[key].collector.copy_generators = generators_from_states(pending)
+        slices[key].collector.load_memory(worker.store.pop(f"memory:{key}", None))
     piece_maker = slices[key]
     piece_maker.collector.current = None if reset else worker.state
     piece = piece_maker.collect(weights, steps)
@@ -176,6 +185,24 @@ def _restore_slice(worker: EnvWorker, key: str, entries: list[tuple[bytes, list[
         piece_maker.collector.copy_generators = generators_from_states(generators)
 
 
+def _slice_memory(worker: EnvWorker, key: str) -> dict[str, Any] | None:
+    """In a worker: the recurrent states of its copies (``None`` for a feed-forward policy)."""
+    piece_maker = _slices(worker).get(key)
+    if piece_maker is None:
+        return worker.store.get(f"memory:{key}")
+    return piece_maker.collector.memory_state()
+
+
+def _restore_memory(worker: EnvWorker, key: str, pieces: list[dict[str, Any] | None]) -> None:
+    """In a worker: puts its copies' recurrent states back (kept for the slice if it does not exist yet)."""
+    piece_maker = _slices(worker).get(key)
+    if piece_maker is None:
+        worker.store[f"memory:{key}"] = pieces[worker.index]
+    else:
+        piece_maker.collector.load_memory(pieces[worker.index])
+
+
 def _drop_slice(worker: EnvWorker, key: str) -> None:
     _slices(worker).pop(key, None)
     worker.store.pop(f"generators:{key}", None)
+    worker.store.pop(f"memory:{key}", None)

@@ -146,7 +146,7 @@ def check_recurrent_support(config: JointTrainerConfig, spec: JointSpec) -> None
     """Refuses the combinations recurrent policies do not train in yet, naming the setting and the fix.
 
     Raises:
-        ValueError: for a recurrent policy on a turn-based (AEC) env, or collected in worker processes.
+        ValueError: for a recurrent policy on a turn-based (AEC) env.
     """
     if config.recurrent is None:
         return
@@ -154,11 +154,6 @@ def check_recurrent_support(config: JointTrainerConfig, spec: JointSpec) -> None
         raise ValueError(
             f"recurrent={config.recurrent!r} does not train on turn-based (AEC) envs yet; use recurrent=None for "
             f"this env (agents {list(spec.agents)} take turns)"
-        )
-    if config.collection.backend != "local":
-        raise ValueError(
-            f"recurrent={config.recurrent!r} collects in this process only for now; use collection = "
-            f'{{backend = "local"}} (not {config.collection.backend!r}), or recurrent=None'
         )
 
 

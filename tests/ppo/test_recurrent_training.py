@@ -104,11 +104,62 @@ def test_a_chunk_length_that_does_not_divide_the_rollout_pads_its_last_chunk():
     assert all(torch.isfinite(torch.tensor(stats.policy_loss)))
 
 
+def _backend_run(collection, iterations=3, resume=None, env_fn=variable_agents_v0.parallel_env):
+    """(rollout log-probs and states, parameters) after ``iterations`` with ``collection``; ``resume``: the
+    collection of a second trainer that takes over from a checkpoint after 2 iterations."""
+
+    def build(coll, seed):
+        config = JointTrainerConfig(
+            num_envs=4,
+            rollout_steps=12,
+            minibatch_size=24,
+            n_epochs=2,
+            recurrent="lstm",
+            rnn_hidden_size=8,
+            bptt_length=4,
+            hidden_sizes=(16,),
+            seed=seed,
+            collection=coll,
+        )
+        return JointMultiAgentTrainer.from_env(coll.make_env(env_fn, config.num_envs, seed), config)
+
+    trainer = build(collection, 2)
+    try:
+        for k in range(iterations):
+            if resume is not None and k == 2:
+                saved = (trainer.state_dict(), trainer.env_state())
+                trainer.close()
+                trainer = build(resume, 7)
+                trainer.load_state_dict(saved[0])
+                trainer.load_env_state(saved[1])
+            rollout = trainer.collect_rollout()
+            trainer.update(rollout)
+        states = [x.clone() for x in rollout.states]
+        return rollout.log_probs.clone(), states, [p.detach().clone() for p in trainer.policies[0].parameters()]
+    finally:
+        trainer.close()
+
+
+def _same(a, b):
+    assert torch.equal(a[0], b[0])
+    assert all(torch.equal(x, y) for x, y in zip(a[1], b[1]))
+    assert all(torch.equal(x, y) for x, y in zip(a[2], b[2]))
+
+
+@pytest.mark.parametrize("backend", ["subprocess", "ray"])
+def test_worker_collection_gives_the_bits_of_one_process_and_resumes_across_backends(backend):
+    if backend == "ray":
+        pytest.importorskip("ray")
+    local = _backend_run(CollectionConfig())
+    workers = CollectionConfig(backend, workers=2)
+    _same(local, _backend_run(workers))
+    _same(local, _backend_run(workers, resume=CollectionConfig()))  # saved in workers, resumed in-process
+    _same(local, _backend_run(CollectionConfig(), resume=workers))  # and the other way round
+
+
 def test_unsupported_combinations_and_bad_settings_are_refused():
     with pytest.raises(ValueError, match="does not train on turn-based"):
         make(kuhn_poker_v0.env, recurrent="gru")
-    with pytest.raises(ValueError, match='collects in this process only for now; use collection = {backend = "local"}'):
-        make(recurrent="lstm", collection=CollectionConfig("subprocess", workers=2))
     with pytest.raises(ValueError, match="bptt_length must be an integer from 1 to rollout_steps"):
         JointTrainerConfig(recurrent="gru", rollout_steps=16, bptt_length=17)
     with pytest.raises(ValueError, match=r"recurrent must be one of \['gru', 'lstm'\]"):

@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from marljoint import CollectionConfig, JointMultiAgentTrainer, JointTrainerConfig, PettingZooJointEnv
-from marljoint_envs import kuhn_poker_v0, memory_v0, variable_agents_v0
+from marljoint.redundancy import RedundancyPenalty
+from marljoint_envs import identity_v0, kuhn_poker_v0, memory_v0, mock_v0, variable_agents_v0
 
 MEMORY = functools.partial(memory_v0.parallel_env, num_agents=2, num_cues=4, delay=3)
 
@@ -178,3 +179,29 @@ def test_acting_carries_each_agents_state_through_an_episode():
     state = env.reset(seed=2)
     assert all(not s.any() for s in trainer.joint_policy._acting_states(state))
     env.close()
+
+
+@pytest.mark.parametrize(
+    ("env_fn", "cfg"),
+    [
+        (functools.partial(identity_v0.parallel_env, nvec=(3, 2)), {"share_parameters": False}),
+        (functools.partial(identity_v0.parallel_env, action_type="box"), {"centralized_critic": True}),
+        (functools.partial(mock_v0.parallel_env, num_agents=3), {"share_trunk": True}),
+    ],
+    ids=["multidiscrete-per-agent", "box-centralised", "shared-trunk"],
+)
+def test_every_kind_of_space_and_critic_trains_recurrently(env_fn, cfg):
+    trainer = make(env_fn, recurrent="gru", rollout_steps=16, **cfg)
+    for _ in range(2):
+        stats = trainer.update(trainer.collect_rollout(), aux_fn=RedundancyPenalty(coef=0.1))
+    assert all(torch.isfinite(torch.tensor(stats.policy_loss + stats.value_loss)))
+    assert stats.aux_loss != 0.0  # the penalty saw the recurrent features of every agent on the same rows
+
+
+def test_a_frozen_recurrent_agent_keeps_its_weights_bit_identical():
+    trainer = make(recurrent="lstm", share_parameters=False)
+    before = [p.detach().clone() for p in trainer.policies[0].parameters()]
+    trainer.update(trainer.collect_rollout(), active=[True, False])
+    after = list(trainer.policies[0].parameters())
+    assert all(torch.equal(b[1], a[1]) for b, a in zip(before, after))  # member 1 = agent_1, frozen
+    assert any(not torch.equal(b[0], a[0]) for b, a in zip(before, after))

@@ -206,6 +206,30 @@ def peak_memory_run(total_steps: int) -> list[float]:
     return samples
 
 
+def recurrent_rows(repetitions: int, iterations: int) -> None:
+    """GRU and LSTM policies against the MLP on simple_spread, measured in turns (agent-steps per second)."""
+    kinds: dict[str, dict[str, Any]] = {
+        "MLP": {},
+        "GRU": {"recurrent": "gru", "bptt_length": 16},
+        "LSTM": {"recurrent": "lstm", "bptt_length": 16},
+    }
+    rates: dict[str, list[tuple[float, float]]] = {k: [] for k in kinds}
+    for _ in range(repetitions):
+        for name, changes in kinds.items():
+            rates[name].append(marljoint_rates(ENVS["simple_spread_v3"], iterations, **changes))
+    print("\nrecurrent policies on spread (rnn_hidden_size 64, chunks of 16 steps; medians, agent-steps/s)")
+    print("| policy | rollout | full | rollout / MLP rollout | full / MLP full |")
+    print("|---|---|---|---|---|")
+    mlp_roll = [r for r, _ in rates["MLP"]]
+    mlp_full = [f for _, f in rates["MLP"]]
+    for name, values in rates.items():
+        roll = statistics.median(r for r, _ in values)
+        full = statistics.median(f for _, f in values)
+        roll_ratio = statistics.median(r / m for (r, _), m in zip(values, mlp_roll))
+        full_ratio = statistics.median(f / m for (_, f), m in zip(values, mlp_full))
+        print(f"| {name} | {roll:,.0f} | {full:,.0f} | {roll_ratio:.2f} | {full_ratio:.2f} |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repetitions", type=int, default=3)
@@ -214,6 +238,7 @@ def main() -> None:
     parser.add_argument("--envs", nargs="*", default=list(ENVS), choices=list(ENVS))
     parser.add_argument("--skip-sb3", action="store_true")
     parser.add_argument("--memory-steps", type=int, default=0, help="also run the peak-memory check")
+    parser.add_argument("--skip-recurrent", action="store_true", help="skip the GRU-against-MLP rows")
     args = parser.parse_args()
     reps = 1 if args.quick else args.repetitions
     iters = 1 if args.quick else args.iterations
@@ -285,6 +310,9 @@ def main() -> None:
             f"| {statistics.median(workers_sb3) if workers_sb3 else nan:.2f} |"
         )
         print("per repetition: " + "; ".join(f"{k} " + ", ".join(f"{v:.2f}" for v in vals) for k, vals in norm.items()))
+
+    if not args.skip_recurrent:
+        recurrent_rows(reps, iters)
 
     print("\nindependent policies on mock_v0 (update time per agent-sample, microseconds)")
     print("| N | independent | ratio to N=2 |")

@@ -63,15 +63,19 @@ DEFAULT_ENV = "bucket_brigade_v0"
 DEFAULT_ENV_KWARGS: dict[str, Any] = {"scenario": "easy"}
 """Keyword arguments of :data:`DEFAULT_ENV` when neither ``--env`` nor ``--env-kwargs`` is given."""
 DEFAULT_TOTAL_STEPS = 200_000
-"""Env steps of a run when ``--total-steps`` is not given (about two minutes on two CPU cores by default)."""
+"""Env steps of a run when ``--total-steps`` is not given (two to three minutes on two CPU cores by default)."""
 DEFAULT_TRAINER = {
     "num_envs": 16,
     "rollout_steps": 64,
-    "minibatch_size": 512,
+    "n_epochs": 10,
     "learning_rate": 1e-3,
     "torch_threads": 1,
 }
-"""Trainer settings of ``marljoint train`` that differ from :class:`~marljoint.JointTrainerConfig`'s defaults."""
+"""Trainer settings of ``marljoint train`` that differ from :class:`~marljoint.JointTrainerConfig`'s defaults.
+
+Short rollouts of many copies (16 × 64 steps), and 10 epochs of 4 minibatches of 256 rows (``minibatch_size``'s
+default) per rollout, chosen on the generalization suite (``benchmarks/generalization.py``; the figures are in
+``docs/learning.md``, "Defaults on envs without a preset")."""
 
 
 @dataclass(frozen=True)

@@ -341,7 +341,8 @@ def parse_changes(items: list[str]) -> dict[str, Any]:
 
 
 def report(path: Path) -> str:
-    """The markdown table of a runs CSV: per env and method, the mean over seeds ± 95% CI (greedy and sampled)."""
+    """The markdown table of a runs CSV: per env and method, the mean over seeds ± 95% CI (greedy and sampled; the
+    number of seeds in brackets, no CI for one seed)."""
     from marljoint.evaluate import confidence_interval
 
     with path.open(newline="") as f:
@@ -357,15 +358,24 @@ def report(path: Path) -> str:
         for method, mode in (("marljoint", "greedy"), ("sb3", "greedy"), ("marljoint", "sampled"), ("sb3", "sampled")):
             key = (name, method, mode)
             values = [float(r["return_mean"]) for r in rows if (r["env"], r["method"], r["mode"]) == key]
+            if not values:
+                cells.append("–")
+                continue
             mean, half = confidence_interval(values)
-            cells.append(f"{mean:.3g} ± {half:.2g} ({len(values)})" if values else "–")
+            spread = f" ± {_number(half)}" if len(values) > 1 else ""
+            cells.append(f"{_number(mean)}{spread} ({len(values)})")
         randoms = [float(r["return_mean"]) for r in rows if (r["env"], r["method"]) == (name, "random")]
-        cells.append(f"{np.mean(randoms):.3g}" if randoms else "–")
+        cells.append(_number(float(np.mean(randoms))) if randoms else "–")
         for method in ("marljoint", "sb3"):
             times = {r["seed"]: float(r["train_seconds"]) for r in rows if (r["env"], r["method"]) == (name, method)}
             cells.append(f"{np.mean(list(times.values())):.0f}" if times else "–")
         lines.append(f"| {name} | {SUITE[name].what} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def _number(x: float) -> str:
+    """Three significant digits, thousands written out (5,900 rather than 5.9e+03)."""
+    return f"{x:,.0f}" if abs(x) >= 1000 else f"{x:.3g}"
 
 
 def plot(path: Path, out: Path) -> None:

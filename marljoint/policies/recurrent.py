@@ -99,23 +99,26 @@ class StackedRecurrentCell(nn.Module):
         Returns:
             ``(output [M, B, h], new state [M, B, state_size])``; the output is the new ``h``.
         """
+        return self._cell(torch.baddbmm(self.bias_ih.unsqueeze(1), x, self.weight_ih), state)
+
+    def _cell(self, gates_x: torch.Tensor, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """One step from the input's gate pre-activations ``[M, B, G·h]`` (``x W_ih + b_ih``)."""
         h = self.hidden_size
-        gates_x = torch.baddbmm(self.bias_ih.unsqueeze(1), x, self.weight_ih)
-        hidden = state[..., :h]
+        # split/unbind rather than slices: autograd then joins the gradients once, where a slice's backward
+        # fills a whole zero tensor per slice.
+        hidden, cell = (state, None) if self.kind == "gru" else state.split(h, dim=-1)
         gates_h = torch.baddbmm(self.bias_hh.unsqueeze(1), hidden, self.weight_hh)
         if self.kind == "gru":
-            r = torch.sigmoid(gates_x[..., :h] + gates_h[..., :h])
-            z = torch.sigmoid(gates_x[..., h : 2 * h] + gates_h[..., h : 2 * h])
-            n = torch.tanh(gates_x[..., 2 * h :] + r * gates_h[..., 2 * h :])
-            new_h = (1.0 - z) * n + z * hidden
+            x_r, x_z, x_n = gates_x.split(h, dim=-1)
+            h_r, h_z, h_n = gates_h.split(h, dim=-1)
+            r = torch.sigmoid(x_r + h_r)
+            z = torch.sigmoid(x_z + h_z)
+            n = torch.tanh(x_n + r * h_n)
+            new_h = n + z * (hidden - n)
             return new_h, new_h
-        gates = gates_x + gates_h
-        i = torch.sigmoid(gates[..., :h])
-        f = torch.sigmoid(gates[..., h : 2 * h])
-        g = torch.tanh(gates[..., 2 * h : 3 * h])
-        o = torch.sigmoid(gates[..., 3 * h :])
-        c = f * state[..., h:] + i * g
-        new_h = o * torch.tanh(c)
+        i, f, g, o = (gates_x + gates_h).split(h, dim=-1)
+        c = torch.sigmoid(f) * cell + torch.sigmoid(i) * torch.tanh(g)
+        new_h = torch.sigmoid(o) * torch.tanh(c)
         return new_h, torch.cat((new_h, c), dim=-1)
 
     def forward_sequence(
@@ -148,12 +151,17 @@ class StackedRecurrentCell(nn.Module):
                 f"forward_sequence takes x [L, M, B, {self.in_features}], state [M, B, {self.state_size}], starts "
                 f"and advance [L, M, B]; got {tuple(x.shape)}, {tuple(state.shape)} and {tuple(starts.shape)}"
             )
-        keep = (~starts).unsqueeze(-1)
+        length, members, batch = x.shape[:3]
+        # The input's share of the gates for every step in one product; only the recurrence is sequential.
+        inputs = x.transpose(0, 1).reshape(members, length * batch, self.in_features)
+        gates_x = torch.baddbmm(self.bias_ih.unsqueeze(1), inputs, self.weight_ih)
+        gates_x = gates_x.reshape(members, length, batch, -1)
+        keep = (~starts).unsqueeze(-1).to(state.dtype)
         moves = None if advance is None else advance.unsqueeze(-1)
         outputs = []
-        for t in range(x.shape[0]):
-            state = torch.where(keep[t], state, torch.zeros_like(state))
-            out, new_state = self.step(x[t], state)
+        for t, gates_t in enumerate(gates_x.unbind(1)):
+            state = state * keep[t]
+            out, new_state = self._cell(gates_t, state)
             state = new_state if moves is None else torch.where(moves[t], new_state, state)
             outputs.append(out)
         return torch.stack(outputs), state

@@ -1,0 +1,138 @@
+"""Recurrent policies on a partially observable PettingZoo task: GRU against an MLP and an MLP with frame stacking.
+
+The task is ``simple_spread_v3`` (3 agents, 25 steps) with each agent's own velocity taken out of its observation
+(SuperSuit's ``observation_lambda_v0``), the multi-agent form of the "no velocity" control tasks that recurrent
+PPO is usually measured on: an agent sees where it is, where the landmarks and the others are, but not how fast it
+moves, so it cannot stop on a landmark without remembering where it was. Three policies train with marljoint's
+plain defaults (what ``marljoint train`` uses, no preset) for the same env-step budget:
+
+* ``mlp``: the default feed-forward policy on the observation as it is;
+* ``mlp+stack4``: the same MLP on the last 4 observations (SuperSuit's ``frame_stack_v1``), the usual fix;
+* ``gru``: the defaults with ``recurrent="gru"`` (the hidden state carries what the agent saw).
+
+Each trained policy plays the same 200 fresh episodes, greedy and sampled (the recurrent one carrying its state
+through each episode). Each finished run is one CSV row per mode in ``--out``; a run already there is not trained
+again. ``--report`` prints the table (mean ± 95% CI over seeds).
+
+Usage::
+
+    python benchmarks/recurrent_po.py --seeds 0 1 2 --out benchmarks/results/recurrent/po_runs.csv
+    python benchmarks/recurrent_po.py --report --out benchmarks/results/recurrent/po_runs.csv
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import functools
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from generalization import Task, append, done_runs, evaluate_marljoint, train_marljoint
+
+VELOCITY = 2
+"""simple_spread's observation starts with the agent's own velocity (2 numbers), then its position."""
+
+
+def _without_velocity(obs: np.ndarray, space: Any) -> np.ndarray:
+    return obs[VELOCITY:]
+
+
+def spread_without_velocity(stack: int = 1) -> Any:
+    """``simple_spread_v3`` (N=3, 25 steps) without each agent's velocity; the last ``stack`` observations
+    concatenated when ``stack > 1``."""
+    import supersuit
+    from mpe2 import simple_spread_v3
+
+    env = supersuit.observation_lambda_v0(simple_spread_v3.parallel_env(N=3, max_cycles=25), _without_velocity)
+    return supersuit.frame_stack_v1(env, stack_size=stack) if stack > 1 else env
+
+
+ENV = "spread_no_velocity"
+METHODS: dict[str, tuple[int, dict[str, Any]]] = {
+    "mlp": (1, {}),
+    "mlp+stack4": (4, {}),
+    "gru": (1, {"recurrent": "gru"}),
+}
+"""Each method: (frames stacked, changes to the defaults)."""
+
+
+def run_one(method: str, seed: int, env_steps: int, episodes: int) -> list[dict[str, Any]]:
+    """Trains one (method, seed) and evaluates it greedy and sampled on the same episodes as every other."""
+    stack, changes = METHODS[method]
+    task = Task(functools.partial(spread_without_velocity, stack), env_steps, "spread without velocities")
+    trainer, seconds = train_marljoint(task, seed, env_steps, changes)
+    rows = []
+    for mode in ("greedy", "sampled"):
+        returns = evaluate_marljoint(trainer, task, mode == "greedy", episodes, base_seed=1_000_000)
+        rows.append(
+            {
+                "env": ENV,
+                "method": method,
+                "seed": seed,
+                "env_steps": env_steps,
+                "train_seconds": round(seconds, 1),
+                "mode": mode,
+                "episodes": episodes,
+                "return_mean": float(returns.mean()),
+                "return_std": float(returns.std()),
+            }
+        )
+    return rows
+
+
+def report(path: Path) -> str:
+    """The markdown table of a runs CSV: per method, mean over seeds ± 95% CI (greedy and sampled; the number of
+    seeds in brackets) and the mean training seconds."""
+    from marljoint.evaluate import confidence_interval
+
+    with path.open(newline="") as f:
+        rows = list(csv.DictReader(f))
+    lines = ["| policy | greedy | sampled | s/run |", "|---|---|---|---|"]
+    for method in METHODS:
+        cells = []
+        for mode in ("greedy", "sampled"):
+            values = [float(r["return_mean"]) for r in rows if (r["method"], r["mode"]) == (method, mode)]
+            if not values:
+                cells.append("–")
+                continue
+            mean, half = confidence_interval(values)
+            spread = f" ± {half:.2f}" if len(values) > 1 else ""
+            cells.append(f"{mean:.2f}{spread} ({len(values)})")
+        times = [float(r["train_seconds"]) for r in rows if (r["method"], r["mode"]) == (method, "greedy")]
+        cells.append(f"{np.mean(times):.0f}" if times else "–")
+        lines.append(f"| {method} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    parser.add_argument("--env-steps", type=int, default=500_000)
+    parser.add_argument("--episodes", type=int, default=200, help="evaluation episodes per policy and mode")
+    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/recurrent/po_runs.csv"))
+    parser.add_argument("--report", action="store_true", help="print the table of --out instead of training")
+    args = parser.parse_args()
+    if args.report:
+        print(report(args.out))
+        return
+    import torch
+
+    torch.set_num_threads(1)
+    done = done_runs(args.out)
+    for seed in args.seeds:  # seed by seed, so that an interrupted run has every method on its first seeds
+        for method in args.methods:
+            if (ENV, method, seed) in done:
+                continue
+            tick = time.perf_counter()
+            rows = run_one(method, seed, args.env_steps, args.episodes)
+            append(args.out, rows)
+            print(f"{method} seed {seed}: " + ", ".join(f"{r['mode']} {r['return_mean']:.3g}" for r in rows)
+                  + f" ({time.perf_counter() - tick:.0f} s)", flush=True)
+
+
+if __name__ == "__main__":
+    main()

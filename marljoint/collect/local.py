@@ -193,11 +193,6 @@ class LocalCollector:
             self._memory = None
             ro.states = ro.starts = None
             return None
-        if self.env.spec.turn_based:
-            raise ValueError(
-                "recurrent policies do not train on turn-based (AEC) envs yet; use a feed-forward policy "
-                "(recurrent=None) for this env"
-            )
         sizes = policy.state_sizes()
         if self._memory is None or self._memory.sizes != sizes:
             self._memory = _Memory(policy.initial_states(self.env.num_envs), start.alive)

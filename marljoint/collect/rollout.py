@@ -370,6 +370,9 @@ def carry_pending_moves(
         bootstrap_values=torch.zeros((num_envs, n), dtype=rollout.bootstrap_values.dtype, device=device),
         episode_returns=np.zeros((0, n)),
         episode_lengths=np.zeros(0, np.int64),
+        # A recurrent agent's pending move is replayed from the state it acted from.
+        states=None if rollout.states is None else tuple(gather(x) for x in rollout.states),
+        starts=gather(rollout.starts),
     )
     return deferred, carried
 

@@ -26,7 +26,6 @@ def default_units(spec: JointSpec, config: JointTrainerConfig, **policy_kwargs: 
     """
     check_agent_count(config, spec.num_agents)
     check_device_available(config.device)
-    check_recurrent_support(config, spec)
     if config.torch_threads is not None:
         # Before building: initial weights (orthogonal init) must not depend on the thread count in effect.
         torch.set_num_threads(config.torch_threads)
@@ -140,21 +139,6 @@ def check_device_available(device: str) -> None:
             raise ValueError(f"device={device!r}, but this machine has {count} CUDA GPU(s): cuda:0..cuda:{count - 1}")
     if where.type == "mps" and not torch.backends.mps.is_available():
         raise ValueError(f"device={device!r}, but MPS is not available here; use device='cpu'")
-
-
-def check_recurrent_support(config: JointTrainerConfig, spec: JointSpec) -> None:
-    """Refuses the combinations recurrent policies do not train in yet, naming the setting and the fix.
-
-    Raises:
-        ValueError: for a recurrent policy on a turn-based (AEC) env.
-    """
-    if config.recurrent is None:
-        return
-    if spec.turn_based:
-        raise ValueError(
-            f"recurrent={config.recurrent!r} does not train on turn-based (AEC) envs yet; use recurrent=None for "
-            f"this env (agents {list(spec.agents)} take turns)"
-        )
 
 
 def check_agent_count(config: JointTrainerConfig, n: int) -> None:

@@ -356,6 +356,7 @@ class Learner:
     def _flatten(self, rollout: JointRollout, active_mask: torch.Tensor) -> _Batch:
         """The update's rows: GAE on the extended rollout, the normaliser's statistics merged, ``(t, e)`` flattened."""
         n = self.spec.num_agents
+        carried = 0 if rollout.carried is None else rollout.carried.steps
         rollout = rollout.extended()
         advantages, returns = self._gae(rollout)
         valid = rollout.trainable
@@ -382,16 +383,22 @@ class Learner:
             returns=b_returns,
             explained_var=ev,
         )
-        return batch if rollout.states is None else self._with_sequences(batch, rollout)
+        return batch if rollout.states is None else self._with_sequences(batch, rollout, carried)
 
-    def _with_sequences(self, batch: _Batch, rollout: JointRollout) -> _Batch:
-        """A recurrent rollout's rows with the padding row appended and their sequence chunks."""
-        if rollout.carried is not None:
-            raise ValueError("recurrent policies cannot replay moves carried in from a turn-based rollout")
-        assert rollout.states is not None and rollout.starts is not None
+    def _with_sequences(self, batch: _Batch, rollout: JointRollout, carried: int) -> _Batch:
+        """A recurrent rollout's rows with the padding row appended and their sequence chunks; ``rollout`` is the
+        extended one, whose first ``carried`` steps are moves carried in (each replayed as a chunk of its own)."""
+        if rollout.states is None or rollout.starts is None:
+            raise ValueError("a recurrent update needs the rollout's states and starts; this rollout lacks them")
         rows, n = batch.rows, self.spec.num_agents
+        chunks = chunk_rows(rollout.steps - carried, rollout.num_envs, self.config.chunk_length, self.device, carried)
+        if carried:  # the carried rows without a pending move (no agent trained there) make no chunk
+            used = torch.ones(len(chunks), dtype=torch.bool, device=self.device)
+            lead = carried * rollout.num_envs
+            used[:lead] = batch.valid[chunks[:lead, 0]].any(-1)
+            chunks = chunks[used]
         seq = SequenceChunks(
-            rows=chunk_rows(rollout.steps, rollout.num_envs, self.config.chunk_length, self.device),
+            rows=chunks,
             length=self.config.chunk_length,
             states=[pad_row(s.reshape(rows, *s.shape[2:])) for s in rollout.states],
             starts=pad_row(rollout.starts.reshape(rows, n), True),

@@ -159,8 +159,6 @@ def test_worker_collection_gives_the_bits_of_one_process_and_resumes_across_back
 
 
 def test_unsupported_combinations_and_bad_settings_are_refused():
-    with pytest.raises(ValueError, match="does not train on turn-based"):
-        make(kuhn_poker_v0.env, recurrent="gru")
     with pytest.raises(ValueError, match="bptt_length must be an integer from 1 to rollout_steps"):
         JointTrainerConfig(recurrent="gru", rollout_steps=16, bptt_length=17)
     with pytest.raises(ValueError, match=r"recurrent must be one of \['gru', 'lstm'\]"):
@@ -205,3 +203,69 @@ def test_a_frozen_recurrent_agent_keeps_its_weights_bit_identical():
     after = list(trainer.policies[0].parameters())
     assert all(torch.equal(b[1], a[1]) for b, a in zip(before, after))  # member 1 = agent_1, frozen
     assert any(not torch.equal(b[0], a[0]) for b, a in zip(before, after))
+
+
+# ------------------------------------------------------------------ turn-based games
+KUHN = dict(num_envs=4, rollout_steps=5, bptt_length=2, minibatch_size=4096, n_epochs=1)
+"""Rollouts of 5 steps cut Kuhn's 2-3 move hands, so moves wait for the next rollout; one minibatch of every
+chunk makes the reported KL the replay's agreement with collection (measured before the step)."""
+
+
+def test_turn_based_states_advance_only_on_the_agents_own_turns():
+    trainer = make(kuhn_poker_v0.env, recurrent="gru", **KUHN)
+    for _ in range(3):
+        ro = trainer.collect_rollout()
+        trainer.update(ro)
+        for t in range(ro.steps - 1):
+            for agent in range(2):
+                waited = ro.alive[t, :, agent] & ~ro.acting[t, :, agent] & ~ro.starts[t + 1, :, agent]
+                acted = ro.acting[t, :, agent] & ~ro.starts[t + 1, :, agent]
+                state, after = ro.states[0][t, :, agent], ro.states[0][t + 1, :, agent]
+                assert torch.equal(state[waited], after[waited])  # a waiting player's state is kept
+                assert not torch.isclose(state[acted], after[acted]).all(-1).any()  # a move changes it
+
+
+def test_turn_based_moves_carried_into_the_next_rollout_replay_from_the_states_they_were_taken_in():
+    trainer = make(kuhn_poker_v0.env, recurrent="gru", **KUHN)
+    trainer.update(trainer.collect_rollout())  # weights that are not the initial ones
+    frozen = [False, False]
+    trainer.update(trainer.collect_rollout(), active=frozen)  # its pending moves are taken by these weights
+    carried = 0
+    for _ in range(6):
+        ro = trainer.collect_rollout()
+        if ro.carried is not None:
+            carried += int(ro.carried.valid.sum())
+            assert ro.carried.states is not None and ro.carried.starts is not None
+        # Both agents frozen, so the weights that took the carried moves are the ones replaying them: then the
+        # replay must give every trained row, carried moves included, the log-prob it was sampled with (the KL is
+        # measured before the step). A carried move replayed from any other state would show as a ratio away from 1.
+        stats = trainer.update(ro, active=frozen)
+        assert max(abs(k) for k in stats.approx_kl) == 0.0
+        assert max(stats.clip_fraction) == 0.0
+    assert carried > 0  # the rollouts did cut hands, and their pending moves were carried
+
+
+def test_a_recurrent_turn_based_run_is_deterministic_and_resumes_exactly():
+    settings = {**KUHN, "n_epochs": 2, "minibatch_size": 8}
+
+    def run(resume_at=None):
+        trainer = make(kuhn_poker_v0.env, recurrent="lstm", seed=4, **settings)
+        for k in range(4):
+            if k == resume_at:  # moves pending, states in the collector's memory
+                saved = (trainer.state_dict(), trainer.env_state())
+                trainer = make(kuhn_poker_v0.env, recurrent="lstm", seed=9, **settings)
+                trainer.load_state_dict(saved[0])
+                trainer.load_env_state(saved[1])
+            trainer.update(trainer.collect_rollout())
+        return [p.detach().clone() for network in trainer.policies for p in network.parameters()]
+
+    straight = run()
+    assert all(torch.equal(a, b) for a, b in zip(straight, run()))
+    assert all(torch.equal(a, b) for a, b in zip(straight, run(resume_at=2)))
+
+
+def test_worker_collection_of_a_turn_based_game_gives_the_bits_of_one_process_and_resumes_in_it():
+    local = _backend_run(CollectionConfig(), env_fn=kuhn_poker_v0.env)
+    workers = CollectionConfig("subprocess", workers=2)
+    _same(local, _backend_run(workers, env_fn=kuhn_poker_v0.env))
+    _same(local, _backend_run(workers, resume=CollectionConfig(), env_fn=kuhn_poker_v0.env))

@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from marljoint.best_response.kuhn import (
+    KUHN_INFOSETS,
     kuhn_best_response,
     kuhn_infoset_observations,
     kuhn_mixture_table,
@@ -61,6 +62,13 @@ class KnownGame:
     def infoset_observations(self, player: int) -> np.ndarray:
         """``[S, *obs_shape]`` float32: the env's observation at each of ``player``'s information sets."""
         raise NotImplementedError
+
+    def previous_infosets(self, player: int) -> np.ndarray | None:
+        """``[S]`` int: for each of ``player``'s information sets, the row of the player's own previous one on
+        the way there (-1 at its first decision), or ``None`` when the game does not say (a recurrent policy's
+        table then cannot be built). A recurrent policy's state at an information set is the state its earlier
+        decisions there left: its memory advances only on its own turns."""
+        return None
 
     def check_table(self, table: np.ndarray, player: int) -> np.ndarray:
         """Validates ``player``'s table and returns it as float64 (rows renormalised)."""
@@ -109,7 +117,11 @@ class KnownGame:
             )
         observations = torch.as_tensor(self.infoset_observations(player))
         with torch.no_grad():
-            probs = policy.action_probs(observations, None)
+            if getattr(policy, "recurrent", False):
+                states = self._infoset_states(policy, observations, player)
+                probs = policy.action_probs(observations, None, state=states)
+            else:
+                probs = policy.action_probs(observations, None)
         if len(probs) != 1:
             raise ValueError(f"{self.name} has one action head per seat, the policy returned {len(probs)} heads")
         return self.check_table(self._rows_to_table(probs[0].double().cpu().numpy()), player)
@@ -128,6 +140,28 @@ class KnownGame:
         values = self.values(tables)
         return float(sum(self.best_response(tables, p)[0] - values[p] for p in range(self.num_players)))
 
+    def _infoset_states(self, policy: PolicyLike, observations: torch.Tensor, player: int) -> torch.Tensor:
+        """``[S, state_size]``: the state a recurrent policy acts from at each information set, built by stepping
+        it through the player's own earlier information sets on the way there (which is all its memory holds)."""
+        previous = self.previous_infosets(player)
+        if previous is None:
+            raise ValueError(
+                f"policy for player {player} is recurrent, and {self.name} does not list each information set's "
+                "earlier ones, so its exact table cannot be built; measure it with best_response_gain instead"
+            )
+        previous = np.asarray(previous, dtype=np.int64)
+        states = policy.initial_state(len(observations))  # type: ignore[union-attr]
+        done = previous < 0
+        while not done.all():  # depth by depth: a set's state is its predecessor's state after deciding there
+            ready = ~done & done[np.maximum(previous, 0)]
+            if not ready.any():
+                raise ValueError(f"{self.name}'s previous_infosets({player}) has a cycle: {previous.tolist()}")
+            rows = np.flatnonzero(ready)
+            before = previous[rows]
+            states[rows] = policy.next_state(observations[before], states[before])  # type: ignore[union-attr]
+            done[rows] = True
+        return states
+
     def _rows_to_table(self, rows: np.ndarray) -> np.ndarray:
         return rows
 
@@ -144,6 +178,13 @@ class KuhnGame(KnownGame):
 
     def infoset_observations(self, player: int) -> np.ndarray:
         return kuhn_infoset_observations(player)
+
+    def previous_infosets(self, player: int) -> np.ndarray:
+        # Player 0 decides at "" and, after pass-bet, at "pb" with the same card; player 1 decides once.
+        infosets = KUHN_INFOSETS[player]
+        return np.array(
+            [infosets.index((card, "")) if history == "pb" else -1 for card, history in infosets], dtype=np.int64
+        )
 
     def check_table(self, table: np.ndarray, player: int) -> np.ndarray:
         # kuhn_mixture_table validates a single table and returns it renormalised.
@@ -192,6 +233,9 @@ class MatrixGame(KnownGame):
 
     def infoset_observations(self, player: int) -> np.ndarray:
         return np.ones((1, 1), dtype=np.float32)
+
+    def previous_infosets(self, player: int) -> np.ndarray:
+        return np.array([-1], dtype=np.int64)  # one simultaneous decision
 
     def _rows_to_table(self, rows: np.ndarray) -> np.ndarray:
         return rows[0]

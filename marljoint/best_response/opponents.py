@@ -14,6 +14,11 @@ recursion. Because a seat's controller is fixed for a whole episode, a seat's ro
 episode are ALL invalid, so nothing of that episode reaches another episode's advantages: the learner's
 advantages are exactly those of the episodes it played, bootstrapped as usual at the rollout end.
 
+Recurrent members (an :class:`~marljoint.policies.AgentPolicy` of a recurrent network) carry their own state per
+(copy, seat): zeros when the copy's episode starts or the seat's agent appears, advanced on the seat's decisions
+only, kept while it waits or is absent, so a frozen recurrent policy plays a whole episode with its memory as it
+did in training.
+
 This departs on purpose from one conformance rule of :func:`~marljoint.env.check_joint_env`: a copy whose
 movers are all frozen policies has no acting agent.
 """
@@ -168,6 +173,8 @@ class PopulationEnv:
         self.log: list[FinishedEpisode] = []
         self._returns = np.zeros((self.num_envs, self.spec.num_agents))
         self._state: JointObs | None = None
+        self._memory: dict[tuple[int, int], torch.Tensor] = {}
+        """(seat, member) → ``[E, S]`` the states a recurrent member acts from in each copy."""
 
     def _seed_generators(self, seed: int) -> None:
         sequence = np.random.SeedSequence([int(seed) % 2**63, 0x706F70])
@@ -181,6 +188,7 @@ class PopulationEnv:
             self._seed_generators(seed)
         state = self.env.reset(seed=seed)
         self._state = state
+        self._memory = {}
         self.controllers = self._assign(np.arange(self.num_envs))
         self._returns[:] = 0.0
         self.finished = []
@@ -196,6 +204,7 @@ class PopulationEnv:
         """
         merged = self._merge(actions)
         step = self.env.step(merged)
+        self._forget(step)
         self._returns += step.rewards
         self.finished = []
         done = np.flatnonzero(step.reset_envs)
@@ -261,11 +270,37 @@ class PopulationEnv:
             mask_rows = None if mask is None else torch.from_numpy(np.ascontiguousarray(mask[copies, slot]))
             for member in np.unique(owners):
                 rows = owners == member
-                chosen = self.members[seat][member].act(
-                    obs[rows], self._generator, None if mask_rows is None else mask_rows[rows]
-                )
+                policy = self.members[seat][member]
+                member_mask = None if mask_rows is None else mask_rows[rows]
+                if getattr(policy, "recurrent", False):
+                    chosen = self._recurrent_act(seat, int(member), policy, copies[rows], obs[rows], member_mask)
+                else:
+                    chosen = policy.act(obs[rows], self._generator, member_mask)
                 merged[g][copies[rows], slot] = chosen.cpu().numpy().reshape(int(rows.sum()), *action_shape)
         return merged
+
+    def _recurrent_act(
+        self, seat: int, member: int, policy: FrozenPolicy, copies: np.ndarray, obs: torch.Tensor,
+        mask: torch.Tensor | None,
+    ) -> torch.Tensor:
+        """A recurrent member's actions in ``copies``, from and into its per-copy states."""
+        key = (seat, member)
+        if key not in self._memory:
+            self._memory[key] = policy.initial_state(self.num_envs)  # type: ignore[attr-defined]
+        states = self._memory[key]
+        index = torch.from_numpy(copies)
+        chosen, states[index] = policy.step(  # type: ignore[attr-defined]
+            obs, self._generator, mask, state=states[index]
+        )
+        return chosen
+
+    def _forget(self, step: JointStep) -> None:
+        """Zeroes the members' states where an episode restarted or a seat's agent appeared."""
+        if not self._memory or self._state is None:
+            return
+        fresh = torch.from_numpy(step.alive & (step.reset_envs[:, None] | ~self._state.alive))
+        for (seat, _), states in self._memory.items():
+            states[fresh[:, seat]] = 0.0
 
     def __repr__(self) -> str:
         return f"PopulationEnv({self.env!r}, members={[len(m) for m in self.members]})"

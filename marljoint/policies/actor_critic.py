@@ -336,6 +336,46 @@ class ActorCritic(nn.Module):
         features, _ = self._trunk(obs, self._split_state(state, batch)[0])
         return self._agent_major(self.actor_head.forward_member_major(features), batch)
 
+    @property
+    def actor_state_size(self) -> int:
+        """The numbers of one agent's actor-core state (the first part of :attr:`state_size`; 0 when
+        feed-forward): all that acting needs, since the critic's core does not feed the actions."""
+        return 0 if self.core is None else self.core.state_size
+
+    def actor_step(
+        self, obs: torch.Tensor, actor_state: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The action head and the actor core's next state: one step of acting, without the critic.
+
+        Args:
+            obs: ``[B, n_g, *obs_shape]`` observations.
+            actor_state: ``[B, n_g, actor_state_size]`` the actor cores' states (recurrent networks only; the first
+                :attr:`actor_state_size` numbers of a full state).
+
+        Returns:
+            ``(head [B, n_g, L], next actor state [B, n_g, actor_state_size] or None when feed-forward)``.
+
+        Raises:
+            ValueError: for a missing, unexpected or misshapen ``actor_state``.
+        """
+        batch = self._check_obs(obs)
+        if self.core is None:
+            if actor_state is not None:
+                raise ValueError("actor_state was given, but this network is feed-forward (recurrent=None); pass None")
+            member_state = None
+        else:
+            expected = (batch, self.num_agents, self.actor_state_size)
+            if actor_state is None or tuple(actor_state.shape) != expected:
+                got = "none" if actor_state is None else f"shape {tuple(actor_state.shape)}"
+                raise ValueError(
+                    f"this network is recurrent ({self.recurrent}); pass actor_state of shape {list(expected)}, got "
+                    f"{got} (zeros at an episode's start)"
+                )
+            member_state = self._member_major_rows(actor_state)
+        features, new_state = self._recur(self.core, self._mlp(self.cnn, self.encoder, obs), member_state)
+        head = self._agent_major(self.actor_head.forward_member_major(features), batch)
+        return head, None if new_state is None else self._agent_major(new_state, batch)
+
     def encoder_features(self, obs: torch.Tensor, state: torch.Tensor | None = None) -> torch.Tensor:
         """Trunk features of every agent, ``[B, n_g, d]`` (the input of the action head).
 

@@ -189,7 +189,9 @@ def test_gif_of_an_env_that_cannot_render_is_a_clear_error(run_dir, capsys, tmp_
     assert "error" in err and "render" in err and "Traceback" not in err
 
 
-def test_gif_of_an_env_that_renders(tmp_path, capsys):
+@pytest.mark.parametrize("recurrent", [None, "gru"])
+def test_gif_of_an_env_that_renders(tmp_path, capsys, recurrent):
+    settings = {} if recurrent is None else {"recurrent": recurrent, "rnn_hidden_size": 8}
     spec = RunSpec.from_dict(
         {
             "env": "_product_helpers:rendering_counter",
@@ -198,6 +200,7 @@ def test_gif_of_an_env_that_renders(tmp_path, capsys):
             "rollout_steps": 8,
             "total_steps": 16,
             "hidden_sizes": [8],
+            **settings,
         }
     )
     train_run(spec, tmp_path / "run", progress=False)

@@ -34,6 +34,7 @@ from marljoint.best_response.games import KnownGame
 from marljoint.best_response.meta_solvers import META_SOLVERS
 from marljoint.cli.args import non_negative_int, positive_float, positive_int, seed
 from marljoint.envs_registry import known_game
+from marljoint.policies.recurrent import RECURRENT_KINDS
 from marljoint.ppo.config import JointTrainerConfig
 
 __all__ = ["register", "CommandError", "Recipe", "RECIPES", "env_factory", "recipe_for", "write_metrics_csv"]
@@ -262,6 +263,11 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seconds", type=positive_float, help="wall-time budget, checked between iterations")
     parser.add_argument("--num-envs", type=positive_int, help="env copies of the PPO trainer")
     parser.add_argument("--learning-rate", type=positive_float, help="PPO learning rate")
+    parser.add_argument(
+        "--recurrent",
+        choices=RECURRENT_KINDS,
+        help="recurrent best responses (a GRU or LSTM core; the frozen members carry their state through episodes)",
+    )
     group = parser.add_mutually_exclusive_group()
     group.add_argument("--resume", action="store_true", help="continue the run saved in OUT")
     group.add_argument("--force", action="store_true", help="overwrite the run already in OUT")
@@ -365,6 +371,8 @@ def _trainer_config(command: str, base: JointTrainerConfig, args: argparse.Names
         changes["num_envs"] = args.num_envs
     if args.learning_rate is not None:
         changes["learning_rate"] = args.learning_rate
+    if getattr(args, "recurrent", None) is not None:
+        changes["recurrent"] = args.recurrent
     try:
         return base.replace(**changes)
     except ValueError as exc:

@@ -51,6 +51,18 @@ def test_nfsp_writes_metrics(tmp_path):
     assert (tmp_path / "nfsp.pt").is_file()
 
 
+def test_recurrent_best_responses_from_the_command_line(tmp_path, capsys):
+    argv = ["--env", "kuhn_poker_v0", "--iterations", "1", "--num-envs", "8", "--recurrent", "gru"]
+    assert run(["psro", *argv, "--br-steps", "256", "--out", str(tmp_path / "psro")]) == 0
+    assert run(["nfsp", *argv, "--out", str(tmp_path / "nfsp")]) == 0
+    for name in ("psro", "nfsp"):
+        rows = read_rows(tmp_path / name / "metrics.csv")
+        assert 0.0 < float(rows[-1]["exploitability"]) < 1.0  # recurrent policies scored on the exact tree
+    with pytest.raises(SystemExit):
+        parse(["psro", *argv[:-1], "transformer", "--out", str(tmp_path / "x")])
+    assert "--recurrent: invalid choice: 'transformer'" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [

@@ -51,8 +51,10 @@ from torch import nn
 
 from marljoint.best_response.games import KnownGame
 from marljoint.best_response.opponents import AnticipatoryAssigner, PopulationEnv
+from marljoint.best_response.oracles import GAIN_METRICS, check_gain_settings, gain_metrics
 from marljoint.best_response.reservoir import ReservoirBuffer
 from marljoint.checkpoint import atomic_torch_save, load_checkpoint
+from marljoint.collect.config import CollectionConfig
 from marljoint.env.pettingzoo import PettingZooJointEnv
 from marljoint.env.spaces import ActionLayout, ObservationLayout
 from marljoint.policies.distributions import make_distribution
@@ -78,6 +80,7 @@ NFSP_METRICS: dict[str, str] = {
     "br_return/<agent>": "mean return of the agent in the episodes its best response played this iteration",
     "br_regret/<agent>": "exact best-response value against the others' average policies minus the best "
     "response's value there; NaN without a known game",
+    **GAIN_METRICS,
 }
 """Every column NFSP reports, with its meaning (pinned by a test)."""
 
@@ -111,6 +114,14 @@ class NfspConfig:
     """PPO settings of the best responses (``share_parameters`` is forced to False, ``seed`` derived)."""
     seed: int = 0
     """Seed of everything (networks, env, mixing draws, reservoirs, minibatches)."""
+    gain_every: int = 0
+    """Every this many iterations (0: never), estimate the average policies' exploitability with fresh PPO best
+    responses (:func:`~marljoint.best_response.oracles.best_response_gain`): the columns ``best_response_gain`` and
+    ``best_response_gain_ci``. For envs without a known game, where ``exploitability`` is NaN."""
+    gain_steps: int = 50_000
+    """Env steps of best-response training per estimate (with :attr:`gain_every`)."""
+    gain_episodes: int = 200
+    """Episodes simulated per estimate, for the profile and for each best response (with :attr:`gain_every`)."""
 
     def __post_init__(self) -> None:
         if isinstance(self.trainer, Mapping):
@@ -130,6 +141,7 @@ class NfspConfig:
                 f"anticipatory must be in (0, 1], got {self.anticipatory!r} (0.1 is NFSP's usual value; at 0 the "
                 "best responses would never play)"
             )
+        check_gain_settings(self.gain_every, self.gain_steps, self.gain_episodes)
         for name in ("reservoir_capacity", "sl_batch_size", "rollouts_per_iteration", "min_reservoir_size"):
             value = getattr(self, name)
             if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1:
@@ -257,7 +269,9 @@ class NFSP:
         config = config or NfspConfig()
         self.config = config
         self.game = game
+        self.env_fn = env_fn
         self.env = PettingZooJointEnv(env_fn, num_envs=config.trainer.num_envs, seed=config.seed)
+        self._gain_env: PettingZooJointEnv | None = None
         spec = self.env.spec
         self.spec = spec
         self.num_players = spec.num_agents
@@ -360,8 +374,28 @@ class NFSP:
             row[f"br_explained_var/{agent}"] = float(stats.explained_var[seat]) if stats is not None else math.nan
             row[f"br_return/{agent}"] = float(np.mean(br_returns[seat])) if br_returns[seat] else math.nan
             row[f"br_regret/{agent}"] = regrets[seat]
+        every = self.config.gain_every
+        if every and self.iteration % every == 0:
+            row.update(self._gain())
         self.history.append(row)
         return row
+
+    def _gain(self) -> dict[str, float]:
+        """The estimated exploitability of the average policies (see :attr:`NfspConfig.gain_every`), on an env of
+        its own so that the run's env copies continue undisturbed."""
+        if self._gain_env is None:
+            self._gain_env = PettingZooJointEnv(
+                self.env_fn, num_envs=self.config.trainer.num_envs, seed=_derived_seed(self.config.seed, 7)
+            )
+        trainer = self.config.trainer.replace(share_parameters=False, collection=CollectionConfig())
+        return gain_metrics(
+            self._gain_env,
+            list(self.average_policies),
+            trainer,
+            self.config.gain_steps,
+            self.config.gain_episodes,
+            _derived_seed(self.config.seed, 1000 + self.iteration),
+        )
 
     def run(
         self,

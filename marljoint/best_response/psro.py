@@ -38,7 +38,14 @@ from marljoint.best_response.games import KnownGame
 from marljoint.best_response.meta_game import MetaGame
 from marljoint.best_response.meta_solvers import META_SOLVERS, get_meta_solver
 from marljoint.best_response.opponents import simulate_profiles
-from marljoint.best_response.oracles import BestResponses, ExactOracle, PPOOracle
+from marljoint.best_response.oracles import (
+    GAIN_METRICS,
+    BestResponses,
+    ExactOracle,
+    PPOOracle,
+    check_gain_settings,
+    gain_metrics,
+)
 from marljoint.best_response.population import FrozenPolicy, PolicyMixture, UniformPolicy
 from marljoint.checkpoint import atomic_torch_save, load_checkpoint
 from marljoint.collect.config import CollectionConfig
@@ -73,6 +80,7 @@ PSRO_METRICS: dict[str, str] = {
     "br_value/<agent>": "exact value of the new policy against the meta-mixture it answered (known games)",
     "br_regret/<agent>": "exact best-response value minus br_value: how far from best the new policy is",
     "iteration_seconds": "wall seconds of this iteration",
+    **GAIN_METRICS,
 }
 """Every column PSRO reports, with its meaning (pinned by a test)."""
 
@@ -118,6 +126,14 @@ class PsroConfig:
     tasks run by ``engine``: one PPO best-response training per learning seat (each on its own ``trainer.num_envs``
     copies, with ``br_steps / learners`` steps, seeded by (seed, iteration, seat)) and K simulation chunks of the
     missing meta-game entries (``eval_num_envs / K`` copies each). The result depends on K, not on the engine."""
+    gain_every: int = 0
+    """Every this many iterations (0: never), estimate the meta-mixture's exploitability with fresh PPO best
+    responses (:func:`~marljoint.best_response.oracles.best_response_gain`): the columns ``best_response_gain`` and
+    ``best_response_gain_ci``. For envs without a known game, where ``exploitability`` is NaN."""
+    gain_steps: int = 50_000
+    """Env steps of best-response training per estimate (with :attr:`gain_every`)."""
+    gain_episodes: int = 200
+    """Episodes simulated per estimate, for the profile and for each best response (with :attr:`gain_every`)."""
     engine: str = "ray"
     """Who runs the tasks when ``task_split >= 1``: ``"ray"`` (Ray tasks, ``pip install "marljoint[ray]"``) or
     ``"local"`` (the same tasks one after another in this process)."""
@@ -145,6 +161,7 @@ class PsroConfig:
             raise ValueError(f"symmetric must be True or False, got {self.symmetric!r}")
         if not isinstance(self.warm_start, bool):
             raise ValueError(f"warm_start must be True or False, got {self.warm_start!r}")
+        check_gain_settings(self.gain_every, self.gain_steps, self.gain_episodes)
 
     def replace(self, **changes: Any) -> PsroConfig:
         """A copy with ``changes`` applied (validated again)."""
@@ -261,6 +278,7 @@ class PSRO:
                 self.env, config.trainer, config.br_steps, warm_start=config.warm_start, **policy_kwargs
             )
         self._eval_env: PettingZooJointEnv | None = None
+        self._gain_env: PettingZooJointEnv | None = None
         self.meta_game = MetaGame(self.num_players, config.symmetric)
         self.populations: list[list[FrozenPolicy]] = []
         self._tables: list[list[np.ndarray]] = [[] for _ in range(self.num_players)]
@@ -579,9 +597,31 @@ class PSRO:
             row["exploitability"] = math.nan
             row["nash_conv"] = math.nan
         row.update(metrics)
+        every = self.config.gain_every
+        if every and self.iteration % every == 0:
+            row.update(self._gain())
         row["iteration_seconds"] = seconds
         self.history.append(row)
         return row
+
+    def _gain(self) -> dict[str, float]:
+        """The estimated exploitability of the meta-mixtures (see :attr:`PsroConfig.gain_every`), on an env of its
+        own so that the run's envs are left as they are."""
+        if self._gain_env is None:
+            config = self.config.trainer
+            self._gain_env = PettingZooJointEnv(
+                self.env_fn, num_envs=config.num_envs, seed=_derived_seed(self.config.seed, 0, 7)
+            )
+        policies = [self.meta_policy(seat) for seat in range(self.num_players)]
+        trainer = self.config.trainer.replace(share_parameters=False, collection=CollectionConfig())
+        return gain_metrics(
+            self._gain_env,
+            policies,
+            trainer,
+            self.config.gain_steps,
+            self.config.gain_episodes,
+            _derived_seed(self.config.seed, self.iteration, 7),
+        )
 
     def __repr__(self) -> str:
         sizes = [len(p) for p in self.populations]

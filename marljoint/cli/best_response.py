@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import functools
 import json
 import math
 import os
@@ -40,6 +41,12 @@ from marljoint.ppo.config import JointTrainerConfig
 __all__ = ["register", "CommandError", "Recipe", "RECIPES", "env_factory", "recipe_for", "write_metrics_csv"]
 
 BUNDLED_ENVS = ("kuhn_poker_v0", "matrix_game_v0", "bucket_brigade_v0")
+
+
+def _train_defaults() -> dict[str, Any]:
+    from marljoint.train import DEFAULT_TRAINER
+
+    return dict(DEFAULT_TRAINER)
 
 
 @dataclass(frozen=True)
@@ -134,42 +141,53 @@ RECIPES: dict[str, Recipe] = {
 }
 """Bundled env name → its :class:`Recipe`."""
 
+GENERAL_RECIPE = Recipe(
+    trainer=JointTrainerConfig(**{**_train_defaults(), "share_parameters": False}),
+    br_steps=100_000,
+    episodes_per_entry=32,
+    eval_num_envs=16,
+    nfsp={"anticipatory": 0.1, "rollouts_per_iteration": 4},
+)
+"""Every other env's settings: ``marljoint train``'s defaults (one network per seat), 100k env steps per PSRO best
+response, 32 episodes per meta-game entry, and NFSP's anticipatory 0.1."""
+
 
 def recipe_for(env_name: str) -> Recipe:
-    """The :class:`Recipe` of a bundled env.
-
-    Raises:
-        ValueError: an env without a recipe.
-    """
-    if env_name not in RECIPES:
-        raise ValueError(f"unknown env {env_name!r}; choose one of {list(BUNDLED_ENVS)}")
-    return RECIPES[env_name]
+    """The :class:`Recipe` of an env: its own for a bundled best-response env, :data:`GENERAL_RECIPE` otherwise."""
+    return RECIPES.get(env_name, GENERAL_RECIPE)
 
 
 def env_factory(env_name: str, env_kwargs: Mapping[str, Any]) -> Callable[[], Any]:
-    """A function building one env of a bundled module with ``env_kwargs``.
+    """A function building one env of ``env_name`` with ``env_kwargs``: any name ``marljoint train --env`` takes
+    (a bundled env, a PettingZoo module path, ``package.module:factory``).
 
     Kuhn poker is built as its bare AEC env (``raw_env``): the adapter checks actions itself, and PettingZoo's
     checking wrappers would halve the env's speed.
 
     Raises:
-        ValueError: an unknown env, or keyword arguments the env rejects (tried once here).
+        ValueError: an env that does not resolve, keyword arguments the env rejects (one env is built here to
+            check), or an env with fewer than two agents (best responses need opponents).
     """
-    import marljoint_envs
+    from marljoint.envs_registry import resolve_env
 
-    if env_name not in BUNDLED_ENVS:
-        raise ValueError(f"unknown env {env_name!r}; choose one of {list(BUNDLED_ENVS)}")
-    module = getattr(marljoint_envs, env_name)
-    build = module.raw_env if env_name == "kuhn_poker_v0" else module.parallel_env
     kwargs = dict(env_kwargs)
+    if env_name == "kuhn_poker_v0":
+        import marljoint_envs
 
-    def factory() -> Any:
-        return build(**kwargs)
-
+        factory: Callable[[], Any] = functools.partial(marljoint_envs.kuhn_poker_v0.raw_env, **kwargs)
+    else:
+        factory = resolve_env(env_name, kwargs).env_fn()
     try:
-        factory().close()
+        probe = factory()
     except TypeError as exc:
         raise ValueError(f"{env_name} does not accept the keyword arguments {kwargs}: {exc}") from exc
+    agents = list(getattr(probe, "possible_agents", []))
+    probe.close()
+    if len(agents) < 2:
+        raise ValueError(
+            f"env {env_name!r} has {len(agents)} agent(s) {agents}; PSRO and NFSP play agents against each other, "
+            "so they need at least two"
+        )
     return factory
 
 
@@ -212,7 +230,7 @@ def register(subparsers: Any) -> None:
     psro = subparsers.add_parser(
         "psro",
         help="PSRO: populations of best responses and an empirical meta-game",
-        description="Policy-Space Response Oracles on a bundled env; writes OUT/metrics.csv and OUT/psro.pt.",
+        description="Policy-Space Response Oracles on any PettingZoo env; writes OUT/metrics.csv and OUT/psro.pt.",
     )
     _add_common(psro)
     psro.add_argument("--oracle", choices=("exact", "ppo"), default="ppo", help="best-response oracle (default ppo)")
@@ -247,7 +265,7 @@ def register(subparsers: Any) -> None:
     nfsp = subparsers.add_parser(
         "nfsp",
         help="NFSP: PPO best responses and supervised average policies",
-        description="Neural Fictitious Self-Play on a bundled env; writes OUT/metrics.csv and OUT/nfsp.pt.",
+        description="Neural Fictitious Self-Play on any PettingZoo env; writes OUT/metrics.csv and OUT/nfsp.pt.",
     )
     _add_common(nfsp)
     nfsp.add_argument("--iterations", type=positive_int, help="stop after this many iterations")
@@ -256,7 +274,12 @@ def register(subparsers: Any) -> None:
 
 
 def _add_common(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--env", required=True, help=f"a bundled env: {', '.join(BUNDLED_ENVS)}")
+    parser.add_argument(
+        "--env",
+        required=True,
+        help="any env marljoint train takes: a bundled name (tuned settings for "
+        f"{', '.join(BUNDLED_ENVS)}), a PettingZoo module path such as mpe2.simple_push_v3, or package.module:factory",
+    )
     parser.add_argument("--env-kwargs", default="{}", help='env keyword arguments as JSON, e.g. \'{"game": "rps"}\'')
     parser.add_argument("--out", required=True, help="output directory")
     parser.add_argument("--seed", type=seed, default=0, help="seed of everything (default 0)")
@@ -267,6 +290,16 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
         "--recurrent",
         choices=RECURRENT_KINDS,
         help="recurrent best responses (a GRU or LSTM core; the frozen members carry their state through episodes)",
+    )
+    parser.add_argument(
+        "--gain-every",
+        type=non_negative_int,
+        metavar="K",
+        help="every K iterations estimate the exploitability with fresh PPO best responses (best_response_gain); "
+        "default: 1 for envs without a known game tree, 0 (never) for those with one",
+    )
+    parser.add_argument(
+        "--gain-steps", type=positive_int, help="env steps of training per estimate (default: psro's --br-steps, 50000)"
     )
     group = parser.add_mutually_exclusive_group()
     group.add_argument("--resume", action="store_true", help="continue the run saved in OUT")
@@ -304,8 +337,6 @@ def _resolve(command: str, args: argparse.Namespace) -> tuple[Callable[[], Any],
     if not isinstance(env_kwargs, dict):
         example = '{"game": "rps"}'
         raise _fail(command, f"--env-kwargs must be a JSON object such as '{example}', got {args.env_kwargs!r}")
-    if args.env not in BUNDLED_ENVS:
-        raise _fail(command, f"unknown env {args.env!r}; choose one of {', '.join(BUNDLED_ENVS)}")
     if args.seconds is not None and not args.seconds > 0:
         raise _fail(command, f"--seconds must be positive, got {args.seconds}")
     try:
@@ -379,6 +410,12 @@ def _trainer_config(command: str, base: JointTrainerConfig, args: argparse.Names
         raise _fail(command, str(exc)) from None
 
 
+def _gain_settings(args: argparse.Namespace, game: KnownGame | None, default_steps: int) -> dict[str, Any]:
+    """``gain_every`` / ``gain_steps``: estimated every iteration where no exact exploitability exists."""
+    every = args.gain_every if args.gain_every is not None else (0 if game is not None else 1)
+    return {"gain_every": every, "gain_steps": args.gain_steps or default_steps}
+
+
 def run_psro(args: argparse.Namespace) -> int:
     """The ``psro`` subcommand."""
     from marljoint.best_response.psro import PSRO, PsroConfig
@@ -407,6 +444,7 @@ def run_psro(args: argparse.Namespace) -> int:
             warm_start=args.warm_start,
             seed=args.seed,
             task_split=args.task_split,
+            **_gain_settings(args, game, args.br_steps or recipe.br_steps),
         )
         if args.ray_address is not None:
             from marljoint.distributed import connect_ray
@@ -447,7 +485,7 @@ def run_nfsp(args: argparse.Namespace) -> int:
         settings["anticipatory"] = args.anticipatory
     try:
         trainer = _trainer_config("nfsp", recipe.nfsp_trainer_config(), args)
-        config = NfspConfig(trainer=trainer, seed=args.seed, **settings)
+        config = NfspConfig(trainer=trainer, seed=args.seed, **settings, **_gain_settings(args, game, 50_000))
         nfsp = NFSP.load(out, factory, game) if args.resume else NFSP(factory, config, game)
     except (ValueError, CheckpointError) as exc:
         raise _fail("nfsp", str(exc)) from None

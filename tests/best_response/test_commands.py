@@ -63,10 +63,36 @@ def test_recurrent_best_responses_from_the_command_line(tmp_path, capsys):
     assert "--recurrent: invalid choice: 'transformer'" in capsys.readouterr().err
 
 
+def test_any_env_train_takes_runs_and_reports_an_estimated_exploitability_without_a_game_tree(tmp_path):
+    import math
+
+    small = ["--iterations", "1", "--num-envs", "4", "--gain-steps", "256"]
+    push = ["--env", "mpe2.simple_push_v3", "--env-kwargs", '{"max_cycles": 10}', "--br-steps", "256"]
+    push += ["--episodes-per-entry", "2"]
+    assert run(["psro", *push, *small, "--out", str(tmp_path / "a")]) == 0
+    factory = ["--env", "marljoint_envs.identity_v0:parallel_env", "--env-kwargs", '{"num_agents": 2}']
+    assert run(["nfsp", *factory, *small, "--out", str(tmp_path / "b")]) == 0
+    for name, iterations in (("a", 2), ("b", 1)):
+        rows = read_rows(tmp_path / name / "metrics.csv")
+        assert len(rows) == iterations  # psro also records its initial population, iteration 0
+        for row in rows:
+            assert math.isnan(float(row["exploitability"]))  # no tree: no exact figure
+            assert math.isfinite(float(row["best_response_gain"])) and float(row["best_response_gain_ci"]) > 0
+    never = ["--gain-every", "0", "--out", str(tmp_path / "c")]
+    assert run(["psro", *push, *small, *never]) == 0
+    assert "best_response_gain" not in read_rows(tmp_path / "c" / "metrics.csv")[0]
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["psro", "--env", "chess_v0"], r"marljoint psro: error: unknown env 'chess_v0'; choose one of"),
+        (["psro", "--env", "chess_v0"], r"marljoint psro: error: unknown env 'chess_v0': no module named 'chess_v0'"),
+        (["nfsp", "--env", "mpe2.no_such_v0"], r"marljoint nfsp: error: unknown env 'mpe2.no_such_v0'"),
+        (
+            ["psro", "--env", "marljoint_envs.identity_v0", "--env-kwargs", '{"num_agents": 1}'],
+            r"has 1 agent\(s\) \['agent_0'\]; PSRO and NFSP play agents against each other, so they need at least two",
+        ),
+        (["psro", "--env", "mpe2.simple_push_v3", "--env-kwargs", '{"colour": 1}'], r"does not accept the keyword"),
         (["psro", "--env", "kuhn_poker_v0", "--env-kwargs", "{game"], r"error: --env-kwargs is not valid JSON"),
         (["psro", "--env", "kuhn_poker_v0", "--env-kwargs", "[1]"], r"--env-kwargs must be a JSON object"),
         (["psro", "--env", "bucket_brigade_v0", "--oracle", "exact"], r"--oracle exact needs a known game tree"),

@@ -5,7 +5,9 @@ Accepted forms:
 - a bundled env: ``bucket_brigade_v0`` (any module of :mod:`marljoint_envs`);
 - a module path: ``mpe2.simple_spread_v3``, ``pettingzoo.sisl.multiwalker_v9`` (its ``parallel_env``, else its
   ``env``);
-- a factory path: ``my_pkg.my_env:make`` (any callable returning a PettingZoo env).
+- a factory path: ``my_pkg.my_env:make`` (any callable returning a PettingZoo env);
+- an OpenSpiel game: ``openspiel:leduc_poker`` (any OpenSpiel game string, through Shimmy, observing the
+  information state; ``--env-kwargs`` are the game's parameters; see :mod:`marljoint.env.openspiel`).
 
 Keyword arguments (``--env-kwargs``) are passed to the factory on every call.
 """
@@ -24,6 +26,7 @@ import numpy as np
 
 import marljoint_envs
 from marljoint.best_response.games import KUHN_NAMES, KnownGame, KuhnGame, MatrixGame
+from marljoint.env.openspiel import OPENSPIEL_PREFIX, load_openspiel_game, openspiel_env
 
 __all__ = [
     "BUNDLED_ENVS",
@@ -82,6 +85,8 @@ def resolve_env(name: str, kwargs: dict[str, Any] | None = None) -> ResolvedEnv:
         raise EnvSpecError(f"env name must be a non-empty string, got {name!r}")
     kwargs = dict(kwargs or {})
     name = name.strip()
+    if name.startswith(OPENSPIEL_PREFIX):
+        return _resolve_openspiel(name, kwargs)
     module_path, _, attribute = name.partition(":")
     if ":" in name and (not module_path or not attribute):
         raise EnvSpecError(f"env {name!r}: a factory path looks like 'package.module:function'")
@@ -100,6 +105,21 @@ def resolve_env(name: str, kwargs: dict[str, Any] | None = None) -> ResolvedEnv:
         factory = _module_factory(name, module)
     _check_kwargs(name, factory, kwargs)
     return ResolvedEnv(name=name, factory=factory, kwargs=kwargs)
+
+
+def _resolve_openspiel(name: str, kwargs: dict[str, Any]) -> ResolvedEnv:
+    """``openspiel:<game string>``: the game is loaded once here, so an unknown game or parameter fails now."""
+    game = name[len(OPENSPIEL_PREFIX) :].strip()
+    if not game:
+        raise EnvSpecError(f"env {name!r}: name the OpenSpiel game after the prefix, e.g. openspiel:leduc_poker")
+    parameters = {k: v for k, v in kwargs.items() if k != "render_mode"}
+    try:
+        load_openspiel_game(game, **parameters)
+    except ImportError as exc:
+        raise EnvSpecError(f"env {name!r}: {exc}") from None
+    except ValueError as exc:
+        raise EnvSpecError(f"env {name!r}: {exc}") from None
+    return ResolvedEnv(name=name, factory=functools.partial(openspiel_env, game), kwargs=kwargs)
 
 
 def _import(name: str, module_path: str) -> types.ModuleType:
@@ -163,9 +183,19 @@ def known_game(env_name: str, env_kwargs: dict[str, Any] | None = None) -> Known
         env_kwargs: the env's keyword arguments (``game=`` or ``payoffs=`` for ``matrix_game_v0``).
 
     Returns:
-        :class:`~marljoint.best_response.KuhnGame`, :class:`~marljoint.best_response.MatrixGame`, or ``None``.
+        :class:`~marljoint.best_response.KuhnGame`, :class:`~marljoint.best_response.MatrixGame`, an
+        :class:`~marljoint.best_response.openspiel_game.OpenSpielGame` for ``openspiel:<game>``, or ``None``.
+
+    Raises:
+        ValueError: an OpenSpiel game that cannot be tabulated (too many information states, simultaneous moves),
+            naming the count and the alternative.
     """
     kwargs = dict(env_kwargs or {})
+    if env_name.startswith(OPENSPIEL_PREFIX):
+        from marljoint.best_response.openspiel_game import OpenSpielGame
+
+        parameters = {k: v for k, v in kwargs.items() if k != "render_mode"}
+        return OpenSpielGame(env_name[len(OPENSPIEL_PREFIX) :].strip(), parameters)
     if env_name in KUHN_NAMES:
         return KuhnGame()
     if env_name == "matrix_game_v0":

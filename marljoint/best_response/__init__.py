@@ -52,6 +52,7 @@ from marljoint.best_response.meta_solvers import (
     uniform,
 )
 from marljoint.best_response.nfsp import NFSP, NFSP_METRICS, AveragePolicy, NfspConfig
+from marljoint.best_response.openspiel_game import MAX_INFORMATION_STATES, OpenSpielGame, OpenSpielTablePolicy
 from marljoint.best_response.opponents import (
     LEARNER,
     AnticipatoryAssigner,
@@ -101,6 +102,7 @@ __all__ = [
     "KuhnTablePolicy",
     "LEARNER",
     "META_SOLVERS",
+    "MAX_INFORMATION_STATES",
     "MatrixGame",
     "MetaGame",
     "MetaSolver",
@@ -108,6 +110,8 @@ __all__ = [
     "NFSP",
     "NFSP_METRICS",
     "NfspConfig",
+    "OpenSpielGame",
+    "OpenSpielTablePolicy",
     "PPOOracle",
     "PSRO",
     "PSRO_METRICS",

@@ -293,7 +293,8 @@ def resolve_game(game: Any) -> KnownGame:
     """A :class:`KnownGame` from a game object, a name, or a list of payoff arrays.
 
     Args:
-        game: a :class:`KnownGame`; ``"kuhn_poker"`` / ``"kuhn_poker_v0"``; or one payoff array per player.
+        game: a :class:`KnownGame`; ``"kuhn_poker"`` / ``"kuhn_poker_v0"``; ``"openspiel:<game>"`` (an
+            :class:`~marljoint.best_response.openspiel_game.OpenSpielGame`); or one payoff array per player.
 
     Raises:
         ValueError: an unknown name or ill-formed payoffs.
@@ -303,8 +304,13 @@ def resolve_game(game: Any) -> KnownGame:
     if isinstance(game, str):
         if game in KUHN_NAMES:
             return KuhnGame()
+        if game.startswith("openspiel:"):
+            from marljoint.best_response.openspiel_game import OpenSpielGame
+
+            return OpenSpielGame(game[len("openspiel:") :])
         raise ValueError(
-            f"unknown game {game!r}; pass 'kuhn_poker', a list of payoff arrays, or a KnownGame (a bundled matrix "
+            f"unknown game {game!r}; pass 'kuhn_poker', 'openspiel:<game>', a list of payoff arrays, or a KnownGame "
+            "(a bundled matrix "
             f"game by name: marljoint.envs_registry.known_game('matrix_game_v0', {{'game': {game!r}}}))"
         )
     if isinstance(game, (list, tuple)):

@@ -34,6 +34,7 @@ from typing import Any
 from marljoint.best_response.games import KnownGame
 from marljoint.best_response.meta_solvers import META_SOLVERS
 from marljoint.cli.args import non_negative_int, positive_float, positive_int, seed
+from marljoint.env.openspiel import OPENSPIEL_PREFIX
 from marljoint.envs_registry import known_game
 from marljoint.policies.recurrent import RECURRENT_KINDS
 from marljoint.ppo.config import JointTrainerConfig
@@ -153,8 +154,14 @@ response, 32 episodes per meta-game entry, and NFSP's anticipatory 0.1."""
 
 
 def recipe_for(env_name: str) -> Recipe:
-    """The :class:`Recipe` of an env: its own for a bundled best-response env, :data:`GENERAL_RECIPE` otherwise."""
-    return RECIPES.get(env_name, GENERAL_RECIPE)
+    """The :class:`Recipe` of an env: its own for a bundled best-response env, Kuhn poker's for an OpenSpiel game
+    (short card and board games: many copies, short rollouts, undiscounted returns), :data:`GENERAL_RECIPE`
+    otherwise."""
+    if env_name in RECIPES:
+        return RECIPES[env_name]
+    if env_name.startswith(OPENSPIEL_PREFIX):
+        return RECIPES["kuhn_poker_v0"]
+    return GENERAL_RECIPE
 
 
 def env_factory(env_name: str, env_kwargs: Mapping[str, Any]) -> Callable[[], Any]:
@@ -341,9 +348,9 @@ def _resolve(command: str, args: argparse.Namespace) -> tuple[Callable[[], Any],
         raise _fail(command, f"--seconds must be positive, got {args.seconds}")
     try:
         factory = env_factory(args.env, env_kwargs)
-        game = known_game(args.env, env_kwargs)
     except ValueError as exc:
         raise _fail(command, str(exc)) from None
+    game = _known_game(command, args, env_kwargs)
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise _fail(command, f"--out {str(out)!r} exists and is not a directory")
@@ -357,6 +364,20 @@ def _resolve(command: str, args: argparse.Namespace) -> tuple[Callable[[], Any],
             "choose another --out",
         )
     return factory, game, recipe_for(args.env), out
+
+
+def _known_game(command: str, args: argparse.Namespace, env_kwargs: dict[str, Any]) -> KnownGame | None:
+    """The env's exact game, if any. An OpenSpiel game too large to tabulate runs without one (its exploitability
+    estimated, with a note saying so) unless something exact was asked for."""
+    try:
+        return known_game(args.env, env_kwargs)
+    except ValueError as exc:
+        wants_exact = getattr(args, "oracle", None) == "exact" or getattr(args, "evaluation", None) == "exact"
+        if not args.env.startswith(OPENSPIEL_PREFIX) or wants_exact:
+            raise _fail(command, str(exc)) from None
+        if not args.quiet:
+            sys.stderr.write(f"marljoint {command}: note: {exc}; exploitability is estimated (best_response_gain)\n")
+        return None
 
 
 def _recorder(command: str, run: Any, out: Path, args: argparse.Namespace, total: int | None) -> Any:
@@ -376,11 +397,31 @@ def _recorder(command: str, run: Any, out: Path, args: argparse.Namespace, total
             out.mkdir(parents=True, exist_ok=True)
         write_metrics_csv(run.history, out / "metrics.csv", _FIRST_COLUMNS)
         run.save(out)
+        _export_policy(command, run, out)
         if not args.quiet and run.history:
             sys.stderr.write(_progress_line(command, run.history[-1], total) + "\n")
             sys.stderr.flush()
 
     return record
+
+
+def _export_policy(command: str, run: Any, out: Path) -> None:
+    """``OUT/openspiel_policy.json``: the evaluated policy (PSRO's meta-mixtures, NFSP's average policies) in
+    OpenSpiel's tabular form, each time an OpenSpiel game's exploitability was computed."""
+    from marljoint.best_response.openspiel_game import OpenSpielGame
+
+    game = getattr(run, "game", None)
+    if not isinstance(game, OpenSpielGame) or not run.history:
+        return
+    if command == "psro":
+        policies = [run.meta_policy(seat) for seat in range(run.num_players)]
+    else:
+        policies = list(run.average_policies)
+    game.export(game.tables(policies), out / OPENSPIEL_POLICY)
+
+
+OPENSPIEL_POLICY = "openspiel_policy.json"
+"""The file an OpenSpiel game's run writes its evaluated policy to (see :meth:`OpenSpielGame.export`)."""
 
 
 def _progress_line(command: str, row: Mapping[str, Any], total: int | None) -> str:

@@ -2,11 +2,14 @@
 
 from marljoint.env.base import JointEnv, JointObs, JointStep, split_copies
 from marljoint.env.check import JointEnvCheckError, check_joint_env, random_actions
+from marljoint.env.openspiel import OPENSPIEL_PREFIX, openspiel_env
 from marljoint.env.pettingzoo import PettingZooJointEnv
 from marljoint.env.spaces import ActionLayout, GroupSpec, JointSpec, ObservationLayout
 from marljoint.env.subprocess import EnvWorker, SubprocessJointEnv, make_joint_env
 
 __all__ = [
+    "OPENSPIEL_PREFIX",
+    "openspiel_env",
     "ActionLayout",
     "EnvWorker",
     "GroupSpec",

@@ -1,0 +1,282 @@
+"""OpenSpiel games as known games: exact tables, values, best responses and NashConv with OpenSpiel itself.
+
+:class:`OpenSpielGame` enumerates a turn-based OpenSpiel game's information states once, per player, in the order
+a depth-first walk of the game tree meets them. A policy's table of player ``p`` is ``[S_p, A]`` (``A`` the game's
+distinct actions; zero outside the legal ones). A torch policy is tabulated by one batched query on the
+observations the env gives at those information states (the information-state tensor, see
+:mod:`marljoint.env.openspiel`), and the tables are scored by OpenSpiel's C++ code: ``pyspiel.nash_conv``,
+``pyspiel.TabularBestResponse`` and ``pyspiel.expected_returns``, on the policy as OpenSpiel writes it, a mapping
+from ``state.information_state_string(player)`` to ``[(action, probability), ...]`` (:meth:`policy_dict`), which
+:meth:`export` also writes as JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from marljoint.best_response.games import KnownGame
+from marljoint.best_response.population import FrozenPolicy, _TabularBase, masked_head_probs
+from marljoint.env.openspiel import OPENSPIEL_PREFIX, import_pyspiel, load_openspiel_game
+
+__all__ = ["MAX_INFORMATION_STATES", "OpenSpielGame", "OpenSpielTablePolicy"]
+
+MAX_INFORMATION_STATES = 200_000
+"""Information states (all players together) above which a game is too large to tabulate."""
+
+
+class OpenSpielGame(KnownGame):
+    """An OpenSpiel game whose exploitability marljoint computes exactly, with OpenSpiel's best responses.
+
+    Args:
+        game: an OpenSpiel game string (``"leduc_poker"``) or a loaded ``pyspiel.Game``.
+        parameters: game parameters (with a game string).
+        max_information_states: the most information states enumerated before the game is refused.
+
+    Raises:
+        ImportError: without the openspiel extra.
+        ValueError: a game that is not turn-based, lacks information-state strings or tensors, or has more than
+            ``max_information_states`` information states.
+    """
+
+    def __init__(
+        self, game: Any, parameters: dict[str, Any] | None = None, max_information_states: int = MAX_INFORMATION_STATES
+    ) -> None:
+        import pyspiel
+
+        self.game = load_openspiel_game(game, **(parameters or {})) if isinstance(game, str) else game
+        game_type = self.game.get_type()
+        self.name = f"{OPENSPIEL_PREFIX}{game_type.short_name}"
+        self.num_players = self.game.num_players()
+        self.num_actions = self.game.num_distinct_actions()
+        if game_type.dynamics != pyspiel.GameType.Dynamics.SEQUENTIAL:
+            raise ValueError(
+                f"{self.name} has simultaneous moves; exact tables need a turn-based game (estimate its "
+                "exploitability with best_response_gain instead)"
+            )
+        if not game_type.provides_information_state_string:
+            raise ValueError(f"{self.name} has no information-state strings, which OpenSpiel's best responses need")
+        self._information_state = bool(game_type.provides_information_state_tensor)
+        if not (self._information_state or game_type.provides_observation_tensor):
+            raise ValueError(f"{self.name} gives no tensor to observe, so a network cannot play it")
+        self._enumerate(int(max_information_states))
+
+    # ------------------------------------------------------------------ the information states
+    def _enumerate(self, limit: int) -> None:
+        n = self.num_players
+        self.keys: list[list[str]] = [[] for _ in range(n)]
+        self._row: list[dict[str, int]] = [{} for _ in range(n)]
+        tensors: list[list[list[float]]] = [[] for _ in range(n)]
+        legal: list[list[list[int]]] = [[] for _ in range(n)]
+        previous: list[list[tuple[int, int]]] = [[] for _ in range(n)]
+        count = 0
+        stack = [(self.game.new_initial_state(), ((-1, -1),) * n)]
+        while stack:
+            state, last = stack.pop()
+            if state.is_terminal():
+                continue
+            if state.is_chance_node():
+                stack.extend((state.child(action), last) for action, _ in state.chance_outcomes())
+                continue
+            player = state.current_player()
+            key = state.information_state_string(player)
+            row = self._row[player].get(key)
+            if row is None:
+                count += 1
+                if count > limit:
+                    raise ValueError(
+                        f"{self.name} has more than {limit:,} information states, too many to tabulate a policy "
+                        "exactly; estimate its exploitability with best_response_gain instead"
+                    )
+                row = len(self.keys[player])
+                self._row[player][key] = row
+                self.keys[player].append(key)
+                tensors[player].append(list(self._tensor(state, player)))  # what the env shows there
+                legal[player].append(list(state.legal_actions(player)))
+                previous[player].append(last[player])
+            for action in reversed(state.legal_actions(player)):
+                moved = last[:player] + ((row, action),) + last[player + 1 :]
+                stack.append((state.child(action), moved))
+        self._observations = [np.asarray(t, dtype=np.float32) for t in tensors]
+        self._legal = []
+        for player in range(n):
+            mask = np.zeros((len(self.keys[player]), self.num_actions), dtype=bool)
+            for row, actions in enumerate(legal[player]):
+                mask[row, actions] = True
+            self._legal.append(mask)
+        self._previous = [np.asarray([p for p, _ in rows] or np.zeros(0), dtype=np.int64) for rows in previous]
+        self._previous_action = [np.asarray([a for _, a in rows] or np.zeros(0), dtype=np.int64) for rows in previous]
+        self._lookup = [
+            {obs.tobytes(): row for row, obs in enumerate(self._observations[p])} for p in range(n)
+        ]
+
+    def _tensor(self, state: Any, player: int) -> list[float]:
+        """The env's observation (:mod:`marljoint.env.openspiel`): the information-state tensor, else the
+        observation tensor."""
+        return state.information_state_tensor(player) if self._information_state else state.observation_tensor(player)
+
+    def num_information_states(self, player: int) -> int:
+        """``S_p``, the information states where ``player`` decides."""
+        self._check_player(player)
+        return len(self.keys[player])
+
+    def legal_mask(self, player: int) -> np.ndarray:
+        """``[S_p, A]`` bool: the legal actions at each of ``player``'s information states."""
+        self._check_player(player)
+        return self._legal[player].copy()
+
+    def infoset_observations(self, player: int) -> np.ndarray:
+        self._check_player(player)
+        return self._observations[player]
+
+    def previous_infosets(self, player: int) -> np.ndarray:
+        self._check_player(player)
+        return self._previous[player]
+
+    # ------------------------------------------------------------------ tables
+    def check_table(self, table: np.ndarray, player: int) -> np.ndarray:
+        """``table`` restricted to the legal actions and renormalised; a row without legal mass becomes uniform
+        over the legal actions.
+
+        Raises:
+            ValueError: the wrong shape, or negative or non-finite entries.
+        """
+        self._check_player(player)
+        array = np.asarray(table, dtype=np.float64)
+        expected = (len(self.keys[player]), self.num_actions)
+        if array.shape != expected:
+            raise ValueError(
+                f"{self.name}: player {player}'s table has shape {array.shape}, expected {expected} (information "
+                "states x distinct actions)"
+            )
+        if not np.all(np.isfinite(array)) or np.any(array < 0):
+            raise ValueError(f"{self.name}: player {player}'s table has negative or non-finite entries")
+        legal = self._legal[player]
+        kept = np.where(legal, array, 0.0)
+        total = kept.sum(1, keepdims=True)
+        uniform = legal / legal.sum(1, keepdims=True)
+        return np.where(total > 0, kept / np.where(total > 0, total, 1.0), uniform)
+
+    def mixture_table(self, tables: Sequence[np.ndarray], weights: np.ndarray, player: int) -> np.ndarray:
+        """The behaviour policy of playing member ``k`` with probability ``weights[k]`` for a whole episode: at
+        each information state the members' rows weighted by ``weights[k]`` times the member's own probability of
+        reaching it (a plain average is wrong wherever members reach it with different probabilities)."""
+        checked = np.stack([self.check_table(t, player) for t in tables])  # [K, S, A]
+        w = np.asarray(weights, dtype=np.float64).reshape(-1, 1)
+        previous, action = self._previous[player], self._previous_action[player]
+        reach = np.ones(checked.shape[:2])  # [K, S]
+        for row in range(checked.shape[1]):  # a state's predecessor is met before it
+            if previous[row] >= 0:
+                reach[:, row] = reach[:, previous[row]] * checked[:, previous[row], action[row]]
+        weight = w * reach
+        total = weight.sum(0)
+        mixed = (weight[:, :, None] * checked).sum(0)
+        fallback = (w[:, :, None] * checked).sum(0)
+        return self.check_table(np.where(total[:, None] > 0, mixed, fallback), player)
+
+    def policy_dict(self, tables: Sequence[np.ndarray]) -> dict[str, list[tuple[int, float]]]:
+        """The tables as OpenSpiel's tabular policy: information-state string → ``[(action, probability)]`` over
+        the legal actions, for every player."""
+        out: dict[str, list[tuple[int, float]]] = {}
+        for player, table in enumerate(tables):
+            checked = self.check_table(table, player)
+            for row, key in enumerate(self.keys[player]):
+                actions = np.flatnonzero(self._legal[player][row])
+                out[key] = [(int(a), float(checked[row, a])) for a in actions]
+        return out
+
+    def export(self, tables: Sequence[np.ndarray], path: str | Path) -> Path:
+        """Writes :meth:`policy_dict` to ``path`` as JSON (``{string: [[action, probability], ...]}``), atomically.
+
+        Load it for OpenSpiel's own tools with ``{k: [tuple(p) for p in v] for k, v in json.load(f).items()}``,
+        e.g. ``pyspiel.nash_conv(game, that)``.
+        """
+        path = Path(path)
+        policy = {key: [[a, p] for a, p in pairs] for key, pairs in self.policy_dict(tables).items()}
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        try:
+            with os.fdopen(fd, "w") as handle:
+                json.dump(policy, handle)
+            os.replace(tmp, path)
+        except BaseException:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+            raise
+        return path
+
+    # ------------------------------------------------------------------ scoring, by OpenSpiel
+    def values(self, tables: Sequence[np.ndarray]) -> np.ndarray:
+        joint = import_pyspiel().TabularPolicy(self.policy_dict(tables))
+        return np.asarray(import_pyspiel().expected_returns(self.game.new_initial_state(), joint, -1, True))
+
+    def profile_values(self, member_tables: Sequence[Sequence[np.ndarray]], profiles: np.ndarray) -> np.ndarray:
+        index = np.asarray(profiles, dtype=np.int64).reshape(-1, self.num_players)
+        rows = [self.values([member_tables[p][k] for p, k in enumerate(profile)]) for profile in index]
+        return np.stack(rows) if rows else np.zeros((0, self.num_players))
+
+    def best_response(self, tables: Sequence[np.ndarray], player: int) -> tuple[float, np.ndarray]:
+        self._check_player(player)
+        response = import_pyspiel().TabularBestResponse(self.game, player, self.policy_dict(tables))
+        value = float(response.value(self.game.new_initial_state().history_str()))
+        chosen = response.get_best_response_actions()
+        table = np.zeros((len(self.keys[player]), self.num_actions))
+        for row, key in enumerate(self.keys[player]):
+            action = chosen.get(key)
+            table[row, action if action is not None else int(np.flatnonzero(self._legal[player][row])[0])] = 1.0
+        return value, table
+
+    def nash_conv(self, tables: Sequence[np.ndarray]) -> float:
+        """OpenSpiel's NashConv of the tables (``pyspiel.nash_conv``, C++)."""
+        return float(import_pyspiel().nash_conv(self.game, self.policy_dict(tables)))
+
+    def policy(self, table: np.ndarray, player: int) -> FrozenPolicy:
+        return OpenSpielTablePolicy(self.name, self._lookup[player], self.check_table(table, player), player)
+
+    def is_symmetric(self) -> bool:
+        return False
+
+    def __repr__(self) -> str:
+        sizes = [len(k) for k in self.keys]
+        return f"OpenSpielGame({self.name!r}, information_states={sizes})"
+
+
+class OpenSpielTablePolicy(_TabularBase):
+    """Plays a table of an :class:`OpenSpielGame` from the env's observations (looked up exactly).
+
+    Args:
+        name: the game's name, for messages.
+        lookup: observation bytes (float32) → row of the table.
+        table: ``[S_p, A]`` checked table.
+        player: the seat.
+
+    Raises:
+        ValueError: in :meth:`action_probs`, an observation that is none of the player's information states.
+    """
+
+    def __init__(self, name: str, lookup: dict[bytes, int], table: np.ndarray, player: int) -> None:
+        self.name = name
+        self.lookup = dict(lookup)
+        self.player = int(player)
+        self.table = np.asarray(table, dtype=np.float64)
+        self._table = torch.as_tensor(self.table, dtype=torch.float32)
+
+    def action_probs(self, obs: torch.Tensor, mask: torch.Tensor | None = None) -> list[torch.Tensor]:
+        """``[[B, A]]``: the rows of the observed information states."""
+        rows = []
+        for x in np.asarray(obs.detach().cpu(), dtype=np.float32).reshape(obs.shape[0], -1):
+            row = self.lookup.get(x.tobytes())
+            if row is None:
+                raise ValueError(f"{self.name}: an observation of player {self.player} that is none of its "
+                                 "information states")
+            rows.append(row)
+        return masked_head_probs([self._table[torch.as_tensor(rows, dtype=torch.long)]], mask)
+
+    def __repr__(self) -> str:
+        return f"OpenSpielTablePolicy({self.name!r}, player={self.player})"

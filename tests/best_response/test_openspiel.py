@@ -1,0 +1,167 @@
+"""OpenSpiel games: the env observing information states, ``openspiel:`` names, exact scoring with OpenSpiel's
+own code, the exported policy, and the same figures as the bundled Kuhn poker."""
+
+import functools
+import json
+
+import numpy as np
+import pytest
+
+pyspiel = pytest.importorskip("pyspiel")
+pytest.importorskip("shimmy")
+
+from pettingzoo.test import api_test  # noqa: E402
+
+from marljoint import JointMultiAgentTrainer, JointTrainerConfig, PettingZooJointEnv  # noqa: E402
+from marljoint.best_response.games import KuhnGame  # noqa: E402
+from marljoint.best_response.kuhn import KUHN_INFOSETS  # noqa: E402
+from marljoint.best_response.openspiel_game import OpenSpielGame  # noqa: E402
+from marljoint.env.openspiel import openspiel_env  # noqa: E402
+from marljoint.envs_registry import EnvSpecError, known_game, resolve_env  # noqa: E402
+
+
+# ------------------------------------------------------------------ the env
+@pytest.mark.parametrize("game", ["kuhn_poker", "leduc_poker", "tic_tac_toe"])
+def test_openspiel_games_pass_pettingzoos_api_test(game):
+    api_test(openspiel_env(game), num_cycles=200)
+
+
+def test_agents_observe_the_information_state_and_seeded_episodes_replay():
+    env = openspiel_env("leduc_poker")
+    env.reset(seed=0)
+    agent = env.agent_selection
+    player = int(agent.split("_")[1])
+    expected = np.asarray(env.game_state.information_state_tensor(player), np.float32)
+    np.testing.assert_array_equal(env.observe(agent), expected)
+    assert env.observation_space(agent).shape == expected.shape == (30,)  # Shimmy's observation tensor has 16
+
+    def deals(seed):
+        env = openspiel_env("leduc_poker")
+        env.reset(seed=seed)
+        out = []
+        for _ in range(5):  # later resets continue from the first seed
+            out.append(str(env.game_state))
+            env.reset()
+        return out
+
+    assert deals(3) == deals(3) and deals(3) != deals(4)
+
+
+def test_openspiel_names_resolve_with_game_parameters_and_bad_ones_get_one_error():
+    env = resolve_env("openspiel:leduc_poker", {"players": 3}).make()
+    assert env.possible_agents == ["player_0", "player_1", "player_2"]
+    with pytest.raises(EnvSpecError, match=r"unknown OpenSpiel game 'nope_poker'; pyspiel.registered_names\(\)"):
+        resolve_env("openspiel:nope_poker")
+    with pytest.raises(EnvSpecError, match=r"leduc_poker has no parameter\(s\) \['colour'\]; it takes \["):
+        resolve_env("openspiel:leduc_poker", {"colour": 1})
+    with pytest.raises(EnvSpecError, match="name the OpenSpiel game after the prefix"):
+        resolve_env("openspiel:")
+
+
+# ------------------------------------------------------------------ exact scoring
+def uniform(game):
+    return [game.check_table(np.ones((game.num_information_states(p), game.num_actions)), p) for p in range(2)]
+
+
+def test_leduc_uniform_play_has_openspiels_nash_conv():
+    from open_spiel.python import policy as policy_lib
+    from open_spiel.python.algorithms import exploitability
+
+    game = OpenSpielGame("leduc_poker")
+    assert [game.num_information_states(p) for p in range(2)] == [468, 468]
+    reference = exploitability.nash_conv(game.game, policy_lib.UniformRandomPolicy(game.game))  # Python, not C++
+    assert game.nash_conv(uniform(game)) == pytest.approx(reference) == pytest.approx(4.747222, abs=1e-6)
+    values = game.values(uniform(game))
+    responses = [game.best_response(uniform(game), p)[0] for p in range(2)]
+    assert sum(responses) - values.sum() == pytest.approx(reference)
+
+
+def kuhn_rows():
+    """For OpenSpiel's Kuhn poker, each player's rows in the bundled game's order (cards J, Q, K = 0, 1, 2)."""
+    game = OpenSpielGame("kuhn_poker")
+    rows = [[game.keys[p].index(f"{card}{history}") for card, history in KUHN_INFOSETS[p]] for p in range(2)]
+    return game, rows
+
+
+def test_the_bundled_kuhn_and_openspiels_kuhn_score_the_same_policy_alike():
+    game, rows = kuhn_rows()
+    bundled = KuhnGame()
+    rng = np.random.default_rng(0)
+    for _ in range(5):
+        tables = [rng.dirichlet(np.ones(2), size=6) for _ in range(2)]
+        mapped = [np.zeros((6, 2)) for _ in range(2)]
+        for p in range(2):
+            mapped[p][rows[p]] = tables[p]
+        assert game.nash_conv(mapped) == pytest.approx(bundled.nash_conv(tables), abs=1e-9)
+        # Mixtures are reach-weighted the same way as well.
+        weights = np.array([0.3, 0.7])
+        other = [rng.dirichlet(np.ones(2), size=6) for _ in range(2)]
+        other_mapped = [np.zeros((6, 2)) for _ in range(2)]
+        for p in range(2):
+            other_mapped[p][rows[p]] = other[p]
+        mixed = game.mixture_table([mapped[0], other_mapped[0]], weights, 0)
+        np.testing.assert_allclose(mixed[rows[0]], bundled.mixture_table([tables[0], other[0]], weights, 0))
+
+
+def test_the_exported_policy_is_scored_alike_by_openspiel(tmp_path):
+    game = OpenSpielGame("leduc_poker")
+    rng = np.random.default_rng(1)
+    tables = [game.check_table(rng.random((468, game.num_actions)), p) for p in range(2)]
+    path = game.export(tables, tmp_path / "openspiel_policy.json")
+    loaded = {key: [tuple(pair) for pair in pairs] for key, pairs in json.loads(path.read_text()).items()}
+    assert len(loaded) == 936
+    state = game.game.new_initial_state()
+    while state.is_chance_node():
+        state.apply_action(state.chance_outcomes()[0][0])
+    key = state.information_state_string(state.current_player())
+    assert [a for a, _ in loaded[key]] == state.legal_actions()  # legal actions only, OpenSpiel's ids
+    assert pyspiel.nash_conv(game.game, loaded) == pytest.approx(game.nash_conv(tables))
+
+
+def test_network_policies_are_tabulated_from_the_observations_the_env_gives():
+    config = JointTrainerConfig(num_envs=8, rollout_steps=8, minibatch_size=64, n_epochs=1, share_parameters=False)
+    env = PettingZooJointEnv(functools.partial(openspiel_env, "kuhn_poker"), num_envs=8, seed=0)
+    trainer = JointMultiAgentTrainer.from_env(env, config)
+    trainer.update(trainer.collect_rollout())
+    game = known_game("openspiel:kuhn_poker")
+    tables = game.tables([trainer.agent_policy(0), trainer.agent_policy(1)])
+    state = game.game.new_initial_state()
+    state.apply_action(0)
+    state.apply_action(1)  # player 0 holds the jack
+    row = game.keys[0].index(state.information_state_string(0))
+    obs = np.asarray(state.information_state_tensor(0), np.float32)
+    import torch
+
+    probs = trainer.agent_policy(0).action_probs(torch.as_tensor(obs)[None])[0][0].numpy()
+    np.testing.assert_allclose(tables[0][row], probs, rtol=1e-5)
+    assert 0.0 < game.nash_conv(tables) < 4.0
+
+
+def test_games_that_cannot_be_tabulated_are_refused_with_the_count_and_the_alternative():
+    with pytest.raises(ValueError, match=r"more than 100 information states.*best_response_gain"):
+        OpenSpielGame("leduc_poker", max_information_states=100)
+    with pytest.raises(ValueError, match="has simultaneous moves; exact tables need a turn-based game"):
+        OpenSpielGame("matrix_rps")
+
+
+# ------------------------------------------------------------------ the command line
+def test_psro_exact_on_openspiels_kuhn_reaches_the_bundled_kuhns_figure_and_exports_its_policy(tmp_path):
+    import argparse
+
+    from marljoint.cli.best_response import register
+
+    def run(argv):
+        parser = argparse.ArgumentParser(prog="marljoint")
+        register(parser.add_subparsers(dest="command", required=True))
+        args = parser.parse_args(argv)
+        return args.func(args)
+
+    assert run(["psro", "--env", "openspiel:kuhn_poker", "--oracle", "exact", "--out", str(tmp_path / "p")]) == 0
+    last = (tmp_path / "p" / "metrics.csv").read_text().splitlines()[-1].split(",")
+    assert float(last[2]) < 0.01  # the exploitability column, after 10 iterations
+    policy = json.loads((tmp_path / "p" / "openspiel_policy.json").read_text())
+    loaded = {key: [tuple(pair) for pair in pairs] for key, pairs in policy.items()}
+    assert pyspiel.nash_conv(pyspiel.load_game("kuhn_poker"), loaded) / 2 == pytest.approx(float(last[2]), abs=1e-9)
+    assert run(["nfsp", "--env", "openspiel:kuhn_poker", "--iterations", "1", "--num-envs", "8",
+                "--out", str(tmp_path / "n")]) == 0
+    assert (tmp_path / "n" / "openspiel_policy.json").is_file()

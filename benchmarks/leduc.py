@@ -1,0 +1,181 @@
+"""PSRO and NFSP on Leduc poker (``openspiel:leduc_poker``), with OpenSpiel's exact exploitability against wall time.
+
+Methods, each for ``--seconds`` of wall time per seed (the settings ``marljoint psro`` / ``marljoint nfsp`` use for
+an OpenSpiel game, ``marljoint.cli.best_response.recipe_for``):
+
+* ``psro-sim``: PSRO with PPO best responses, meta-game payoffs simulated (as OpenSpiel's own PSRO anchor was run);
+* ``psro-exact``: the same, with exact meta-game payoffs from OpenSpiel's game tree;
+* ``nfsp``: NFSP with PPO best responses.
+
+The exploitability is OpenSpiel's (``pyspiel.nash_conv`` / 2) of the evaluated policy: PSRO's meta-mixture, NFSP's
+average policies. Each run writes ``OUT/<method>/seed<k>/metrics.csv`` (one row per iteration); the summary CSV
+``--csv`` gets, per run, the exploitability of the last iteration finished by each checkpoint (10, 60, 300 and
+600 s by default). ``--report`` prints the table of a summary CSV (mean ± 95% CI over seeds). ``--anchor`` measures
+OpenSpiel's CFR+ for one second, the exact-solver reference.
+
+Usage::
+
+    pip install -e ".[openspiel]"
+    python benchmarks/leduc.py --methods psro-sim psro-exact nfsp --seeds 0 1 2 --seconds 600 \\
+        --out runs/leduc --csv benchmarks/results/leduc/runs.csv
+    python benchmarks/leduc.py --report --csv benchmarks/results/leduc/runs.csv
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+GAME = "openspiel:leduc_poker"
+METHODS = ("psro-sim", "psro-exact", "nfsp")
+CHECKPOINTS = (10.0, 60.0, 300.0, 600.0)
+FIELDS = ("method", "seed", "checkpoint_s", "exploitability", "iterations", "wall_s")
+
+
+def build(method: str, seed: int) -> Any:
+    """The PSRO or NFSP run of ``method`` on Leduc, with the command line's settings for an OpenSpiel game."""
+    from marljoint.best_response import NFSP, PSRO, NfspConfig, PsroConfig
+    from marljoint.cli.best_response import env_factory, recipe_for
+    from marljoint.envs_registry import known_game
+
+    recipe = recipe_for(GAME)
+    factory = env_factory(GAME, {})
+    game = known_game(GAME)
+    if method == "nfsp":
+        return NFSP(factory, NfspConfig(trainer=recipe.nfsp_trainer_config(), seed=seed, **recipe.nfsp), game)
+    config = PsroConfig(
+        iterations=10_000,
+        meta_solver="nash",
+        evaluation="simulation" if method == "psro-sim" else "exact",
+        episodes_per_entry=recipe.episodes_per_entry,
+        eval_num_envs=recipe.eval_num_envs,
+        br_steps=recipe.br_steps,
+        trainer=recipe.trainer,
+        seed=seed,
+    )
+    return PSRO(factory, config, game)
+
+
+def at_checkpoints(history: list[dict[str, Any]], checkpoints: tuple[float, ...]) -> list[tuple[float, float, int]]:
+    """``(checkpoint, exploitability of the last iteration finished by then, its iteration)`` per checkpoint."""
+    out = []
+    for t in checkpoints:
+        done = [row for row in history if row["wall_time"] <= t]
+        out.append((t, float(done[-1]["exploitability"]), int(done[-1]["iteration"])) if done else (t, math.nan, -1))
+    return out
+
+
+def run_one(method: str, seed: int, seconds: float, out: Path, checkpoints: tuple[float, ...]) -> list[dict[str, Any]]:
+    """Runs one (method, seed) for ``seconds`` and returns its summary rows."""
+    from marljoint.cli.best_response import write_metrics_csv
+
+    run = build(method, seed)
+    directory = out / method / f"seed{seed}"
+    directory.mkdir(parents=True, exist_ok=True)
+
+    def record(_: Any) -> None:
+        write_metrics_csv(run.history, directory / "metrics.csv", ("iteration", "wall_time", "exploitability"))
+
+    if method == "nfsp":
+        run.run(max_seconds=seconds, callback=record)
+    else:
+        record({})
+        run.run(max_seconds=seconds, callback=record)
+    wall = run.history[-1]["wall_time"]
+    return [
+        {"method": method, "seed": seed, "checkpoint_s": t, "exploitability": value, "iterations": iteration,
+         "wall_s": round(wall, 1)}
+        for t, value, iteration in at_checkpoints(run.history, checkpoints)
+    ]
+
+
+def cfr_plus_anchor(seconds: float = 1.0) -> tuple[float, int]:
+    """OpenSpiel's CFR+ on Leduc for ``seconds``: (exploitability of its average policy, iterations)."""
+    import pyspiel
+
+    game = pyspiel.load_game("leduc_poker")
+    solver = pyspiel.CFRPlusSolver(game)
+    start, iterations = time.perf_counter(), 0
+    while time.perf_counter() - start < seconds:
+        solver.evaluate_and_update_policy()
+        iterations += 1
+    return float(pyspiel.exploitability(game, solver.average_policy())), iterations
+
+
+def report(path: Path) -> str:
+    """The markdown table of a summary CSV: per method and checkpoint, the mean over seeds ± 95% CI."""
+    from marljoint.evaluate import confidence_interval
+
+    with path.open(newline="") as f:
+        rows = list(csv.DictReader(f))
+    checkpoints = sorted({float(r["checkpoint_s"]) for r in rows})
+    lines = ["| method | " + " | ".join(f"{t:.0f} s" for t in checkpoints) + " | seeds |",
+             "|---|" + "---|" * len(checkpoints) + "---|"]
+    for method in METHODS:
+        mine = [r for r in rows if r["method"] == method]
+        if not mine:
+            continue
+        cells = []
+        for t in checkpoints:
+            values = [float(r["exploitability"]) for r in mine if float(r["checkpoint_s"]) == t]
+            values = [v for v in values if math.isfinite(v)]
+            if not values:
+                cells.append("–")
+                continue
+            mean, half = confidence_interval(values)
+            cells.append(f"{mean:.3f}" + (f" ± {half:.3f}" if len(values) > 1 else ""))
+        seeds = len({r["seed"] for r in mine})
+        lines.append(f"| {method} | " + " | ".join(cells) + f" | {seeds} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    parser.add_argument("--seconds", type=float, default=600.0, help="wall-time budget per run")
+    parser.add_argument("--checkpoints", nargs="+", type=float, default=list(CHECKPOINTS))
+    parser.add_argument("--out", type=Path, default=Path("runs/leduc"))
+    parser.add_argument("--csv", type=Path, default=Path("benchmarks/results/leduc/runs.csv"))
+    parser.add_argument("--report", action="store_true", help="print the table of --csv instead of running")
+    parser.add_argument("--anchor", action="store_true", help="measure OpenSpiel's CFR+ for one second and stop")
+    args = parser.parse_args()
+    if args.report:
+        print(report(args.csv))
+        return
+    if args.anchor:
+        value, iterations = cfr_plus_anchor()
+        print(f"CFR+ (OpenSpiel, C++): exploitability {value:.4f} after {iterations} iterations in 1 s")
+        return
+    import torch
+
+    torch.set_num_threads(1)
+    done = set()
+    if args.csv.is_file():
+        with args.csv.open(newline="") as f:
+            done = {(r["method"], int(r["seed"])) for r in csv.DictReader(f)}
+    for seed in args.seeds:
+        for method in args.methods:
+            if (method, seed) in done:
+                continue
+            rows = run_one(method, seed, args.seconds, args.out, tuple(args.checkpoints))
+            new = not args.csv.is_file()
+            args.csv.parent.mkdir(parents=True, exist_ok=True)
+            with args.csv.open("a", newline="") as f:
+                writer = csv.DictWriter(f, FIELDS)
+                if new:
+                    writer.writeheader()
+                writer.writerows(rows)
+            summary = ", ".join(f"{r['checkpoint_s']:.0f} s: {r['exploitability']:.3f}" for r in rows)
+            print(f"{method} seed {seed}: {summary} ({rows[0]['iterations'] if rows else 0} iterations)", flush=True)
+
+
+if __name__ == "__main__":
+    np.seterr(all="ignore")
+    main()

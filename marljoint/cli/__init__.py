@@ -205,6 +205,13 @@ def _add_train(subparsers: Any) -> None:
         help="step the env copies in K worker processes that also run the policies for their copies "
         "(collection backend 'subprocess'); same results as in-process, faster on several cores",
     )
+    p.add_argument(
+        "--policy-lag",
+        type=int,
+        choices=(0, 1),
+        help="1: the workers (--env-workers or --ray) collect the next rollout with the weights before the "
+        "update while the learner updates (overlapped, policy lag 1); 0 (default): collect, then update",
+    )
     group = p.add_mutually_exclusive_group()
     group.add_argument(
         "--resume",
@@ -249,6 +256,13 @@ def _train(args: argparse.Namespace) -> int:
         options["collection"] = {"backend": "subprocess", "workers": args.env_workers}
     if args.ray or args.ray_address is not None or args.num_workers is not None:
         options["collection"] = {"backend": "ray", "workers": 2 if args.num_workers is None else args.num_workers}
+    if args.policy_lag:
+        if "collection" not in options:
+            raise RunError(
+                "--policy-lag 1 overlaps collection in worker processes with the update; add --env-workers K or "
+                "--ray (in-process collection cannot overlap)"
+            )
+        options["collection"] = {**options["collection"], "policy_lag": args.policy_lag}
     if args.ray_address is not None:
         from marljoint.distributed import connect_ray
 

@@ -2,8 +2,9 @@
 
 A :class:`Collector` plays rollouts with a :class:`~marljoint.policies.JointPolicy`: in this process
 (:class:`LocalCollector`), in a :class:`~marljoint.env.SubprocessJointEnv`'s workers (:class:`SubprocessCollector`)
-or in Ray actors (:class:`RayCollector`), chosen by a :class:`CollectionConfig` (:func:`make_collector`). All give
-the same rollout bit for bit. Also here: the rollout storage ``[T, E, N, ...]``, the moves a turn-based rollout
+or in Ray actors (:class:`RayCollector`), optionally one rollout ahead of the update (:class:`OverlappedCollector`,
+``policy_lag=1``), chosen by a :class:`CollectionConfig` (:func:`make_collector`). All give the same rollout bit
+for bit. Also here: the rollout storage ``[T, E, N, ...]``, the moves a turn-based rollout
 carries into the next, the per-copy noise generators and the one rule that splits env copies into slices.
 """
 
@@ -12,6 +13,7 @@ from marljoint.collect.base import Collector, rollout_storage
 from marljoint.collect.config import BACKENDS, CollectionConfig
 from marljoint.collect.local import LocalCollector
 from marljoint.collect.noise import CopyNoise, copy_generators, generators_from_states
+from marljoint.collect.overlap import OverlappedCollector
 from marljoint.collect.ray import RayCollector, WorkerLostError
 from marljoint.collect.rollout import PER_AGENT_FIELDS, JointRollout, carry_pending_moves
 from marljoint.collect.slices import SliceWorker, assemble, blueprint, rollout_piece
@@ -26,6 +28,7 @@ __all__ = [
     "CopyNoise",
     "JointRollout",
     "LocalCollector",
+    "OverlappedCollector",
     "RayCollector",
     "SliceWorker",
     "SubprocessCollector",

@@ -29,6 +29,18 @@ def make_collector(
     """
     if config.backend == "local":
         return LocalCollector(env, seed)
+    inner = _worker_collector(env, config, seed, torch_threads)
+    if config.policy_lag:
+        from marljoint.collect.overlap import OverlappedCollector
+
+        return OverlappedCollector(inner)
+    return inner
+
+
+def _worker_collector(
+    env: JointEnv, config: CollectionConfig, seed: int, torch_threads: int | None
+) -> Collector:
+    """The subprocess or Ray collector of ``config``."""
     if config.backend == "subprocess":
         from marljoint.collect.subprocess import SubprocessCollector
         from marljoint.env.subprocess import SubprocessJointEnv

@@ -34,7 +34,20 @@ class CollectionConfig:
     """Worker processes (``"subprocess"``) or Ray actors (``"ray"``); each holds a contiguous slice of the env
     copies (:func:`~marljoint.collect.split_copies`). Not used by ``"local"``."""
 
+    policy_lag: int = 0
+    """0: every rollout is collected with the current weights (the workers wait through each update). 1: the
+    workers collect rollout k + 1 with the weights of update k − 1 while the learner computes update k
+    (multi-process backends only; PPO's ratio uses the behaviour log-probs stored in the rollout, so the objective
+    stays correct). The schedule is fixed, so runs stay seeded and bit-identical across backends and resume."""
+
     def __post_init__(self) -> None:
+        if self.policy_lag not in (0, 1) or isinstance(self.policy_lag, bool):
+            raise ValueError(f"collection policy_lag must be 0 or 1, got {self.policy_lag!r}")
+        if self.policy_lag and self.backend == "local":
+            raise ValueError(
+                "policy_lag=1 overlaps collection in worker processes with the update; backend 'local' collects in "
+                "this process, so use backend 'subprocess' or 'ray' with it (or policy_lag=0)"
+            )
         if self.backend not in BACKENDS:
             raise ValueError(
                 f"collection backend must be one of {list(BACKENDS)}, got {self.backend!r} ('local': this process, "

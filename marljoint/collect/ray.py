@@ -140,8 +140,9 @@ class RayCollector:
         restore, self._pending_restore[k] = self._pending_restore[k], None
         return self.actors[k].collect.remote(weights_ref, steps, restore)
 
-    def collect(self, policy: JointPolicy, steps: int) -> JointRollout:
-        """Collects one rollout of every copy, replacing actors that die.
+    def collect(self, policy: JointPolicy, steps: int, weights: Mapping[str, Any] | None = None) -> JointRollout:
+        """Collects one rollout of every copy, replacing actors that die; ``weights`` (default: the policy's
+        current :meth:`~marljoint.policies.JointPolicy.weights`) are those the actors act with.
 
         Raises:
             WorkerLostError: if one actor's piece failed ``max_restarts + 1`` times in a row.
@@ -154,7 +155,7 @@ class RayCollector:
         if not self.actors:
             self.actors = [self._spawn(k) for k in range(self.num_workers)]
         self._storage = rollout_storage(self._storage, self.spec, steps, self.num_envs, policy.device)
-        assemble(self._storage, self._gather(policy.weights(), steps), self.slices)
+        assemble(self._storage, self._gather(policy.weights() if weights is None else weights, steps), self.slices)
         return self._storage
 
     def _gather(self, weights: Mapping[str, Any], steps: int) -> list[dict[str, Any]]:

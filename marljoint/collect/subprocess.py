@@ -63,8 +63,15 @@ class SubprocessCollector:
         # Collects from this process when the policy cannot be pickled (its state is kept in step with the workers').
         self._here = LocalCollector(env, seed)
 
-    def collect(self, policy: JointPolicy, steps: int) -> JointRollout:
-        """Plays ``steps`` joint steps of every copy in the workers; returns the assembled rollout."""
+    def collect(self, policy: JointPolicy, steps: int, weights: Mapping[str, Any] | None = None) -> JointRollout:
+        """Plays ``steps`` joint steps of every copy in the workers; returns the assembled rollout.
+
+        Args:
+            policy: the policy (its networks go to the workers once).
+            steps: joint steps per copy.
+            weights: :meth:`~marljoint.policies.JointPolicy.weights` to act with (default: the policy's current
+                ones), e.g. a snapshot taken before an update that runs meanwhile.
+        """
         plan = None
         if policy is not self._policy:
             self._policy = policy
@@ -82,8 +89,9 @@ class SubprocessCollector:
             self._started = True
             return self._here.collect(policy, steps)
         self._storage = rollout_storage(self._storage, self.env.spec, steps, self.num_envs, policy.device)
+        weights = policy.weights() if weights is None else weights
         pieces = self.env.run_in_workers(
-            _collect_slice, self._key, plan, self.seed, self.torch_threads, policy.weights(), steps, not self._started
+            _collect_slice, self._key, plan, self.seed, self.torch_threads, weights, steps, not self._started
         )
         self._started = True
         assemble(self._storage, pieces, self.env.slices)

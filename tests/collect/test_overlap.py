@@ -1,0 +1,93 @@
+"""Overlapped collection (policy_lag=1): the schedule it promises, the same bits on every backend and across
+resume, and the settings it refuses."""
+
+import copy
+
+import pytest
+import torch
+
+from marljoint import CollectionConfig, JointMultiAgentTrainer, JointTrainerConfig
+from marljoint.collect import OverlappedCollector
+from marljoint_envs import kuhn_poker_v0, variable_agents_v0
+
+
+def build(collection, seed=2, env_fn=variable_agents_v0.parallel_env, **cfg):
+    settings = dict(num_envs=4, rollout_steps=12, minibatch_size=24, n_epochs=2, hidden_sizes=(16,), seed=seed)
+    config = JointTrainerConfig(**{**settings, **cfg}, collection=collection)
+    return JointMultiAgentTrainer.from_env(collection.make_env(env_fn, config.num_envs, seed), config)
+
+
+def parameters(trainer):
+    return [p.detach().clone() for network in trainer.policies for p in network.parameters()]
+
+
+def same(a, b):
+    return len(a) == len(b) and all(torch.equal(x, y) for x, y in zip(a, b))
+
+
+def lagged_run(collection, iterations=4, resume=None, **cfg):
+    """Parameters after ``iterations``; ``resume``: a second trainer (this collection) takes over after 2."""
+    trainer = build(collection, **cfg)
+    try:
+        for k in range(iterations):
+            if resume is not None and k == 2:
+                saved = (trainer.state_dict(), trainer.env_state())
+                trainer.close()
+                trainer = build(resume, seed=7, **cfg)
+                trainer.load_state_dict(saved[0])
+                trainer.load_env_state(saved[1])
+            trainer.iterate()
+        return parameters(trainer)
+    finally:
+        trainer.close()
+
+
+def test_each_rollout_is_collected_with_the_weights_from_before_the_previous_update():
+    lagged = lagged_run(CollectionConfig("subprocess", 2, policy_lag=1))
+    # The same schedule by hand, collecting in step: rollout k + 1 is taken before update k.
+    trainer = build(CollectionConfig("subprocess", 2))
+    try:
+        rollout = copy.deepcopy(trainer.collect_rollout())
+        for _ in range(4):
+            following = copy.deepcopy(trainer.collect_rollout())
+            trainer.update(rollout)
+            rollout = following
+        assert same(lagged, parameters(trainer))
+    finally:
+        trainer.close()
+    assert not same(lagged, lagged_run(CollectionConfig("subprocess", 2)))  # lag 0 differs: the lag is real
+
+
+def test_a_lagged_run_resumes_exactly_with_the_rollout_it_had_collected_ahead():
+    lag = CollectionConfig("subprocess", 2, policy_lag=1)
+    assert same(lagged_run(lag), lagged_run(lag, resume=lag))
+    assert same(lagged_run(lag), lagged_run(lag, resume=CollectionConfig("subprocess", 3, policy_lag=1)))
+
+
+def test_ray_and_subprocess_workers_give_the_same_lagged_bits():
+    pytest.importorskip("ray")
+    assert same(lagged_run(CollectionConfig("subprocess", 2, policy_lag=1)),
+                lagged_run(CollectionConfig("ray", 2, policy_lag=1)))
+
+
+@pytest.mark.parametrize(
+    ("env_fn", "cfg"),
+    [(kuhn_poker_v0.env, {}), (variable_agents_v0.parallel_env, {"recurrent": "gru", "bptt_length": 4})],
+)
+def test_turn_based_games_and_recurrent_policies_lag_deterministically(env_fn, cfg):
+    lag = CollectionConfig("subprocess", 2, policy_lag=1)
+    first = lagged_run(lag, env_fn=env_fn, **cfg)
+    assert same(first, lagged_run(lag, env_fn=env_fn, **cfg))
+    assert same(first, lagged_run(lag, resume=lag, env_fn=env_fn, **cfg))
+
+
+def test_the_trainer_gets_an_overlapped_collector_and_bad_lags_are_refused():
+    trainer = build(CollectionConfig("subprocess", 2, policy_lag=1))
+    try:
+        assert isinstance(trainer.collector, OverlappedCollector)
+    finally:
+        trainer.close()
+    with pytest.raises(ValueError, match="collection policy_lag must be 0 or 1, got 2"):
+        CollectionConfig("subprocess", 2, policy_lag=2)
+    with pytest.raises(ValueError, match="backend 'local' collects in this process, so use backend 'subprocess'"):
+        CollectionConfig(policy_lag=1)

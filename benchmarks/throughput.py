@@ -5,7 +5,8 @@ Reports agent-steps per second (medians over repetitions) for
   (a) the bare env with random actions (one process, one env instance): the physical limit R; and the same in two
       processes at once (summed), the ceiling of any two-process trainer on this machine;
   (b) marljoint's rollout alone;
-  (c) marljoint's full training (collect + update), in-process and with subprocess env workers;
+  (c) marljoint's full training (collect + update), in-process and with subprocess env workers, the latter also
+      overlapped (``policy_lag=1``) against the two-process ceiling measured around it;
   (d) SB3 PPO on the SuperSuit-vectorised env (same batch, epochs, network size), if stable-baselines3 is installed,
       with one torch thread (as marljoint runs here) and with torch's default thread count (as SB3 runs unless told
       otherwise);
@@ -230,6 +231,36 @@ def recurrent_rows(repetitions: int, iterations: int) -> None:
         print(f"| {name} | {roll:,.0f} | {full:,.0f} | {roll_ratio:.2f} | {full_ratio:.2f} |")
 
 
+def overlap_rows(names: list[str], repetitions: int, iterations: int, window: float) -> None:
+    """Full training with 2 subprocess workers at policy lag 0 and lag 1 against the two-process bare ceiling,
+    each lag measured between two ceiling measurements of the same window and divided by their mean."""
+    print("\noverlapped collection: 2 env workers, full training over the two-process bare ceiling (medians)")
+    print("| env | 2-process ceiling | lag 0 | lag 1 | lag 0 / ceiling | lag 1 / ceiling | lag 1 / lag 0 |")
+    print("|---" * 7 + "|")
+    for name in names:
+        env_fn = ENVS[name]
+        ceilings: list[float] = []
+        rates: dict[int, list[float]] = {0: [], 1: []}
+        ratios: dict[int, list[float]] = {0: [], 1: []}
+        for _ in range(repetitions):
+            bracket = [bare_env_rate_two_processes(name, window)]
+            for lag in (0, 1):
+                collection = CollectionConfig("subprocess", workers=2, policy_lag=lag)
+                rate = marljoint_rates(env_fn, iterations, collection=collection)[1]
+                bracket.append(bare_env_rate_two_processes(name, window))
+                rates[lag].append(rate)
+                ratios[lag].append(rate / statistics.mean(bracket[-2:]))
+            ceilings.append(statistics.mean(bracket))
+        med = statistics.median
+        pairs = [b / a for a, b in zip(rates[0], rates[1])]
+        print(
+            f"| {name} | {med(ceilings):,.0f} | {med(rates[0]):,.0f} | {med(rates[1]):,.0f} | {med(ratios[0]):.2f} "
+            f"| {med(ratios[1]):.2f} | {med(pairs):.2f} |"
+        )
+        print("per repetition: lag 0 " + ", ".join(f"{r:.2f}" for r in ratios[0]) + "; lag 1 "
+              + ", ".join(f"{r:.2f}" for r in ratios[1]))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repetitions", type=int, default=3)
@@ -239,10 +270,19 @@ def main() -> None:
     parser.add_argument("--skip-sb3", action="store_true")
     parser.add_argument("--memory-steps", type=int, default=0, help="also run the peak-memory check")
     parser.add_argument("--skip-recurrent", action="store_true", help="skip the GRU-against-MLP rows")
+    parser.add_argument("--skip-overlap", action="store_true", help="skip the policy-lag rows")
+    parser.add_argument("--only-overlap", action="store_true", help="only the policy-lag rows")
+    parser.add_argument("--only-recurrent", action="store_true", help="only the GRU-against-MLP rows")
     args = parser.parse_args()
     reps = 1 if args.quick else args.repetitions
     iters = 1 if args.quick else args.iterations
     torch.set_num_threads(1)
+    if args.only_overlap or args.only_recurrent:
+        if args.only_overlap:
+            overlap_rows(args.envs, reps, iters, 2.0 if not args.quick else 0.5)
+        if args.only_recurrent:
+            recurrent_rows(reps, iters)
+        return
 
     print(f"batch: {NUM_ENVS} envs x {ROLLOUT} steps, {EPOCHS} epochs x {MINIBATCHES} minibatches, MLP {HIDDEN}")
     print(
@@ -311,6 +351,8 @@ def main() -> None:
         )
         print("per repetition: " + "; ".join(f"{k} " + ", ".join(f"{v:.2f}" for v in vals) for k, vals in norm.items()))
 
+    if not args.skip_overlap:
+        overlap_rows(args.envs, reps, iters, window)
     if not args.skip_recurrent:
         recurrent_rows(reps, iters)
 

@@ -301,23 +301,28 @@ def run_one(
         }
     else:
         actors = {"sampled": functools.partial(evaluate, task, random_actor(seed))}
-    rows = []
-    for mode, play in actors.items():
-        returns = play(episodes, base_seed)
-        rows.append(
-            {
-                "env": name,
-                "method": label,
-                "seed": seed,
-                "env_steps": steps if method != "random" else 0,
-                "train_seconds": round(seconds, 1),
-                "mode": mode,
-                "episodes": episodes,
-                "return_mean": float(returns.mean()),
-                "return_std": float(returns.std()),
-            }
-        )
-    return rows
+    trained_steps = steps if method != "random" else 0
+    return [
+        result_row(name, label, seed, trained_steps, seconds, mode, play(episodes, base_seed))
+        for mode, play in actors.items()
+    ]
+
+
+def result_row(
+    env: str, method: str, seed: int, env_steps: int, seconds: float, mode: str, returns: np.ndarray
+) -> dict[str, Any]:
+    """One CSV row (:data:`FIELDS`): a trained policy's evaluation returns in one mode."""
+    return {
+        "env": env,
+        "method": method,
+        "seed": seed,
+        "env_steps": env_steps,
+        "train_seconds": round(seconds, 1),
+        "mode": mode,
+        "episodes": len(returns),
+        "return_mean": float(returns.mean()),
+        "return_std": float(returns.std()),
+    }
 
 
 def variant_label(changes: dict[str, Any] | None) -> str:

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from generalization import Task, append, done_runs, evaluate_marljoint, train_marljoint
+from generalization import Task, append, done_runs, evaluate_marljoint, result_row, train_marljoint
 
 VELOCITY = 2
 """simple_spread's observation starts with the agent's own velocity (2 numbers), then its position."""
@@ -64,23 +64,13 @@ def run_one(method: str, seed: int, env_steps: int, episodes: int) -> list[dict[
     stack, changes = METHODS[method]
     task = Task(functools.partial(spread_without_velocity, stack), env_steps, "spread without velocities")
     trainer, seconds = train_marljoint(task, seed, env_steps, changes)
-    rows = []
-    for mode in ("greedy", "sampled"):
-        returns = evaluate_marljoint(trainer, task, mode == "greedy", episodes, base_seed=1_000_000)
-        rows.append(
-            {
-                "env": ENV,
-                "method": method,
-                "seed": seed,
-                "env_steps": env_steps,
-                "train_seconds": round(seconds, 1),
-                "mode": mode,
-                "episodes": episodes,
-                "return_mean": float(returns.mean()),
-                "return_std": float(returns.std()),
-            }
+    return [
+        result_row(
+            ENV, method, seed, env_steps, seconds, mode,
+            evaluate_marljoint(trainer, task, mode == "greedy", episodes, base_seed=1_000_000),
         )
-    return rows
+        for mode in ("greedy", "sampled")
+    ]
 
 
 def report(path: Path) -> str:

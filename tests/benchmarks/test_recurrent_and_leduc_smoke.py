@@ -1,0 +1,63 @@
+"""Keeps benchmarks/recurrent_po.py and benchmarks/leduc.py runnable: tiny budgets, the CSV rows, the skipping
+of finished runs and the reports (nothing about learning is asserted: that is what the benchmarks measure)."""
+
+import csv
+import math
+import sys
+
+import numpy as np
+import pytest
+from _benchmark_module import benchmark_module
+
+pytest.importorskip("mpe2")
+
+
+def test_the_partially_observable_task_hides_the_velocity_and_stacking_shows_the_past():
+    with benchmark_module("recurrent_po") as bench:
+        plain, stacked = bench.spread_without_velocity(1), bench.spread_without_velocity(4)
+        agent = plain.possible_agents[0]
+        width = plain.observation_space(agent).shape[0]
+        assert stacked.observation_space(agent).shape == (4 * width,)
+        from mpe2 import simple_spread_v3
+
+        raw = simple_spread_v3.parallel_env(N=3, max_cycles=25)
+        obs_raw, _ = raw.reset(seed=5)
+        obs, _ = plain.reset(seed=5)
+        np.testing.assert_array_equal(obs[agent], obs_raw[agent][bench.VELOCITY :])
+
+
+def test_the_recurrent_benchmark_trains_every_policy_resumes_and_reports(tmp_path, monkeypatch, capsys):
+    with benchmark_module("recurrent_po") as bench:
+        out = tmp_path / "po.csv"
+        argv = ["recurrent_po.py", "--seeds", "0", "--env-steps", "2048", "--episodes", "2", "--out", str(out)]
+        monkeypatch.setattr(sys, "argv", argv)
+        bench.main()
+        with out.open(newline="") as f:
+            rows = list(csv.DictReader(f))
+        assert {(r["method"], r["mode"]) for r in rows} == {
+            (m, mode) for m in ("mlp", "mlp+stack4", "gru") for mode in ("greedy", "sampled")
+        }
+        bench.main()  # finished runs are not trained again
+        assert len(out.read_text().splitlines()) == 1 + len(rows)
+        monkeypatch.setattr(sys, "argv", ["recurrent_po.py", "--report", "--out", str(out)])
+        bench.main()
+        assert "| gru |" in capsys.readouterr().out
+
+
+def test_the_leduc_benchmark_reads_checkpoints_and_reports(tmp_path, monkeypatch, capsys):
+    pytest.importorskip("pyspiel")
+    with benchmark_module("leduc") as bench:
+        history = [{"wall_time": 5.0, "exploitability": 2.0, "iteration": 1},
+                   {"wall_time": 50.0, "exploitability": 1.0, "iteration": 2}]
+        points = bench.at_checkpoints(history, (1.0, 10.0, 60.0))
+        assert math.isnan(points[0][1]) and points[1][1:] == (2.0, 1) and points[2][1:] == (1.0, 2)
+        out = tmp_path / "leduc.csv"
+        argv = ["leduc.py", "--methods", "nfsp", "--seeds", "0", "--seconds", "1", "--checkpoints", "1", "60"]
+        monkeypatch.setattr(sys, "argv", argv + ["--out", str(tmp_path / "runs"), "--csv", str(out)])
+        bench.main()
+        rows = list(csv.DictReader(out.open(newline="")))
+        assert [r["checkpoint_s"] for r in rows] == ["1.0", "60.0"] and rows[0]["method"] == "nfsp"
+        assert 0.0 < float(rows[-1]["exploitability"]) < 4.0  # OpenSpiel's figure after one iteration
+        monkeypatch.setattr(sys, "argv", ["leduc.py", "--report", "--csv", str(out)])
+        bench.main()
+        assert "| nfsp |" in capsys.readouterr().out

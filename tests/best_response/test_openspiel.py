@@ -165,3 +165,14 @@ def test_psro_exact_on_openspiels_kuhn_reaches_the_bundled_kuhns_figure_and_expo
     assert run(["nfsp", "--env", "openspiel:kuhn_poker", "--iterations", "1", "--num-envs", "8",
                 "--out", str(tmp_path / "n")]) == 0
     assert (tmp_path / "n" / "openspiel_policy.json").is_file()
+
+
+def test_marljoint_train_and_eval_take_an_openspiel_game(tmp_path, capsys):
+    from marljoint.cli import main
+
+    out = tmp_path / "run"
+    argv = ["train", "--env", "openspiel:leduc_poker", "--total-steps", "1024", "--num-envs", "4", "--out", str(out)]
+    assert main(argv + ["--quiet"]) == 0
+    assert 'env = "openspiel:leduc_poker"' in (out / "config.toml").read_text()
+    assert main(["eval", str(out), "--episodes", "4"]) == 0
+    assert "player_0" in capsys.readouterr().out

@@ -256,9 +256,20 @@ class ActorCritic(nn.Module):
         """
         batch = self._check_obs(obs)
         actor_state, critic_state = self._split_state(state, batch)
-        features, actor_state = self._trunk(obs, actor_state)
+        if self.core is not None and self.critic_core is not None:
+            # Both cores step side by side, as the replay of the update steps them.
+            hidden = self._critic_features(obs, critic_obs, batch)
+            assert hidden is not None and actor_state is not None and critic_state is not None
+            (features, actor_state), (hidden, critic_state) = StackedRecurrentCell.steps(
+                [self.core, self.critic_core],
+                [self._mlp(self.cnn, self.encoder, obs), hidden],
+                [actor_state, critic_state],
+            )
+            values = self._agent_major(self.value_head.forward_member_major(hidden), batch).squeeze(-1)
+        else:
+            features, actor_state = self._trunk(obs, actor_state)
+            values, critic_state = self._values(obs, critic_obs, batch, features, critic_state)
         head = self._agent_major(self.actor_head.forward_member_major(features), batch)
-        values, critic_state = self._values(obs, critic_obs, batch, features, critic_state)
         new_state = self._join_state(actor_state, critic_state, batch)
         return PolicyOutput(head, values, self._agent_major(features, batch), new_state)
 
@@ -301,14 +312,14 @@ class ActorCritic(nn.Module):
         actor_state, critic_state = self._split_state(state, batch)
         starts_mm, advance_mm = self._sequence_mask(starts), None if advance is None else self._sequence_mask(advance)
 
-        def replay(core: StackedRecurrentCell, x: torch.Tensor, start: torch.Tensor) -> tuple[torch.Tensor, ...]:
-            seq = x.reshape(x.shape[0], length, -1, x.shape[-1]).transpose(0, 1)  # [L, M, B', f]
-            out, final = core.forward_sequence(seq, start, starts_mm, advance_mm)
-            return out.transpose(0, 1).reshape(x.shape[0], -1, out.shape[-1]), final
+        def sequence(x: torch.Tensor) -> torch.Tensor:
+            return x.reshape(x.shape[0], length, -1, x.shape[-1]).transpose(0, 1)  # [L, M, B', f]
 
-        features, actor_state = replay(self.core, self._mlp(self.cnn, self.encoder, flat_obs), actor_state)
+        def rows_of(out: torch.Tensor) -> torch.Tensor:
+            return out.transpose(0, 1).reshape(out.shape[1], -1, out.shape[-1])
+
         rows = length * batch
-        head = self._agent_major(self.actor_head.forward_member_major(features), rows)
+        actor_in = self._mlp(self.cnn, self.encoder, flat_obs)
         if self.critic_input_size is not None:
             flat_critic = None if critic_obs is None else critic_obs.reshape(rows, *critic_obs.shape[2:])
             hidden = self._critic_hidden(flat_critic, rows)
@@ -318,8 +329,16 @@ class ActorCritic(nn.Module):
         else:
             self._reject_critic_obs(critic_obs)
             hidden = None
+        cores, inputs, states = [self.core], [sequence(actor_in)], [actor_state]
         if hidden is not None and self.critic_core is not None:
-            hidden, critic_state = replay(self.critic_core, hidden, critic_state)
+            cores.append(self.critic_core)
+            inputs.append(sequence(hidden))
+            states.append(critic_state)
+        replayed = StackedRecurrentCell.forward_sequences(cores, inputs, states, starts_mm, advance_mm)
+        features, actor_state = rows_of(replayed[0][0]), replayed[0][1]
+        if len(replayed) > 1:
+            hidden, critic_state = rows_of(replayed[1][0]), replayed[1][1]
+        head = self._agent_major(self.actor_head.forward_member_major(features), rows)
         values = self._agent_major(self.value_head.forward_member_major(features if hidden is None else hidden), rows)
         fields = (head, values.squeeze(-1), self._agent_major(features, rows))
         shaped = (x.reshape(length, batch, *x.shape[1:]) for x in fields)
@@ -514,17 +533,21 @@ class ActorCritic(nn.Module):
         """``[B, n_g]`` values from the critic's input: the centralised critic input, the observation through the
         critic's own trunk, or (shared trunk) the actor's member-major ``features``; and the critic core's
         member-major state after the step (``None`` without one)."""
-        if self.critic_input_size is not None:
-            hidden = self._critic_hidden(critic_obs, batch)
-        else:
-            self._reject_critic_obs(critic_obs)
-            hidden = None if self.critic_encoder is None else self._mlp(self.critic_cnn, self.critic_encoder, obs)
+        hidden = self._critic_features(obs, critic_obs, batch)
         if hidden is None:
             assert features is not None
             hidden = features
         else:
             hidden, state = self._recur(self.critic_core, hidden, state)
         return self._agent_major(self.value_head.forward_member_major(hidden), batch).squeeze(-1), state
+
+    def _critic_features(self, obs: torch.Tensor, critic_obs: torch.Tensor | None, batch: int) -> torch.Tensor | None:
+        """Member-major input of the critic's core (or head): the centralised critic's MLP on ``critic_obs``, the
+        critic's own trunk on ``obs``, or ``None`` with a shared trunk."""
+        if self.critic_input_size is not None:
+            return self._critic_hidden(critic_obs, batch)
+        self._reject_critic_obs(critic_obs)
+        return None if self.critic_encoder is None else self._mlp(self.critic_cnn, self.critic_encoder, obs)
 
     def _split_state(
         self, state: torch.Tensor | None, batch: int

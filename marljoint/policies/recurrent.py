@@ -103,23 +103,7 @@ class StackedRecurrentCell(nn.Module):
 
     def _cell(self, gates_x: torch.Tensor, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """One step from the input's gate pre-activations ``[M, B, G·h]`` (``x W_ih + b_ih``)."""
-        h = self.hidden_size
-        # split/unbind rather than slices: autograd then joins the gradients once, where a slice's backward
-        # fills a whole zero tensor per slice.
-        hidden, cell = (state, None) if self.kind == "gru" else state.split(h, dim=-1)
-        gates_h = torch.baddbmm(self.bias_hh.unsqueeze(1), hidden, self.weight_hh)
-        if self.kind == "gru":
-            x_r, x_z, x_n = gates_x.split(h, dim=-1)
-            h_r, h_z, h_n = gates_h.split(h, dim=-1)
-            r = torch.sigmoid(x_r + h_r)
-            z = torch.sigmoid(x_z + h_z)
-            n = torch.tanh(x_n + r * h_n)
-            new_h = n + z * (hidden - n)
-            return new_h, new_h
-        i, f, g, o = (gates_x + gates_h).split(h, dim=-1)
-        c = torch.sigmoid(f) * cell + torch.sigmoid(i) * torch.tanh(g)
-        new_h = torch.sigmoid(o) * torch.tanh(c)
-        return new_h, torch.cat((new_h, c), dim=-1)
+        return _cell(self.kind, self.hidden_size, gates_x, state, self.weight_hh, self.bias_hh)
 
     def forward_sequence(
         self, x: torch.Tensor, state: torch.Tensor, starts: torch.Tensor, advance: torch.Tensor | None = None
@@ -151,20 +135,109 @@ class StackedRecurrentCell(nn.Module):
                 f"forward_sequence takes x [L, M, B, {self.in_features}], state [M, B, {self.state_size}], starts "
                 f"and advance [L, M, B]; got {tuple(x.shape)}, {tuple(state.shape)} and {tuple(starts.shape)}"
             )
-        length, members, batch = x.shape[:3]
-        # The input's share of the gates for every step in one product; only the recurrence is sequential.
-        inputs = x.transpose(0, 1).reshape(members, length * batch, self.in_features)
-        gates_x = torch.baddbmm(self.bias_ih.unsqueeze(1), inputs, self.weight_ih)
-        gates_x = gates_x.reshape(members, length, batch, -1)
-        keep = (~starts).unsqueeze(-1).to(state.dtype)
-        moves = None if advance is None else advance.unsqueeze(-1)
-        outputs = []
-        for t, gates_t in enumerate(gates_x.unbind(1)):
-            state = state * keep[t]
-            out, new_state = self._cell(gates_t, state)
-            state = new_state if moves is None else torch.where(moves[t], new_state, state)
-            outputs.append(out)
-        return torch.stack(outputs), state
+        return _replay([self], [x], [state], starts, advance)[0]
+
+    @staticmethod
+    def forward_sequences(
+        cells: list[StackedRecurrentCell],
+        xs: list[torch.Tensor],
+        states: list[torch.Tensor],
+        starts: torch.Tensor,
+        advance: torch.Tensor | None = None,
+    ) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """:meth:`forward_sequence` of several cells over the same rows (an actor's and a critic's core), stepped
+        side by side as one stack of all their members when they have the same kind and sizes: one sequential
+        loop instead of one per cell, each member computing exactly what it computes alone.
+
+        Args:
+            cells: the cells.
+            xs: per cell, ``[L, M_c, B, in_features]``.
+            states: per cell, ``[M_c, B, state_size]``.
+            starts: ``[L, M, B]`` (the same rows for every cell, so ``M_c = M``).
+            advance: ``[L, M, B]`` or ``None``.
+
+        Returns:
+            Per cell, ``(outputs, final state)`` as :meth:`forward_sequence` returns them.
+        """
+        first = cells[0]
+        shape = (first.kind, first.in_features, first.hidden_size, first.members)
+        alike = all((c.kind, c.in_features, c.hidden_size, c.members) == shape for c in cells)
+        if not alike or any(x.shape != xs[0].shape for x in xs):
+            return [c.forward_sequence(x, s, starts, advance) for c, x, s in zip(cells, xs, states)]
+        return _replay(cells, xs, states, starts, advance)
+
+    @staticmethod
+    def steps(
+        cells: list[StackedRecurrentCell], xs: list[torch.Tensor], states: list[torch.Tensor]
+    ) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """:meth:`step` of several cells over the same rows, side by side as :meth:`forward_sequences` replays
+        them (the same numbers): per cell ``(output [M, B, h], new state)`` from ``[M, B, in]`` inputs."""
+        first = cells[0]
+        shape = (first.kind, first.in_features, first.hidden_size, first.members)
+        if any((c.kind, c.in_features, c.hidden_size, c.members) != shape for c in cells) or any(
+            x.shape != xs[0].shape for x in xs
+        ):
+            return [c.step(x, s) for c, x, s in zip(cells, xs, states)]
+        starts = torch.zeros((1, *xs[0].shape[:2]), dtype=torch.bool, device=xs[0].device)
+        replayed = _replay(cells, [x.unsqueeze(0) for x in xs], states, starts, None)
+        return [(out[0], state) for out, state in replayed]
 
     def extra_repr(self) -> str:
         return f"members={self.members}, in_features={self.in_features}, hidden_size={self.hidden_size}, {self.kind}"
+
+
+def _replay(
+    cells: list[StackedRecurrentCell],
+    xs: list[torch.Tensor],
+    states: list[torch.Tensor],
+    starts: torch.Tensor,
+    advance: torch.Tensor | None,
+) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Replays cells of one kind and size side by side: their members stacked (``[K·M, ...]``), one loop."""
+    cell = cells[0]
+    k = len(cells)
+    cat = (lambda ts: ts[0]) if k == 1 else (lambda ts: torch.cat(ts))
+    weight_ih, weight_hh = cat([c.weight_ih for c in cells]), cat([c.weight_hh for c in cells])
+    bias_ih, bias_hh = cat([c.bias_ih for c in cells]), cat([c.bias_hh for c in cells])
+    x = xs[0] if k == 1 else torch.cat(xs, dim=1)  # [L, K·M, B, f]
+    state = cat(states)
+    length, members, batch = x.shape[:3]
+    # The input's share of the gates for every step in one product; only the recurrence is sequential.
+    inputs = x.transpose(0, 1).reshape(members, length * batch, cell.in_features)
+    gates_x = torch.baddbmm(bias_ih.unsqueeze(1), inputs, weight_ih).reshape(members, length, batch, -1)
+    keep = (~starts).unsqueeze(-1).to(state.dtype)
+    moves = None if advance is None else advance.unsqueeze(-1)
+    if k > 1:
+        keep = keep.repeat(1, k, 1, 1)
+        moves = None if moves is None else moves.repeat(1, k, 1, 1)
+    outputs = []
+    for t, gates_t in enumerate(gates_x.unbind(1)):
+        state = state * keep[t]
+        out, new_state = _cell(cell.kind, cell.hidden_size, gates_t, state, weight_hh, bias_hh)
+        state = new_state if moves is None else torch.where(moves[t], new_state, state)
+        outputs.append(out)
+    out_all = torch.stack(outputs)
+    m = members // k
+    return [(out_all[:, i * m : (i + 1) * m], state[i * m : (i + 1) * m]) for i in range(k)]
+
+
+def _cell(
+    kind: str, h: int, gates_x: torch.Tensor, state: torch.Tensor, weight_hh: torch.Tensor, bias_hh: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One step from the input's gate pre-activations ``[M, B, G·h]`` (``x W_ih + b_ih``)."""
+    # split/unbind rather than slices: autograd then joins the gradients once, where a slice's backward fills a
+    # whole zero tensor per slice.
+    hidden, memory = (state, None) if kind == "gru" else state.split(h, dim=-1)
+    gates_h = torch.baddbmm(bias_hh.unsqueeze(1), hidden, weight_hh)
+    if kind == "gru":
+        x_r, x_z, x_n = gates_x.split(h, dim=-1)
+        h_r, h_z, h_n = gates_h.split(h, dim=-1)
+        r = torch.sigmoid(x_r + h_r)
+        z = torch.sigmoid(x_z + h_z)
+        n = torch.tanh(x_n + r * h_n)
+        new_h = n + z * (hidden - n)
+        return new_h, new_h
+    i, f, g, o = (gates_x + gates_h).split(h, dim=-1)
+    c = torch.sigmoid(f) * memory + torch.sigmoid(i) * torch.tanh(g)
+    new_h = torch.sigmoid(o) * torch.tanh(c)
+    return new_h, torch.cat((new_h, c), dim=-1)

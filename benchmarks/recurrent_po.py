@@ -8,7 +8,8 @@ plain defaults (what ``marljoint train`` uses, no preset) for the same env-step 
 
 * ``mlp``: the default feed-forward policy on the observation as it is;
 * ``mlp+stack4``: the same MLP on the last 4 observations (SuperSuit's ``frame_stack_v1``), the usual fix;
-* ``gru``: the defaults with ``recurrent="gru"`` (the hidden state carries what the agent saw).
+* ``gru``: the defaults with ``recurrent="gru"`` (the hidden state carries what the agent saw);
+* ``gru[bptt_length=16]`` (``--methods``): the same with truncated BPTT over chunks of 16 steps.
 
 Each trained policy plays the same 200 fresh episodes, greedy and sampled (the recurrent one carrying its state
 through each episode). Each finished run is one CSV row per mode in ``--out``; a run already there is not trained
@@ -55,6 +56,7 @@ METHODS: dict[str, tuple[int, dict[str, Any]]] = {
     "mlp": (1, {}),
     "mlp+stack4": (4, {}),
     "gru": (1, {"recurrent": "gru"}),
+    "gru[bptt_length=16]": (1, {"recurrent": "gru", "bptt_length": 16}),
 }
 """Each method: (frames stacked, changes to the defaults)."""
 
@@ -99,7 +101,7 @@ def report(path: Path) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
+    parser.add_argument("--methods", nargs="+", default=["mlp", "mlp+stack4", "gru"], choices=list(METHODS))
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--env-steps", type=int, default=500_000)
     parser.add_argument("--episodes", type=int, default=200, help="evaluation episodes per policy and mode")

@@ -82,8 +82,12 @@ class CollectionConfig:
         return dataclasses.replace(self, **changes)
 
     def to_dict(self) -> dict[str, Any]:
-        """The fields as a plain dict."""
-        return dataclasses.asdict(self)
+        """The fields as a plain dict (``policy_lag`` only when it is not 0, so configs written before it existed
+        read the same)."""
+        out = dataclasses.asdict(self)
+        if not out["policy_lag"]:
+            del out["policy_lag"]
+        return out
 
     @classmethod
     def from_value(cls, value: CollectionConfig | Mapping[str, Any] | str) -> CollectionConfig:

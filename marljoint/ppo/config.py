@@ -213,6 +213,7 @@ class JointTrainerConfig:
         """The fields as plain Python values (``inf`` kept as a float; :attr:`collection` as a dict)."""
         out = dataclasses.asdict(self)
         out["hidden_sizes"] = list(self.hidden_sizes)
+        out["collection"] = self.collection.to_dict()
         return out
 
     @classmethod

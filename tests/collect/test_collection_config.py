@@ -48,7 +48,10 @@ def test_a_collection_table_or_name_is_accepted():
         ({"backend": "threads"}, r"collection backend must be one of \['local', 'subprocess', 'ray'\], got 'threads'"),
         ({"backend": "ray", "workers": 0}, "collection workers must be a positive integer, got 0"),
         ({"backend": "ray", "workers": True}, "collection workers must be a positive integer, got True"),
-        ({"workers": 2, "lag": 1}, r"unknown collection setting\(s\) \['lag'\]; valid: \['backend', 'workers'\]"),
+        (
+            {"workers": 2, "lag": 1},
+            r"unknown collection setting\(s\) \['lag'\]; valid: \['backend', 'policy_lag', 'workers'\]",
+        ),
         (3, "collection must be a CollectionConfig, a table"),
     ],
 )

@@ -83,7 +83,7 @@ def report(path: Path) -> str:
     with path.open(newline="") as f:
         rows = list(csv.DictReader(f))
     lines = ["| policy | greedy | sampled | s/run |", "|---|---|---|---|"]
-    for method in METHODS:
+    for method in [m for m in METHODS if any(r["method"] == m for r in rows)]:
         cells = []
         for mode in ("greedy", "sampled"):
             values = [float(r["return_mean"]) for r in rows if (r["method"], r["mode"]) == (method, mode)]

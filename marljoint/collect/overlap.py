@@ -93,7 +93,10 @@ class OverlappedCollector:
         inner = self.inner.state()
         if inner is None:
             return None
-        ahead = None if self._ready is None else self._ready.to("cpu").fields()
+        ahead = None
+        if self._ready is not None:
+            # What the trainer attaches after collection (moves carried in, deferred rows) is not the rollout's.
+            ahead = {**self._ready.to("cpu").fields(), "carried": None, "deferred": None}
         return {"inner": inner, "ahead": ahead}
 
     def load_state(self, state: Mapping[str, Any] | None) -> None:

@@ -121,6 +121,7 @@ def marljoint_rates(env_fn: Callable[[], Any], iterations: int, **changes: Any) 
     cfg = _config(len(probe.possible_agents), **changes)
     probe.close()
     env = cfg.collection.make_env(env_fn, cfg.num_envs, cfg.seed)
+    trainer = None
     try:
         trainer = JointMultiAgentTrainer.from_env(env, cfg)
         trainer.update(trainer.collect_rollout())  # warm-up
@@ -137,6 +138,8 @@ def marljoint_rates(env_fn: Callable[[], Any], iterations: int, **changes: Any) 
             agent_steps += int(rollout.valid.sum())
         return agent_steps / collect, agent_steps / (collect + update)
     finally:
+        if trainer is not None:
+            trainer.close()  # a lagged collector may still be collecting ahead
         env.close()
 
 

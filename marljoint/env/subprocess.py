@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 import multiprocessing as mp
 import pickle
+import threading
 import traceback
 from collections.abc import Callable, Sequence
 from multiprocessing import shared_memory
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -153,6 +155,21 @@ def _worker(
         conn.close()
 
 
+_Method = TypeVar("_Method", bound=Callable[..., Any])
+
+
+def _exclusive(method: _Method) -> _Method:
+    """One exchange with the workers at a time: a collector waiting on them in a background thread (overlapped
+    collection) and a call from the caller's thread never interleave their messages on the pipes."""
+
+    @functools.wraps(method)
+    def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+        with self._exchange:
+            return method(self, *args, **kwargs)
+
+    return wrapper  # type: ignore[return-value]
+
+
 class SubprocessJointEnv:
     """A :class:`~marljoint.env.JointEnv` whose copies step in worker processes, in parallel.
 
@@ -223,6 +240,7 @@ class SubprocessJointEnv:
             self._procs.append(proc)
         self._gather()
         self._reset_done = False
+        self._exchange = threading.RLock()
 
     @property
     def observation_spaces(self) -> tuple[Any, ...]:
@@ -258,6 +276,7 @@ class SubprocessJointEnv:
         a = self._shared.arrays
         return JointObs(self._obs, a["alive"], a["acting"], self._masks)
 
+    @_exclusive
     def reset(self, seed: int | None = None) -> JointObs:
         """Resets every copy (copy e with ``seed + e``, as :meth:`PettingZooJointEnv.reset`)."""
         if seed is None:
@@ -268,6 +287,7 @@ class SubprocessJointEnv:
         self._reset_done = True
         return self._current()
 
+    @_exclusive
     def step(self, actions: Sequence[np.ndarray]) -> JointStep:
         """Steps every copy in parallel (same contract as :meth:`PettingZooJointEnv.step`)."""
         if not self._reset_done:
@@ -308,6 +328,7 @@ class SubprocessJointEnv:
             final_waiting=a["final_waiting"],
         )
 
+    @_exclusive
     def run_in_workers(self, function: Callable[..., Any], *args: Any) -> list[Any]:
         """Calls ``function(worker, *args)`` in every worker process, in parallel, and returns the results.
 
@@ -337,6 +358,7 @@ class SubprocessJointEnv:
         """The copies' current state as the workers last published it (views of the shared arrays)."""
         return self._current()
 
+    @_exclusive
     def get_state(self) -> bytes:
         """Snapshot of every worker's copies mid-episode (:meth:`PettingZooJointEnv.get_state`).
 
@@ -347,6 +369,7 @@ class SubprocessJointEnv:
             conn.send(("get_state", None))
         return self.snapshot(self._gather())
 
+    @_exclusive
     def set_state(self, state: bytes) -> JointObs:
         """Restores a :meth:`get_state` snapshot taken from a subprocess env with the same copies and workers.
 
@@ -393,6 +416,7 @@ class SubprocessJointEnv:
         """Whether :meth:`close` has run (the workers are gone)."""
         return self._closed
 
+    @_exclusive
     def close(self) -> None:
         """Stops the workers and frees the shared memory."""
         if self._closed:

@@ -91,3 +91,11 @@ def test_the_trainer_gets_an_overlapped_collector_and_bad_lags_are_refused():
         CollectionConfig("subprocess", 2, policy_lag=2)
     with pytest.raises(ValueError, match="backend 'local' collects in this process, so use backend 'subprocess'"):
         CollectionConfig(policy_lag=1)
+
+
+def test_closing_the_env_while_a_rollout_is_collected_ahead_waits_for_it():
+    collection = CollectionConfig("subprocess", 2, policy_lag=1)
+    trainer = build(collection)
+    trainer.iterate()  # leaves the next rollout in flight
+    trainer.env.close()  # the caller's thread: waits for the workers' exchange instead of cutting into it
+    assert trainer.env.closed

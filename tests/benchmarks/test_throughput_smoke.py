@@ -31,7 +31,7 @@ def test_cli_prints_every_table(bench, monkeypatch, capsys):
     bench.main()
     out = capsys.readouterr().out
     rows = [line for line in out.splitlines() if line.startswith("| simple_spread_v3 |")]
-    assert len(rows) == 2  # raw rates, then drift-corrected ratios
+    assert len(rows) == 3  # raw rates, drift-corrected ratios, then lag 0 against lag 1
     raw = [c.strip() for c in rows[0].strip("|").split("|")]
     # bare R, two processes, rollout, full, 2 workers: measured; SB3 columns: skipped
     assert all(float(c.replace(",", "")) > 0 for c in raw[1:6])
@@ -39,5 +39,7 @@ def test_cli_prints_every_table(bench, monkeypatch, capsys):
     corrected = [c.strip() for c in rows[1].strip("|").split("|")]
     assert all(float(c) > 0 for c in corrected[1:4])  # rollout/R, full/R, workers/R
     assert all(math.isnan(float(c)) for c in corrected[4:])
+    lagged = [c.strip() for c in rows[2].strip("|").split("|")]
+    assert all(float(c.replace(",", "")) > 0 for c in lagged[1:])  # ceiling, lag 0, lag 1 and their ratios
     assert re.search(r"\| 16 \| [0-9.]+ \| [0-9.]+ \|", out)  # the independent-policy table reaches N = 16
     assert "N=8 shared:" in out

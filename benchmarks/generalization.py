@@ -348,7 +348,6 @@ def parse_changes(items: list[str]) -> dict[str, Any]:
 def report(path: Path) -> str:
     """The markdown table of a runs CSV: per env and method, the mean over seeds ± 95% CI (greedy and sampled; the
     number of seeds in brackets, no CI for one seed)."""
-    from marljoint.evaluate import confidence_interval
 
     with path.open(newline="") as f:
         rows = list(csv.DictReader(f))
@@ -363,12 +362,7 @@ def report(path: Path) -> str:
         for method, mode in (("marljoint", "greedy"), ("sb3", "greedy"), ("marljoint", "sampled"), ("sb3", "sampled")):
             key = (name, method, mode)
             values = [float(r["return_mean"]) for r in rows if (r["env"], r["method"], r["mode"]) == key]
-            if not values:
-                cells.append("–")
-                continue
-            mean, half = confidence_interval(values)
-            spread = f" ± {_number(half)}" if len(values) > 1 else ""
-            cells.append(f"{_number(mean)}{spread} ({len(values)})")
+            cells.append(seeds_cell(values, _number))
         randoms = [float(r["return_mean"]) for r in rows if (r["env"], r["method"]) == (name, "random")]
         cells.append(_number(float(np.mean(randoms))) if randoms else "–")
         for method in ("marljoint", "sb3"):
@@ -376,6 +370,17 @@ def report(path: Path) -> str:
             cells.append(f"{np.mean(list(times.values())):.0f}" if times else "–")
         lines.append(f"| {name} | {SUITE[name].what} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def seeds_cell(values: list[float], number: Callable[[float], str]) -> str:
+    """A table cell of per-seed results: ``mean ± 95% CI (seeds)`` (no CI for one seed, ``–`` for none)."""
+    from marljoint.evaluate import confidence_interval
+
+    if not values:
+        return "–"
+    mean, half = confidence_interval(values)
+    spread = f" ± {number(half)}" if len(values) > 1 else ""
+    return f"{number(mean)}{spread} ({len(values)})"
 
 
 def _number(x: float) -> str:

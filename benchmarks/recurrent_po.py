@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from generalization import Task, append, done_runs, evaluate_marljoint, result_row, train_marljoint
+from generalization import Task, append, done_runs, evaluate_marljoint, result_row, seeds_cell, train_marljoint
 
 VELOCITY = 2
 """simple_spread's observation starts with the agent's own velocity (2 numbers), then its position."""
@@ -78,21 +78,15 @@ def run_one(method: str, seed: int, env_steps: int, episodes: int) -> list[dict[
 def report(path: Path) -> str:
     """The markdown table of a runs CSV: per method, mean over seeds ± 95% CI (greedy and sampled; the number of
     seeds in brackets) and the mean training seconds."""
-    from marljoint.evaluate import confidence_interval
-
     with path.open(newline="") as f:
         rows = list(csv.DictReader(f))
     lines = ["| policy | greedy | sampled | s/run |", "|---|---|---|---|"]
     for method in [m for m in METHODS if any(r["method"] == m for r in rows)]:
-        cells = []
-        for mode in ("greedy", "sampled"):
-            values = [float(r["return_mean"]) for r in rows if (r["method"], r["mode"]) == (method, mode)]
-            if not values:
-                cells.append("–")
-                continue
-            mean, half = confidence_interval(values)
-            spread = f" ± {half:.2f}" if len(values) > 1 else ""
-            cells.append(f"{mean:.2f}{spread} ({len(values)})")
+        cells = [
+            seeds_cell([float(r["return_mean"]) for r in rows if (r["method"], r["mode"]) == (method, mode)],
+                       lambda x: f"{x:.2f}")
+            for mode in ("greedy", "sampled")
+        ]
         times = [float(r["train_seconds"]) for r in rows if (r["method"], r["mode"]) == (method, "greedy")]
         cells.append(f"{np.mean(times):.0f}" if times else "–")
         lines.append(f"| {method} | " + " | ".join(cells) + " |")

@@ -23,6 +23,7 @@ from marljoint.env import (
     PettingZooJointEnv,
     SubprocessJointEnv,
     check_joint_env,
+    episode_limit,
     make_joint_env,
 )
 from marljoint.policies import JointPolicy
@@ -35,6 +36,7 @@ from marljoint.ppo import (
     JointTrainerConfig,
     compute_gae,
     derive_settings,
+    gamma_for_episodes,
 )
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -86,6 +88,8 @@ __all__ = [
     "check_joint_env",
     "compute_gae",
     "derive_settings",
+    "episode_limit",
+    "gamma_for_episodes",
     "load_run",
     "make_joint_env",
 ]

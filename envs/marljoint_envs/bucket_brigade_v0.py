@@ -365,6 +365,11 @@ class BucketBrigadeEnv(SimultaneousEnv):
         self.night = 0
         self._last_actions: np.ndarray | None = None
 
+    @property
+    def max_cycles(self) -> int:
+        """The most steps (nights) an episode lasts: ``params.max_nights`` (PettingZoo's name for a step limit)."""
+        return self.params.max_nights
+
     def _parameter_features(self) -> np.ndarray:
         p = self.params
         raw = [p.beta, p.kappa, p.p_ignite, p.work_cost]

@@ -3,7 +3,7 @@
 from marljoint.env.base import JointEnv, JointObs, JointStep, split_copies
 from marljoint.env.check import JointEnvCheckError, check_joint_env, random_actions
 from marljoint.env.openspiel import OPENSPIEL_PREFIX, openspiel_env
-from marljoint.env.pettingzoo import PettingZooJointEnv
+from marljoint.env.pettingzoo import PettingZooJointEnv, episode_limit
 from marljoint.env.spaces import ActionLayout, GroupSpec, JointSpec, ObservationLayout
 from marljoint.env.subprocess import EnvWorker, SubprocessJointEnv, make_joint_env
 
@@ -22,6 +22,7 @@ __all__ = [
     "PettingZooJointEnv",
     "SubprocessJointEnv",
     "check_joint_env",
+    "episode_limit",
     "make_joint_env",
     "random_actions",
     "split_copies",

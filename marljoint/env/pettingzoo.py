@@ -27,7 +27,7 @@ from marljoint.env.spaces import (
     process_observation,
 )
 
-__all__ = ["PettingZooJointEnv"]
+__all__ = ["EPISODE_LIMIT_NAMES", "PettingZooJointEnv", "episode_limit"]
 
 EnvFactory = Callable[[], "ParallelEnv | AECEnv"]
 
@@ -127,6 +127,46 @@ def _resolve_factory(env_fn: Any) -> Callable[[], Any]:
     return env_fn
 
 
+EPISODE_LIMIT_NAMES = ("max_cycles", "max_steps", "max_episode_steps")
+"""Attributes that state an env's step limit, in the order they are looked for (``max_cycles`` is PettingZoo's)."""
+
+
+def episode_limit(env: Any) -> int | None:
+    """The most steps an episode of ``env`` lasts, when the env states it.
+
+    Looks for :data:`EPISODE_LIMIT_NAMES` on the env, then on what it wraps (``env``, ``aec_env``, ``unwrapped``:
+    SuperSuit's and PettingZoo's wrappers and conversions), and takes the first positive integer found.
+
+    Args:
+        env: a PettingZoo ``ParallelEnv`` or ``AECEnv``, possibly wrapped.
+
+    Returns:
+        The limit in steps (an AEC env's counts cycles of moves, as its ``max_cycles`` does), or ``None`` when no
+        layer states one.
+    """
+    seen: set[int] = set()
+    layers = [env]
+    while layers:
+        layer = layers.pop(0)
+        if layer is None or id(layer) in seen or len(seen) >= 64:
+            continue
+        seen.add(id(layer))
+        for name in EPISODE_LIMIT_NAMES:
+            value = _attribute(layer, name)
+            if isinstance(value, (int, np.integer)) and not isinstance(value, bool) and value >= 1:
+                return int(value)
+        layers.extend(_attribute(layer, name) for name in ("env", "aec_env", "unwrapped"))
+    return None
+
+
+def _attribute(obj: Any, name: str) -> Any:
+    """``getattr(obj, name, None)``, also when reading it raises (a property of a closed env, a wrapper refusing)."""
+    try:
+        return getattr(obj, name, None)
+    except Exception:
+        return None
+
+
 def _playable(env: Any) -> Any:
     """Returns the env to step: PettingZoo's turn-based parallel conversion is played as the AEC env it wraps."""
     # That conversion asks every agent for an action but uses only the mover's; stepped as a parallel env, every
@@ -212,6 +252,7 @@ class PettingZooJointEnv:
             actions=act_layouts,
             groups=group_agents(agents, obs_layouts, act_layouts),
             turn_based=self._turn_based,
+            episode_limit=episode_limit(first),
         )
         self._index = {a: i for i, a in enumerate(agents)}
         self._episode_seeds: list[np.random.Generator] = []

@@ -165,6 +165,8 @@ class JointSpec:
         actions: one :class:`ActionLayout` per agent.
         groups: the agent groups, ordered by their first member.
         turn_based: whether only the ``acting`` agent's action counts on each step (AEC games).
+        episode_limit: the most steps an episode lasts, when the env states it (PettingZoo's ``max_cycles``, or a
+            ``max_steps`` / ``max_episode_steps`` attribute); ``None`` when it states none.
     """
 
     agents: tuple[str, ...]
@@ -172,6 +174,7 @@ class JointSpec:
     actions: tuple[ActionLayout, ...]
     groups: tuple[GroupSpec, ...]
     turn_based: bool = False
+    episode_limit: int | None = None
 
     @property
     def num_agents(self) -> int:

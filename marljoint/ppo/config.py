@@ -29,8 +29,11 @@ class JointTrainerConfig:
     """Env copies E stepped together (used by ``from_env`` helpers that build the env)."""
     rollout_steps: int = 128
     """Steps T per rollout; a rollout holds ``T × E`` rows per agent."""
-    gamma: float = 0.99
-    """Discount factor, in [0, 1]."""
+    gamma: float | None = None
+    """Discount factor, in [0, 1]. ``None`` (the default) derives it from the env's episode length H (its
+    ``max_cycles``, :attr:`~marljoint.env.JointSpec.episode_limit`): ``1 - 1/H`` kept within [0.9, 0.99], so that
+    the effective horizon ``1/(1 - gamma)`` is no longer than an episode; 0.99 when the env states no limit. See
+    :func:`~marljoint.ppo.derived.derive_settings`."""
     gae_lambda: float = 0.95
     """GAE λ, in [0, 1]."""
     clip_range: float = 0.2
@@ -135,7 +138,8 @@ class JointTrainerConfig:
         _positive_int("rollout_steps", self.rollout_steps)
         _positive_int("n_epochs", self.n_epochs)
         _positive_int("minibatch_size", self.minibatch_size)
-        _in_unit_interval("gamma", self.gamma)
+        if self.gamma is not None:
+            _in_unit_interval("gamma", self.gamma)
         _in_unit_interval("gae_lambda", self.gae_lambda)
         _positive("clip_range", self.clip_range, "e.g. 0.2")
         _positive("clip_range_vf", self.clip_range_vf, "use math.inf for the plain squared error")

@@ -87,6 +87,8 @@ class JointMultiAgentTrainer:
         critic_optimizers: Sequence[torch.optim.Optimizer] | None = None,
     ) -> None:
         config, derived = settings_of_policies(config, policies)
+        config, from_env = derive_settings(env.spec, config)
+        derived = {**derived, **from_env}
         units = units_from_policies(env.spec, config, policies, optimizers, critic_optimizers)
         self._setup(env, config, units, derived)
 

@@ -30,7 +30,7 @@ class OverlappedCollector:
 
     Args:
         inner: a :class:`~marljoint.collect.SubprocessCollector` or :class:`~marljoint.collect.RayCollector` (any
-            collector whose ``collect`` takes ``weights=``).
+            collector whose ``collect`` takes ``weights=`` and ``into=``).
 
     Attributes:
         inner: the wrapped collector.
@@ -42,7 +42,8 @@ class OverlappedCollector:
         self._executor: ThreadPoolExecutor | None = None
         self._ahead: Future[JointRollout] | None = None
         self._ready: JointRollout | None = None
-        self._spare: JointRollout | None = None
+        # The rollout returned last: the caller trains on it until the next call, after which it is filled again.
+        self._lent: JointRollout | None = None
 
     def collect(self, policy: JointPolicy, steps: int) -> JointRollout:
         """The rollout collected since the last call (the first call collects one now), after starting the next
@@ -62,14 +63,15 @@ class OverlappedCollector:
                 "policy_lag=1 needs the policies to act in the worker processes, but they cannot be pickled there "
                 "(see the warning above); use policy_lag=0"
             )
-        # The next rollout goes into the other storage: the caller trains on this one meanwhile.
-        held = self.inner._storage
-        self.inner._storage = self._spare
-        self._spare = held
+        # The caller trains on this rollout meanwhile, so the next one goes into the one it has finished with.
+        free = self._lent if self._lent is not None and self._lent is not rollout else None
+        if free is None:
+            free = JointRollout.allocate(self._spec(), steps, self.num_envs, torch.device(policy.device))
+        self._lent = rollout
         weights = policy.weights()  # numpy copies: the update may change the networks in place meanwhile
         if self._executor is None:
             self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="marljoint-collect")
-        self._ahead = self._executor.submit(self.inner.collect, policy, steps, weights)
+        self._ahead = self._executor.submit(self.inner.collect, policy, steps, weights, free)
         return rollout
 
     def _take(self) -> JointRollout | None:
@@ -114,8 +116,11 @@ class OverlappedCollector:
         self.inner.load_state(state["inner"])
         ahead = state.get("ahead")
         if ahead is not None:
-            spec = getattr(self.inner, "spec", None) or self.inner.env.spec
-            self._ready = JointRollout(**{**ahead, "spec": spec})
+            self._ready = JointRollout(**{**ahead, "spec": self._spec()})
+
+    def _spec(self) -> Any:
+        """The wrapped collector's :class:`~marljoint.env.JointSpec` (a Ray collector's own, else its env's)."""
+        return getattr(self.inner, "spec", None) or self.inner.env.spec
 
     def close(self) -> None:
         """Waits for the rollout in flight, stops the thread and closes the wrapped collector."""

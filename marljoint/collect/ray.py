@@ -140,9 +140,17 @@ class RayCollector:
         restore, self._pending_restore[k] = self._pending_restore[k], None
         return self.actors[k].collect.remote(weights_ref, steps, restore)
 
-    def collect(self, policy: JointPolicy, steps: int, weights: Mapping[str, Any] | None = None) -> JointRollout:
+    def collect(
+        self,
+        policy: JointPolicy,
+        steps: int,
+        weights: Mapping[str, Any] | None = None,
+        into: JointRollout | None = None,
+    ) -> JointRollout:
         """Collects one rollout of every copy, replacing actors that die; ``weights`` (default: the policy's
-        current :meth:`~marljoint.policies.JointPolicy.weights`) are those the actors act with.
+        current :meth:`~marljoint.policies.JointPolicy.weights`) are those the actors act with, and ``into`` a
+        rollout to fill instead of the collector's own (reused when its shape fits; another is allocated
+        otherwise), so that a caller may train on one rollout while the next is collected.
 
         Raises:
             WorkerLostError: if one actor's piece failed ``max_restarts + 1`` times in a row.
@@ -154,9 +162,11 @@ class RayCollector:
             self._policy, self._plan = policy, blueprint(policy)
         if not self.actors:
             self.actors = [self._spawn(k) for k in range(self.num_workers)]
-        self._storage = rollout_storage(self._storage, self.spec, steps, self.num_envs, policy.device)
-        assemble(self._storage, self._gather(policy.weights() if weights is None else weights, steps), self.slices)
-        return self._storage
+        storage = rollout_storage(self._storage if into is None else into, self.spec, steps, self.num_envs, policy.device)
+        if into is None:
+            self._storage = storage
+        assemble(storage, self._gather(policy.weights() if weights is None else weights, steps), self.slices)
+        return storage
 
     def _gather(self, weights: Mapping[str, Any], steps: int) -> list[dict[str, Any]]:
         ray = self._ray

@@ -63,7 +63,13 @@ class SubprocessCollector:
         # Collects from this process when the policy cannot be pickled (its state is kept in step with the workers').
         self._here = LocalCollector(env, seed)
 
-    def collect(self, policy: JointPolicy, steps: int, weights: Mapping[str, Any] | None = None) -> JointRollout:
+    def collect(
+        self,
+        policy: JointPolicy,
+        steps: int,
+        weights: Mapping[str, Any] | None = None,
+        into: JointRollout | None = None,
+    ) -> JointRollout:
         """Plays ``steps`` joint steps of every copy in the workers; returns the assembled rollout.
 
         Args:
@@ -71,6 +77,8 @@ class SubprocessCollector:
             steps: joint steps per copy.
             weights: :meth:`~marljoint.policies.JointPolicy.weights` to act with (default: the policy's current
                 ones), e.g. a snapshot taken before an update that runs meanwhile.
+            into: a rollout to fill instead of the collector's own storage (reused when its shape fits, another is
+                allocated otherwise), so that a caller may train on one rollout while the next is collected.
         """
         plan = None
         if policy is not self._policy:
@@ -88,14 +96,18 @@ class SubprocessCollector:
         if not self.in_workers:
             self._started = True
             return self._here.collect(policy, steps)
-        self._storage = rollout_storage(self._storage, self.env.spec, steps, self.num_envs, policy.device)
+        storage = rollout_storage(
+            self._storage if into is None else into, self.env.spec, steps, self.num_envs, policy.device
+        )
+        if into is None:
+            self._storage = storage
         weights = policy.weights() if weights is None else weights
         pieces = self.env.run_in_workers(
             _collect_slice, self._key, plan, self.seed, self.torch_threads, weights, steps, not self._started
         )
         self._started = True
-        assemble(self._storage, pieces, self.env.slices)
-        return self._storage
+        assemble(storage, pieces, self.env.slices)
+        return storage
 
     def state(self) -> dict[str, Any] | None:
         """``{"env": snapshot}``: every worker's copies with its noise generators (in the env's

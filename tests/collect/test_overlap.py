@@ -99,3 +99,17 @@ def test_closing_the_env_while_a_rollout_is_collected_ahead_waits_for_it():
     trainer.iterate()  # leaves the next rollout in flight
     trainer.env.close()  # the caller's thread: waits for the workers' exchange instead of cutting into it
     assert trainer.env.closed
+
+
+def test_the_rollout_being_trained_on_is_never_the_one_being_filled():
+    trainer = build(CollectionConfig("subprocess", 2, policy_lag=1))
+    try:
+        collector = trainer.collector
+        returned = [collector.collect(trainer.joint_policy, 12) for _ in range(3)]
+        kept = [copy.deepcopy(r.rewards) for r in returned[-1:]]
+        collector._settle()  # the rollout collected ahead has been written meanwhile
+        assert returned[0] is not returned[1] and returned[1] is not returned[2]
+        assert returned[0] is returned[2]  # two buffers, alternating
+        assert torch.equal(returned[-1].rewards, kept[0])
+    finally:
+        trainer.close()

@@ -162,7 +162,8 @@ class RayCollector:
             self._policy, self._plan = policy, blueprint(policy)
         if not self.actors:
             self.actors = [self._spawn(k) for k in range(self.num_workers)]
-        storage = rollout_storage(self._storage if into is None else into, self.spec, steps, self.num_envs, policy.device)
+        held = self._storage if into is None else into
+        storage = rollout_storage(held, self.spec, steps, self.num_envs, policy.device)
         if into is None:
             self._storage = storage
         assemble(storage, self._gather(policy.weights() if weights is None else weights, steps), self.slices)

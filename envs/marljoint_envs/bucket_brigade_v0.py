@@ -367,8 +367,13 @@ class BucketBrigadeEnv(SimultaneousEnv):
 
     @property
     def max_cycles(self) -> int:
-        """The most steps (nights) an episode lasts: ``params.max_nights`` (PettingZoo's name for a step limit)."""
+        """The most steps (nights) an episode lasts: ``params.max_nights``, under PettingZoo's name for a step
+        limit. Setting it (as PettingZoo's API test does) sets ``max_nights`` (checked against ``min_nights``)."""
         return self.params.max_nights
+
+    @max_cycles.setter
+    def max_cycles(self, value: int) -> None:
+        self.params = dataclasses.replace(self.params, max_nights=value)
 
     def _parameter_features(self) -> np.ndarray:
         p = self.params

@@ -118,3 +118,12 @@ def test_config_toml_holds_the_derived_gamma_and_a_resumed_run_keeps_it(tmp_path
     assert "# derived from the env (0.95: 1 - 1/20 for 20-step episodes" in text
     assert "\ngamma = 0.95\n" in text
     assert load_run_spec(tmp_path / "run").trainer.gamma == 0.95
+
+
+def test_bucket_brigade_states_its_nights_as_max_cycles_and_setting_it_is_checked():
+    env = bucket_brigade_v0.parallel_env(scenario="easy")
+    assert env.max_cycles == env.params.max_nights == 100
+    env.max_cycles = 30  # what PettingZoo's API test does
+    assert env.params.max_nights == 30 and episode_limit(env) == 30
+    with pytest.raises(ValueError, match="min_nights"):
+        env.max_cycles = env.params.min_nights - 1

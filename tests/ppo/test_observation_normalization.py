@@ -107,9 +107,9 @@ def test_the_rule_turns_normalisation_on_for_unbounded_boxes_only_and_an_explici
     config, why = derive_settings(bounded.spec, JointTrainerConfig(num_envs=1))
     assert config.normalize_observations is False and why["normalize_observations"].startswith("off")
     config, why = derive_settings(unbounded.spec, JointTrainerConfig(num_envs=1, normalize_observations=False))
-    assert config.normalize_observations is False and why == {}
+    assert config.normalize_observations is False and "normalize_observations" not in why
     trainer = JointMultiAgentTrainer.from_env(bounded, JointTrainerConfig(num_envs=1, normalize_observations=True))
-    assert trainer.config.normalize_observations is True and trainer.derived == {}
+    assert trainer.config.normalize_observations is True and "normalize_observations" not in trainer.derived
     assert trainer.policies[0].obs_normalizer is not None
 
 

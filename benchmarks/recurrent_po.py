@@ -1,10 +1,18 @@
-"""Recurrent policies on a partially observable PettingZoo task: GRU against an MLP and an MLP with frame stacking.
+"""Recurrent policies on partially observable PettingZoo tasks: GRU against an MLP and an MLP with frame stacking.
 
-The task is ``simple_spread_v3`` (3 agents, 25 steps) with each agent's own velocity taken out of its observation
-(SuperSuit's ``observation_lambda_v0``), the multi-agent form of the "no velocity" control tasks that recurrent
-PPO is usually measured on: an agent sees where it is, where the landmarks and the others are, but not how fast it
-moves, so it cannot stop on a landmark without remembering where it was. Three policies train with marljoint's
-plain defaults (what ``marljoint train`` uses, no preset) for the same env-step budget:
+Two tasks (``--task``), both ``simple_spread_v3`` (3 agents, 25 steps) with part of each agent's observation taken
+away by a wrapper:
+
+* ``spread_landmarks_at_start`` (the default): the landmarks' positions are shown on the first observation of an
+  episode only and zeroed after it. An agent sees its own position and velocity and the others throughout, so it
+  can find the landmarks again only by remembering where they were: a policy without memory, or with the last 4
+  frames, loses them after the first steps;
+* ``spread_no_velocity``: each agent's own velocity is taken out (SuperSuit's ``observation_lambda_v0``), the
+  multi-agent form of the "no velocity" control tasks that recurrent PPO is usually measured on; four stacked
+  frames recover the velocity, so this is the task where frame stacking is the fair fix.
+
+Three policies train with marljoint's plain defaults (what ``marljoint train`` uses, no preset) for the same
+env-step budget:
 
 * ``mlp``: the default feed-forward policy on the observation as it is;
 * ``mlp+stack4``: the same MLP on the last 4 observations (SuperSuit's ``frame_stack_v1``), the usual fix;
@@ -13,12 +21,12 @@ plain defaults (what ``marljoint train`` uses, no preset) for the same env-step 
 
 Each trained policy plays the same 200 fresh episodes, greedy and sampled (the recurrent one carrying its state
 through each episode). Each finished run is one CSV row per mode in ``--out``; a run already there is not trained
-again. ``--report`` prints the table (mean ± 95% CI over seeds).
+again. ``--report`` prints the table (mean ± 95% CI over seeds) of one task.
 
 Usage::
 
-    python benchmarks/recurrent_po.py --seeds 0 1 2 --out benchmarks/results/recurrent/po_runs.csv
-    python benchmarks/recurrent_po.py --report --out benchmarks/results/recurrent/po_runs.csv
+    python benchmarks/recurrent_po.py --seeds 0 1 2 --out benchmarks/results/recurrent/po_landmarks.csv
+    python benchmarks/recurrent_po.py --report --out benchmarks/results/recurrent/po_landmarks.csv
 """
 
 from __future__ import annotations
@@ -51,7 +59,43 @@ def spread_without_velocity(stack: int = 1) -> Any:
     return supersuit.frame_stack_v1(env, stack_size=stack) if stack > 1 else env
 
 
-ENV = "spread_no_velocity"
+LANDMARKS = slice(4, 10)
+"""Where simple_spread (N=3) puts the landmarks' positions relative to the agent: after its velocity and position."""
+
+
+def _landmarks_at_start_wrapper() -> type:
+    from pettingzoo.utils.wrappers import BaseParallelWrapper
+
+    class LandmarksAtStart(BaseParallelWrapper):
+        """Shows the landmarks on the reset observation only; every later observation has them zeroed."""
+
+        def step(self, actions: dict[str, Any]) -> tuple[dict[str, Any], ...]:
+            obs, *rest = self.env.step(actions)
+            hidden = {}
+            for agent, o in obs.items():
+                o = np.array(o, copy=True)
+                o[LANDMARKS] = 0.0
+                hidden[agent] = o
+            return (hidden, *rest)
+
+    return LandmarksAtStart
+
+
+def spread_landmarks_at_start(stack: int = 1) -> Any:
+    """``simple_spread_v3`` (N=3, 25 steps) whose landmarks are seen on the first observation of an episode only;
+    the last ``stack`` observations concatenated when ``stack > 1``."""
+    import supersuit
+    from mpe2 import simple_spread_v3
+
+    env = _landmarks_at_start_wrapper()(simple_spread_v3.parallel_env(N=3, max_cycles=25))
+    return supersuit.frame_stack_v1(env, stack_size=stack) if stack > 1 else env
+
+
+TASKS: dict[str, tuple[Any, str]] = {
+    "spread_landmarks_at_start": (spread_landmarks_at_start, "spread, landmarks seen at the start only"),
+    "spread_no_velocity": (spread_without_velocity, "spread without velocities"),
+}
+"""Each task: (its env factory taking the frames to stack, what it is)."""
 METHODS: dict[str, tuple[int, dict[str, Any]]] = {
     "mlp": (1, {}),
     "mlp+stack4": (4, {}),
@@ -61,25 +105,27 @@ METHODS: dict[str, tuple[int, dict[str, Any]]] = {
 """Each method: (frames stacked, changes to the defaults)."""
 
 
-def run_one(method: str, seed: int, env_steps: int, episodes: int) -> list[dict[str, Any]]:
-    """Trains one (method, seed) and evaluates it greedy and sampled on the same episodes as every other."""
+def run_one(name: str, method: str, seed: int, env_steps: int, episodes: int) -> list[dict[str, Any]]:
+    """Trains one (method, seed) on task ``name`` and evaluates it greedy and sampled on the same episodes as
+    every other."""
     stack, changes = METHODS[method]
-    task = Task(functools.partial(spread_without_velocity, stack), env_steps, "spread without velocities")
+    factory, what = TASKS[name]
+    task = Task(functools.partial(factory, stack), env_steps, what)
     trainer, seconds = train_marljoint(task, seed, env_steps, changes)
     return [
         result_row(
-            ENV, method, seed, env_steps, seconds, mode,
+            name, method, seed, env_steps, seconds, mode,
             evaluate_marljoint(trainer, task, mode == "greedy", episodes, base_seed=1_000_000),
         )
         for mode in ("greedy", "sampled")
     ]
 
 
-def report(path: Path) -> str:
-    """The markdown table of a runs CSV: per method, mean over seeds ± 95% CI (greedy and sampled; the number of
-    seeds in brackets) and the mean training seconds."""
+def report(path: Path, name: str) -> str:
+    """The markdown table of task ``name`` in a runs CSV: per method, mean over seeds ± 95% CI (greedy and sampled;
+    the number of seeds in brackets) and the mean training seconds."""
     with path.open(newline="") as f:
-        rows = list(csv.DictReader(f))
+        rows = [r for r in csv.DictReader(f) if r["env"] == name]
     lines = ["| policy | greedy | sampled | s/run |", "|---|---|---|---|"]
     for method in [m for m in METHODS if any(r["method"] == m for r in rows)]:
         cells = [
@@ -95,15 +141,16 @@ def report(path: Path) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--task", default="spread_landmarks_at_start", choices=list(TASKS))
     parser.add_argument("--methods", nargs="+", default=["mlp", "mlp+stack4", "gru"], choices=list(METHODS))
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--env-steps", type=int, default=500_000)
     parser.add_argument("--episodes", type=int, default=200, help="evaluation episodes per policy and mode")
-    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/recurrent/po_runs.csv"))
+    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/recurrent/po_landmarks.csv"))
     parser.add_argument("--report", action="store_true", help="print the table of --out instead of training")
     args = parser.parse_args()
     if args.report:
-        print(report(args.out))
+        print(report(args.out, args.task))
         return
     import torch
 
@@ -111,10 +158,10 @@ def main() -> None:
     done = done_runs(args.out)
     for seed in args.seeds:  # seed by seed, so that an interrupted run has every method on its first seeds
         for method in args.methods:
-            if (ENV, method, seed) in done:
+            if (args.task, method, seed) in done:
                 continue
             tick = time.perf_counter()
-            rows = run_one(method, seed, args.env_steps, args.episodes)
+            rows = run_one(args.task, method, seed, args.env_steps, args.episodes)
             append(args.out, rows)
             print(f"{method} seed {seed}: " + ", ".join(f"{r['mode']} {r['return_mean']:.3g}" for r in rows)
                   + f" ({time.perf_counter() - tick:.0f} s)", flush=True)

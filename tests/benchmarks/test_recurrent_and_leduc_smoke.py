@@ -26,6 +26,28 @@ def test_the_partially_observable_task_hides_the_velocity_and_stacking_shows_the
         np.testing.assert_array_equal(obs[agent], obs_raw[agent][bench.VELOCITY :])
 
 
+def test_the_landmarks_are_seen_on_the_first_observation_only():
+    with benchmark_module("recurrent_po") as bench:
+        from mpe2 import simple_spread_v3
+
+        env, raw = bench.spread_landmarks_at_start(1), simple_spread_v3.parallel_env(N=3, max_cycles=25)
+        first, _ = env.reset(seed=3)
+        first_raw, _ = raw.reset(seed=3)
+        agent = env.possible_agents[0]
+        np.testing.assert_array_equal(first[agent], first_raw[agent])
+        assert np.abs(first[agent][bench.LANDMARKS]).sum() > 0
+        actions = {a: 1 for a in env.agents}
+        obs, *_ = env.step(actions)
+        obs_raw, *_ = raw.step(actions)
+        hidden = np.zeros_like(obs_raw[agent])
+        hidden[bench.LANDMARKS] = obs_raw[agent][bench.LANDMARKS]
+        np.testing.assert_array_equal(obs[agent], obs_raw[agent] - hidden)  # all but the landmarks, unchanged
+        assert not obs[agent][bench.LANDMARKS].any()
+        from marljoint import episode_limit
+
+        assert episode_limit(env) == 25  # the wrapper keeps the episode length visible (gamma follows it)
+
+
 def test_the_recurrent_benchmark_trains_every_policy_resumes_and_reports(tmp_path, monkeypatch, capsys):
     with benchmark_module("recurrent_po") as bench:
         out = tmp_path / "po.csv"
@@ -42,6 +64,10 @@ def test_the_recurrent_benchmark_trains_every_policy_resumes_and_reports(tmp_pat
         monkeypatch.setattr(sys, "argv", ["recurrent_po.py", "--report", "--out", str(out)])
         bench.main()
         assert "| gru |" in capsys.readouterr().out
+        argv = ["recurrent_po.py", "--report", "--task", "spread_no_velocity", "--out", str(out)]
+        monkeypatch.setattr(sys, "argv", argv)
+        bench.main()
+        assert "| gru |" not in capsys.readouterr().out  # the runs were of the other task
 
 
 def test_the_leduc_benchmark_reads_checkpoints_and_reports(tmp_path, monkeypatch, capsys):

@@ -212,6 +212,12 @@ def _add_train(subparsers: Any) -> None:
         help="1: the workers (--env-workers or --ray) collect the next rollout with the weights before the "
         "update while the learner updates (overlapped, policy lag 1); 0 (default): collect, then update",
     )
+    p.add_argument(
+        "--balance",
+        action="store_true",
+        help="hand env copies from slow workers (--env-workers or --ray) to fast ones by their measured speed; the "
+        "results are the same bits",
+    )
     group = p.add_mutually_exclusive_group()
     group.add_argument(
         "--resume",
@@ -263,6 +269,13 @@ def _train(args: argparse.Namespace) -> int:
                 "--ray (in-process collection cannot overlap)"
             )
         options["collection"] = {**options["collection"], "policy_lag": args.policy_lag}
+    if args.balance:
+        if "collection" not in options:
+            raise RunError(
+                "--balance hands env copies between worker processes; add --env-workers K or --ray (in-process "
+                "collection has no workers)"
+            )
+        options["collection"] = {**options["collection"], "balance": True}
     if args.ray_address is not None:
         from marljoint.distributed import connect_ray
 

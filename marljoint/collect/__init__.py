@@ -9,6 +9,7 @@ carries into the next, the per-copy noise generators and the one rule that split
 """
 
 from marljoint.collect.backends import make_collector
+from marljoint.collect.balance import WorkBalancer, proportional_slices
 from marljoint.collect.base import Collector, rollout_storage
 from marljoint.collect.config import BACKENDS, CollectionConfig
 from marljoint.collect.local import LocalCollector
@@ -32,6 +33,7 @@ __all__ = [
     "RayCollector",
     "SliceWorker",
     "SubprocessCollector",
+    "WorkBalancer",
     "WorkerLostError",
     "assemble",
     "blueprint",
@@ -39,6 +41,7 @@ __all__ = [
     "copy_generators",
     "generators_from_states",
     "make_collector",
+    "proportional_slices",
     "rollout_piece",
     "rollout_storage",
     "split_copies",

@@ -51,7 +51,7 @@ def _worker_collector(
                 f"is a {type(env).__name__}; build it with config.collection.make_env(env_fn, num_envs, seed), or "
                 "collect with backend 'local'"
             )
-        return SubprocessCollector(env, seed, torch_threads)
+        return SubprocessCollector(env, seed, torch_threads, balance=config.balance)
     env_fn: Any = getattr(env, "env_fn", None)
     if env_fn is None:
         raise ValueError(
@@ -60,4 +60,4 @@ def _worker_collector(
         )
     from marljoint.collect.ray import RayCollector
 
-    return RayCollector(env_fn, env.spec, env.num_envs, config.workers, seed, torch_threads)
+    return RayCollector(env_fn, env.spec, env.num_envs, config.workers, seed, torch_threads, balance=config.balance)

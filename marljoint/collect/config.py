@@ -40,6 +40,11 @@ class CollectionConfig:
     (multi-process backends only; PPO's ratio uses the behaviour log-probs stored in the rollout, so the objective
     stays correct). The schedule is fixed, so runs stay seeded and bit-identical across backends and resume."""
 
+    balance: bool = False
+    """Hand env copies from slow workers to fast ones by their measured speed (multi-process backends;
+    :class:`~marljoint.collect.balance.WorkBalancer`), so that a worker on a busier core does not idle the others.
+    A copy's stream does not depend on the worker that holds it, so the rollouts are the same bits either way."""
+
     def __post_init__(self) -> None:
         if self.policy_lag not in (0, 1) or isinstance(self.policy_lag, bool):
             raise ValueError(f"collection policy_lag must be 0 or 1, got {self.policy_lag!r}")
@@ -47,6 +52,13 @@ class CollectionConfig:
             raise ValueError(
                 "policy_lag=1 overlaps collection in worker processes with the update; backend 'local' collects in "
                 "this process, so use backend 'subprocess' or 'ray' with it (or policy_lag=0)"
+            )
+        if not isinstance(self.balance, bool):
+            raise ValueError(f"collection balance must be true or false, got {self.balance!r}")
+        if self.balance and self.backend == "local":
+            raise ValueError(
+                "balance=True hands env copies between worker processes; backend 'local' has none, so use backend "
+                "'subprocess' or 'ray' with it (or balance=False)"
             )
         if self.backend not in BACKENDS:
             raise ValueError(
@@ -82,11 +94,13 @@ class CollectionConfig:
         return dataclasses.replace(self, **changes)
 
     def to_dict(self) -> dict[str, Any]:
-        """The fields as a plain dict (``policy_lag`` only when it is not 0, so configs written before it existed
-        read the same)."""
+        """The fields as a plain dict (``policy_lag`` only when it is not 0 and ``balance`` only when it is on, so
+        configs written before they existed read the same)."""
         out = dataclasses.asdict(self)
         if not out["policy_lag"]:
             del out["policy_lag"]
+        if not out["balance"]:
+            del out["balance"]
         return out
 
     @classmethod

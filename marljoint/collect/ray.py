@@ -16,6 +16,7 @@ import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from marljoint.collect.balance import WorkBalancer
 from marljoint.collect.base import rollout_storage
 from marljoint.collect.rollout import JointRollout
 from marljoint.collect.slices import SliceWorker, assemble, blueprint
@@ -78,6 +79,9 @@ class RayCollector:
         seed: the seed of the env resets and of the copies' noise generators.
         torch_threads: torch threads of each actor (default 1).
         max_restarts: how many times in a row one actor's piece is re-collected after the actor died.
+        balance: hand copies from slow actors to fast ones by their measured speed
+            (:class:`~marljoint.collect.balance.WorkBalancer`; the actors are restarted on their new slices from
+            their snapshots); the rollouts stay the same bits.
 
     Raises:
         ValueError: if E < K; at the first rollout, if the Ray cluster has fewer CPUs than K.
@@ -92,6 +96,7 @@ class RayCollector:
         seed: int,
         torch_threads: int | None = None,
         max_restarts: int = 3,
+        balance: bool = False,
     ) -> None:
         self.slices = split_copies(num_envs, workers)
         """Each actor's copies ``[start, stop)``."""
@@ -111,6 +116,8 @@ class RayCollector:
         self._plan: bytes | None = None
         self._storage: JointRollout | None = None
         self._ray: Any = None
+        self.balancer = WorkBalancer(self.slices) if balance and workers > 1 else None
+        """The :class:`~marljoint.collect.balance.WorkBalancer` (``None`` without ``balance``)."""
 
     @property
     def num_workers(self) -> int:
@@ -166,7 +173,14 @@ class RayCollector:
         storage = rollout_storage(held, self.spec, steps, self.num_envs, policy.device)
         if into is None:
             self._storage = storage
-        assemble(storage, self._gather(policy.weights() if weights is None else weights, steps), self.slices)
+        pieces = self._gather(policy.weights() if weights is None else weights, steps)
+        assemble(storage, pieces, self.slices)
+        if self.balancer is not None:
+            slices = self.balancer.observe([piece["busy_seconds"] for piece in pieces])
+            if slices is not None:
+                state = self.state()
+                self.slices = slices
+                self.load_state(state)  # the actors restart on their new slices from the resliced snapshots
         return storage
 
     def _gather(self, weights: Mapping[str, Any], steps: int) -> list[dict[str, Any]]:
@@ -213,10 +227,7 @@ class RayCollector:
         """
         snapshots: list[dict[str, Any] | None] = [None] * self.num_workers
         if state is not None:
-            parts = resliced(read_state(state), self.slices)
-            for (env, _), (a, b) in zip(parts, self.slices):
-                if PettingZooJointEnv.state_copies(env) != b - a:  # checked here, not later in an actor
-                    raise ValueError(f"the saved state's slices do not hold the copies {a}..{b - 1} of this collector")
+            parts = resliced(read_state(state), self.slices)  # checks the copies here, not later in an actor
             snapshots = [{"env": env} if gens is None else {"env": env, "copy_generators": gens} for env, gens in parts]
             memory = read_memory(state)
             if memory is not None:  # the recurrent agents' states, cut at the actors' slices

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import pickle
+import time
 import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -75,9 +76,13 @@ class SliceWorker:
         self.collector = LocalCollector(env, seed, first_copy=first)
 
     def collect(self, weights: Mapping[str, Any], steps: int) -> dict[str, Any]:
-        """Loads the learner's ``weights`` and plays ``steps`` steps; returns the piece for :func:`assemble`."""
+        """Loads the learner's ``weights`` and plays ``steps`` steps; returns the piece for :func:`assemble`, with
+        ``"busy_seconds"``: how long this took (what :class:`~marljoint.collect.balance.WorkBalancer` weighs)."""
+        start = time.perf_counter()
         self.policy.load_weights(weights)
-        return rollout_piece(self.collector.collect(self.policy, steps))
+        piece = rollout_piece(self.collector.collect(self.policy, steps))
+        piece["busy_seconds"] = time.perf_counter() - start
+        return piece
 
 
 def rollout_piece(rollout: JointRollout) -> dict[str, Any]:

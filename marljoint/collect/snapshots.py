@@ -60,14 +60,14 @@ def read_state(state: Mapping[str, Any]) -> SlicedState:
 
 
 def resliced(parts: SlicedState, slices: Sequence[tuple[int, int]]) -> SlicedState:
-    """``parts`` (consecutive slices of the copies) cut again at ``slices``; unchanged when there are as many.
+    """``parts`` (consecutive slices of the copies) cut again at ``slices``; unchanged when they are cut there.
 
     Raises:
         ValueError: if the snapshots do not hold as many copies as ``slices`` cover.
     """
-    if len(parts) == len(slices):  # the same split (each env's set_state checks its copies)
-        return list(parts)
     sizes = [PettingZooJointEnv.state_copies(env) for env, _ in parts]
+    if sizes == [b - a for a, b in slices]:  # the same split
+        return list(parts)
     if sum(sizes) != slices[-1][1]:
         raise ValueError(
             f"the saved state holds {sum(sizes)} env copies, this collector has {slices[-1][1]}; resume with the "

@@ -8,6 +8,7 @@ import warnings
 from collections.abc import Mapping
 from typing import Any
 
+from marljoint.collect.balance import WorkBalancer
 from marljoint.collect.base import rollout_storage
 from marljoint.collect.local import LocalCollector
 from marljoint.collect.noise import generators_from_states
@@ -35,16 +36,21 @@ class SubprocessCollector:
         env: the subprocess env (it stays the caller's: :meth:`close` leaves it open).
         seed: the seed of the env resets and of the copies' noise generators.
         torch_threads: torch threads of each worker (default 1).
+        balance: hand copies from slow workers to fast ones by their measured speed
+            (:class:`~marljoint.collect.balance.WorkBalancer`); the rollouts stay the same bits.
 
     Attributes:
         in_workers: whether the policy runs in the workers (``None`` before the first rollout; False after the
             pickling fallback).
+        balancer: the :class:`~marljoint.collect.balance.WorkBalancer` (``None`` without ``balance``).
 
     Raises:
         TypeError: if ``env`` is not a :class:`~marljoint.env.SubprocessJointEnv`.
     """
 
-    def __init__(self, env: SubprocessJointEnv, seed: int, torch_threads: int | None = None) -> None:
+    def __init__(
+        self, env: SubprocessJointEnv, seed: int, torch_threads: int | None = None, balance: bool = False
+    ) -> None:
         if not isinstance(env, SubprocessJointEnv):
             raise TypeError(
                 f"the subprocess collector needs a SubprocessJointEnv, got {type(env).__name__}; build it with "
@@ -62,6 +68,7 @@ class SubprocessCollector:
         self._storage: JointRollout | None = None
         # Collects from this process when the policy cannot be pickled (its state is kept in step with the workers').
         self._here = LocalCollector(env, seed)
+        self.balancer = WorkBalancer(env.slices) if balance and env.num_workers > 1 else None
 
     def collect(
         self,
@@ -107,7 +114,18 @@ class SubprocessCollector:
         )
         self._started = True
         assemble(storage, pieces, self.env.slices)
+        if self.balancer is not None:
+            slices = self.balancer.observe([piece["busy_seconds"] for piece in pieces])
+            if slices is not None:
+                self._move_copies(slices)
         return storage
+
+    def _move_copies(self, slices: list[tuple[int, int]]) -> None:
+        """Hands the copies to the workers as ``slices`` say, with everything the next rollout continues from."""
+        state = self.state()
+        self.env.reslice(slices)
+        self._policy = None  # the workers' slices are gone: the next rollout sends the networks again
+        self.load_state(state)
 
     def state(self) -> dict[str, Any] | None:
         """``{"env": snapshot}``: every worker's copies with its noise generators (in the env's

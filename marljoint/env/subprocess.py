@@ -95,23 +95,25 @@ def _worker(
 ) -> None:
     shared = None
     try:
-        env = PettingZooJointEnv(env_fn, num_envs=stop - start, first_copy=start)
-        worker = EnvWorker(index, env, start, stop, total)
+        copies = PettingZooJointEnv(env_fn, num_envs=stop - start, first_copy=start)
+        worker = EnvWorker(index, copies, start, stop, total)
         shared = _SharedArrays(layout, name=shm_name)
         arrays = shared.arrays
-        groups = range(len(env.spec.groups))
+        groups = range(len(worker.env.spec.groups))
 
         def publish(state: Any) -> None:
+            a, b = worker.start, worker.stop
             for g in groups:
-                arrays[f"obs{g}"][start:stop] = state.obs[g]
+                arrays[f"obs{g}"][a:b] = state.obs[g]
                 if state.action_masks[g] is not None:
-                    arrays[f"mask{g}"][start:stop] = state.action_masks[g]
-            arrays["alive"][start:stop] = state.alive
-            arrays["acting"][start:stop] = state.acting
+                    arrays[f"mask{g}"][a:b] = state.action_masks[g]
+            arrays["alive"][a:b] = state.alive
+            arrays["acting"][a:b] = state.acting
 
         conn.send(("ready", None))
         while True:
             command, payload = conn.recv()
+            env = worker.env
             if command == "reset":
                 worker.state = env.reset(seed=payload)
                 publish(worker.state)
@@ -122,6 +124,15 @@ def _worker(
                 worker.state = env.set_state(payload)
                 publish(worker.state)
                 conn.send(("ok", None))
+            elif command == "reslice":
+                # Fresh copies of the new slice; the caller restores their state (set_state, a collector's).
+                a, b = payload
+                env.close()
+                worker.env = PettingZooJointEnv(env_fn, num_envs=b - a, first_copy=a)
+                worker.start, worker.stop = a, b
+                worker.state = None
+                worker.store.clear()
+                conn.send(("ok", None))
             elif command == "call":
                 function, args = payload
                 result = function(worker, *args)
@@ -129,17 +140,18 @@ def _worker(
                     publish(worker.state)
                 conn.send(("ok", (result, worker.state is not None)))
             elif command == "step":
-                out = env.step([arrays[f"act{g}"][start:stop] for g in groups])
+                a, b = worker.start, worker.stop
+                out = env.step([arrays[f"act{g}"][a:b] for g in groups])
                 worker.state = JointObs(out.obs, out.alive, out.acting, out.action_masks)
                 publish(out)
                 for g in groups:
-                    arrays[f"final{g}"][start:stop] = out.final_obs[g]
+                    arrays[f"final{g}"][a:b] = out.final_obs[g]
                 for key in ("rewards", "terminated", "truncated", "reset_envs"):
-                    arrays[key][start:stop] = getattr(out, key)
-                arrays["final_waiting"][start:stop] = False if out.final_waiting is None else out.final_waiting
+                    arrays[key][a:b] = getattr(out, key)
+                arrays["final_waiting"][a:b] = False if out.final_waiting is None else out.final_waiting
                 conn.send(("ok", (out.episode_returns.copy(), out.episode_lengths.copy())))
             elif command == "close":
-                env.close()
+                worker.env.close()
                 conn.send(("ok", None))
                 break
     except KeyboardInterrupt:
@@ -357,6 +369,34 @@ class SubprocessJointEnv:
     def current(self) -> JointObs:
         """The copies' current state as the workers last published it (views of the shared arrays)."""
         return self._current()
+
+    @_exclusive
+    def reslice(self, slices: Sequence[tuple[int, int]]) -> None:
+        """Hands the copies to the workers anew: worker w then holds ``slices[w]``.
+
+        Every worker rebuilds its copies fresh and empties its :attr:`EnvWorker.store`, so the caller puts their
+        state back afterwards: :meth:`set_state` of a snapshot resliced to the new split, or a collector's
+        ``load_state`` (which reslices its own ``state()``). Copy e is seeded and stepped as copy e whichever worker
+        holds it, so a split changes no result.
+
+        Args:
+            slices: one ``[start, stop)`` per worker, contiguous, non-empty, covering ``0..E-1`` in order.
+
+        Raises:
+            ValueError: for another number of slices, or slices that do not cover the copies in order.
+        """
+        slices = [(int(a), int(b)) for a, b in slices]
+        covered = len(slices) == self.num_workers and [a for a, _ in slices] == [0] + [b for _, b in slices[:-1]]
+        if not covered or slices[-1][1] != self.num_envs or any(b <= a for a, b in slices):
+            raise ValueError(
+                f"reslice needs {self.num_workers} contiguous non-empty [start, stop) slices covering the "
+                f"{self.num_envs} copies in order, got {slices}"
+            )
+        for conn, piece in zip(self._conns, slices):
+            conn.send(("reslice", piece))
+        self._gather()
+        self.slices = slices
+        self._reset_done = False
 
     @_exclusive
     def get_state(self) -> bytes:

@@ -50,7 +50,7 @@ def test_a_collection_table_or_name_is_accepted():
         ({"backend": "ray", "workers": True}, "collection workers must be a positive integer, got True"),
         (
             {"workers": 2, "lag": 1},
-            r"unknown collection setting\(s\) \['lag'\]; valid: \['backend', 'policy_lag', 'workers'\]",
+            r"unknown collection setting\(s\) \['lag'\]; valid: \['backend', 'balance', 'policy_lag', 'workers'\]",
         ),
         (3, "collection must be a CollectionConfig, a table"),
     ],

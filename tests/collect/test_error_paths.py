@@ -29,7 +29,7 @@ def test_a_ray_collector_refuses_snapshots_of_other_copies_and_has_no_actors_bef
     env.reset(seed=0)
     collector = RayCollector(mock_v0.parallel_env, env.spec, 4, 2, seed=0)
     two = PettingZooJointEnv.split_state(env.get_state(), [(0, 1), (1, 2)])  # copies 0 and 1 only
-    with pytest.raises(ValueError, match=r"the saved state's slices do not hold the copies 0\.\.1 of this collector"):
+    with pytest.raises(ValueError, match="the saved state holds 2 env copies, this collector has 4; resume with"):
         collector.load_state({"workers": [{"env": s} for s in two]})
     collector._ray = object()  # as if Ray were started: the actors still need the policy of a first rollout
     with pytest.raises(RuntimeError, match="the actors start with the first rollout"):

@@ -187,3 +187,24 @@ def test_preset_fills_the_run_settings_and_options_override_it(tmp_path):
         assert get_preset(name).config().value_normalization
     with pytest.raises(ValueError, match=r"unknown preset 'nope'; known presets: \["):
         get_preset("nope")
+
+
+@pytest.mark.parametrize(
+    ("option", "match"),
+    [
+        (["--policy-lag", "1"], "--policy-lag 1 overlaps collection in worker processes with the update; add"),
+        (["--balance"], "--balance hands env copies between worker processes; add --env-workers K or --ray"),
+    ],
+)
+def test_worker_options_without_workers(capsys, tmp_path, option, match):
+    _fails(capsys, ["train", "--env", "counter_v0", "--out", str(tmp_path / "r"), *option], match)
+
+
+def test_balance_with_env_workers_is_written_to_the_config(tmp_path):
+    from marljoint.train import load_run_spec
+
+    out = tmp_path / "run"
+    args = ["train", "--env", "counter_v0", "--num-envs", "4", "--total-steps", "64", "--rollout-steps", "8"]
+    assert run_cli([*args, "--env-workers", "2", "--balance", "--out", str(out), "--quiet"]) == 0
+    collection = load_run_spec(out).trainer.collection
+    assert (collection.backend, collection.workers, collection.balance) == ("subprocess", 2, True)

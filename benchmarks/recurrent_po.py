@@ -17,7 +17,9 @@ env-step budget:
 * ``mlp``: the default feed-forward policy on the observation as it is;
 * ``mlp+stack4``: the same MLP on the last 4 observations (SuperSuit's ``frame_stack_v1``), the usual fix;
 * ``gru``: the defaults with ``recurrent="gru"`` (the hidden state carries what the agent saw);
-* ``gru[bptt_length=16]`` (``--methods``): the same with truncated BPTT over chunks of 16 steps.
+* ``gru[bptt_length=16]`` (``--methods``): the same with truncated BPTT over chunks of 16 steps;
+* ``gru[normalize_observations=false]`` (``--methods``): the GRU on raw observations (features that are zero on
+  most steps get large standardised values on the others).
 
 Each trained policy plays the same 200 fresh episodes, greedy and sampled (the recurrent one carrying its state
 through each episode). Each finished run is one CSV row per mode in ``--out``; a run already there is not trained
@@ -101,6 +103,7 @@ METHODS: dict[str, tuple[int, dict[str, Any]]] = {
     "mlp+stack4": (4, {}),
     "gru": (1, {"recurrent": "gru"}),
     "gru[bptt_length=16]": (1, {"recurrent": "gru", "bptt_length": 16}),
+    "gru[normalize_observations=false]": (1, {"recurrent": "gru", "normalize_observations": False}),
 }
 """Each method: (frames stacked, changes to the defaults)."""
 

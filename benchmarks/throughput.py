@@ -234,10 +234,12 @@ def recurrent_rows(repetitions: int, iterations: int) -> None:
         print(f"| {name} | {roll:,.0f} | {full:,.0f} | {roll_ratio:.2f} | {full_ratio:.2f} |")
 
 
-def overlap_rows(names: list[str], repetitions: int, iterations: int, window: float) -> None:
+def overlap_rows(names: list[str], repetitions: int, iterations: int, window: float, balance: bool = False) -> None:
     """Full training with 2 subprocess workers at policy lag 0 and lag 1 against the two-process bare ceiling,
-    each lag measured between two ceiling measurements of the same window and divided by their mean."""
-    print("\noverlapped collection: 2 env workers, full training over the two-process bare ceiling (medians)")
+    each lag measured between two ceiling measurements of the same window and divided by their mean
+    (``balance``: with the workers' slices balanced by their speed, ``CollectionConfig(balance=True)``)."""
+    how = ", balanced" if balance else ""
+    print(f"\noverlapped collection: 2 env workers{how}, full training over the two-process bare ceiling (medians)")
     print("| env | 2-process ceiling | lag 0 | lag 1 | lag 0 / ceiling | lag 1 / ceiling | lag 1 / lag 0 |")
     print("|---" * 7 + "|")
     for name in names:
@@ -248,7 +250,7 @@ def overlap_rows(names: list[str], repetitions: int, iterations: int, window: fl
         for _ in range(repetitions):
             bracket = [bare_env_rate_two_processes(name, window)]
             for lag in (0, 1):
-                collection = CollectionConfig("subprocess", workers=2, policy_lag=lag)
+                collection = CollectionConfig("subprocess", workers=2, policy_lag=lag, balance=balance)
                 rate = marljoint_rates(env_fn, iterations, collection=collection)[1]
                 bracket.append(bare_env_rate_two_processes(name, window))
                 rates[lag].append(rate)
@@ -276,13 +278,14 @@ def main() -> None:
     parser.add_argument("--skip-overlap", action="store_true", help="skip the policy-lag rows")
     parser.add_argument("--only-overlap", action="store_true", help="only the policy-lag rows")
     parser.add_argument("--only-recurrent", action="store_true", help="only the GRU-against-MLP rows")
+    parser.add_argument("--balance", action="store_true", help="policy-lag rows with balanced workers")
     args = parser.parse_args()
     reps = 1 if args.quick else args.repetitions
     iters = 1 if args.quick else args.iterations
     torch.set_num_threads(1)
     if args.only_overlap or args.only_recurrent:
         if args.only_overlap:
-            overlap_rows(args.envs, reps, iters, 2.0 if not args.quick else 0.5)
+            overlap_rows(args.envs, reps, iters, 2.0 if not args.quick else 0.5, args.balance)
         if args.only_recurrent:
             recurrent_rows(reps, iters)
         return
@@ -355,7 +358,7 @@ def main() -> None:
         print("per repetition: " + "; ".join(f"{k} " + ", ".join(f"{v:.2f}" for v in vals) for k, vals in norm.items()))
 
     if not args.skip_overlap:
-        overlap_rows(args.envs, reps, iters, window)
+        overlap_rows(args.envs, reps, iters, window, args.balance)
     if not args.skip_recurrent:
         recurrent_rows(reps, iters)
 

@@ -36,7 +36,8 @@ def derive_settings(spec: JointSpec, config: JointTrainerConfig) -> tuple[JointT
         by the time limit is bootstrapped from the critic's value there, as if the episode went on; with an
         effective horizon ``1/(1 - gamma)`` longer than the episode, most of every value target is that guess of
         what follows the limit, and the critic learns slowly (on 25-step MPE episodes γ = 0.99 reaches about
-        100 steps). 0.99 when the env states no limit (a game that ends by itself, an open-ended task).
+        100 steps). 0.99 when the env states no limit (a game that ends by itself, an open-ended task). In a
+        turn-based game the discount applies to each player's own moves, which an AEC env's ``max_cycles`` counts.
 
     Args:
         spec: the env's agents and layouts.

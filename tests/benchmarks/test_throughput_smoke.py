@@ -43,3 +43,13 @@ def test_cli_prints_every_table(bench, monkeypatch, capsys):
     assert all(float(c.replace(",", "")) > 0 for c in lagged[1:])  # ceiling, lag 0, lag 1 and their ratios
     assert re.search(r"\| 16 \| [0-9.]+ \| [0-9.]+ \|", out)  # the independent-policy table reaches N = 16
     assert "N=8 shared:" in out
+
+
+def test_the_policy_lag_rows_run_with_balanced_workers(bench, monkeypatch, capsys):
+    argv = ["throughput.py", "--quick", "--only-overlap", "--balance", "--envs", "simple_spread_v3"]
+    monkeypatch.setattr(sys, "argv", argv)
+    bench.main()
+    out = capsys.readouterr().out
+    assert "2 env workers, balanced" in out
+    row = next(line for line in out.splitlines() if line.startswith("| simple_spread_v3 |"))
+    assert all(float(c.strip().replace(",", "")) > 0 for c in row.strip("|").split("|")[1:])

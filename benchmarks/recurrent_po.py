@@ -1,12 +1,15 @@
 """Recurrent policies on partially observable PettingZoo tasks: GRU against an MLP and an MLP with frame stacking.
 
-Two tasks (``--task``), both ``simple_spread_v3`` (3 agents, 25 steps) with part of each agent's observation taken
-away by a wrapper:
+Three tasks (``--task``), PettingZoo MPE envs with part of an agent's observation taken away by a wrapper:
 
-* ``spread_landmarks_at_start`` (the default): the landmarks' positions are shown on the first observation of an
-  episode only and zeroed after it. An agent sees its own position and velocity and the others throughout, so it
-  can find the landmarks again only by remembering where they were: a policy without memory, or with the last 4
-  frames, loses them after the first steps;
+* ``spread_landmarks_at_start`` (the default; ``simple_spread_v3``, 3 agents, 25 steps): the landmarks' positions
+  are shown on the first observation of an episode only and zeroed after it. An agent sees its own position and
+  velocity and the others throughout, so it can find the landmarks again only by remembering where they were: a
+  policy without memory, or with the last 4 frames, loses them after the first steps;
+* ``speaker_listener_goal_at_start``: ``simple_speaker_listener_v4`` (25 steps) whose speaker is shown the goal's
+  colour on the first observation of an episode only (zeros after it). The listener hears the speaker's word one
+  step later and must reach the goal; to keep guiding it, either the speaker must remember the goal or the listener
+  must remember the first word. Without memory the word is heard once; with 4 stacked frames, for 4 steps;
 * ``spread_no_velocity``: each agent's own velocity is taken out (SuperSuit's ``observation_lambda_v0``), the
   multi-agent form of the "no velocity" control tasks that recurrent PPO is usually measured on; four stacked
   frames recover the velocity, so this is the task where frame stacking is the fair fix.
@@ -93,8 +96,40 @@ def spread_landmarks_at_start(stack: int = 1) -> Any:
     return supersuit.frame_stack_v1(env, stack_size=stack) if stack > 1 else env
 
 
+SPEAKER = "speaker_0"
+"""The agent of ``simple_speaker_listener_v4`` that sees the goal's colour (its whole observation) and speaks."""
+
+
+def _goal_at_start_wrapper() -> type:
+    from pettingzoo.utils.wrappers import BaseParallelWrapper
+
+    class GoalAtStart(BaseParallelWrapper):
+        """Shows the speaker the goal on the reset observation only; every later observation of it is zeros."""
+
+        def step(self, actions: dict[str, Any]) -> tuple[dict[str, Any], ...]:
+            obs, *rest = self.env.step(actions)
+            if SPEAKER in obs:
+                obs = {**obs, SPEAKER: np.zeros_like(obs[SPEAKER])}
+            return (obs, *rest)
+
+    return GoalAtStart
+
+
+def speaker_listener_goal_at_start(stack: int = 1) -> Any:
+    """``simple_speaker_listener_v4`` (25 steps) whose speaker is told the goal on the first observation of an
+    episode only; the last ``stack`` observations concatenated when ``stack > 1``."""
+    import supersuit
+    from mpe2 import simple_speaker_listener_v4
+
+    env = _goal_at_start_wrapper()(simple_speaker_listener_v4.parallel_env(max_cycles=25))
+    return supersuit.frame_stack_v1(env, stack_size=stack) if stack > 1 else env
+
+
 TASKS: dict[str, tuple[Any, str]] = {
     "spread_landmarks_at_start": (spread_landmarks_at_start, "spread, landmarks seen at the start only"),
+    "speaker_listener_goal_at_start": (
+        speaker_listener_goal_at_start, "speaker-listener, the goal told to the speaker at the start only"
+    ),
     "spread_no_velocity": (spread_without_velocity, "spread without velocities"),
 }
 """Each task: (its env factory taking the frames to stack, what it is)."""

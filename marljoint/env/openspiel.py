@@ -8,6 +8,11 @@
   the betting history), so no policy of it can be a policy of the information state. With perfect recall a
   policy of the information state loses nothing, and exact exploitability tabulates exactly those. Games without
   an information-state tensor keep Shimmy's observation.
+- **Episodes end where the game ends.** Shimmy truncates an episode once its count of nodes (chance nodes
+  included, from 1) passes the game's ``max_game_length()``, which OpenSpiel counts in decisions only. That cuts
+  the longest games short with no payoff: every Kuhn poker game after its first bet, every Leduc betting war.
+  Here an episode is truncated only when its decisions pass ``max_game_length()``, which a correct game never
+  reaches, so every episode ends at OpenSpiel's terminal state with OpenSpiel's returns.
 - **Episodes are seeded once.** ``reset(seed=s)`` seeds the chance outcomes, and every later ``reset()`` draws the
   next episode's seed from that, so a seeded run replays exactly (Shimmy reseeds from the operating system then).
 
@@ -93,12 +98,13 @@ def _information_state_env_class() -> Any:
     global _ENV_CLASS
     if _ENV_CLASS is not None:
         return _ENV_CLASS
-    import_pyspiel()
+    pyspiel = import_pyspiel()
     from gymnasium import spaces
     from shimmy.openspiel_compatibility import OpenSpielCompatibilityV0
 
     class InformationStateEnv(OpenSpielCompatibilityV0):  # type: ignore[misc]
-        """Shimmy's env observing the information-state tensor, with episodes seeded from the first reset."""
+        """Shimmy's env observing the information-state tensor, truncating by decisions only, with episodes
+        seeded from the first reset."""
 
         metadata = {**OpenSpielCompatibilityV0.metadata, "name": "openspiel_information_state"}
 
@@ -130,6 +136,13 @@ def _information_state_env_class() -> Any:
                 self.agents[i]: np.asarray(self.game_state.information_state_tensor(i), np.float32).reshape(shape)
                 for i in self.agent_ids
             }
+
+        def _update_termination_truncation(self) -> None:
+            super()._update_termination_truncation()
+            chance = int(pyspiel.PlayerId.CHANCE)
+            decisions = sum(1 for move in self.game_state.full_history() if move.player != chance)
+            over = decisions > self._env.max_game_length()
+            self.truncations = {agent: over for agent in self.agents}
 
         def reset(self, seed: int | None = None, options: dict | None = None) -> None:
             if seed is not None or self._episode_seeds is None:

@@ -47,6 +47,35 @@ def test_agents_observe_the_information_state_and_seeded_episodes_replay():
     assert deals(3) == deals(3) and deals(3) != deals(4)
 
 
+@pytest.mark.parametrize("game", ["kuhn_poker", "leduc_poker"])
+def test_every_episode_ends_at_openspiels_terminal_state_with_its_returns(game):
+    # Shimmy alone truncates once chance nodes plus decisions pass max_game_length (decisions only): Kuhn games
+    # ended after their first move with no payoff, and Leduc's betting wars (always raising, below) were cut short.
+    env = openspiel_env(game)
+    rng = np.random.default_rng(0)
+    env.reset(seed=0)
+    lengths = []
+    for _ in range(200):
+        totals = dict.fromkeys(env.possible_agents, 0.0)
+        for agent in env.agent_iter():
+            _, _, term, trunc, info = env.last()
+            if term or trunc:
+                assert not trunc, f"{game}: an episode was truncated after {env.game_state.history()}"
+                env.step(None)
+                continue
+            legal = np.flatnonzero(info["action_mask"])
+            raise_ = legal.max()  # the last legal action: bet / raise where the game allows it
+            env.step(int(raise_ if agent == "player_1" else rng.choice(legal)))
+            for name, reward in env.rewards.items():
+                totals[name] += reward
+        state = env.game_state
+        assert state.is_terminal()
+        assert [totals[a] for a in env.possible_agents] == pytest.approx(state.returns())
+        lengths.append(len(state.history()))
+        env.reset()
+    assert max(lengths) > pyspiel.load_game(game).max_game_length()  # long games (chance nodes too) were played
+
+
 def test_openspiel_names_resolve_with_game_parameters_and_bad_ones_get_one_error():
     env = resolve_env("openspiel:leduc_poker", {"players": 3}).make()
     assert env.possible_agents == ["player_0", "player_1", "player_2"]

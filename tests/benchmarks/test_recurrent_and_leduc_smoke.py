@@ -48,6 +48,30 @@ def test_the_landmarks_are_seen_on_the_first_observation_only():
         assert episode_limit(env) == 25  # the wrapper keeps the episode length visible (gamma follows it)
 
 
+def test_the_speaker_is_told_the_goal_on_the_first_observation_only():
+    with benchmark_module("recurrent_po") as bench:
+        from mpe2 import simple_speaker_listener_v4
+
+        env = bench.speaker_listener_goal_at_start(1)
+        raw = simple_speaker_listener_v4.parallel_env(max_cycles=25)
+        first, _ = env.reset(seed=3)
+        first_raw, _ = raw.reset(seed=3)
+        for agent in env.possible_agents:
+            np.testing.assert_array_equal(first[agent], first_raw[agent])
+        assert first[bench.SPEAKER].any()
+        for _ in range(3):
+            actions = {a: 1 for a in env.agents}
+            obs, *_ = env.step(actions)
+            obs_raw, *_ = raw.step(actions)
+            assert not obs[bench.SPEAKER].any()  # the goal is gone
+            np.testing.assert_array_equal(obs["listener_0"], obs_raw["listener_0"])  # the listener's is unchanged
+        from marljoint import episode_limit
+
+        assert episode_limit(env) == 25
+        stacked, _ = bench.speaker_listener_goal_at_start(4).reset(seed=3)
+        assert stacked[bench.SPEAKER].shape == (4 * first[bench.SPEAKER].shape[0],)
+
+
 def test_the_recurrent_benchmark_trains_every_policy_resumes_and_reports(tmp_path, monkeypatch, capsys):
     with benchmark_module("recurrent_po") as bench:
         out = tmp_path / "po.csv"

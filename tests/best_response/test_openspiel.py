@@ -147,6 +147,26 @@ def test_the_exported_policy_is_scored_alike_by_openspiel(tmp_path):
     assert pyspiel.nash_conv(game.game, loaded) == pytest.approx(game.nash_conv(tables))
 
 
+@pytest.mark.parametrize("game_name", ["kuhn_poker", "leduc_poker"])
+def test_play_in_the_env_returns_what_openspiel_computes_for_the_same_policies(game_name):
+    # Player 1 always bets / raises (the betting rounds run long), player 0 plays a random table: the mean return
+    # simulated through the adapter must be OpenSpiel's exact value of the same tables.
+    from marljoint.best_response.opponents import simulate_profiles
+
+    game = OpenSpielGame(game_name)
+    legal = game.legal_mask(1)
+    aggressive = np.zeros(legal.shape)
+    aggressive[np.arange(len(legal)), legal.shape[1] - 1 - np.argmax(legal[:, ::-1], axis=1)] = 1.0
+    rng = np.random.default_rng(2)
+    tables = [game.check_table(rng.random((game.num_information_states(0), game.num_actions)), 0), aggressive]
+    exact = game.values(tables)
+    env = PettingZooJointEnv(functools.partial(openspiel_env, game_name), num_envs=16, seed=0)
+    episodes = 2000
+    means, errors = simulate_profiles(env, [[game.policy(t, p)] for p, t in enumerate(tables)], np.zeros((1, 2), int),
+                                      episodes, seed=1)
+    assert abs(means[0, 1] - exact[1]) < 4 * errors[0, 1] + 1e-9, (means, errors, exact)
+
+
 def test_network_policies_are_tabulated_from_the_observations_the_env_gives():
     config = JointTrainerConfig(num_envs=8, rollout_steps=8, minibatch_size=64, n_epochs=1, share_parameters=False)
     env = PettingZooJointEnv(functools.partial(openspiel_env, "kuhn_poker"), num_envs=8, seed=0)

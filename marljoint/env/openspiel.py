@@ -141,7 +141,7 @@ def _information_state_env_class() -> Any:
             super()._update_termination_truncation()
             chance = int(pyspiel.PlayerId.CHANCE)
             decisions = sum(1 for move in self.game_state.full_history() if move.player != chance)
-            over = decisions > self._env.max_game_length()
+            over = decisions > self._env.max_game_length() and not self.game_state.is_terminal()
             self.truncations = {agent: over for agent in self.agents}
 
         def reset(self, seed: int | None = None, options: dict | None = None) -> None:

@@ -147,6 +147,23 @@ def test_the_exported_policy_is_scored_alike_by_openspiel(tmp_path):
     assert pyspiel.nash_conv(game.game, loaded) == pytest.approx(game.nash_conv(tables))
 
 
+@pytest.mark.parametrize("game", ["matrix_rps", "goofspiel(num_cards=4)"])
+def test_simultaneous_move_games_end_terminated_and_not_truncated(game):
+    env = openspiel_env(game)
+    env.reset(seed=0)
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        for agent in env.agent_iter():
+            _, _, term, trunc, info = env.last()
+            if term or trunc:
+                assert term and not trunc, f"{game}: {agent} ended with terminated={term}, truncated={trunc}"
+                env.step(None)
+                continue
+            env.step(int(rng.choice(np.flatnonzero(info["action_mask"]))))
+        assert env.game_state.is_terminal()
+        env.reset()
+
+
 @pytest.mark.parametrize("game_name", ["kuhn_poker", "leduc_poker"])
 def test_play_in_the_env_returns_what_openspiel_computes_for_the_same_policies(game_name):
     # Player 1 always bets / raises (the betting rounds run long), player 0 plays a random table: the mean return

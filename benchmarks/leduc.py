@@ -173,7 +173,8 @@ def main() -> None:
                     writer.writeheader()
                 writer.writerows(rows)
             summary = ", ".join(f"{r['checkpoint_s']:.0f} s: {r['exploitability']:.3f}" for r in rows)
-            print(f"{method} seed {seed}: {summary} ({rows[0]['iterations'] if rows else 0} iterations)", flush=True)
+            finished = rows[-1]["iterations"] if rows else 0
+            print(f"{method} seed {seed}: {summary} ({finished} iterations by the last checkpoint)", flush=True)
 
 
 if __name__ == "__main__":

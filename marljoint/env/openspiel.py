@@ -98,7 +98,7 @@ def _information_state_env_class() -> Any:
     global _ENV_CLASS
     if _ENV_CLASS is not None:
         return _ENV_CLASS
-    pyspiel = import_pyspiel()
+    import_pyspiel()  # the clear ImportError without the extra
     from gymnasium import spaces
     from shimmy.openspiel_compatibility import OpenSpielCompatibilityV0
 
@@ -117,13 +117,24 @@ def _information_state_env_class() -> Any:
         def _uses_information_state(self) -> bool:
             return bool(self.game_type.provides_information_state_tensor)
 
+        # Shimmy rebuilds every space at every step; they are fixed by the game, so they are built once here
+        # (rebuilding them was two thirds of a Leduc step).
         def _update_observation_spaces(self) -> None:
+            if getattr(self, "_observation_spaces_built", False):
+                return
             if not self._uses_information_state():
                 super()._update_observation_spaces()
+            else:
+                shape = tuple(self._env.information_state_tensor_shape())
+                for agent in self.possible_agents:
+                    self.observation_spaces[agent] = spaces.Box(-np.inf, np.inf, shape=shape, dtype=np.float32)
+            self._observation_spaces_built = True
+
+        def _update_action_spaces(self) -> None:
+            if getattr(self, "_action_spaces_built", False):
                 return
-            shape = tuple(self._env.information_state_tensor_shape())
-            for agent in self.possible_agents:
-                self.observation_spaces[agent] = spaces.Box(-np.inf, np.inf, shape=shape, dtype=np.float32)
+            super()._update_action_spaces()
+            self._action_spaces_built = True
 
         def _update_observations(self) -> None:
             if not self._uses_information_state():
@@ -137,16 +148,26 @@ def _information_state_env_class() -> Any:
                 for i in self.agent_ids
             }
 
+        def _execute_action_node(self, action: Any) -> None:
+            # Counts decisions (a simultaneous move is one, once every seat's action is in) for the truncation rule.
+            simultaneous = self.game_state.is_simultaneous_node()
+            super()._execute_action_node(action)
+            if not simultaneous or not self.simultaneous_actions:
+                self._decisions += 1
+
         def _update_termination_truncation(self) -> None:
-            super()._update_termination_truncation()
-            chance = int(pyspiel.PlayerId.CHANCE)
-            decisions = sum(1 for move in self.game_state.full_history() if move.player != chance)
-            over = decisions > self._env.max_game_length() and not self.game_state.is_terminal()
+            # Shimmy's rule (the state is terminal, or no seat has a legal action) without its per-step sums.
+            ended = self.game_state.is_terminal() or not any(
+                self.infos[agent]["action_mask"].any() for agent in self.agents
+            )
+            self.terminations = {agent: self.terminations[agent] or ended for agent in self.agents}
+            over = self._decisions > self._env.max_game_length() and not self.game_state.is_terminal()
             self.truncations = {agent: over for agent in self.agents}
 
         def reset(self, seed: int | None = None, options: dict | None = None) -> None:
             if seed is not None or self._episode_seeds is None:
                 self._episode_seeds = np.random.default_rng(seed)
+            self._decisions = 0
             super().reset(seed=int(self._episode_seeds.integers(2**63 - 1)), options=options)
 
     _ENV_CLASS = InformationStateEnv

@@ -57,6 +57,7 @@ def build(method: str, seed: int) -> Any:
         eval_num_envs=recipe.eval_num_envs,
         br_steps=recipe.br_steps,
         trainer=recipe.trainer,
+        warm_start=recipe.warm_start,
         seed=seed,
     )
     return PSRO(factory, config, game)

@@ -43,6 +43,8 @@ __all__ = [
     "check_gain_settings",
     "gain_metrics",
     "warm_start_seat",
+    "check_warm_start",
+    "WARM_STARTS",
 ]
 
 
@@ -103,9 +105,12 @@ class PPOOracle:
         env: the JointEnv (its ``num_envs`` copies are used).
         config: PPO settings; ``seed`` and ``share_parameters`` are replaced per call.
         steps: env steps (joint steps × copies) of training per call, shared by all learners.
-        warm_start: start each learner from the newest member of its population (actor and critic) when that member
-            is a network of the same shape, instead of from fresh networks: the best responses keep improving over
-            iterations, and the critic starts from values it already fitted (the value normaliser starts afresh).
+        warm_start: start each learner from the newest member of its population when that member is a network of
+            the same shape, instead of from fresh networks (the value normaliser starts afresh). ``True``: the
+            whole network (actor and critic), so the best responses keep improving over iterations and the
+            critic starts from values it already fitted. ``"features"``: everything but the policy's output layer
+            (and the Gaussian's log-std), which keep their fresh initialisation: the policy restarts near uniform,
+            as a fresh one does, on the encoders and critic the seat has learned. ``False``: fresh networks.
         **policy_kwargs: passed to ``JointMultiAgentTrainer.from_env`` (e.g. ``activation``).
 
     Raises:
@@ -113,14 +118,20 @@ class PPOOracle:
     """
 
     def __init__(
-        self, env: JointEnv, config: JointTrainerConfig, steps: int, warm_start: bool = False, **policy_kwargs: Any
+        self,
+        env: JointEnv,
+        config: JointTrainerConfig,
+        steps: int,
+        warm_start: bool | str = False,
+        **policy_kwargs: Any,
     ) -> None:
         if not isinstance(steps, (int, np.integer)) or steps < 1:
             raise ValueError(f"steps={steps!r}; pass a positive number of env steps per best response")
+        check_warm_start(warm_start)
         self.env = env
         self.config = config
         self.steps = int(steps)
-        self.warm_start = bool(warm_start)
+        self.warm_start = warm_start
         self.policy_kwargs = policy_kwargs
 
     def __call__(
@@ -136,7 +147,10 @@ class PPOOracle:
         trainer = JointMultiAgentTrainer.from_env(wrapped, config, **self.policy_kwargs)
         warm = 0
         if self.warm_start:
-            warm = sum(warm_start_seat(trainer, seat, populations[seat][-1]) for seat in learners)
+            features = self.warm_start == "features"
+            warm = sum(
+                warm_start_seat(trainer, seat, populations[seat][-1], features_only=features) for seat in learners
+            )
         active = np.zeros(spec.num_agents, dtype=bool)
         active[list(learners)] = True
         per_iteration = config.rollout_steps * self.env.num_envs
@@ -166,12 +180,31 @@ class PPOOracle:
         return BestResponses(policies, metrics)
 
 
-def warm_start_seat(trainer: JointMultiAgentTrainer, seat: int, member: Any) -> bool:
+WARM_STARTS = (False, True, "features")
+"""The values of ``warm_start`` (:class:`PPOOracle`, :class:`~marljoint.best_response.PsroConfig`)."""
+
+
+def check_warm_start(value: Any) -> None:
+    """Raises ValueError unless ``value`` is one of :data:`WARM_STARTS`."""
+    if not any(value is choice if isinstance(choice, bool) else value == choice for choice in WARM_STARTS):
+        raise ValueError(
+            f"warm_start must be True, False or 'features' (everything but the policy's output layer), got {value!r}"
+        )
+
+
+def warm_start_seat(trainer: JointMultiAgentTrainer, seat: int, member: Any, features_only: bool = False) -> bool:
     """Copies a population member's network (actor and critic) into ``seat``'s slot of a fresh trainer.
 
     Works when ``member`` is an :class:`~marljoint.policies.AgentPolicy` over per-agent (stacked) weights whose
     parameters match the seat's network slot by name and shape; anything else (the uniform initial policy, another
     architecture) is left alone.
+
+    Args:
+        trainer: the fresh trainer.
+        seat: the seat whose slot is filled.
+        member: the population member to copy.
+        features_only: leave the policy's output layer (``actor_head``) and the Gaussian's ``log_std`` at their
+            fresh initialisation, so the policy starts near uniform on the member's encoders and critic.
 
     Returns:
         Whether the seat was warm-started.
@@ -185,6 +218,8 @@ def warm_start_seat(trainer: JointMultiAgentTrainer, seat: int, member: Any) -> 
         return False
     with torch.no_grad():
         for name, param in mine.items():
+            if features_only and name.split(".", 1)[0] in ("actor_head", "log_std"):
+                continue
             param[slot].copy_(theirs[name][member.slot])
     return True
 
@@ -276,9 +311,7 @@ def best_response_gain(
     sequence = np.random.SeedSequence([int(seed) % 2**63, 0x627267])
     train_seed, profile_seed, *player_seeds = (int(s.generate_state(1)[0]) for s in sequence.spawn(2 + num_agents))
     oracle = PPOOracle(env, config, steps)
-    trained = oracle(
-        [m.members for m in mixtures], [m.weights for m in mixtures], learners, train_seed
-    ).policies
+    trained = oracle([m.members for m in mixtures], [m.weights for m in mixtures], learners, train_seed).policies
     simulation_env = env if eval_env is None else eval_env
     rng = np.random.default_rng(profile_seed)
     members, profiles = mixture_profiles(mixtures, episodes, rng)

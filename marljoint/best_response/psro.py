@@ -44,6 +44,7 @@ from marljoint.best_response.oracles import (
     ExactOracle,
     PPOOracle,
     check_gain_settings,
+    check_warm_start,
     gain_metrics,
 )
 from marljoint.best_response.population import FrozenPolicy, PolicyMixture, UniformPolicy
@@ -111,9 +112,11 @@ class PsroConfig:
     trainer: JointTrainerConfig = field(default_factory=lambda: JointTrainerConfig(share_parameters=False))
     """PPO settings of the best responses (``num_envs`` copies train them); ``seed`` is set per iteration and
     ``share_parameters`` is forced to False (one network per seat)."""
-    warm_start: bool = False
-    """PPO oracle: each new best response starts from its seat's newest population member (actor and critic)
-    instead of fresh networks, so best responses keep improving across iterations (see ``PPOOracle``)."""
+    warm_start: bool | str = False
+    """PPO oracle: ``True``: each new best response starts from its seat's newest population member (actor and
+    critic) instead of fresh networks, so best responses keep improving across iterations; ``"features"``: from
+    everything but the member's policy output layer, so the policy restarts near uniform on the learned encoders
+    and critic (see ``PPOOracle``)."""
     symmetric: bool = False
     """Two interchangeable seats share ONE population (one best response per iteration, trained in seat 0)."""
     initial_policy: str = "uniform"
@@ -159,8 +162,7 @@ class PsroConfig:
             raise ValueError(f"seed must be an integer, got {self.seed!r}")
         if not isinstance(self.symmetric, bool):
             raise ValueError(f"symmetric must be True or False, got {self.symmetric!r}")
-        if not isinstance(self.warm_start, bool):
-            raise ValueError(f"warm_start must be True or False, got {self.warm_start!r}")
+        check_warm_start(self.warm_start)
         check_gain_settings(self.gain_every, self.gain_steps, self.gain_episodes)
 
     def replace(self, **changes: Any) -> PsroConfig:

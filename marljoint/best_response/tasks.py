@@ -32,7 +32,7 @@ def train_best_response(
     seat: int,
     seed: int,
     policy_kwargs: dict[str, Any],
-    warm_start: bool = False,
+    warm_start: bool | str = False,
 ) -> tuple[Any, dict[str, float]]:
     """Trains one seat's PPO best response to the other seats' meta-strategies.
 
@@ -45,7 +45,7 @@ def train_best_response(
         seat: the learning seat.
         seed: seeds the trainer and the opponents' sampling.
         policy_kwargs: passed to the networks.
-        warm_start: start from the seat's newest population member (see ``PPOOracle``).
+        warm_start: ``True`` / ``"features"``: start from the seat's newest population member (see ``PPOOracle``).
 
     Returns:
         ``(policy, metrics)``: the frozen best response and the oracle's diagnostics.

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import dataclasses
 import functools
 import json
 import math
@@ -39,7 +40,16 @@ from marljoint.envs_registry import known_game
 from marljoint.policies.recurrent import RECURRENT_KINDS
 from marljoint.ppo.config import JointTrainerConfig
 
-__all__ = ["register", "CommandError", "Recipe", "RECIPES", "env_factory", "recipe_for", "write_metrics_csv"]
+__all__ = [
+    "register",
+    "CommandError",
+    "Recipe",
+    "RECIPES",
+    "OPENSPIEL_RECIPE",
+    "env_factory",
+    "recipe_for",
+    "write_metrics_csv",
+]
 
 BUNDLED_ENVS = ("kuhn_poker_v0", "matrix_game_v0", "bucket_brigade_v0")
 
@@ -61,6 +71,7 @@ class Recipe:
         eval_num_envs: env copies for meta-game simulation.
         nfsp: NfspConfig fields other than the trainer.
         nfsp_trainer: changes to ``trainer`` for NFSP's best responses (see :meth:`nfsp_trainer_config`).
+        warm_start: PSRO's :attr:`~marljoint.best_response.PsroConfig.warm_start`.
     """
 
     trainer: JointTrainerConfig
@@ -69,6 +80,7 @@ class Recipe:
     eval_num_envs: int = 32
     nfsp: Mapping[str, Any] = field(default_factory=dict)
     nfsp_trainer: Mapping[str, Any] = field(default_factory=dict)
+    warm_start: bool | str = False
 
     def nfsp_trainer_config(self) -> JointTrainerConfig:
         """PPO settings of NFSP's best responses: ``trainer`` with ``nfsp_trainer`` applied.
@@ -153,14 +165,23 @@ GENERAL_RECIPE = Recipe(
 response, 32 episodes per meta-game entry, and NFSP's anticipatory 0.1."""
 
 
+OPENSPIEL_RECIPE = dataclasses.replace(RECIPES["kuhn_poker_v0"], warm_start="features")
+"""OpenSpiel games' settings (short card and board games): Kuhn poker's (many copies, short rollouts,
+undiscounted returns), with PSRO's best responses warm-started from their seat's encoders and critic
+(``warm_start="features"``). On Leduc poker fresh best responses stall PSRO near exploitability 0.8: each one
+relearns its card features from scratch and stays about that far from an exact best response. Copying the whole
+network stalls it higher (about 1.5: the copied policy is nearly deterministic and no longer explores); copying
+all but the policy's output layer keeps the features and restarts the policy near uniform
+(``docs/best_response.md``)."""
+
+
 def recipe_for(env_name: str) -> Recipe:
-    """The :class:`Recipe` of an env: its own for a bundled best-response env, Kuhn poker's for an OpenSpiel game
-    (short card and board games: many copies, short rollouts, undiscounted returns), :data:`GENERAL_RECIPE`
-    otherwise."""
+    """The :class:`Recipe` of an env: its own for a bundled best-response env, :data:`OPENSPIEL_RECIPE` for an
+    OpenSpiel game, :data:`GENERAL_RECIPE` otherwise."""
     if env_name in RECIPES:
         return RECIPES[env_name]
     if env_name.startswith(OPENSPIEL_PREFIX):
-        return RECIPES["kuhn_poker_v0"]
+        return OPENSPIEL_RECIPE
     return GENERAL_RECIPE
 
 
@@ -254,7 +275,13 @@ def register(subparsers: Any) -> None:
     psro.add_argument("--episodes-per-entry", type=positive_int, help="episodes per simulated meta-game entry")
     psro.add_argument("--symmetric", action="store_true", help="two interchangeable seats share one population")
     psro.add_argument(
-        "--warm-start", action="store_true", help="PPO best responses start from their seat's newest member"
+        "--warm-start",
+        nargs="?",
+        const="full",
+        choices=("full", "features", "off"),
+        help="PPO best responses start from their seat's newest member: the whole network (full, the value when the "
+        "flag is given alone), or everything but the policy's output layer (features); off: fresh networks. "
+        "Default: the env's recipe (features for OpenSpiel games, off otherwise)",
     )
     psro.add_argument(
         "--task-split",
@@ -457,6 +484,9 @@ def _gain_settings(args: argparse.Namespace, game: KnownGame | None, default_ste
     return {"gain_every": every, "gain_steps": args.gain_steps or default_steps}
 
 
+_WARM_STARTS: dict[str, bool | str] = {"full": True, "features": "features", "off": False}
+
+
 def run_psro(args: argparse.Namespace) -> int:
     """The ``psro`` subcommand."""
     from marljoint.best_response.psro import PSRO, PsroConfig
@@ -482,7 +512,7 @@ def run_psro(args: argparse.Namespace) -> int:
             br_steps=args.br_steps or recipe.br_steps,
             trainer=_trainer_config("psro", recipe.trainer, args),
             symmetric=args.symmetric,
-            warm_start=args.warm_start,
+            warm_start=recipe.warm_start if args.warm_start is None else _WARM_STARTS[args.warm_start],
             seed=args.seed,
             task_split=args.task_split,
             **_gain_settings(args, game, args.br_steps or recipe.br_steps),

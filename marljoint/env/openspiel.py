@@ -1,7 +1,7 @@
 """OpenSpiel games as PettingZoo envs, observing the information state: ``--env openspiel:<game string>``.
 
 :func:`openspiel_env` builds a game through Shimmy's ``OpenSpielCompatibilityV0`` (the ``openspiel`` extra:
-``pip install "marljoint[openspiel]"``) with two changes that training and exact exploitability need:
+``pip install "marljoint[openspiel]"``) with changes that training and exact exploitability need:
 
 - **Observations are the information-state tensor** where the game has one. Shimmy hands out the observation
   tensor when a game has both, and in games such as Leduc poker that tensor merges information states (it omits
@@ -15,6 +15,9 @@
   reaches, so every episode ends at OpenSpiel's terminal state with OpenSpiel's returns.
 - **Episodes are seeded once.** ``reset(seed=s)`` seeds the chance outcomes, and every later ``reset()`` draws the
   next episode's seed from that, so a seeded run replays exactly (Shimmy reseeds from the operating system then).
+
+- **Spaces are built once.** Shimmy rebuilds every observation and action space at every step; they are fixed by
+  the game, and rebuilding them was two thirds of a Leduc step.
 
 Legal actions arrive as ``info["action_mask"]``, which the adapter reads as the action mask.
 """
@@ -117,8 +120,7 @@ def _information_state_env_class() -> Any:
         def _uses_information_state(self) -> bool:
             return bool(self.game_type.provides_information_state_tensor)
 
-        # Shimmy rebuilds every space at every step; they are fixed by the game, so they are built once here
-        # (rebuilding them was two thirds of a Leduc step).
+        # Built once: the spaces are fixed by the game (Shimmy rebuilds them at every step).
         def _update_observation_spaces(self) -> None:
             if getattr(self, "_observation_spaces_built", False):
                 return

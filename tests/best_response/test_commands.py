@@ -172,3 +172,23 @@ def test_nfsp_resumes_and_refuses_to_overwrite(tmp_path, capsys):
     with pytest.raises(SystemExit):
         run(["nfsp", "--env", "kuhn_poker_v0", "--iterations", "1", "--out", str(tmp_path / "none"), "--resume"])
     assert "--resume: no nfsp.pt in" in capsys.readouterr().err
+
+
+def test_warm_start_flag_takes_full_or_features_and_defaults_to_the_recipe(tmp_path, capsys):
+    from marljoint.cli.best_response import OPENSPIEL_RECIPE, recipe_for
+
+    base = ["psro", "--env", "kuhn_poker_v0", "--out", str(tmp_path / "x")]
+    assert parse(base).warm_start is None  # the recipe decides
+    assert parse([*base, "--warm-start"]).warm_start == "full"
+    assert parse([*base, "--warm-start", "features"]).warm_start == "features"
+    with pytest.raises(SystemExit):
+        parse([*base, "--warm-start", "half"])
+    assert "invalid choice: 'half'" in capsys.readouterr().err
+    assert recipe_for("openspiel:leduc_poker") is OPENSPIEL_RECIPE and OPENSPIEL_RECIPE.warm_start == "features"
+    assert RECIPES["kuhn_poker_v0"].warm_start is False
+    argv = ["--iterations", "2", "--br-steps", "256", "--num-envs", "8"]
+    assert run(["psro", "--env", "kuhn_poker_v0", *argv, "--warm-start", "features", "--out", str(tmp_path / "f")]) == 0
+    rows = read_rows(tmp_path / "f" / "metrics.csv")
+    assert [float(r["br_warm_started"]) for r in rows[1:]] == [0.0, 2.0]
+    assert run(["psro", "--env", "kuhn_poker_v0", *argv, "--out", str(tmp_path / "off")]) == 0
+    assert "br_warm_started" not in read_rows(tmp_path / "off" / "metrics.csv")[0]

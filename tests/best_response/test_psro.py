@@ -164,12 +164,44 @@ def test_warm_start_copies_the_newest_member_into_the_learners_slot():
     assert not warm_start_seat(fresh, 0, other.agent_policy(0))
 
 
+def test_features_warm_start_copies_all_but_the_policy_output_layer():
+    from marljoint import JointMultiAgentTrainer, PettingZooJointEnv
+    from marljoint.best_response.oracles import warm_start_seat
+
+    env = PettingZooJointEnv(biased_rps, num_envs=2)
+    source = JointMultiAgentTrainer.from_env(env, SMALL_PPO.replace(seed=1, num_envs=2))
+    fresh = JointMultiAgentTrainer.from_env(env, SMALL_PPO.replace(seed=2, num_envs=2))
+    before = {name: param.detach().clone() for name, param in fresh.policies[0].named_parameters()}
+    assert warm_start_seat(fresh, 1, source.agent_policy(1), features_only=True)
+    copied = []
+    for (name, mine), (_, theirs) in zip(fresh.policies[0].named_parameters(), source.policies[0].named_parameters()):
+        if name.startswith("actor_head."):
+            assert torch.equal(mine[1], before[name][1]), name  # the fresh initialisation stays
+        else:
+            assert torch.equal(mine[1], theirs[1]), name
+            copied.append(name)
+    assert any(name.startswith("encoder.") for name in copied) and "value_head.weight" in copied
+
+
+def test_psro_with_features_warm_start_differs_from_a_full_one_and_is_seeded():
+    def run(warm_start):
+        config = PsroConfig(iterations=2, br_steps=256, trainer=SMALL_PPO, warm_start=warm_start, seed=0)
+        psro = PSRO(biased_rps, config, game=known_game("matrix_game_v0", {"game": "biased_rps"}))
+        history = psro.run()
+        return history, np.stack(psro.meta_game.payoffs)
+
+    (history, features), (_, again), (_, full) = run("features"), run("features"), run(True)
+    assert [row["br_warm_started"] for row in history[1:]] == [0.0, 2.0]
+    assert np.array_equal(features, again)
+    assert not np.array_equal(features, full)
+
+
 def test_psro_with_warm_start_reports_which_learners_started_warm():
     config = PsroConfig(iterations=2, br_steps=256, trainer=SMALL_PPO, warm_start=True, seed=0)
     history = PSRO(biased_rps, config, game=known_game("matrix_game_v0", {"game": "biased_rps"})).run()
     # iteration 1 answers the uniform initial policies (nothing to start from); iteration 2 starts both seats warm
     assert [row["br_warm_started"] for row in history[1:]] == [0.0, 2.0]
-    with pytest.raises(ValueError, match="warm_start must be True or False"):
+    with pytest.raises(ValueError, match="warm_start must be True, False or 'features'"):
         PsroConfig(warm_start="yes")
 
 

@@ -58,6 +58,7 @@ def build(method: str, seed: int) -> Any:
         br_steps=recipe.br_steps,
         trainer=recipe.trainer,
         warm_start=recipe.warm_start,
+        warm_start_policy_scale=recipe.warm_start_policy_scale,
         seed=seed,
     )
     return PSRO(factory, config, game)

@@ -44,7 +44,6 @@ __all__ = [
     "gain_metrics",
     "warm_start_seat",
     "check_warm_start",
-    "WARM_STARTS",
 ]
 
 
@@ -105,12 +104,12 @@ class PPOOracle:
         env: the JointEnv (its ``num_envs`` copies are used).
         config: PPO settings; ``seed`` and ``share_parameters`` are replaced per call.
         steps: env steps (joint steps × copies) of training per call, shared by all learners.
-        warm_start: start each learner from the newest member of its population when that member is a network of
-            the same shape, instead of from fresh networks (the value normaliser starts afresh). ``True``: the
-            whole network (actor and critic), so the best responses keep improving over iterations and the
-            critic starts from values it already fitted. ``"features"``: everything but the policy's output layer
-            (and the Gaussian's log-std), which keep their fresh initialisation: the policy restarts near uniform,
-            as a fresh one does, on the encoders and critic the seat has learned. ``False``: fresh networks.
+        warm_start: start each learner from the newest member of its population (actor and critic) when that member
+            is a network of the same shape, instead of from fresh networks: the best responses keep improving over
+            iterations, and the critic starts from values it already fitted (the value normaliser starts afresh).
+        policy_scale: with ``warm_start``, the copied policy output layer (the logits, or a Gaussian's mean) is
+            multiplied by this, in [0, 1]: 1 keeps the member's policy, 0 restarts it at uniform on the member's
+            encoders and critic, values between keep its preferences with more entropy.
         **policy_kwargs: passed to ``JointMultiAgentTrainer.from_env`` (e.g. ``activation``).
 
     Raises:
@@ -122,16 +121,18 @@ class PPOOracle:
         env: JointEnv,
         config: JointTrainerConfig,
         steps: int,
-        warm_start: bool | str = False,
+        warm_start: bool = False,
+        policy_scale: float = 1.0,
         **policy_kwargs: Any,
     ) -> None:
         if not isinstance(steps, (int, np.integer)) or steps < 1:
             raise ValueError(f"steps={steps!r}; pass a positive number of env steps per best response")
-        check_warm_start(warm_start)
+        check_warm_start(warm_start, policy_scale)
         self.env = env
         self.config = config
         self.steps = int(steps)
         self.warm_start = warm_start
+        self.policy_scale = float(policy_scale)
         self.policy_kwargs = policy_kwargs
 
     def __call__(
@@ -147,10 +148,7 @@ class PPOOracle:
         trainer = JointMultiAgentTrainer.from_env(wrapped, config, **self.policy_kwargs)
         warm = 0
         if self.warm_start:
-            features = self.warm_start == "features"
-            warm = sum(
-                warm_start_seat(trainer, seat, populations[seat][-1], features_only=features) for seat in learners
-            )
+            warm = sum(warm_start_seat(trainer, seat, populations[seat][-1], self.policy_scale) for seat in learners)
         active = np.zeros(spec.num_agents, dtype=bool)
         active[list(learners)] = True
         per_iteration = config.rollout_steps * self.env.num_envs
@@ -180,19 +178,20 @@ class PPOOracle:
         return BestResponses(policies, metrics)
 
 
-WARM_STARTS = (False, True, "features")
-"""The values of ``warm_start`` (:class:`PPOOracle`, :class:`~marljoint.best_response.PsroConfig`)."""
-
-
-def check_warm_start(value: Any) -> None:
-    """Raises ValueError unless ``value`` is one of :data:`WARM_STARTS`."""
-    if not any(value is choice if isinstance(choice, bool) else value == choice for choice in WARM_STARTS):
+def check_warm_start(warm_start: Any, policy_scale: Any) -> None:
+    """Raises ValueError unless ``warm_start`` is a bool and ``policy_scale`` a number in [0, 1]."""
+    if not isinstance(warm_start, (bool, np.bool_)):
+        raise ValueError(f"warm_start must be True or False, got {warm_start!r}")
+    if isinstance(policy_scale, bool) or not isinstance(policy_scale, (int, float, np.number)):
+        raise ValueError(f"warm_start_policy_scale must be a number in [0, 1], got {policy_scale!r}")
+    if not 0.0 <= float(policy_scale) <= 1.0:
         raise ValueError(
-            f"warm_start must be True, False or 'features' (everything but the policy's output layer), got {value!r}"
+            f"warm_start_policy_scale must be in [0, 1] (1: keep the copied policy, 0: restart it at uniform), "
+            f"got {policy_scale!r}"
         )
 
 
-def warm_start_seat(trainer: JointMultiAgentTrainer, seat: int, member: Any, features_only: bool = False) -> bool:
+def warm_start_seat(trainer: JointMultiAgentTrainer, seat: int, member: Any, policy_scale: float = 1.0) -> bool:
     """Copies a population member's network (actor and critic) into ``seat``'s slot of a fresh trainer.
 
     Works when ``member`` is an :class:`~marljoint.policies.AgentPolicy` over per-agent (stacked) weights whose
@@ -203,8 +202,8 @@ def warm_start_seat(trainer: JointMultiAgentTrainer, seat: int, member: Any, fea
         trainer: the fresh trainer.
         seat: the seat whose slot is filled.
         member: the population member to copy.
-        features_only: leave the policy's output layer (``actor_head``) and the Gaussian's ``log_std`` at their
-            fresh initialisation, so the policy starts near uniform on the member's encoders and critic.
+        policy_scale: multiplies the copied policy output layer (``actor_head``, weights and bias): 1 keeps the
+            member's policy, 0 makes it uniform (over the allowed actions) on the member's encoders and critic.
 
     Returns:
         Whether the seat was warm-started.
@@ -218,9 +217,9 @@ def warm_start_seat(trainer: JointMultiAgentTrainer, seat: int, member: Any, fea
         return False
     with torch.no_grad():
         for name, param in mine.items():
-            if features_only and name.split(".", 1)[0] in ("actor_head", "log_std"):
-                continue
             param[slot].copy_(theirs[name][member.slot])
+            if name.startswith("actor_head.") and policy_scale != 1.0:
+                param[slot].mul_(float(policy_scale))
     return True
 
 

@@ -112,11 +112,14 @@ class PsroConfig:
     trainer: JointTrainerConfig = field(default_factory=lambda: JointTrainerConfig(share_parameters=False))
     """PPO settings of the best responses (``num_envs`` copies train them); ``seed`` is set per iteration and
     ``share_parameters`` is forced to False (one network per seat)."""
-    warm_start: bool | str = False
-    """PPO oracle: ``True``: each new best response starts from its seat's newest population member (actor and
-    critic) instead of fresh networks, so best responses keep improving across iterations; ``"features"``: from
-    everything but the member's policy output layer, so the policy restarts near uniform on the learned encoders
-    and critic (see ``PPOOracle``)."""
+    warm_start: bool = False
+    """PPO oracle: each new best response starts from its seat's newest population member (actor and critic)
+    instead of fresh networks, so best responses keep improving across iterations (see ``PPOOracle``)."""
+    warm_start_policy_scale: float = 1.0
+    """With ``warm_start``: the copied policy output layer (logits, or a Gaussian's mean) is multiplied by this, in
+    [0, 1]. 1 keeps the member's policy; smaller values keep its features and critic and give its policy back the
+    entropy to explore (0: uniform). A nearly deterministic copy can stop exploring and stall PSRO (Leduc poker:
+    OpenSpiel games use 0.3)."""
     symmetric: bool = False
     """Two interchangeable seats share ONE population (one best response per iteration, trained in seat 0)."""
     initial_policy: str = "uniform"
@@ -162,7 +165,7 @@ class PsroConfig:
             raise ValueError(f"seed must be an integer, got {self.seed!r}")
         if not isinstance(self.symmetric, bool):
             raise ValueError(f"symmetric must be True or False, got {self.symmetric!r}")
-        check_warm_start(self.warm_start)
+        check_warm_start(self.warm_start, self.warm_start_policy_scale)
         check_gain_settings(self.gain_every, self.gain_steps, self.gain_episodes)
 
     def replace(self, **changes: Any) -> PsroConfig:
@@ -277,7 +280,12 @@ class PSRO:
             self.oracle: Callable[..., Any] = ExactOracle(game)
         else:
             self.oracle = PPOOracle(
-                self.env, config.trainer, config.br_steps, warm_start=config.warm_start, **policy_kwargs
+                self.env,
+                config.trainer,
+                config.br_steps,
+                warm_start=config.warm_start,
+                policy_scale=config.warm_start_policy_scale,
+                **policy_kwargs,
             )
         self._eval_env: PettingZooJointEnv | None = None
         self._gain_env: PettingZooJointEnv | None = None
@@ -519,6 +527,7 @@ class PSRO:
                 _derived_seed(self.config.seed, self.iteration + 1, 1, seat),
                 self.policy_kwargs,
                 self.config.warm_start,
+                self.config.warm_start_policy_scale,
             )
             for seat in learners
         ]

@@ -32,7 +32,8 @@ def train_best_response(
     seat: int,
     seed: int,
     policy_kwargs: dict[str, Any],
-    warm_start: bool | str = False,
+    warm_start: bool = False,
+    policy_scale: float = 1.0,
 ) -> tuple[Any, dict[str, float]]:
     """Trains one seat's PPO best response to the other seats' meta-strategies.
 
@@ -45,7 +46,8 @@ def train_best_response(
         seat: the learning seat.
         seed: seeds the trainer and the opponents' sampling.
         policy_kwargs: passed to the networks.
-        warm_start: ``True`` / ``"features"``: start from the seat's newest population member (see ``PPOOracle``).
+        warm_start: start from the seat's newest population member (see ``PPOOracle``).
+        policy_scale: with ``warm_start``, the factor on the copied policy output layer (see ``PPOOracle``).
 
     Returns:
         ``(policy, metrics)``: the frozen best response and the oracle's diagnostics.
@@ -58,7 +60,9 @@ def train_best_response(
     torch.set_num_threads(trainer_config.torch_threads or 1)
     env = PettingZooJointEnv(env_fn, num_envs=trainer_config.num_envs, seed=seed)
     try:
-        oracle = PPOOracle(env, trainer_config, steps, warm_start=warm_start, **policy_kwargs)
+        oracle = PPOOracle(
+            env, trainer_config, steps, warm_start=warm_start, policy_scale=policy_scale, **policy_kwargs
+        )
         responses = oracle(populations, strategies, [seat], seed)
     finally:
         env.close()

@@ -72,6 +72,7 @@ class Recipe:
         nfsp: NfspConfig fields other than the trainer.
         nfsp_trainer: changes to ``trainer`` for NFSP's best responses (see :meth:`nfsp_trainer_config`).
         warm_start: PSRO's :attr:`~marljoint.best_response.PsroConfig.warm_start`.
+        warm_start_policy_scale: PSRO's :attr:`~marljoint.best_response.PsroConfig.warm_start_policy_scale`.
     """
 
     trainer: JointTrainerConfig
@@ -80,7 +81,8 @@ class Recipe:
     eval_num_envs: int = 32
     nfsp: Mapping[str, Any] = field(default_factory=dict)
     nfsp_trainer: Mapping[str, Any] = field(default_factory=dict)
-    warm_start: bool | str = False
+    warm_start: bool = False
+    warm_start_policy_scale: float = 1.0
 
     def nfsp_trainer_config(self) -> JointTrainerConfig:
         """PPO settings of NFSP's best responses: ``trainer`` with ``nfsp_trainer`` applied.
@@ -165,14 +167,23 @@ GENERAL_RECIPE = Recipe(
 response, 32 episodes per meta-game entry, and NFSP's anticipatory 0.1."""
 
 
-OPENSPIEL_RECIPE = dataclasses.replace(RECIPES["kuhn_poker_v0"], warm_start="features")
+OPENSPIEL_RECIPE = dataclasses.replace(
+    RECIPES["kuhn_poker_v0"],
+    warm_start=True,
+    warm_start_policy_scale=0.3,
+    nfsp={**RECIPES["kuhn_poker_v0"].nfsp, "anticipatory": 0.7},
+)
 """OpenSpiel games' settings (short card and board games): Kuhn poker's (many copies, short rollouts,
-undiscounted returns), with PSRO's best responses warm-started from their seat's encoders and critic
-(``warm_start="features"``). On Leduc poker fresh best responses stall PSRO near exploitability 0.8: each one
-relearns its card features from scratch and stays about that far from an exact best response. Copying the whole
-network stalls it higher (about 1.5: the copied policy is nearly deterministic and no longer explores); copying
-all but the policy's output layer keeps the features and restarts the policy near uniform
-(``docs/best_response.md``)."""
+undiscounted returns), with two changes measured on Leduc poker (``docs/best_response.md``):
+
+- PSRO's best responses start from their seat's newest member with its policy output layer scaled by 0.3
+  (``warm_start=True``, ``warm_start_policy_scale=0.3``). Fresh best responses relearn their card features every
+  iteration, stay about 0.8 short of an exact best response and stall PSRO near exploitability 0.8; copying the
+  whole member stalls it near 1.5 (the copied policy is nearly deterministic and stops exploring); keeping the
+  features and critic and shrinking the copied logits restores exploration without losing what was learned.
+- NFSP plays its best responses in 70% of the episodes (η = 0.7, Kuhn poker's is 0.3): the PPO best responses
+  learn only from the episodes they play, and in a game of Leduc's size they need that data.
+"""
 
 
 def recipe_for(env_name: str) -> Recipe:
@@ -277,11 +288,12 @@ def register(subparsers: Any) -> None:
     psro.add_argument(
         "--warm-start",
         nargs="?",
-        const="full",
-        choices=("full", "features", "off"),
-        help="PPO best responses start from their seat's newest member: the whole network (full, the value when the "
-        "flag is given alone), or everything but the policy's output layer (features); off: fresh networks. "
-        "Default: the env's recipe (features for OpenSpiel games, off otherwise)",
+        const="1",
+        type=_warm_start_arg,
+        metavar="SCALE|off",
+        help="PPO best responses start from their seat's newest member, its policy output layer multiplied by SCALE "
+        "in [0, 1] (given alone: 1, the whole member; 0: its features and critic with a uniform policy); off: fresh "
+        "networks. Default: the env's recipe (0.3 for OpenSpiel games, off otherwise)",
     )
     psro.add_argument(
         "--task-split",
@@ -484,7 +496,20 @@ def _gain_settings(args: argparse.Namespace, game: KnownGame | None, default_ste
     return {"gain_every": every, "gain_steps": args.gain_steps or default_steps}
 
 
-_WARM_STARTS: dict[str, bool | str] = {"full": True, "features": "features", "off": False}
+def _warm_start_arg(value: str) -> float | bool:
+    """``--warm-start``: ``off`` (False) or the policy scale, a number in [0, 1]."""
+    if value.strip().lower() == "off":
+        return False
+    try:
+        scale = float(value)
+    except ValueError:
+        scale = math.nan
+    if not 0.0 <= scale <= 1.0:
+        raise argparse.ArgumentTypeError(
+            f"expected off or a policy scale in [0, 1] (1: copy the whole member, 0: restart its policy at uniform), "
+            f"got {value!r}"
+        )
+    return scale
 
 
 def run_psro(args: argparse.Namespace) -> int:
@@ -512,7 +537,10 @@ def run_psro(args: argparse.Namespace) -> int:
             br_steps=args.br_steps or recipe.br_steps,
             trainer=_trainer_config("psro", recipe.trainer, args),
             symmetric=args.symmetric,
-            warm_start=recipe.warm_start if args.warm_start is None else _WARM_STARTS[args.warm_start],
+            warm_start=recipe.warm_start if args.warm_start is None else args.warm_start is not False,
+            warm_start_policy_scale=(
+                recipe.warm_start_policy_scale if args.warm_start in (None, False) else args.warm_start
+            ),
             seed=args.seed,
             task_split=args.task_split,
             **_gain_settings(args, game, args.br_steps or recipe.br_steps),

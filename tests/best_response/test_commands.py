@@ -174,21 +174,25 @@ def test_nfsp_resumes_and_refuses_to_overwrite(tmp_path, capsys):
     assert "--resume: no nfsp.pt in" in capsys.readouterr().err
 
 
-def test_warm_start_flag_takes_full_or_features_and_defaults_to_the_recipe(tmp_path, capsys):
+def test_warm_start_flag_takes_a_policy_scale_or_off_and_defaults_to_the_recipe(tmp_path, capsys):
     from marljoint.cli.best_response import OPENSPIEL_RECIPE, recipe_for
 
     base = ["psro", "--env", "kuhn_poker_v0", "--out", str(tmp_path / "x")]
     assert parse(base).warm_start is None  # the recipe decides
-    assert parse([*base, "--warm-start"]).warm_start == "full"
-    assert parse([*base, "--warm-start", "features"]).warm_start == "features"
-    with pytest.raises(SystemExit):
-        parse([*base, "--warm-start", "half"])
-    assert "invalid choice: 'half'" in capsys.readouterr().err
-    assert recipe_for("openspiel:leduc_poker") is OPENSPIEL_RECIPE and OPENSPIEL_RECIPE.warm_start == "features"
+    assert parse([*base, "--warm-start"]).warm_start == 1.0
+    assert parse([*base, "--warm-start", "0.3"]).warm_start == 0.3
+    assert parse([*base, "--warm-start", "off"]).warm_start is False
+    for bad in ("half", "1.5"):
+        with pytest.raises(SystemExit):
+            parse([*base, "--warm-start", bad])
+        assert "expected off or a policy scale in [0, 1]" in capsys.readouterr().err
+    assert recipe_for("openspiel:leduc_poker") is OPENSPIEL_RECIPE
+    assert (OPENSPIEL_RECIPE.warm_start, OPENSPIEL_RECIPE.warm_start_policy_scale) == (True, 0.3)
+    assert OPENSPIEL_RECIPE.nfsp["anticipatory"] == 0.7 and OPENSPIEL_RECIPE.trainer == RECIPES["kuhn_poker_v0"].trainer
     assert RECIPES["kuhn_poker_v0"].warm_start is False
     argv = ["--iterations", "2", "--br-steps", "256", "--num-envs", "8"]
-    assert run(["psro", "--env", "kuhn_poker_v0", *argv, "--warm-start", "features", "--out", str(tmp_path / "f")]) == 0
-    rows = read_rows(tmp_path / "f" / "metrics.csv")
+    assert run(["psro", "--env", "kuhn_poker_v0", *argv, "--warm-start", "0.3", "--out", str(tmp_path / "w")]) == 0
+    rows = read_rows(tmp_path / "w" / "metrics.csv")
     assert [float(r["br_warm_started"]) for r in rows[1:]] == [0.0, 2.0]
     assert run(["psro", "--env", "kuhn_poker_v0", *argv, "--out", str(tmp_path / "off")]) == 0
     assert "br_warm_started" not in read_rows(tmp_path / "off" / "metrics.csv")[0]

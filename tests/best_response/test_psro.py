@@ -164,36 +164,41 @@ def test_warm_start_copies_the_newest_member_into_the_learners_slot():
     assert not warm_start_seat(fresh, 0, other.agent_policy(0))
 
 
-def test_features_warm_start_copies_all_but_the_policy_output_layer():
+def test_warm_start_policy_scale_shrinks_only_the_copied_policy_output_layer():
     from marljoint import JointMultiAgentTrainer, PettingZooJointEnv
     from marljoint.best_response.oracles import warm_start_seat
 
     env = PettingZooJointEnv(biased_rps, num_envs=2)
     source = JointMultiAgentTrainer.from_env(env, SMALL_PPO.replace(seed=1, num_envs=2))
     fresh = JointMultiAgentTrainer.from_env(env, SMALL_PPO.replace(seed=2, num_envs=2))
-    before = {name: param.detach().clone() for name, param in fresh.policies[0].named_parameters()}
-    assert warm_start_seat(fresh, 1, source.agent_policy(1), features_only=True)
-    copied = []
+    with torch.no_grad():
+        source.policies[0].actor_head.bias.fill_(0.5)  # a nonzero bias, to see it scaled too
+    assert warm_start_seat(fresh, 1, source.agent_policy(1), policy_scale=0.25)
     for (name, mine), (_, theirs) in zip(fresh.policies[0].named_parameters(), source.policies[0].named_parameters()):
-        if name.startswith("actor_head."):
-            assert torch.equal(mine[1], before[name][1]), name  # the fresh initialisation stays
-        else:
-            assert torch.equal(mine[1], theirs[1]), name
-            copied.append(name)
-    assert any(name.startswith("encoder.") for name in copied) and "value_head.weight" in copied
+        expected = theirs[1] * 0.25 if name.startswith("actor_head.") else theirs[1]
+        assert torch.allclose(mine[1], expected), name
+    assert warm_start_seat(fresh, 1, source.agent_policy(1), policy_scale=0.0)
+    obs = torch.zeros(4, *env.spec.groups[0].observation.shape)
+    logits = fresh.policies[0].actor_head(fresh.policies[0].encoder(obs.unsqueeze(1).expand(4, 2, -1)))[:, 1]
+    assert torch.count_nonzero(logits) == 0  # scale 0: a uniform policy on the copied encoder
 
 
-def test_psro_with_features_warm_start_differs_from_a_full_one_and_is_seeded():
-    def run(warm_start):
-        config = PsroConfig(iterations=2, br_steps=256, trainer=SMALL_PPO, warm_start=warm_start, seed=0)
+def test_psro_warm_start_policy_scale_changes_the_run_and_is_seeded():
+    def run(scale):
+        config = PsroConfig(
+            iterations=2, br_steps=256, trainer=SMALL_PPO, warm_start=True, warm_start_policy_scale=scale, seed=0
+        )
         psro = PSRO(biased_rps, config, game=known_game("matrix_game_v0", {"game": "biased_rps"}))
         history = psro.run()
         return history, np.stack(psro.meta_game.payoffs)
 
-    (history, features), (_, again), (_, full) = run("features"), run("features"), run(True)
+    (history, shrunk), (_, again), (_, full) = run(0.3), run(0.3), run(1.0)
     assert [row["br_warm_started"] for row in history[1:]] == [0.0, 2.0]
-    assert np.array_equal(features, again)
-    assert not np.array_equal(features, full)
+    assert np.array_equal(shrunk, again)
+    assert not np.array_equal(shrunk, full)
+    for bad in (-0.1, 1.5, "half", True):
+        with pytest.raises(ValueError, match="warm_start_policy_scale must be"):
+            PsroConfig(warm_start=True, warm_start_policy_scale=bad)
 
 
 def test_psro_with_warm_start_reports_which_learners_started_warm():
@@ -201,7 +206,7 @@ def test_psro_with_warm_start_reports_which_learners_started_warm():
     history = PSRO(biased_rps, config, game=known_game("matrix_game_v0", {"game": "biased_rps"})).run()
     # iteration 1 answers the uniform initial policies (nothing to start from); iteration 2 starts both seats warm
     assert [row["br_warm_started"] for row in history[1:]] == [0.0, 2.0]
-    with pytest.raises(ValueError, match="warm_start must be True, False or 'features'"):
+    with pytest.raises(ValueError, match="warm_start must be True or False"):
         PsroConfig(warm_start="yes")
 
 

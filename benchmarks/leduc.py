@@ -19,12 +19,14 @@ Usage::
     python benchmarks/leduc.py --methods psro-sim psro-exact nfsp --seeds 0 1 2 --seconds 600 \\
         --out runs/leduc --csv benchmarks/results/leduc/runs.csv
     python benchmarks/leduc.py --report --csv benchmarks/results/leduc/runs.csv
+    python benchmarks/leduc.py --methods psro-sim --seeds 0 --set warm_start=false --csv fresh.csv  # a variant
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import json
 import math
 import time
 from pathlib import Path
@@ -38,8 +40,30 @@ CHECKPOINTS = (10.0, 60.0, 300.0, 600.0)
 FIELDS = ("method", "seed", "checkpoint_s", "exploitability", "iterations", "wall_s")
 
 
-def build(method: str, seed: int) -> Any:
-    """The PSRO or NFSP run of ``method`` on Leduc, with the command line's settings for an OpenSpiel game."""
+def parse_changes(items: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``--set`` items (``FIELD=VALUE``, VALUE as JSON or a bare string) as ``(config changes, trainer changes)``:
+    ``trainer.X=V`` goes to the PPO settings, anything else to ``PsroConfig`` / ``NfspConfig``."""
+    config: dict[str, Any] = {}
+    trainer: dict[str, Any] = {}
+    for item in items:
+        key, sep, text = item.partition("=")
+        if not sep or not key:
+            raise SystemExit(f"--set expects FIELD=VALUE, got {item!r}")
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError:
+            value = text
+        value = tuple(value) if isinstance(value, list) else value
+        if key.startswith("trainer."):
+            trainer[key.removeprefix("trainer.")] = value
+        else:
+            config[key] = value
+    return config, trainer
+
+
+def build(method: str, seed: int, changes: tuple[dict[str, Any], dict[str, Any]] = ({}, {})) -> Any:
+    """The PSRO or NFSP run of ``method`` on Leduc, with the command line's settings for an OpenSpiel game and
+    ``changes`` (from :func:`parse_changes`) on top."""
     from marljoint.best_response import NFSP, PSRO, NfspConfig, PsroConfig
     from marljoint.cli.best_response import env_factory, recipe_for
     from marljoint.envs_registry import known_game
@@ -47,21 +71,25 @@ def build(method: str, seed: int) -> Any:
     recipe = recipe_for(GAME)
     factory = env_factory(GAME, {})
     game = known_game(GAME)
+    config_changes, trainer_changes = changes
     if method == "nfsp":
-        return NFSP(factory, NfspConfig(trainer=recipe.nfsp_trainer_config(), seed=seed, **recipe.nfsp), game)
-    config = PsroConfig(
-        iterations=10_000,
-        meta_solver="nash",
-        evaluation="simulation" if method == "psro-sim" else "exact",
-        episodes_per_entry=recipe.episodes_per_entry,
-        eval_num_envs=recipe.eval_num_envs,
-        br_steps=recipe.br_steps,
-        trainer=recipe.trainer,
-        warm_start=recipe.warm_start,
-        warm_start_policy_scale=recipe.warm_start_policy_scale,
-        seed=seed,
-    )
-    return PSRO(factory, config, game)
+        trainer = recipe.nfsp_trainer_config().replace(**trainer_changes)
+        settings = {**recipe.nfsp, **config_changes}
+        return NFSP(factory, NfspConfig(trainer=trainer, seed=seed, **settings), game)
+    settings = {
+        "iterations": 10_000,
+        "meta_solver": "nash",
+        "evaluation": "simulation" if method == "psro-sim" else "exact",
+        "episodes_per_entry": recipe.episodes_per_entry,
+        "eval_num_envs": recipe.eval_num_envs,
+        "br_steps": recipe.br_steps,
+        "trainer": recipe.trainer.replace(**trainer_changes),
+        "warm_start": recipe.warm_start,
+        "warm_start_policy_scale": recipe.warm_start_policy_scale,
+        "seed": seed,
+        **config_changes,
+    }
+    return PSRO(factory, PsroConfig(**settings), game)
 
 
 def at_checkpoints(history: list[dict[str, Any]], checkpoints: tuple[float, ...]) -> list[tuple[float, float, int]]:
@@ -73,11 +101,18 @@ def at_checkpoints(history: list[dict[str, Any]], checkpoints: tuple[float, ...]
     return out
 
 
-def run_one(method: str, seed: int, seconds: float, out: Path, checkpoints: tuple[float, ...]) -> list[dict[str, Any]]:
+def run_one(
+    method: str,
+    seed: int,
+    seconds: float,
+    out: Path,
+    checkpoints: tuple[float, ...],
+    changes: tuple[dict[str, Any], dict[str, Any]] = ({}, {}),
+) -> list[dict[str, Any]]:
     """Runs one (method, seed) for ``seconds`` and returns its summary rows."""
     from marljoint.cli.best_response import write_metrics_csv
 
-    run = build(method, seed)
+    run = build(method, seed, changes)
     directory = out / method / f"seed{seed}"
     directory.mkdir(parents=True, exist_ok=True)
 
@@ -147,6 +182,14 @@ def main() -> None:
     parser.add_argument("--csv", type=Path, default=Path("benchmarks/results/leduc/runs.csv"))
     parser.add_argument("--report", action="store_true", help="print the table of --csv instead of running")
     parser.add_argument("--anchor", action="store_true", help="measure OpenSpiel's CFR+ for one second and stop")
+    parser.add_argument(
+        "--set",
+        nargs="+",
+        default=[],
+        metavar="FIELD=VALUE",
+        help="change a PsroConfig / NfspConfig field (trainer.X for the PPO settings), e.g. warm_start=false "
+        "trainer.learning_rate=3e-3; VALUE is JSON or a bare string",
+    )
     args = parser.parse_args()
     if args.report:
         print(report(args.csv))
@@ -158,6 +201,7 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(1)
+    changes = parse_changes(args.set)
     done = set()
     if args.csv.is_file():
         with args.csv.open(newline="") as f:
@@ -166,7 +210,7 @@ def main() -> None:
         for method in args.methods:
             if (method, seed) in done:
                 continue
-            rows = run_one(method, seed, args.seconds, args.out, tuple(args.checkpoints))
+            rows = run_one(method, seed, args.seconds, args.out, tuple(args.checkpoints), changes)
             new = not args.csv.is_file()
             args.csv.parent.mkdir(parents=True, exist_ok=True)
             with args.csv.open("a", newline="") as f:

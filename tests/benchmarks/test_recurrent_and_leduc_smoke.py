@@ -111,3 +111,19 @@ def test_the_leduc_benchmark_reads_checkpoints_and_reports(tmp_path, monkeypatch
         monkeypatch.setattr(sys, "argv", ["leduc.py", "--report", "--csv", str(out)])
         bench.main()
         assert "| nfsp |" in capsys.readouterr().out
+
+
+def test_the_leduc_benchmark_applies_set_changes_on_top_of_the_recipe():
+    pytest.importorskip("pyspiel")
+    with benchmark_module("leduc") as bench:
+        changes = bench.parse_changes(["warm_start=false", "trainer.learning_rate=3e-3", "trainer.hidden_sizes=[8]"])
+        assert changes == ({"warm_start": False}, {"learning_rate": 3e-3, "hidden_sizes": (8,)})
+        psro = bench.build("psro-exact", 0, changes)
+        assert psro.config.warm_start is False and psro.config.evaluation == "exact"
+        assert psro.config.trainer.learning_rate == 3e-3 and psro.config.trainer.hidden_sizes == (8,)
+        plain = bench.build("psro-sim", 0)
+        assert plain.config.warm_start is True and plain.config.warm_start_policy_scale == 0.3  # the recipe's
+        nfsp = bench.build("nfsp", 1, bench.parse_changes(["anticipatory=0.2"]))
+        assert nfsp.config.anticipatory == 0.2 and nfsp.config.seed == 1
+        with pytest.raises(SystemExit, match="--set expects FIELD=VALUE"):
+            bench.parse_changes(["warm_start"])

@@ -169,7 +169,8 @@ def test_acting_carries_each_agents_state_through_an_episode():
     from marljoint.episodes import play_episodes
 
     trainer = make(recurrent="gru")
-    _mean_return(trainer, 40)
+    # trained as long as the solving test above (after 40 iterations the greedy return can still be 0.9)
+    assert _mean_return(trainer, 50) >= 0.95 * memory_v0.optimal_return()
     env = PettingZooJointEnv(MEMORY, num_envs=3, seed=1)
     returns, lengths = play_episodes(trainer, env, episodes=30, seed=5)
     assert (lengths == 4).all() and returns.mean() >= 0.95  # greedy, from a state carried over 3 steps

@@ -512,6 +512,16 @@ def _warm_start_arg(value: str) -> float | bool:
     return scale
 
 
+def _warm_start_settings(flag: float | bool | None, recipe: Recipe) -> dict[str, Any]:
+    """``warm_start`` / ``warm_start_policy_scale`` from ``--warm-start`` (None: not given, False: off, else the
+    scale), the recipe's where the flag leaves them open."""
+    if flag is None:
+        return {"warm_start": recipe.warm_start, "warm_start_policy_scale": recipe.warm_start_policy_scale}
+    if flag is False:
+        return {"warm_start": False}
+    return {"warm_start": True, "warm_start_policy_scale": flag}
+
+
 def run_psro(args: argparse.Namespace) -> int:
     """The ``psro`` subcommand."""
     from marljoint.best_response.psro import PSRO, PsroConfig
@@ -537,10 +547,7 @@ def run_psro(args: argparse.Namespace) -> int:
             br_steps=args.br_steps or recipe.br_steps,
             trainer=_trainer_config("psro", recipe.trainer, args),
             symmetric=args.symmetric,
-            warm_start=recipe.warm_start if args.warm_start is None else args.warm_start is not False,
-            warm_start_policy_scale=(
-                recipe.warm_start_policy_scale if args.warm_start in (None, False) else args.warm_start
-            ),
+            **_warm_start_settings(args.warm_start, recipe),
             seed=args.seed,
             task_split=args.task_split,
             **_gain_settings(args, game, args.br_steps or recipe.br_steps),

@@ -15,7 +15,6 @@
   reaches, so every episode ends at OpenSpiel's terminal state with OpenSpiel's returns.
 - **Episodes are seeded once.** ``reset(seed=s)`` seeds the chance outcomes, and every later ``reset()`` draws the
   next episode's seed from that, so a seeded run replays exactly (Shimmy reseeds from the operating system then).
-
 - **Spaces are built once.** Shimmy rebuilds every observation and action space at every step; they are fixed by
   the game, and rebuilding them was two thirds of a Leduc step.
 

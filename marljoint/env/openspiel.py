@@ -17,6 +17,11 @@
   next episode's seed from that, so a seeded run replays exactly (Shimmy reseeds from the operating system then).
 - **Spaces are built once.** Shimmy rebuilds every observation and action space at every step; they are fixed by
   the game, and rebuilding them was two thirds of a Leduc step.
+- **Resets reuse the game.** Shimmy reloads the game by name and seeds a new generator at every reset, and draws
+  chance outcomes with ``Generator.choice``; here the game loaded once starts every episode and chance outcomes
+  are drawn by one uniform number each from the run's generator. With the spaces, this makes a Leduc step about
+  twice as fast as Shimmy's. Games that take their seed as a game parameter (``deep_sea``, ``hanabi``,
+  ``mfg_garnet``) are still reloaded with the episode's seed at every reset, as Shimmy does.
 
 Legal actions arrive as ``info["action_mask"]``, which the adapter reads as the action mask.
 """
@@ -94,6 +99,9 @@ def openspiel_env(game: str, render_mode: str | None = None, **parameters: Any) 
 
 _ENV_CLASS: Any = None
 
+_SEEDED_BY_PARAMETER = frozenset({"deep_sea", "hanabi", "mfg_garnet"})
+"""Games Shimmy reloads with the reset's seed as a game parameter (their randomness is not chance nodes)."""
+
 
 def _information_state_env_class() -> Any:
     """The Shimmy subclass, defined once Shimmy can be imported."""
@@ -115,6 +123,7 @@ def _information_state_env_class() -> Any:
             name = game.get_type().short_name
             super().__init__(game_name=name, render_mode=render_mode, config=dict(game.get_parameters()) or None)
             self._episode_seeds: np.random.Generator | None = None
+            self._no_action = np.zeros(self._env.num_distinct_actions(), dtype=np.int8)
 
         def _uses_information_state(self) -> bool:
             return bool(self.game_type.provides_information_state_tensor)
@@ -165,11 +174,56 @@ def _information_state_env_class() -> Any:
             over = self._decisions > self._env.max_game_length() and not self.game_state.is_terminal()
             self.truncations = {agent: over for agent in self.agents}
 
+        def _execute_chance_node(self) -> None:
+            # One uniform draw per chance node from the run's generator (Shimmy's Generator.choice is slower).
+            state = self.game_state
+            while state.is_chance_node():
+                self.game_length += 1
+                outcomes = state.chance_outcomes()
+                draw = self._episode_seeds.random()
+                action = outcomes[-1][0]
+                for outcome, probability in outcomes:
+                    draw -= probability
+                    if draw < 0.0:
+                        action = outcome
+                        break
+                state.apply_action(action)
+
+        def _update_action_masks(self) -> None:
+            # Away from simultaneous nodes only the player to move has legal actions: the others' masks stay zero.
+            state = self.game_state
+            everyone = state.is_simultaneous_node()
+            mover = state.current_player()
+            for agent_id, agent in zip(self.agent_ids, self.agents):
+                mask = self._no_action.copy()
+                if everyone or agent_id == mover:
+                    for action in state.legal_actions(agent_id):
+                        mask[action] = 1
+                self.infos[agent] = {"action_mask": mask}
+
         def reset(self, seed: int | None = None, options: dict | None = None) -> None:
             if seed is not None or self._episode_seeds is None:
                 self._episode_seeds = np.random.default_rng(seed)
+                self.np_random = self._episode_seeds
             self._decisions = 0
-            super().reset(seed=int(self._episode_seeds.integers(2**63 - 1)), options=options)
+            if self.game_name in _SEEDED_BY_PARAMETER:
+                # The seed becomes a game parameter, a C++ int: it must fit in 31 bits.
+                super().reset(seed=int(self._episode_seeds.integers(2**31 - 1)), options=options)
+                return
+            # Shimmy's reset, less the reload of the game and the new generator.
+            self.agents = self.possible_agents[:]
+            self._cumulative_rewards = dict.fromkeys(self.agents, 0.0)
+            self.rewards = dict.fromkeys(self.agents, 0.0)
+            self.terminations = dict.fromkeys(self.agents, False)
+            self.truncations = dict.fromkeys(self.agents, False)
+            self.infos = {agent: {} for agent in self.agents}
+            self.game_length = 1
+            self.game_state = self._env.new_initial_state()
+            self.simultaneous_actions = {}
+            self._execute_chance_node()
+            self._update_action_masks()
+            self._update_observations()
+            self._choose_next_agent()
 
     _ENV_CLASS = InformationStateEnv
     return _ENV_CLASS

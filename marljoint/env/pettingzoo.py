@@ -797,8 +797,7 @@ class PettingZooJointEnv:
 
     def _step_aec(self, e: int, actions: list[np.ndarray]) -> bool:
         env = self._envs[e]
-        acting = np.flatnonzero(self._acting[e])
-        i = int(acting[0])
+        i = int(self._acting[e].argmax())  # the one acting agent
         g, j = self._slot[i]
         env.step(self._env_action(i, actions[g][e, j]))
         self._collect_aec_rewards(e)

@@ -147,6 +147,38 @@ def test_the_exported_policy_is_scored_alike_by_openspiel(tmp_path):
     assert pyspiel.nash_conv(game.game, loaded) == pytest.approx(game.nash_conv(tables))
 
 
+def test_chance_outcomes_follow_openspiels_probabilities_from_the_game_loaded_once():
+    # Leduc deals two private cards from six without replacement: player 0's card is uniform, and player 1 never
+    # gets player 0's exact card. Drawn by one uniform number per chance node from the run's generator.
+    env = openspiel_env("leduc_poker")
+    env.reset(seed=0)
+    game = env._env
+    episodes = 3000
+    first = np.zeros(6)
+    for _ in range(episodes):
+        history = env.game_state.history()
+        assert history[0] != history[1]
+        first[history[0]] += 1
+        env.reset()
+    assert env._env is game  # resets start a new state of the same game, never reload it
+    expected = episodes / 6
+    assert np.all(np.abs(first - expected) < 5 * np.sqrt(expected * 5 / 6)), first
+
+
+def test_games_seeded_by_a_game_parameter_reset_with_a_seed_and_replay():
+    # deep_sea takes its randomness as the game parameter "seed" (a C++ int): a 63-bit seed used to fail there.
+    def layouts(seed):
+        env = openspiel_env("deep_sea")
+        env.reset(seed=seed)
+        out = [env._env.get_parameters()["seed"]]
+        env.reset()
+        return out + [env._env.get_parameters()["seed"]]
+
+    assert layouts(3) == layouts(3) and layouts(3) != layouts(4)
+    assert all(0 <= s < 2**31 for s in layouts(3))
+    api_test(openspiel_env("deep_sea"), num_cycles=20)
+
+
 @pytest.mark.parametrize("game", ["matrix_rps", "goofspiel(num_cards=4)"])
 def test_simultaneous_move_games_end_terminated_and_not_truncated(game):
     env = openspiel_env(game)

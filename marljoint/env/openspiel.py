@@ -18,10 +18,13 @@
 - **Spaces are built once.** Shimmy rebuilds every observation and action space at every step; they are fixed by
   the game, and rebuilding them was two thirds of a Leduc step.
 - **Resets reuse the game.** Shimmy reloads the game by name and seeds a new generator at every reset, and draws
-  chance outcomes with ``Generator.choice``; here the game loaded once starts every episode and chance outcomes
-  are drawn by one uniform number each from the run's generator, which makes a Leduc step through the adapter
-  about 1.6 times as fast again. Games that take their seed as a game parameter (``deep_sea``, ``hanabi``,
-  ``mfg_garnet``) are still reloaded with the episode's seed at every reset, as Shimmy does.
+  chance outcomes with ``Generator.choice``; here the game loaded once starts every episode, and each reset draws
+  the uniform numbers of its episode's chance nodes (``max_chance_nodes_in_history()`` of them, at most 64) from
+  the run's generator, one per chance node. That makes a Leduc step through the adapter about 1.6 times as fast
+  again, and an episode's chance outcomes still depend on the seed and the episode's number only, never on how
+  earlier episodes were played (so different policies meet the same deals). Games that take their seed as a game
+  parameter (``deep_sea``, ``hanabi``, ``mfg_garnet``) are still reloaded with the episode's seed at every reset,
+  as Shimmy does.
 
 Legal actions arrive as ``info["action_mask"]``, which the adapter reads as the action mask.
 """
@@ -99,6 +102,10 @@ def openspiel_env(game: str, render_mode: str | None = None, **parameters: Any) 
 
 _ENV_CLASS: Any = None
 
+_CHANCE_BLOCK = 64
+"""Uniforms drawn for each episode's chance nodes at its reset (at most); a longer game draws the rest from a
+generator of its own, seeded from the same reset."""
+
 _SEEDED_BY_PARAMETER = frozenset({"deep_sea", "hanabi", "mfg_garnet"})
 """Games Shimmy reloads with the reset's seed as a game parameter (their randomness is not chance nodes)."""
 
@@ -124,6 +131,11 @@ def _information_state_env_class() -> Any:
             super().__init__(game_name=name, render_mode=render_mode, config=dict(game.get_parameters()) or None)
             self._episode_seeds: np.random.Generator | None = None
             self._no_action = np.zeros(self._env.num_distinct_actions(), dtype=np.int8)
+            try:
+                most = int(self._env.max_chance_nodes_in_history())
+            except Exception:  # a game that does not say: the block's size, then the episode's own generator
+                most = _CHANCE_BLOCK
+            self._chance_block = max(0, min(most, _CHANCE_BLOCK))
 
         def _uses_information_state(self) -> bool:
             return bool(self.game_type.provides_information_state_tensor)
@@ -175,12 +187,12 @@ def _information_state_env_class() -> Any:
             self.truncations = {agent: over for agent in self.agents}
 
         def _execute_chance_node(self) -> None:
-            # One uniform draw per chance node from the run's generator (Shimmy's Generator.choice is slower).
+            # One uniform draw per chance node, from the episode's own draws (Shimmy's Generator.choice is slower).
             state = self.game_state
             while state.is_chance_node():
                 self.game_length += 1
                 outcomes = state.chance_outcomes()
-                draw = self._episode_seeds.random()
+                draw = self._next_chance_draw()
                 action = outcomes[-1][0]
                 for outcome, probability in outcomes:
                     draw -= probability
@@ -188,6 +200,23 @@ def _information_state_env_class() -> Any:
                         action = outcome
                         break
                 state.apply_action(action)
+
+        def _new_episode_draws(self) -> None:
+            # A fixed count of uniforms per episode from the run's generator, so that an episode's chance outcomes
+            # depend on the seed and the episode's number only, never on how earlier episodes were played.
+            draws = self._episode_seeds.random(self._chance_block + 1)
+            self._chance_draws = draws[:-1].tolist()
+            self._chance_used = 0
+            self._chance_key = int(draws[-1] * 2**53)
+            self._chance_more: np.random.Generator | None = None
+
+        def _next_chance_draw(self) -> float:
+            if self._chance_used < len(self._chance_draws):
+                self._chance_used += 1
+                return self._chance_draws[self._chance_used - 1]
+            if self._chance_more is None:  # a long game past its block (backgammon): a generator of the episode's
+                self._chance_more = np.random.default_rng(self._chance_key)
+            return float(self._chance_more.random())
 
         def _update_action_masks(self) -> None:
             # Away from simultaneous nodes only the player to move has legal actions: the others' masks stay zero.
@@ -206,6 +235,7 @@ def _information_state_env_class() -> Any:
                 self._episode_seeds = np.random.default_rng(seed)
                 self.np_random = self._episode_seeds
             self._decisions = 0
+            self._new_episode_draws()
             if self.game_name in _SEEDED_BY_PARAMETER:
                 # The seed becomes a game parameter, a C++ int: it must fit in 31 bits.
                 super().reset(seed=int(self._episode_seeds.integers(2**31 - 1)), options=options)

@@ -16,6 +16,7 @@ from marljoint import JointMultiAgentTrainer, JointTrainerConfig, PettingZooJoin
 from marljoint.best_response.games import KuhnGame  # noqa: E402
 from marljoint.best_response.kuhn import KUHN_INFOSETS  # noqa: E402
 from marljoint.best_response.openspiel_game import OpenSpielGame  # noqa: E402
+from marljoint.env import openspiel as openspiel_module  # noqa: E402
 from marljoint.env.openspiel import openspiel_env  # noqa: E402
 from marljoint.envs_registry import EnvSpecError, known_game, resolve_env  # noqa: E402
 
@@ -163,6 +164,36 @@ def test_chance_outcomes_follow_openspiels_probabilities_from_the_game_loaded_on
     assert env._env is game  # resets start a new state of the same game, never reload it
     expected = episodes / 6
     assert np.all(np.abs(first - expected) < 5 * np.sqrt(expected * 5 / 6)), first
+
+
+@pytest.mark.parametrize("block", [None, 1])
+def test_an_episodes_chance_outcomes_do_not_depend_on_how_earlier_episodes_were_played(block, monkeypatch):
+    # Two envs with one seed: the first folds or calls at once, the second plays on (into the second round and its
+    # public card). Their next episodes must still meet the same chance outcomes, as evaluating two policies on the
+    # same seeded episodes needs. With a block of one draw per episode, Leduc's later cards come from the episode's
+    # own generator (what a game with more chance nodes than the block does).
+    if block is not None:
+        monkeypatch.setattr(openspiel_module, "_CHANCE_BLOCK", block)
+
+    def next_episode(moves):
+        env = openspiel_env("leduc_poker")
+        env.reset(seed=5)
+        rng = np.random.default_rng(0)
+        for _ in range(moves):
+            if env.game_state.is_terminal():
+                break
+            legal = np.flatnonzero(env.infos[env.agent_selection]["action_mask"])
+            env.step(int(legal[0] if moves == 1 else rng.choice(legal)))
+        deals = []
+        for _ in range(3):
+            env.reset()
+            while not env.game_state.is_terminal():  # both call to the end: the public card is dealt too
+                env.step(1)
+            deals.append(env.game_state.history())
+        return deals
+
+    assert next_episode(1) == next_episode(12)
+    assert len({str(d) for d in next_episode(1)}) > 1
 
 
 def test_games_seeded_by_a_game_parameter_reset_with_a_seed_and_replay():

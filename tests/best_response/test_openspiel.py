@@ -16,7 +16,7 @@ from marljoint import JointMultiAgentTrainer, JointTrainerConfig, PettingZooJoin
 from marljoint.best_response.games import KuhnGame  # noqa: E402
 from marljoint.best_response.kuhn import KUHN_INFOSETS  # noqa: E402
 from marljoint.best_response.openspiel_game import OpenSpielGame  # noqa: E402
-from marljoint.env import openspiel as openspiel_module  # noqa: E402
+from marljoint.env import openspiel_shimmy  # noqa: E402
 from marljoint.env.openspiel import openspiel_env  # noqa: E402
 from marljoint.envs_registry import EnvSpecError, known_game, resolve_env  # noqa: E402
 
@@ -173,7 +173,7 @@ def test_an_episodes_chance_outcomes_do_not_depend_on_how_earlier_episodes_were_
     # same seeded episodes needs. With a block of one draw per episode, Leduc's later cards come from the episode's
     # own generator (what a game with more chance nodes than the block does).
     if block is not None:
-        monkeypatch.setattr(openspiel_module, "_CHANCE_BLOCK", block)
+        monkeypatch.setattr(openspiel_shimmy, "CHANCE_BLOCK", block)
 
     def next_episode(moves):
         env = openspiel_env("leduc_poker")

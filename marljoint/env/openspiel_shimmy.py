@@ -29,7 +29,7 @@ class InformationStateEnv(OpenSpielCompatibilityV0):  # type: ignore[misc]
     metadata = {**OpenSpielCompatibilityV0.metadata, "name": "openspiel_information_state"}
 
     def __init__(self, game: Any, render_mode: str | None = None) -> None:
-        # Shimmy reloads the game by short name and config at every reset: pass the parameters as the config.
+        # Shimmy loads the game by short name and config (and reloads it so for games seeded by a parameter).
         name = game.get_type().short_name
         super().__init__(game_name=name, render_mode=render_mode, config=dict(game.get_parameters()) or None)
         self._episode_seeds: np.random.Generator | None = None

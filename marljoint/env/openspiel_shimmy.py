@@ -129,8 +129,9 @@ class InformationStateEnv(OpenSpielCompatibilityV0):  # type: ignore[misc]
         for agent_id, agent in zip(self.agent_ids, self.agents):
             mask = self._no_action.copy()
             if everyone or agent_id == mover:
-                for action in state.legal_actions(agent_id):
-                    mask[action] = 1
+                legal = state.legal_actions(agent_id)
+                if legal:
+                    mask[legal] = 1
             self.infos[agent] = {"action_mask": mask}
 
     def reset(self, seed: int | None = None, options: dict | None = None) -> None:

@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from marljoint.policies.actor_critic import ActorCritic
-from marljoint.policies.distributions import ActionDistribution
+from marljoint.policies.distributions import ActionDistribution, make_distribution
 
 __all__ = ["AgentPolicy"]
 
@@ -77,7 +77,12 @@ class AgentPolicy(nn.Module):
             raise ValueError("state was given, but this policy is feed-forward; pass state=None")
         head, new_state = self.network.actor_step(self._place(obs), None if state is None else self._place(state))
         full_mask = None if mask is None else mask.unsqueeze(1)
-        dist = _SqueezedDistribution(self.network.distribution(head[:, self.slot : self.slot + 1], full_mask))
+        log_std = self.network.log_std
+        if log_std is not None:  # a Box action: the agent's own member's standard deviations, [1, D]
+            member = self.network.member_of_agent(self.slot)
+            log_std = log_std[member : member + 1]
+        head_rows = head[:, self.slot : self.slot + 1]
+        dist = _SqueezedDistribution(make_distribution(self.network.action, head_rows, log_std, full_mask))
         return dist, None if new_state is None else new_state[:, self.slot]
 
     @torch.no_grad()

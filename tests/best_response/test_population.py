@@ -85,3 +85,25 @@ def test_policy_mixture_normalises_and_checks():
 
 def test_agent_policy_is_a_frozen_policy():
     assert issubclass(AgentPolicy, FrozenPolicy)
+
+
+def test_agent_policy_of_a_box_agent_with_its_own_network_uses_its_own_log_std():
+    """Per-agent (stacked) networks hold log_std [n_g, D]; an agent's policy must read its own row (it used to
+    pass all of them and fail to broadcast)."""
+    from marljoint.env.spaces import ObservationLayout
+    from marljoint.policies import ActorCritic
+
+    box = ActionLayout("box", (), (2,), low=np.full(2, -1.0, np.float32), high=np.full(2, 1.0, np.float32))
+    obs_layout = ObservationLayout("flat", (4,), np.dtype(np.float32))
+    net = ActorCritic(obs_layout, box, 3, False, (8,), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        net.log_std.copy_(torch.tensor([[0.0, 0.0], [-2.0, 1.0], [0.5, -0.5]]))
+    obs = torch.randn(5, 4, generator=torch.Generator().manual_seed(1))
+    actions = torch.randn(5, 2, generator=torch.Generator().manual_seed(2))
+    policy = AgentPolicy(net, slot=1)
+    assert policy.act(obs, torch.Generator().manual_seed(0)).shape == (5, 2)
+    placed = torch.zeros(5, 3, 4)
+    placed[:, 1] = obs
+    whole = net.distribution(net.action_head(placed))
+    want = whole.log_prob(actions.unsqueeze(1).expand(5, 3, 2))[:, 1]
+    torch.testing.assert_close(policy.distribution(obs).log_prob(actions), want)

@@ -3,8 +3,9 @@
 :class:`PopulationEnv` wraps a :class:`~marljoint.env.JointEnv`. At the start of every episode of every env copy
 an **assigner** decides who controls each seat for that whole episode: the learner (controller ``-1``: the
 trainer's action is used) or member ``k`` of the seat's list of frozen policies (controller ``k``). Members' actions
-are computed inside :meth:`PopulationEnv.step`, one batched call per member in use, and replace whatever the
-caller sent for those seats.
+are computed inside :meth:`PopulationEnv.step` and replace whatever the caller sent for those seats: a seat's
+feed-forward network members act together as one :class:`~marljoint.policies.PolicyStack` (one batched call
+whatever the number of members in use), other members one batched call each.
 
 ``acting`` then marks the learner's decisions only. The trainer derives row validity from ``alive & acting``, so
 rows a frozen policy played never enter the learner's PPO loss, its advantage normalisation, its value
@@ -33,6 +34,7 @@ import torch
 
 from marljoint.best_response.population import FrozenPolicy, PolicyMixture
 from marljoint.env.base import JointEnv, JointObs, JointStep
+from marljoint.policies.stack import PolicyStack
 
 __all__ = [
     "LEARNER",
@@ -175,6 +177,7 @@ class PopulationEnv:
         self._state: JointObs | None = None
         self._memory: dict[tuple[int, int], torch.Tensor] = {}
         """(seat, member) → ``[E, S]`` the states a recurrent member acts from in each copy."""
+        self._stacks: dict[int, PolicyStack | None] = {}
 
     def _seed_generators(self, seed: int) -> None:
         sequence = np.random.SeedSequence([int(seed) % 2**63, 0x706F70])
@@ -268,6 +271,11 @@ class PopulationEnv:
             obs = torch.from_numpy(np.ascontiguousarray(state.obs[g][copies, slot]))
             mask = state.action_masks[g]
             mask_rows = None if mask is None else torch.from_numpy(np.ascontiguousarray(mask[copies, slot]))
+            stack = self._stack(seat)
+            if stack is not None:
+                chosen = stack.act(torch.from_numpy(owners), obs, self._generator, mask_rows)
+                merged[g][copies, slot] = chosen.numpy().reshape(len(copies), *action_shape)
+                continue
             for member in np.unique(owners):
                 rows = owners == member
                 policy = self.members[seat][member]
@@ -278,6 +286,14 @@ class PopulationEnv:
                     chosen = policy.act(obs[rows], self._generator, member_mask)
                 merged[g][copies[rows], slot] = chosen.cpu().numpy().reshape(int(rows.sum()), *action_shape)
         return merged
+
+    def _stack(self, seat: int) -> PolicyStack | None:
+        """The seat's members as one :class:`~marljoint.policies.PolicyStack` (built at the first step), or
+        ``None`` where they do not stack (recurrent, CNN or non-network members) or there is only one."""
+        if seat not in self._stacks:
+            members = self.members[seat]
+            self._stacks[seat] = PolicyStack(members) if PolicyStack.stackable(members) else None
+        return self._stacks[seat]
 
     def _recurrent_act(
         self, seat: int, member: int, policy: FrozenPolicy, copies: np.ndarray, obs: torch.Tensor,

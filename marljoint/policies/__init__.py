@@ -14,6 +14,7 @@ from marljoint.policies.joint import JointPolicy, NetworkSlot
 from marljoint.policies.layers import StackedCNN, StackedConv2d, StackedLinear, StackedMLP
 from marljoint.policies.normalizer import ObservationNormalizer, RunningNormalizer
 from marljoint.policies.optim import StackedAdam, clip_member_grads_, member_grad_norms
+from marljoint.policies.stack import PolicyStack
 
 __all__ = [
     "ActionDistribution",
@@ -26,6 +27,7 @@ __all__ = [
     "NetworkSlot",
     "ObservationNormalizer",
     "PolicyOutput",
+    "PolicyStack",
     "RunningNormalizer",
     "StackedAdam",
     "StackedCNN",

@@ -177,7 +177,7 @@ class PopulationEnv:
         self._state: JointObs | None = None
         self._memory: dict[tuple[int, int], torch.Tensor] = {}
         """(seat, member) → ``[E, S]`` the states a recurrent member acts from in each copy."""
-        self._stacks: dict[int, PolicyStack | None] = {}
+        self._stacks: dict[int, tuple[PolicyStack | None, np.ndarray]] = {}
 
     def _seed_generators(self, seed: int) -> None:
         sequence = np.random.SeedSequence([int(seed) % 2**63, 0x706F70])
@@ -271,12 +271,16 @@ class PopulationEnv:
             obs = torch.from_numpy(np.ascontiguousarray(state.obs[g][copies, slot]))
             mask = state.action_masks[g]
             mask_rows = None if mask is None else torch.from_numpy(np.ascontiguousarray(mask[copies, slot]))
-            stack = self._stack(seat)
+            stack, position = self._stack(seat)
             if stack is not None:
-                chosen = stack.act(torch.from_numpy(owners), obs, self._generator, mask_rows)
-                merged[g][copies, slot] = chosen.numpy().reshape(len(copies), *action_shape)
-                continue
-            for member in np.unique(owners):
+                stacked = position[owners] >= 0
+                if stacked.any():
+                    chosen = stack.act(
+                        torch.from_numpy(position[owners[stacked]]), obs[stacked], self._generator,
+                        None if mask_rows is None else mask_rows[stacked],
+                    )
+                    merged[g][copies[stacked], slot] = chosen.numpy().reshape(int(stacked.sum()), *action_shape)
+            for member in np.unique(owners if stack is None else owners[position[owners] < 0]):
                 rows = owners == member
                 policy = self.members[seat][member]
                 member_mask = None if mask_rows is None else mask_rows[rows]
@@ -287,12 +291,12 @@ class PopulationEnv:
                 merged[g][copies[rows], slot] = chosen.cpu().numpy().reshape(int(rows.sum()), *action_shape)
         return merged
 
-    def _stack(self, seat: int) -> PolicyStack | None:
-        """The seat's members as one :class:`~marljoint.policies.PolicyStack` (built at the first step), or
-        ``None`` where they do not stack (recurrent, CNN or non-network members) or there is only one."""
+    def _stack(self, seat: int) -> tuple[PolicyStack | None, np.ndarray]:
+        """The seat's largest set of members that act as one :class:`~marljoint.policies.PolicyStack` (built at
+        the first step) and each member's place in it (-1: acts on its own, as recurrent, CNN and tabular members
+        do)."""
         if seat not in self._stacks:
-            members = self.members[seat]
-            self._stacks[seat] = PolicyStack(members) if PolicyStack.stackable(members) else None
+            self._stacks[seat] = PolicyStack.largest(self.members[seat])
         return self._stacks[seat]
 
     def _recurrent_act(

@@ -18,27 +18,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
 import torch
 
 from marljoint.policies.agent_policy import AgentPolicy
 from marljoint.policies.distributions import ActionDistribution, make_distribution
 
 __all__ = ["PolicyStack"]
-
-
-def _signature(policy: object) -> tuple | None:
-    """What must agree for two policies to stack (``None``: this policy cannot be stacked)."""
-    if not isinstance(policy, AgentPolicy):
-        return None
-    network = policy.network
-    if network.cnn is not None or network.core is not None or network.observation.kind != "flat":
-        return None
-    if next(network.parameters()).device.type != "cpu":
-        return None
-    layers = tuple(tuple(layer.weight.shape[1:]) for layer in network.encoder.layers)
-    normalised = network.obs_normalizer is not None
-    return (network.action, network.observation.size, layers, network.encoder.activation, normalised,
-            network.share_parameters)
 
 
 class PolicyStack:
@@ -68,9 +54,9 @@ class PolicyStack:
     def __init__(self, policies: Sequence[AgentPolicy]) -> None:
         if not policies:
             raise ValueError("PolicyStack needs at least one policy")
-        first = _signature(policies[0])
+        first = self.signature(policies[0])
         for k, policy in enumerate(policies):
-            signature = _signature(policy)
+            signature = self.signature(policy)
             if signature is None or signature != first:
                 raise ValueError(
                     f"policy {k} ({type(policy).__name__}) does not stack with policy 0: the members must be "
@@ -97,12 +83,50 @@ class PolicyStack:
                 self.norm = (mean, scale, norms[0].clip)
 
     @staticmethod
+    def signature(policy: object) -> tuple | None:
+        """What must agree for two policies to stack: their action layout, observation size, layer sizes,
+        activation, normaliser use and parameter sharing; ``None`` for a policy that cannot be stacked (not an
+        :class:`~marljoint.policies.AgentPolicy`, a CNN or recurrent network, or one off the CPU)."""
+        if not isinstance(policy, AgentPolicy):
+            return None
+        network = policy.network
+        if network.cnn is not None or network.core is not None or network.observation.kind != "flat":
+            return None
+        if next(network.parameters()).device.type != "cpu":
+            return None
+        layers = tuple(tuple(layer.weight.shape[1:]) for layer in network.encoder.layers)
+        normalised = network.obs_normalizer is not None
+        return (network.action, network.observation.size, layers, network.encoder.activation, normalised,
+                network.share_parameters)
+
+    @staticmethod
     def stackable(policies: Sequence[object]) -> bool:
         """Whether ``policies`` (two or more) can form one :class:`PolicyStack`."""
         if len(policies) < 2:
             return False
-        first = _signature(policies[0])
-        return first is not None and all(_signature(policy) == first for policy in policies[1:])
+        first = PolicyStack.signature(policies[0])
+        return first is not None and all(PolicyStack.signature(policy) == first for policy in policies[1:])
+
+    @staticmethod
+    def largest(policies: Sequence[object]) -> tuple[PolicyStack | None, np.ndarray]:
+        """A stack of the largest set of ``policies`` that stack together (a population whose first member is
+        a uniform or tabular policy and the rest one run's networks, say).
+
+        Returns:
+            ``(stack, position)``: the stack (``None`` when no two policies stack) and ``[len(policies)]`` int64,
+            each policy's index in the stack or -1 for one outside it.
+        """
+        groups: dict[tuple, list[int]] = {}
+        for index, policy in enumerate(policies):
+            signature = PolicyStack.signature(policy)
+            if signature is not None:
+                groups.setdefault(signature, []).append(index)
+        chosen = max(groups.values(), key=len, default=[])
+        position = np.full(len(policies), -1, dtype=np.int64)
+        if len(chosen) < 2:
+            return None, position
+        position[chosen] = np.arange(len(chosen))
+        return PolicyStack([policies[index] for index in chosen]), position  # type: ignore[misc]
 
     @staticmethod
     def _stack_layers(rows: list[tuple]) -> tuple[list[torch.Tensor], list[torch.Tensor]]:

@@ -6,6 +6,7 @@ import torch
 
 from marljoint import PettingZooJointEnv
 from marljoint.best_response.opponents import MetaStrategyAssigner, PopulationEnv
+from marljoint.best_response.population import ConstantPolicy
 from marljoint.env.spaces import ActionLayout, ObservationLayout
 from marljoint.policies import ActorCritic, AgentPolicy, PolicyStack
 from marljoint_envs import matrix_game_v0
@@ -110,11 +111,21 @@ def test_what_stacks_and_what_is_refused():
         PolicyStack(members(count=2)).distribution(torch.tensor([0, 2]), torch.zeros(2, OBS.size))
 
 
+def test_the_largest_set_that_stacks_is_stacked():
+    policies = [*members(count=2), ConstantPolicy([np.ones(4) / 4]), *members(hidden=(16,), count=3)]
+    stack, position = PolicyStack.largest(policies)
+    assert stack is not None and stack.size == 3
+    assert position.tolist() == [-1, -1, -1, 0, 1, 2]
+    stack, position = PolicyStack.largest([ConstantPolicy([np.ones(4) / 4]), *members(count=1)])
+    assert stack is None and position.tolist() == [-1, -1]
+
+
 def test_population_env_plays_each_copy_with_its_drawn_member():
-    """Rock-paper-scissors: seat 1's member k always plays k; seat 0's per-episode controller decides its move."""
+    """Rock-paper-scissors: seat 0 mixes a tabular member (always scissors) and three networks (member k + 1 always
+    plays k, stacked); seat 1 always plays rock. Each episode's return follows its drawn controller."""
     env = PettingZooJointEnv(lambda: matrix_game_v0.parallel_env(game="rps"), num_envs=64, seed=0)
     group = env.spec.groups[0]
-    seat = []
+    seat = [ConstantPolicy([np.eye(3)[2]])]
     for k in range(3):
         net = ActorCritic(group.observation, group.action, 2, False, (8,), generator=torch.Generator().manual_seed(k))
         with torch.no_grad():
@@ -122,15 +133,15 @@ def test_population_env_plays_each_copy_with_its_drawn_member():
             net.actor_head.bias.zero_()
             net.actor_head.bias[:, k] = 30.0
         seat.append(AgentPolicy(net, slot=0))
-    rock = AgentPolicy(seat[0].network, 1)
-    wrapped = PopulationEnv(env, [seat, [rock]], MetaStrategyAssigner([np.ones(3) / 3, [1.0]]))
-    assert wrapped._stack(0) is not None and wrapped._stack(1) is None
+    rock = AgentPolicy(seat[1].network, 1)
+    wrapped = PopulationEnv(env, [seat, [rock]], MetaStrategyAssigner([np.ones(4) / 4, [1.0]]))
+    assert wrapped._stack(0)[1].tolist() == [-1, 0, 1, 2] and wrapped._stack(1)[0] is None
     wrapped.reset(seed=0)
     for _ in range(4):
         wrapped.step(None)
     episodes = wrapped.drain_log()
     assert len(episodes) == 4 * 64
-    # Seat 1 always plays rock (member 0 of a one-member seat): paper (1) wins, scissors (2) loses, rock ties.
+    # Against rock: scissors (members 0 and 3) loses, rock (1) ties, paper (2) wins.
     for episode in episodes:
-        assert episode.returns[0] == {0: 0.0, 1: 1.0, 2: -1.0}[int(episode.controllers[0])]
-    assert {int(e.controllers[0]) for e in episodes} == {0, 1, 2}
+        assert episode.returns[0] == {0: -1.0, 1: 0.0, 2: 1.0, 3: -1.0}[int(episode.controllers[0])]
+    assert {int(e.controllers[0]) for e in episodes} == {0, 1, 2, 3}

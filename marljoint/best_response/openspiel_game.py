@@ -26,10 +26,14 @@ from marljoint.best_response.games import KnownGame
 from marljoint.best_response.population import FrozenPolicy, _TabularBase, masked_head_probs
 from marljoint.env.openspiel import OPENSPIEL_PREFIX, import_pyspiel, load_openspiel_game
 
-__all__ = ["MAX_INFORMATION_STATES", "OpenSpielGame", "OpenSpielTablePolicy"]
+__all__ = ["MAX_INFORMATION_STATES", "MAX_TERMINALS", "OpenSpielGame", "OpenSpielTablePolicy"]
 
 MAX_INFORMATION_STATES = 200_000
 """Information states (all players together) above which a game is too large to tabulate."""
+
+MAX_TERMINALS = 1_000_000
+"""Terminal histories up to which :class:`OpenSpielGame` keeps them as arrays and computes exact values itself
+(one matrix product for a whole meta-game row); a larger game's values come from OpenSpiel's ``expected_returns``."""
 
 
 class OpenSpielGame(KnownGame):
@@ -77,13 +81,16 @@ class OpenSpielGame(KnownGame):
         legal: list[list[list[int]]] = [[] for _ in range(n)]
         previous: list[list[tuple[int, int]]] = [[] for _ in range(n)]
         count = 0
-        stack = [(self.game.new_initial_state(), ((-1, -1),) * n)]
+        terminals: list[tuple[float, tuple[tuple[int, int], ...], list[float]]] = []
+        stack = [(self.game.new_initial_state(), ((-1, -1),) * n, 1.0)]
         while stack:
-            state, last = stack.pop()
+            state, last, chance = stack.pop()
             if state.is_terminal():
+                if len(terminals) <= MAX_TERMINALS:
+                    terminals.append((chance, last, state.returns()))
                 continue
             if state.is_chance_node():
-                stack.extend((state.child(action), last) for action, _ in state.chance_outcomes())
+                stack.extend((state.child(a), last, chance * p) for a, p in state.chance_outcomes())
                 continue
             player = state.current_player()
             key = state.information_state_string(player)
@@ -103,7 +110,7 @@ class OpenSpielGame(KnownGame):
                 previous[player].append(last[player])
             for action in reversed(state.legal_actions(player)):
                 moved = last[:player] + ((row, action),) + last[player + 1 :]
-                stack.append((state.child(action), moved))
+                stack.append((state.child(action), moved, chance))
         self._observations = [np.asarray(t, dtype=np.float32) for t in tensors]
         self._legal = []
         for player in range(n):
@@ -116,6 +123,37 @@ class OpenSpielGame(KnownGame):
         self._lookup = [
             {obs.tobytes(): row for row, obs in enumerate(self._observations[p])} for p in range(n)
         ]
+        self._terminals = self._terminal_arrays(terminals) if len(terminals) <= MAX_TERMINALS else None
+
+    def _terminal_arrays(self, terminals: list) -> dict[str, np.ndarray]:
+        """The game's terminal histories as arrays: ``chance`` ``[Z]`` (the chance probability of reaching each),
+        ``returns`` ``[Z, N]``, and per player its last decision there, ``rows`` and ``actions`` ``[N, Z]`` (row
+        -1: the player never decided)."""
+        chance = np.asarray([t[0] for t in terminals], dtype=np.float64)
+        returns = np.asarray([t[2] for t in terminals], dtype=np.float64).reshape(len(terminals), self.num_players)
+        last = np.asarray([t[1] for t in terminals], dtype=np.int64).reshape(len(terminals), self.num_players, 2)
+        return {"chance": chance, "returns": returns, "rows": last[:, :, 0].T.copy(), "actions": last[:, :, 1].T.copy()}
+
+    def _realisation(self, tables: np.ndarray, player: int) -> np.ndarray:
+        """``[K, Z]``: for each of ``K`` checked tables ``[K, S_p, A]`` of ``player``, the product of its own action
+        probabilities along the way to every terminal history (its realisation weight there)."""
+        terminals = self._terminals
+        assert terminals is not None
+        reach = self._reach(tables, player)  # [K, S]
+        rows, actions = terminals["rows"][player], terminals["actions"][player]
+        decided = rows >= 0
+        out = np.ones((tables.shape[0], len(rows)))
+        out[:, decided] = reach[:, rows[decided]] * tables[:, rows[decided], actions[decided]]
+        return out
+
+    def _reach(self, tables: np.ndarray, player: int) -> np.ndarray:
+        """``[K, S_p]``: the product of the player's own probabilities on the way to each information state."""
+        previous, action = self._previous[player], self._previous_action[player]
+        reach = np.ones(tables.shape[:2])
+        for row in range(tables.shape[1]):  # a state's predecessor is met before it
+            if previous[row] >= 0:
+                reach[:, row] = reach[:, previous[row]] * tables[:, previous[row], action[row]]
+        return reach
 
     def _tensor(self, state: Any, player: int) -> list[float]:
         """The env's observation (:mod:`marljoint.env.openspiel`): the information-state tensor, else the
@@ -170,12 +208,7 @@ class OpenSpielGame(KnownGame):
         reaching it (a plain average is wrong wherever members reach it with different probabilities)."""
         checked = np.stack([self.check_table(t, player) for t in tables])  # [K, S, A]
         w = np.asarray(weights, dtype=np.float64).reshape(-1, 1)
-        previous, action = self._previous[player], self._previous_action[player]
-        reach = np.ones(checked.shape[:2])  # [K, S]
-        for row in range(checked.shape[1]):  # a state's predecessor is met before it
-            if previous[row] >= 0:
-                reach[:, row] = reach[:, previous[row]] * checked[:, previous[row], action[row]]
-        weight = w * reach
+        weight = w * self._reach(checked, player)
         total = weight.sum(0)
         mixed = (weight[:, :, None] * checked).sum(0)
         fallback = (w[:, :, None] * checked).sum(0)
@@ -213,13 +246,30 @@ class OpenSpielGame(KnownGame):
 
     # ------------------------------------------------------------------ scoring, by OpenSpiel
     def values(self, tables: Sequence[np.ndarray]) -> np.ndarray:
-        joint = import_pyspiel().TabularPolicy(self.policy_dict(tables))
-        return np.asarray(import_pyspiel().expected_returns(self.game.new_initial_state(), joint, -1, True))
+        """Each player's expected return when every player plays its table: a sum over the game's terminal
+        histories (OpenSpiel's ``expected_returns`` for a game with more than :data:`MAX_TERMINALS` of them)."""
+        if self._terminals is None:
+            joint = import_pyspiel().TabularPolicy(self.policy_dict(tables))
+            return np.asarray(import_pyspiel().expected_returns(self.game.new_initial_state(), joint, -1, True))
+        return self.profile_values([[table] for table in tables], np.zeros((1, self.num_players), dtype=np.int64))[0]
 
     def profile_values(self, member_tables: Sequence[Sequence[np.ndarray]], profiles: np.ndarray) -> np.ndarray:
+        """``[P, N]`` expected returns of ``P`` pure profiles of the players' members: every member's realisation
+        weights over the terminal histories are computed once, and each profile's value is their product weighted
+        by the chance probabilities and returns."""
         index = np.asarray(profiles, dtype=np.int64).reshape(-1, self.num_players)
-        rows = [self.values([member_tables[p][k] for p, k in enumerate(profile)]) for profile in index]
-        return np.stack(rows) if rows else np.zeros((0, self.num_players))
+        if len(index) == 0:
+            return np.zeros((0, self.num_players))
+        if self._terminals is None:
+            rows = [self.values([member_tables[p][k] for p, k in enumerate(profile)]) for profile in index]
+            return np.stack(rows)
+        product = np.tile(self._terminals["chance"], (len(index), 1))  # [P, Z]
+        for player in range(self.num_players):
+            used = np.unique(index[:, player])
+            checked = np.stack([self.check_table(member_tables[player][k], player) for k in used])
+            weights = self._realisation(checked, player)  # [len(used), Z]
+            product *= weights[np.searchsorted(used, index[:, player])]
+        return product @ self._terminals["returns"]
 
     def best_response(self, tables: Sequence[np.ndarray], player: int) -> tuple[float, np.ndarray]:
         self._check_player(player)

@@ -247,6 +247,34 @@ def test_play_in_the_env_returns_what_openspiel_computes_for_the_same_policies(g
     assert abs(means[0, 1] - exact[1]) < 4 * errors[0, 1] + 1e-9, (means, errors, exact)
 
 
+@pytest.mark.parametrize("game_string", ["kuhn_poker", "leduc_poker", "kuhn_poker(players=3)"])
+def test_exact_values_from_the_terminal_histories_are_openspiels(game_string, monkeypatch):
+    # Values summed over the terminal histories (chance probability x each player's realisation weight x return)
+    # must equal OpenSpiel's own expected_returns, for single profiles and for a whole meta-game of profiles.
+    from marljoint.best_response import openspiel_game
+
+    game = OpenSpielGame(pyspiel.load_game(game_string))
+    assert game._terminals is not None
+    n = game.num_players
+    rng = np.random.default_rng(0)
+    members = [[game.check_table(rng.random((game.num_information_states(p), game.num_actions)) ** 3, p)
+                for _ in range(3)] for p in range(n)]
+    profiles = rng.integers(0, 3, size=(5, n))
+
+    def openspiel_values(tables):
+        joint = pyspiel.TabularPolicy(game.policy_dict(tables))
+        return np.asarray(pyspiel.expected_returns(game.game.new_initial_state(), joint, -1, True))
+
+    want = np.stack([openspiel_values([members[p][k] for p, k in enumerate(profile)]) for profile in profiles])
+    np.testing.assert_allclose(game.profile_values(members, profiles), want, atol=1e-10)
+    first = [m[0] for m in members]
+    np.testing.assert_allclose(game.values(first), openspiel_values(first), atol=1e-10)
+    monkeypatch.setattr(openspiel_game, "MAX_TERMINALS", 10)  # a game with more terminals uses OpenSpiel's code
+    large = OpenSpielGame(pyspiel.load_game(game_string))
+    assert large._terminals is None
+    np.testing.assert_allclose(large.profile_values(members, profiles), want, atol=1e-10)
+
+
 def test_network_policies_are_tabulated_from_the_observations_the_env_gives():
     config = JointTrainerConfig(num_envs=8, rollout_steps=8, minibatch_size=64, n_epochs=1, share_parameters=False)
     env = PettingZooJointEnv(functools.partial(openspiel_env, "kuhn_poker"), num_envs=8, seed=0)

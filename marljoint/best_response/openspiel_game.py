@@ -31,7 +31,7 @@ __all__ = ["MAX_INFORMATION_STATES", "MAX_TERMINALS", "OpenSpielGame", "OpenSpie
 MAX_INFORMATION_STATES = 200_000
 """Information states (all players together) above which a game is too large to tabulate."""
 
-MAX_TERMINALS = 1_000_000
+MAX_TERMINALS = 500_000
 """Terminal histories up to which :class:`OpenSpielGame` keeps them as arrays and computes exact values itself
 (one matrix product for a whole meta-game row); a larger game's values come from OpenSpiel's ``expected_returns``."""
 

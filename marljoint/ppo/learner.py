@@ -20,6 +20,7 @@ from torch import nn
 from marljoint.auxiliary import AuxOutput
 from marljoint.collect.rollout import JointRollout
 from marljoint.policies import ActorCritic, clip_member_grads_
+from marljoint.policies.actor_critic import PolicyOutput
 from marljoint.policies.joint import JointPolicy
 from marljoint.policies.normalizer import RunningNormalizer
 from marljoint.ppo.config import JointTrainerConfig
@@ -80,6 +81,8 @@ class _Batch(NamedTuple):
     returns: torch.Tensor
     explained_var: torch.Tensor
     sequences: SequenceChunks | None = None
+    proximal: torch.Tensor | None = None
+    """``[R, N]`` the taken actions' log-probs under the weights the update started from (policy lag 1 only)."""
 
 
 class _MinibatchLoss(NamedTuple):
@@ -246,6 +249,10 @@ class Learner:
         """Each network with its optimizers (:class:`NetworkUnit`), in the policy's network order."""
         self._generator = generator
         self.lr_scale = 1.0
+        self.decoupled = bool(config.collection.policy_lag)
+        """Whether an update centres PPO's trust region on the weights it starts from and reweights the rows by
+        ``π_prox / π_behaviour`` (decoupled PPO, for rollouts collected with older weights); on with policy lag 1,
+        off otherwise (plain PPO against the stored behaviour log-probs)."""
 
     def compute_advantages(self, rollout: JointRollout) -> tuple[torch.Tensor, torch.Tensor]:
         """GAE advantages and returns, ``[T', E, N]`` each, over the rows of ``rollout.extended()``.
@@ -307,6 +314,8 @@ class Learner:
         active_mask = self._active_mask(active)
         call_aux = _aux_caller(aux_fn) if aux_fn is not None else None
         batch = self._flatten(rollout, active_mask)
+        if self.decoupled:
+            batch = batch._replace(proximal=self._proximal_log_probs(batch))
         totals = _Totals(self.spec.num_agents, self.device)
         self.joint_policy.train()
         active_on_device = active_mask.to(self.device)
@@ -419,6 +428,52 @@ class Learner:
             sequences=seq,
         )
 
+    def _replay(self, batch: _Batch, picked: torch.Tensor) -> tuple[torch.Tensor, list[PolicyOutput]]:
+        """The networks on the ``picked`` rows (feed-forward) or chunks (recurrent, replayed from their stored
+        states): the rows' indices in the outputs' order and the outputs."""
+        policy = self.joint_policy
+        seq = batch.sequences
+        # A chunk's rows in step order, the chunks side by side: [L, b] flattened (the sequence replay's order).
+        idx = picked if seq is None else seq.rows[picked].T.reshape(-1)
+        if seq is None:
+            return idx, policy.forward([o[idx] for o in batch.obs], batch.alive[idx])
+        length, chunks = seq.length, picked.shape[0]
+
+        def steps(x: torch.Tensor) -> torch.Tensor:
+            return x[idx].reshape(length, chunks, *x.shape[1:])
+
+        first = seq.rows[picked, 0]
+        outputs = policy.forward_sequence(
+            [steps(o) for o in batch.obs],
+            steps(batch.alive),
+            [s[first] for s in seq.states],
+            steps(seq.starts),
+            steps(seq.advance),
+        )
+        return idx, outputs
+
+    @torch.no_grad()
+    def _proximal_log_probs(self, batch: _Batch) -> torch.Tensor:
+        """``[R, N]``: the taken actions' log-probs under the weights this update starts from.
+
+        With policy lag 1 the rollout was collected with the weights one update older. PPO's trust region is then
+        centred on these (the proximal policy) and the rows are reweighted by ``π_prox / π_behaviour``, so the
+        objective neither moves the policy further than a lag-0 update would nor wastes the rows whose stale ratio
+        already lies outside the clip range.
+        """
+        seq = batch.sequences
+        units, size = (batch.rows, self.config.minibatch_size) if seq is None else (
+            seq.count, self._chunks_per_minibatch()
+        )
+        proximal = batch.log_probs.clone()
+        for picked in torch.arange(units, device=self.device).split(size):
+            idx, outputs = self._replay(batch, picked)
+            log_prob, _, _ = self.joint_policy.evaluate(
+                outputs, [a[idx] for a in batch.actions], [None if m is None else m[idx] for m in batch.masks]
+            )
+            proximal[idx] = log_prob
+        return proximal
+
     def _minibatch_loss(
         self, batch: _Batch, picked: torch.Tensor, call_aux: Callable[..., AuxOutput] | None
     ) -> _MinibatchLoss:
@@ -426,34 +481,21 @@ class Learner:
         the aux loss on the same rows."""
         cfg = self.config
         policy = self.joint_policy
-        seq = batch.sequences
-        # A chunk's rows in step order, the chunks side by side: [L, b] flattened (the sequence replay's order).
-        idx = picked if seq is None else seq.rows[picked].T.reshape(-1)
+        idx, outputs = self._replay(batch, picked)
         mb_valid = batch.valid[idx]
         mb_alive = batch.alive[idx]
-        if seq is None:
-            outputs = policy.forward([o[idx] for o in batch.obs], mb_alive)
-        else:
-            length, chunks = seq.length, picked.shape[0]
-
-            def steps(x: torch.Tensor) -> torch.Tensor:
-                return x[idx].reshape(length, chunks, *x.shape[1:])
-
-            first = seq.rows[picked, 0]
-            outputs = policy.forward_sequence(
-                [steps(o) for o in batch.obs],
-                steps(batch.alive),
-                [s[first] for s in seq.states],
-                steps(seq.starts),
-                steps(seq.advance),
-            )
         log_prob, entropy, features = policy.evaluate(
             outputs, [a[idx] for a in batch.actions], [None if m is None else m[idx] for m in batch.masks]
         )
         mb_adv = batch.advantages[idx]
         if cfg.normalize_advantages:
             mb_adv = normalize_advantages(mb_adv, mb_valid)
-        pg = policy_loss(log_prob, batch.log_probs[idx], mb_adv, cfg.clip_range, mb_valid)
+        if batch.proximal is None:
+            pg = policy_loss(log_prob, batch.log_probs[idx], mb_adv, cfg.clip_range, mb_valid)
+        else:  # policy lag 1: the trust region around the proximal policy, importance-weighted (decoupled PPO)
+            proximal = batch.proximal[idx]
+            weights = (proximal - batch.log_probs[idx]).exp()
+            pg = policy_loss(log_prob, proximal, mb_adv, cfg.clip_range, mb_valid, weights)
         new_values = policy.agent_columns(o.values for o in outputs)
         vl = value_loss(new_values, batch.values[idx], batch.returns[idx], cfg.clip_range_vf, mb_valid)
         ent = masked_mean(entropy, mb_valid)

@@ -71,15 +71,21 @@ def policy_loss(
     advantages: torch.Tensor,
     clip_range: float,
     mask: torch.Tensor,
+    weights: torch.Tensor | None = None,
 ) -> PolicyLossTerms:
     """PPO's clipped surrogate objective, per agent.
 
+    With ``weights``, the decoupled form of Hilton et al. (2022, "Batch size-invariance for policy optimization"):
+    ``old_log_prob`` is then the proximal policy's (the one the trust region is centred on) and ``weights`` the
+    importance weights ``π_prox / π_behaviour`` of the rows, which multiply each row's clipped surrogate.
+
     Args:
         log_prob: ``[B, N]`` log-probabilities of the taken actions under the current policy.
-        old_log_prob: ``[B, N]`` the same under the policy that collected the data.
+        old_log_prob: ``[B, N]`` the same under the policy that collected the data (or the proximal policy).
         advantages: ``[B, N]``.
         clip_range: ε.
         mask: ``[B, N]`` bool, valid rows.
+        weights: ``[B, N]`` importance weights (no gradient), or ``None`` for plain PPO.
 
     Returns:
         :class:`PolicyLossTerms` with ``[N]`` entries.
@@ -87,6 +93,8 @@ def policy_loss(
     log_ratio = log_prob - old_log_prob
     ratio = log_ratio.exp()
     surrogate = torch.min(advantages * ratio, advantages * ratio.clamp(1.0 - clip_range, 1.0 + clip_range))
+    if weights is not None:
+        surrogate = surrogate * weights
     loss = -masked_mean(surrogate, mask)
     with torch.no_grad():
         clipped = ((ratio - 1.0).abs() > clip_range).to(ratio.dtype)

@@ -44,8 +44,10 @@ def lagged_run(collection, iterations=4, resume=None, **cfg):
 
 def test_each_rollout_is_collected_with_the_weights_from_before_the_previous_update():
     lagged = lagged_run(CollectionConfig("subprocess", 2, policy_lag=1))
-    # The same schedule by hand, collecting in step: rollout k + 1 is taken before update k.
+    # The same schedule by hand, collecting in step: rollout k + 1 is taken before update k, and each update is the
+    # decoupled one that policy lag 1 uses.
     trainer = build(CollectionConfig("subprocess", 2))
+    trainer.learner.decoupled = True
     try:
         rollout = copy.deepcopy(trainer.collect_rollout())
         for _ in range(4):
@@ -56,6 +58,27 @@ def test_each_rollout_is_collected_with_the_weights_from_before_the_previous_upd
     finally:
         trainer.close()
     assert not same(lagged, lagged_run(CollectionConfig("subprocess", 2)))  # lag 0 differs: the lag is real
+
+
+def test_a_lagged_update_centres_its_trust_region_on_the_weights_it_starts_from():
+    # One epoch of one minibatch: the statistics are those of the ratio before the step. Under lag 1 the rollout
+    # is a whole update old; against its behaviour log-probs a fast learner's ratios already leave the clip range,
+    # against the proximal policy (the decoupled objective) they start at 1.
+    settings = dict(learning_rate=0.05, n_epochs=1, minibatch_size=48)
+    lag = CollectionConfig("subprocess", 2, policy_lag=1)
+    clipped = {}
+    for decoupled in (True, False):
+        trainer = build(lag, **settings)
+        trainer.learner.decoupled = decoupled
+        try:
+            stats = [trainer.update(trainer.collect_rollout()) for _ in range(5)][1:]  # the first is not stale yet
+        finally:
+            trainer.close()
+        clipped[decoupled] = [max(s.clip_fraction) for s in stats]
+        if decoupled:
+            assert all(max(s.approx_kl) < 1e-6 for s in stats), [s.approx_kl for s in stats]
+    assert clipped[True] == [0.0] * 4 and max(clipped[False]) > 0.2, clipped
+    assert build(lag).learner.decoupled and not build(CollectionConfig("subprocess", 2)).learner.decoupled
 
 
 def test_a_lagged_run_resumes_exactly_with_the_rollout_it_had_collected_ahead():

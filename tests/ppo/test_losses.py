@@ -43,6 +43,16 @@ def test_policy_loss_hand_computed():
     assert terms.approx_kl.item() == pytest.approx(kl, abs=1e-6)
 
 
+def test_decoupled_policy_loss_weights_each_rows_clipped_surrogate():
+    # The same rows as above, centred on a proximal policy and weighted by pi_prox / pi_behaviour = 2 and 0.5.
+    log_prob = torch.tensor([[0.5], [-0.5]])
+    adv = torch.tensor([[1.0], [-1.0]])
+    weights = torch.tensor([[2.0], [0.5]])
+    terms = policy_loss(log_prob, torch.zeros(2, 1), adv, 0.2, torch.ones(2, 1, dtype=torch.bool), weights)
+    assert terms.loss.item() == pytest.approx(-(2.0 * 1.2 + 0.5 * -0.8) / 2, abs=1e-6)
+    assert terms.clip_fraction.item() == 1.0  # the diagnostics are about the ratio to the proximal policy
+
+
 def test_value_loss_plain_and_clipped():
     v = torch.tensor([[2.0]])
     old = torch.tensor([[0.0]])

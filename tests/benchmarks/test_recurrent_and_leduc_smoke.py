@@ -127,3 +127,12 @@ def test_the_leduc_benchmark_applies_set_changes_on_top_of_the_recipe():
         assert nfsp.config.anticipatory == 0.2 and nfsp.config.seed == 1
         with pytest.raises(SystemExit, match="--set expects FIELD=VALUE"):
             bench.parse_changes(["warm_start"])
+
+
+def test_the_population_step_benchmark_runs_both_ways_with_the_same_members(monkeypatch, capsys):
+    pytest.importorskip("pyspiel")
+    with benchmark_module("population_step") as bench:
+        monkeypatch.setattr(sys, "argv", ["population_step.py", "--members", "3", "--steps", "3", "--repetitions", "1"])
+        bench.main()
+    line = capsys.readouterr().out.strip()
+    assert line.startswith("3 members: one call per member") and "stacked" in line

@@ -172,7 +172,8 @@ def report(path: Path) -> str:
     return "\n".join(lines)
 
 
-def main() -> None:
+def command_line() -> argparse.ArgumentParser:
+    """The script's arguments (``--set`` may be given several times; its items add up)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
@@ -185,12 +186,17 @@ def main() -> None:
     parser.add_argument(
         "--set",
         nargs="+",
+        action="extend",
         default=[],
         metavar="FIELD=VALUE",
         help="change a PsroConfig / NfspConfig field (trainer.X for the PPO settings), e.g. warm_start=false "
         "trainer.learning_rate=3e-3; VALUE is JSON or a bare string",
     )
-    args = parser.parse_args()
+    return parser
+
+
+def main() -> None:
+    args = command_line().parse_args()
     if args.report:
         print(report(args.csv))
         return

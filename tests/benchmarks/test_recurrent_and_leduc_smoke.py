@@ -136,3 +136,9 @@ def test_the_population_step_benchmark_runs_both_ways_with_the_same_members(monk
         bench.main()
     line = capsys.readouterr().out.strip()
     assert line.startswith("3 members: one call per member") and "stacked" in line
+
+
+def test_leduc_set_items_given_twice_add_up():
+    with benchmark_module("leduc") as bench:
+        args = bench.command_line().parse_args(["--set", "br_steps=80000", "--set", "trainer.learning_rate=0.003"])
+        assert bench.parse_changes(args.set) == ({"br_steps": 80000}, {"learning_rate": 0.003})

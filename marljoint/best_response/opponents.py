@@ -272,15 +272,15 @@ class PopulationEnv:
             mask = state.action_masks[g]
             mask_rows = None if mask is None else torch.from_numpy(np.ascontiguousarray(mask[copies, slot]))
             stack, position = self._stack(seat)
-            if stack is not None:
-                stacked = position[owners] >= 0
-                if stacked.any():
-                    chosen = stack.act(
-                        torch.from_numpy(position[owners[stacked]]), obs[stacked], self._generator,
-                        None if mask_rows is None else mask_rows[stacked],
-                    )
-                    merged[g][copies[stacked], slot] = chosen.numpy().reshape(int(stacked.sum()), *action_shape)
-            for member in np.unique(owners if stack is None else owners[position[owners] < 0]):
+            places = position[owners]
+            stacked = places >= 0
+            if stack is not None and stacked.any():
+                chosen = stack.act(
+                    torch.from_numpy(places[stacked]), obs[stacked], self._generator,
+                    None if mask_rows is None else mask_rows[stacked],
+                )
+                merged[g][copies[stacked], slot] = chosen.numpy().reshape(int(stacked.sum()), *action_shape)
+            for member in np.unique(owners[~stacked]):
                 rows = owners == member
                 policy = self.members[seat][member]
                 member_mask = None if mask_rows is None else mask_rows[rows]

@@ -1,6 +1,6 @@
 """Recurrent policies on partially observable PettingZoo tasks: GRU against an MLP and an MLP with frame stacking.
 
-Three tasks (``--task``), PettingZoo MPE envs with part of an agent's observation taken away by a wrapper:
+Four tasks (``--task``), PettingZoo MPE envs with part of an agent's observation taken away by a wrapper:
 
 * ``spread_landmarks_at_start`` (the default; ``simple_spread_v3``, 3 agents, 25 steps): the landmarks' positions
   are shown on the first observation of an episode only and zeroed after it. An agent sees its own position and
@@ -12,7 +12,11 @@ Three tasks (``--task``), PettingZoo MPE envs with part of an agent's observatio
   must remember the first word. Without memory the word is heard once; with 4 stacked frames, for 4 steps;
 * ``spread_no_velocity``: each agent's own velocity is taken out (SuperSuit's ``observation_lambda_v0``), the
   multi-agent form of the "no velocity" control tasks that recurrent PPO is usually measured on; four stacked
-  frames recover the velocity, so this is the task where frame stacking is the fair fix.
+  frames recover the velocity, so this is the task where frame stacking is the fair fix;
+* ``spread_landmarks_every_8``: ``simple_spread_v3`` whose landmarks are shown on every 8th observation of an
+  episode only (steps 0, 8, 16, 24; zeroed on the others), a sensor that reports now and then (the "flickering"
+  tasks recurrent Q-learning was first measured on). Without memory an agent knows where the landmarks are on one
+  step in 8; with 4 stacked frames on half the steps; a policy that keeps the last sighting knows on every step.
 
 Three policies train with marljoint's plain defaults (what ``marljoint train`` uses, no preset) for the same
 env-step budget:
@@ -96,6 +100,46 @@ def spread_landmarks_at_start(stack: int = 1) -> Any:
     return supersuit.frame_stack_v1(env, stack_size=stack) if stack > 1 else env
 
 
+LANDMARK_PERIOD = 8
+"""``spread_landmarks_every_8`` shows the landmarks on every 8th observation of an episode only."""
+
+
+def _landmarks_periodic_wrapper() -> type:
+    from pettingzoo.utils.wrappers import BaseParallelWrapper
+
+    class LandmarksEveryPeriod(BaseParallelWrapper):
+        """Shows the landmarks on observations 0, P, 2P, ... of an episode (P = :data:`LANDMARK_PERIOD`) only;
+        every other observation has them zeroed, as a sensor that reports only now and then."""
+
+        def reset(self, seed: int | None = None, options: dict | None = None) -> tuple[dict[str, Any], ...]:
+            self._t = 0
+            return self.env.reset(seed=seed, options=options)
+
+        def step(self, actions: dict[str, Any]) -> tuple[dict[str, Any], ...]:
+            obs, *rest = self.env.step(actions)
+            self._t += 1
+            if self._t % LANDMARK_PERIOD == 0:
+                return (obs, *rest)
+            hidden = {}
+            for agent, o in obs.items():
+                o = np.array(o, copy=True)
+                o[LANDMARKS] = 0.0
+                hidden[agent] = o
+            return (hidden, *rest)
+
+    return LandmarksEveryPeriod
+
+
+def spread_landmarks_every_8(stack: int = 1) -> Any:
+    """``simple_spread_v3`` (N=3, 25 steps) whose landmarks are seen on every 8th observation of an episode (steps
+    0, 8, 16 and 24) only; the last ``stack`` observations concatenated when ``stack > 1``."""
+    import supersuit
+    from mpe2 import simple_spread_v3
+
+    env = _landmarks_periodic_wrapper()(simple_spread_v3.parallel_env(N=3, max_cycles=25))
+    return supersuit.frame_stack_v1(env, stack_size=stack) if stack > 1 else env
+
+
 SPEAKER = "speaker_0"
 """The agent of ``simple_speaker_listener_v4`` that sees the goal's colour (its whole observation) and speaks."""
 
@@ -131,6 +175,7 @@ TASKS: dict[str, tuple[Any, str]] = {
         speaker_listener_goal_at_start, "speaker-listener, the goal told to the speaker at the start only"
     ),
     "spread_no_velocity": (spread_without_velocity, "spread without velocities"),
+    "spread_landmarks_every_8": (spread_landmarks_every_8, "spread, landmarks seen on every 8th step only"),
 }
 """Each task: (its env factory taking the frames to stack, what it is)."""
 METHODS: dict[str, tuple[int, dict[str, Any]]] = {

@@ -48,6 +48,34 @@ def test_the_landmarks_are_seen_on_the_first_observation_only():
         assert episode_limit(env) == 25  # the wrapper keeps the episode length visible (gamma follows it)
 
 
+def test_the_landmarks_are_seen_on_every_8th_observation_only_in_every_episode():
+    with benchmark_module("recurrent_po") as bench:
+        from mpe2 import simple_spread_v3
+
+        env, raw = bench.spread_landmarks_every_8(1), simple_spread_v3.parallel_env(N=3, max_cycles=25)
+        agent = env.possible_agents[0]
+        for episode in range(2):  # the count restarts with each episode
+            obs, _ = env.reset(seed=episode)
+            obs_raw, _ = raw.reset(seed=episode)
+            seen = []
+            for t in range(25):
+                hidden = np.zeros_like(obs_raw[agent])
+                hidden[bench.LANDMARKS] = obs_raw[agent][bench.LANDMARKS]
+                shown = bool(np.abs(obs[agent][bench.LANDMARKS]).sum() > 0)
+                expected = obs_raw[agent] if shown else obs_raw[agent] - hidden  # all but the landmarks, unchanged
+                np.testing.assert_array_equal(obs[agent], expected)
+                seen.append(shown)
+                actions = {a: (t + episode) % 5 for a in env.agents}
+                obs, *_ = env.step(actions)
+                obs_raw, *_ = raw.step(actions)
+            assert [t for t, s in enumerate(seen) if s] == [0, 8, 16, 24]
+        from marljoint import episode_limit
+
+        assert episode_limit(env) == 25
+        stacked, _ = bench.spread_landmarks_every_8(4).reset(seed=3)
+        assert stacked[agent].shape == (4 * obs[agent].shape[0],)
+
+
 def test_the_speaker_is_told_the_goal_on_the_first_observation_only():
     with benchmark_module("recurrent_po") as bench:
         from mpe2 import simple_speaker_listener_v4

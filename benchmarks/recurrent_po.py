@@ -72,45 +72,12 @@ LANDMARKS = slice(4, 10)
 """Where simple_spread (N=3) puts the landmarks' positions relative to the agent: after its velocity and position."""
 
 
-def _landmarks_at_start_wrapper() -> type:
+def _landmarks_shown_wrapper(period: int | None) -> type:
+    """A wrapper class showing the landmarks on observations 0, P, 2P, ... of an episode (P = ``period``; the
+    reset observation only when ``None``) and zeroing them on every other."""
     from pettingzoo.utils.wrappers import BaseParallelWrapper
 
-    class LandmarksAtStart(BaseParallelWrapper):
-        """Shows the landmarks on the reset observation only; every later observation has them zeroed."""
-
-        def step(self, actions: dict[str, Any]) -> tuple[dict[str, Any], ...]:
-            obs, *rest = self.env.step(actions)
-            hidden = {}
-            for agent, o in obs.items():
-                o = np.array(o, copy=True)
-                o[LANDMARKS] = 0.0
-                hidden[agent] = o
-            return (hidden, *rest)
-
-    return LandmarksAtStart
-
-
-def spread_landmarks_at_start(stack: int = 1) -> Any:
-    """``simple_spread_v3`` (N=3, 25 steps) whose landmarks are seen on the first observation of an episode only;
-    the last ``stack`` observations concatenated when ``stack > 1``."""
-    import supersuit
-    from mpe2 import simple_spread_v3
-
-    env = _landmarks_at_start_wrapper()(simple_spread_v3.parallel_env(N=3, max_cycles=25))
-    return supersuit.frame_stack_v1(env, stack_size=stack) if stack > 1 else env
-
-
-LANDMARK_PERIOD = 8
-"""``spread_landmarks_every_8`` shows the landmarks on every 8th observation of an episode only."""
-
-
-def _landmarks_periodic_wrapper() -> type:
-    from pettingzoo.utils.wrappers import BaseParallelWrapper
-
-    class LandmarksEveryPeriod(BaseParallelWrapper):
-        """Shows the landmarks on observations 0, P, 2P, ... of an episode (P = :data:`LANDMARK_PERIOD`) only;
-        every other observation has them zeroed, as a sensor that reports only now and then."""
-
+    class LandmarksShown(BaseParallelWrapper):
         def reset(self, seed: int | None = None, options: dict | None = None) -> tuple[dict[str, Any], ...]:
             self._t = 0
             return self.env.reset(seed=seed, options=options)
@@ -118,7 +85,7 @@ def _landmarks_periodic_wrapper() -> type:
         def step(self, actions: dict[str, Any]) -> tuple[dict[str, Any], ...]:
             obs, *rest = self.env.step(actions)
             self._t += 1
-            if self._t % LANDMARK_PERIOD == 0:
+            if period is not None and self._t % period == 0:
                 return (obs, *rest)
             hidden = {}
             for agent, o in obs.items():
@@ -127,7 +94,21 @@ def _landmarks_periodic_wrapper() -> type:
                 hidden[agent] = o
             return (hidden, *rest)
 
-    return LandmarksEveryPeriod
+    return LandmarksShown
+
+
+def spread_landmarks_at_start(stack: int = 1) -> Any:
+    """``simple_spread_v3`` (N=3, 25 steps) whose landmarks are seen on the first observation of an episode only;
+    the last ``stack`` observations concatenated when ``stack > 1``."""
+    import supersuit
+    from mpe2 import simple_spread_v3
+
+    env = _landmarks_shown_wrapper(None)(simple_spread_v3.parallel_env(N=3, max_cycles=25))
+    return supersuit.frame_stack_v1(env, stack_size=stack) if stack > 1 else env
+
+
+LANDMARK_PERIOD = 8
+"""``spread_landmarks_every_8`` shows the landmarks on every 8th observation of an episode only."""
 
 
 def spread_landmarks_every_8(stack: int = 1) -> Any:
@@ -136,7 +117,7 @@ def spread_landmarks_every_8(stack: int = 1) -> Any:
     import supersuit
     from mpe2 import simple_spread_v3
 
-    env = _landmarks_periodic_wrapper()(simple_spread_v3.parallel_env(N=3, max_cycles=25))
+    env = _landmarks_shown_wrapper(LANDMARK_PERIOD)(simple_spread_v3.parallel_env(N=3, max_cycles=25))
     return supersuit.frame_stack_v1(env, stack_size=stack) if stack > 1 else env
 
 

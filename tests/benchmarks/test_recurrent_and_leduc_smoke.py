@@ -166,6 +166,18 @@ def test_the_population_step_benchmark_runs_both_ways_with_the_same_members(monk
     assert line.startswith("3 members: one call per member") and "stacked" in line
 
 
+def test_the_population_step_benchmark_times_meta_game_simulation_per_number_of_copies(monkeypatch, capsys):
+    pytest.importorskip("pyspiel")
+    with benchmark_module("population_step") as bench:
+        argv = ["population_step.py", "--game", "openspiel:kuhn_poker", "--members", "2", "--repetitions", "1",
+                "--simulate-copies", "4", "8"]
+        monkeypatch.setattr(sys, "argv", argv)
+        bench.main()
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert [line.split(":")[0] for line in lines] == ["2 members, 4 copies", "2 members, 8 copies"]
+    assert all(float(line.split(": ")[1].split(" s ")[0]) > 0 for line in lines)
+
+
 def test_leduc_set_items_given_twice_add_up():
     with benchmark_module("leduc") as bench:
         args = bench.command_line().parse_args(["--set", "br_steps=80000", "--set", "trainer.learning_rate=0.003"])

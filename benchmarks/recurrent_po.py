@@ -1,6 +1,6 @@
 """Recurrent policies on partially observable PettingZoo tasks: GRU against an MLP and an MLP with frame stacking.
 
-Four tasks (``--task``), PettingZoo MPE envs with part of an agent's observation taken away by a wrapper:
+Five tasks (``--task``), PettingZoo MPE envs with part of an agent's observation taken away by a wrapper:
 
 * ``spread_landmarks_at_start`` (the default; ``simple_spread_v3``, 3 agents, 25 steps): the landmarks' positions
   are shown on the first observation of an episode only and zeroed after it. An agent sees its own position and
@@ -16,7 +16,12 @@ Four tasks (``--task``), PettingZoo MPE envs with part of an agent's observation
 * ``spread_landmarks_every_8``: ``simple_spread_v3`` whose landmarks are shown on every 8th observation of an
   episode only (steps 0, 8, 16, 24; zeroed on the others), a sensor that reports now and then (the "flickering"
   tasks recurrent Q-learning was first measured on). Without memory an agent knows where the landmarks are on one
-  step in 8; with 4 stacked frames on half the steps; a policy that keeps the last sighting knows on every step.
+  step in 8; with 4 stacked frames on half the steps; a policy that keeps the last sighting knows on every step;
+* ``speaker_listener_word_once``: ``simple_speaker_listener_v4`` (25 steps) with a scripted speaker that names
+  the goal once: the listener, the one agent trained, hears the goal's index (one-hot, in its word slot) on the
+  reset observation and silence after it, while it sees the landmarks throughout. A discrete cue to keep for 25
+  steps, what a teammate said: without memory the listener knows the goal on the first step only, with 4 stacked
+  frames on the first 4.
 
 Three policies train with marljoint's plain defaults (what ``marljoint train`` uses, no preset) for the same
 env-step budget:
@@ -150,6 +155,67 @@ def speaker_listener_goal_at_start(stack: int = 1) -> Any:
     return supersuit.frame_stack_v1(env, stack_size=stack) if stack > 1 else env
 
 
+LISTENER = "listener_0"
+"""The agent of ``simple_speaker_listener_v4`` that moves; its observation ends with the word it hears."""
+WORD = slice(-3, None)
+"""Where the listener's observation holds the speaker's word (one of 3, one-hot): its last 3 numbers."""
+
+
+def _word_once_env() -> type:
+    from pettingzoo import ParallelEnv
+
+    class WordOnce(ParallelEnv):
+        """``simple_speaker_listener_v4`` with a scripted speaker that names the goal once: the listener (the one
+        agent) hears the goal's index, one-hot, on the reset observation and silence (zeros) after it."""
+
+        metadata = {"name": "speaker_listener_word_once", "render_modes": [], "is_parallelizable": True}
+
+        def __init__(self) -> None:
+            from mpe2 import simple_speaker_listener_v4
+
+            self.env = simple_speaker_listener_v4.parallel_env(max_cycles=25)
+            self.possible_agents = [LISTENER]
+            self.agents: list[str] = []
+            self._word = 0
+
+        def observation_space(self, agent: str) -> Any:
+            return self.env.observation_space(agent)
+
+        def action_space(self, agent: str) -> Any:
+            return self.env.action_space(agent)
+
+        def reset(self, seed: int | None = None, options: dict | None = None) -> tuple[dict[str, Any], ...]:
+            obs, infos = self.env.reset(seed=seed, options=options)
+            self._word = int(np.argmax(obs[SPEAKER]))  # the goal's colour is the landmark's, by index
+            heard = np.array(obs[LISTENER], copy=True)
+            heard[WORD] = np.eye(3, dtype=heard.dtype)[self._word]
+            self.agents = [LISTENER]
+            return {LISTENER: heard}, {LISTENER: infos[LISTENER]}
+
+        def step(self, actions: dict[str, Any]) -> tuple[dict[str, Any], ...]:
+            obs, rewards, terms, truncs, infos = self.env.step({SPEAKER: 0, LISTENER: actions[LISTENER]})
+            silent = np.array(obs[LISTENER], copy=True)
+            silent[WORD] = 0.0
+            self.agents = [LISTENER] if not (terms[LISTENER] or truncs[LISTENER]) else []
+            return ({LISTENER: silent}, {LISTENER: rewards[LISTENER]}, {LISTENER: terms[LISTENER]},
+                    {LISTENER: truncs[LISTENER]}, {LISTENER: infos[LISTENER]})
+
+        def close(self) -> None:
+            self.env.close()
+
+    return WordOnce
+
+
+def speaker_listener_word_once(stack: int = 1) -> Any:
+    """``simple_speaker_listener_v4`` (25 steps) whose speaker is scripted to name the goal once, before the first
+    step: the listener hears the word on its first observation only and must remember it to reach the goal; the
+    last ``stack`` observations concatenated when ``stack > 1``."""
+    import supersuit
+
+    env = _word_once_env()()
+    return supersuit.frame_stack_v1(env, stack_size=stack) if stack > 1 else env
+
+
 TASKS: dict[str, tuple[Any, str]] = {
     "spread_landmarks_at_start": (spread_landmarks_at_start, "spread, landmarks seen at the start only"),
     "speaker_listener_goal_at_start": (
@@ -157,6 +223,9 @@ TASKS: dict[str, tuple[Any, str]] = {
     ),
     "spread_no_velocity": (spread_without_velocity, "spread without velocities"),
     "spread_landmarks_every_8": (spread_landmarks_every_8, "spread, landmarks seen on every 8th step only"),
+    "speaker_listener_word_once": (
+        speaker_listener_word_once, "speaker-listener, the goal named to the listener once, at the start"
+    ),
 }
 """Each task: (its env factory taking the frames to stack, what it is)."""
 METHODS: dict[str, tuple[int, dict[str, Any]]] = {

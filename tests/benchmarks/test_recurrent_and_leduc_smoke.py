@@ -100,6 +100,37 @@ def test_the_speaker_is_told_the_goal_on_the_first_observation_only():
         assert stacked[bench.SPEAKER].shape == (4 * first[bench.SPEAKER].shape[0],)
 
 
+def test_the_listener_hears_the_goal_once_and_the_env_passes_the_api_test():
+    with benchmark_module("recurrent_po") as bench:
+        from mpe2 import simple_speaker_listener_v4
+        from pettingzoo.test import parallel_api_test
+
+        parallel_api_test(bench.speaker_listener_word_once(1), num_cycles=60)
+        env = bench.speaker_listener_word_once(1)
+        raw = simple_speaker_listener_v4.parallel_env(max_cycles=25)
+        assert env.possible_agents == [bench.LISTENER]  # the speaker is scripted, not trained
+        for seed in range(4):
+            first, _ = env.reset(seed=seed)
+            first_raw, _ = raw.reset(seed=seed)
+            goal = int(np.argmax(first_raw[bench.SPEAKER]))
+            assert raw.unwrapped.world.agents[0].goal_b is raw.unwrapped.world.landmarks[goal]
+            np.testing.assert_array_equal(first[bench.LISTENER][bench.WORD], np.eye(3)[goal])
+            np.testing.assert_array_equal(first[bench.LISTENER][:-3], first_raw[bench.LISTENER][:-3])
+            for t in range(25):
+                action = (t + seed) % 5
+                obs, rewards, terms, truncs, _ = env.step({bench.LISTENER: action})
+                obs_raw, rewards_raw, *_ = raw.step({bench.SPEAKER: 0, bench.LISTENER: action})
+                assert not obs[bench.LISTENER][bench.WORD].any()  # silence after the first observation
+                np.testing.assert_array_equal(obs[bench.LISTENER][:-3], obs_raw[bench.LISTENER][:-3])
+                assert rewards[bench.LISTENER] == rewards_raw[bench.LISTENER]
+            assert truncs[bench.LISTENER] and env.agents == []
+        from marljoint import episode_limit
+
+        assert episode_limit(bench.speaker_listener_word_once(1)) == 25
+        stacked, _ = bench.speaker_listener_word_once(4).reset(seed=3)
+        assert stacked[bench.LISTENER].shape == (4 * first[bench.LISTENER].shape[0],)
+
+
 def test_the_recurrent_benchmark_trains_every_policy_resumes_and_reports(tmp_path, monkeypatch, capsys):
     with benchmark_module("recurrent_po") as bench:
         out = tmp_path / "po.csv"

@@ -327,23 +327,38 @@ class PopulationEnv:
 
 
 class _ProfileQueue:
-    """Assigns queued meta-profiles to copies as they reset; idle copies replay profile 0 (results discarded)."""
+    """Assigns queued meta-profiles to copies as they reset; idle copies replay profile 0 (results discarded).
 
-    def __init__(self, profiles: np.ndarray) -> None:
+    With ``seeds`` (one env reset seed per job) the queue is also the env's ``episode_seed_source``: a copy takes
+    its next job when the env resets it, so that the reset can use the job's seed, and hands it to the seat
+    assigner called right after for the same copies.
+    """
+
+    def __init__(self, profiles: np.ndarray, seeds: np.ndarray | None = None) -> None:
         self.profiles = profiles
+        self.seeds = seeds
         self.next = 0
         self.job_of_copy: dict[int, int] = {}
+        self._taken: dict[int, int] = {}
+
+    def _take(self) -> int:
+        if self.next >= len(self.profiles):
+            return -1
+        self.next += 1
+        return self.next - 1
+
+    def seed_for(self, copy: int) -> int | None:
+        """Takes copy ``copy``'s next job as the env resets it, and returns the job's seed (None when idle)."""
+        job = self._take()
+        self._taken[copy] = job
+        return None if job < 0 or self.seeds is None else int(self.seeds[job])
 
     def __call__(self, rng: np.random.Generator, copies: np.ndarray) -> np.ndarray:
         out = np.empty((len(copies), self.profiles.shape[1]), dtype=np.int64)
         for row, copy in enumerate(copies):
-            if self.next < len(self.profiles):
-                self.job_of_copy[int(copy)] = self.next
-                out[row] = self.profiles[self.next]
-                self.next += 1
-            else:
-                self.job_of_copy[int(copy)] = -1
-                out[row] = self.profiles[0]
+            job = self._taken.pop(int(copy)) if self.seeds is not None else self._take()
+            self.job_of_copy[int(copy)] = job
+            out[row] = self.profiles[max(job, 0)]
         return out
 
 
@@ -354,11 +369,17 @@ def simulate_profiles(
     episodes_per_profile: int,
     seed: int,
     max_steps: int | None = None,
+    episode_seeds: np.ndarray | Sequence[int] | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Plays every meta-profile ``episodes_per_profile`` times and averages the returns.
 
     Every (profile, repetition) is one job; copies take jobs as they reset, and the function waits for every job,
     so short episodes are not over-represented. All copies' members act in batches per member.
+
+    With ``episode_seeds``, repetition r of every profile is played from an env reset with ``episode_seeds[r]``
+    (common random numbers): every profile meets the same chance outcomes (a card game's deals), so that luck
+    cancels when profiles are compared, and the difference between two entries is estimated with less noise than
+    each entry. The members' own action sampling is not shared.
 
     Args:
         env: the JointEnv (it is reset with ``seed``).
@@ -367,26 +388,71 @@ def simulate_profiles(
         episodes_per_profile: repetitions of each profile (>= 1).
         seed: seeds the env reset and the members' sampling.
         max_steps: optional safety cap on joint steps (``RuntimeError`` when exceeded).
+        episode_seeds: ``[episodes_per_profile]`` env reset seeds, one per repetition; ``None``: each copy's own
+            seed stream. Needs an env with ``episode_seed_source`` (:class:`~marljoint.PettingZooJointEnv`).
 
     Returns:
         ``(means, standard_errors)``, each ``[K, N]`` float64 (standard errors are 0 with one repetition).
 
     Raises:
-        ValueError: ``episodes_per_profile`` below 1 or profiles of the wrong width.
+        ValueError: ``episodes_per_profile`` below 1, profiles of the wrong width, or ``episode_seeds`` not one
+            integer per repetition.
+        TypeError: ``episode_seeds`` with an env that cannot seed its copies' resets.
     """
     index = np.asarray(profiles, dtype=np.int64).reshape(-1, env.spec.num_agents)
     if not isinstance(episodes_per_profile, (int, np.integer)) or episodes_per_profile < 1:
         raise ValueError(f"episodes_per_profile={episodes_per_profile!r}; pass a positive integer")
     num_profiles = len(index)
     num_agents = env.spec.num_agents
+    seeds = _job_seeds(env, episode_seeds, episodes_per_profile, num_profiles)
     if num_profiles == 0:
         return np.zeros((0, num_agents)), np.zeros((0, num_agents))
     jobs = np.repeat(index, episodes_per_profile, axis=0)
-    queue = _ProfileQueue(jobs)
+    queue = _ProfileQueue(jobs, seeds)
     wrapped = PopulationEnv(env, members, queue, seed)
     results = np.full((len(jobs), num_agents), np.nan)
-    remaining = len(jobs)
-    wrapped.reset(seed=seed)
+    if seeds is not None:
+        env.episode_seed_source = queue.seed_for  # type: ignore[attr-defined]
+    try:
+        wrapped.reset(seed=seed)
+        _play_jobs(wrapped, queue, results, max_steps)
+    finally:
+        if seeds is not None:
+            env.episode_seed_source = None  # type: ignore[attr-defined]
+    per_profile = results.reshape(num_profiles, episodes_per_profile, num_agents)
+    means = per_profile.mean(axis=1)
+    if episodes_per_profile > 1:
+        errors = per_profile.std(axis=1, ddof=1) / np.sqrt(episodes_per_profile)
+    else:
+        errors = np.zeros_like(means)
+    return means, errors
+
+
+def _job_seeds(
+    env: JointEnv, episode_seeds: np.ndarray | Sequence[int] | None, repetitions: int, profiles: int
+) -> np.ndarray | None:
+    """Each job's env reset seed (jobs are profile-major), or None; checks ``episode_seeds`` and the env."""
+    if episode_seeds is None:
+        return None
+    seeds = np.asarray(episode_seeds)
+    if seeds.shape != (repetitions,) or not np.issubdtype(seeds.dtype, np.integer):
+        raise ValueError(
+            f"episode_seeds has shape {seeds.shape} and dtype {seeds.dtype}; pass one integer seed per repetition "
+            f"({repetitions}), or None"
+        )
+    if not hasattr(env, "episode_seed_source"):
+        raise TypeError(
+            f"{type(env).__name__} cannot seed its copies' resets (no episode_seed_source); simulate on a "
+            "PettingZooJointEnv, or pass episode_seeds=None"
+        )
+    return np.tile(seeds.astype(np.int64), profiles)
+
+
+def _play_jobs(
+    wrapped: PopulationEnv, queue: _ProfileQueue, results: np.ndarray, max_steps: int | None
+) -> None:
+    """Steps until every job's episode has finished, writing each job's returns into its row of ``results``."""
+    remaining = len(results)
     job_of_copy = dict(queue.job_of_copy)
     steps = 0
     while remaining:
@@ -400,13 +466,6 @@ def simulate_profiles(
         job_of_copy.update(queue.job_of_copy)
         if max_steps is not None and steps >= max_steps and remaining:
             raise RuntimeError(f"simulate_profiles: {remaining} episodes still running after {steps} joint steps")
-    per_profile = results.reshape(num_profiles, episodes_per_profile, num_agents)
-    means = per_profile.mean(axis=1)
-    if episodes_per_profile > 1:
-        errors = per_profile.std(axis=1, ddof=1) / np.sqrt(episodes_per_profile)
-    else:
-        errors = np.zeros_like(means)
-    return means, errors
 
 
 def mixture_profiles(

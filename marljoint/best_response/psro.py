@@ -107,6 +107,11 @@ class PsroConfig:
     """Episodes simulated per new meta-game entry (simulation only)."""
     eval_num_envs: int = 32
     """Env copies used to simulate meta-game entries."""
+    common_random_numbers: bool = False
+    """Simulation only: repetition r of every meta-game entry, in every iteration, is played from the same env
+    reset seed (``episodes_per_entry`` seeds fixed by :attr:`seed`), so every entry meets the same chance outcomes
+    (a card game's deals) and that luck cancels in the comparisons the meta-solver makes. False: each entry's
+    episodes come from fresh seeds."""
     br_steps: int = 50_000
     """Env steps of PPO best-response training per iteration, shared by the players' learners."""
     trainer: JointTrainerConfig = field(default_factory=lambda: JointTrainerConfig(share_parameters=False))
@@ -165,6 +170,8 @@ class PsroConfig:
             raise ValueError(f"seed must be an integer, got {self.seed!r}")
         if not isinstance(self.symmetric, bool):
             raise ValueError(f"symmetric must be True or False, got {self.symmetric!r}")
+        if not isinstance(self.common_random_numbers, bool):
+            raise ValueError(f"common_random_numbers must be True or False, got {self.common_random_numbers!r}")
         check_warm_start(self.warm_start, self.warm_start_policy_scale)
         check_gain_settings(self.gain_every, self.gain_steps, self.gain_episodes)
 
@@ -357,7 +364,8 @@ class PSRO:
                 else:
                     seed = _derived_seed(self.config.seed, self.iteration, 2)
                     values, _ = simulate_profiles(
-                        self._evaluation_env(), self.populations, missing, self.config.episodes_per_entry, seed
+                        self._evaluation_env(), self.populations, missing, self.config.episodes_per_entry, seed,
+                        episode_seeds=self._entry_seeds(),
                     )
                 episodes = len(missing) * self.config.episodes_per_entry
             self.meta_game.fill(missing, values)
@@ -557,12 +565,23 @@ class PSRO:
                 chunk,
                 self.config.episodes_per_entry,
                 _derived_seed(self.config.seed, self.iteration, 2, k),
+                self._entry_seeds(),
             )
             for k, chunk in enumerate(chunks)
         ]
         return np.concatenate([means for means, _ in self._engine().map(simulate_chunk, calls)])
 
     # ------------------------------------------------------------------ internals
+    def _entry_seeds(self) -> np.ndarray | None:
+        """With :attr:`~PsroConfig.common_random_numbers`: the env reset seed of each repetition, the same for every
+        entry of the run; else None."""
+        if not self.config.common_random_numbers:
+            return None
+        return np.array(
+            [_derived_seed(self.config.seed, 0, 5, r) % 2**31 for r in range(self.config.episodes_per_entry)],
+            dtype=np.int64,
+        )
+
     def _evaluation_env(self) -> PettingZooJointEnv:
         if self._eval_env is None:
             self._eval_env = PettingZooJointEnv(

@@ -256,6 +256,12 @@ class PettingZooJointEnv:
         )
         self._index = {a: i for i, a in enumerate(agents)}
         self._episode_seeds: list[np.random.Generator] = []
+        self.episode_seed_source: Callable[[int], int | None] | None = None
+        """Called with a copy's index each time that copy is reset (by :meth:`reset`, or by :meth:`step` when its
+        episode ends), before the reset: an ``int`` it returns seeds that reset in place of the copy's own seed
+        stream (which advances all the same), ``None`` keeps the stream's. ``None`` (the default): no hook. For
+        callers that choose the episodes, e.g. the same chance outcomes for every meta-game profile
+        (:func:`~marljoint.best_response.simulate_profiles` with ``episode_seeds``)."""
         self._slot = [self.spec.group_of(i) for i in range(len(agents))]
         self._direct_obs = [
             isinstance(space, spaces.Box) and tuple(space.shape) == layout.shape and not layout.has_mask
@@ -329,7 +335,7 @@ class PettingZooJointEnv:
         ]
         for e in range(self.num_envs):
             first_seed = int(self._episode_seeds[e].integers(2**31)) if seed is None else int(seed) + offset + e
-            self._reset_copy(e, first_seed)
+            self._reset_copy(e, self._chosen_seed(e, first_seed))
         self._returns[:] = 0.0
         self._lengths[:] = 0
         self._terminated[:] = False
@@ -367,7 +373,7 @@ class PettingZooJointEnv:
             finished_lengths.append(int(self._lengths[e]))
             self._returns[e] = 0.0
             self._lengths[e] = 0
-            self._reset_copy(e, int(self._episode_seeds[e].integers(2**31)))
+            self._reset_copy(e, self._chosen_seed(e, int(self._episode_seeds[e].integers(2**31))))
             self._reset_envs[e] = True
         self._check_finite()
         N = self.spec.num_agents
@@ -661,6 +667,17 @@ class PettingZooJointEnv:
         space = self._act_spaces[i]
         # Actions within the check's tolerance of a bound are clipped onto it, so the env always gets a member.
         return np.clip(value.reshape(layout.env_shape).astype(space.dtype), space.low, space.high)
+
+    def _chosen_seed(self, e: int, own: int) -> int:
+        """The seed of copy e's next reset: :attr:`episode_seed_source`'s when it gives one, else ``own``."""
+        if self.episode_seed_source is None:
+            return own
+        chosen = self.episode_seed_source(e)
+        if chosen is None:
+            return own
+        if not isinstance(chosen, (int, np.integer)) or isinstance(chosen, bool):
+            raise TypeError(f"episode_seed_source returned {chosen!r} for copy {e}; return an int or None")
+        return int(chosen)
 
     # ------------------------------------------------------------------ parallel envs
     def _reset_copy(self, e: int, seed: int | None) -> None:

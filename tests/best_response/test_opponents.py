@@ -140,3 +140,68 @@ def test_mixture_profiles_and_assigner_errors():
         env.reset(seed=0)
     with pytest.raises(RuntimeError, match="before reset"):
         PopulationEnv(kuhn_env(), [[], []], MetaStrategyAssigner([[1.0], [1.0]], [0, 1])).step(None)
+
+
+def always_pass_return(seed: int) -> float:
+    """Player 0's return in one Kuhn poker game that both players check down, played on the raw AEC env."""
+    env = kuhn_poker_v0.raw_env()
+    env.reset(seed=seed)
+    total = 0.0
+    for agent in env.agent_iter():
+        _, reward, terminated, truncated, _ = env.last()
+        if agent == env.possible_agents[0]:
+            total += reward
+        env.step(None if terminated or truncated else 0)
+    return total
+
+
+def test_common_random_numbers_give_every_profile_the_same_deals():
+    # Four copies of one "always pass" table: every profile's return is decided by the cards alone.
+    members = [[KuhnTablePolicy(ALWAYS_PASS, p) for _ in range(2)] for p in range(2)]
+    profiles = np.array([[0, 0], [1, 1], [0, 1]])
+    seeds = np.arange(100, 124)
+    env = kuhn_env(5)
+    means, errors = simulate_profiles(env, members, profiles, 24, seed=3, episode_seeds=seeds)
+    expected = np.mean([always_pass_return(int(s)) for s in seeds])
+    np.testing.assert_array_equal(means[:, 0], [expected] * 3)  # the same 24 deals for every profile
+    np.testing.assert_array_equal(errors[0], errors[1])
+    assert env.episode_seed_source is None  # the hook is taken off again
+    fresh, _ = simulate_profiles(env, members, profiles, 24, seed=3)
+    assert len(set(fresh[:, 0].tolist())) > 1  # without them each profile meets its own deals
+
+
+def test_common_random_numbers_reject_bad_seeds_and_envs_that_cannot_take_them():
+    members = [[KuhnTablePolicy(ALWAYS_PASS, p)] for p in range(2)]
+    profiles = np.array([[0, 0]])
+    with pytest.raises(ValueError, match=r"episode_seeds has shape \(3,\).*one integer seed per repetition \(4\)"):
+        simulate_profiles(kuhn_env(), members, profiles, 4, seed=0, episode_seeds=[1, 2, 3])
+    with pytest.raises(ValueError, match="dtype float64; pass one integer seed per repetition"):
+        simulate_profiles(kuhn_env(), members, profiles, 2, seed=0, episode_seeds=[1.0, 2.0])
+
+    class NoSeedHook:
+        spec = kuhn_env().spec
+        num_envs = 4
+
+    with pytest.raises(TypeError, match="NoSeedHook cannot seed its copies' resets"):
+        simulate_profiles(NoSeedHook(), members, profiles, 2, seed=0, episode_seeds=[1, 2])
+
+
+def test_the_episode_seed_source_seeds_the_resets_it_chooses():
+    env, reference = kuhn_env(3), PettingZooJointEnv(kuhn_poker_v0.raw_env, num_envs=1, seed=0)
+    asked = []
+
+    def source(copy):
+        asked.append(copy)
+        return 77 if copy == 1 else None
+
+    env.episode_seed_source = source
+    first = env.reset(seed=0)
+    assert asked == [0, 1, 2]
+    seeded = reference.reset(seed=77)
+    np.testing.assert_array_equal(first.obs[0][1], seeded.obs[0][0])
+    plain = PettingZooJointEnv(kuhn_poker_v0.raw_env, num_envs=3, seed=0).reset(seed=0)
+    np.testing.assert_array_equal(first.obs[0][[0, 2]], plain.obs[0][[0, 2]])  # the others keep their streams
+    assert not np.array_equal(plain.obs[0][1], seeded.obs[0][0])  # seed 77 deals copy 1 other cards than its own
+    env.episode_seed_source = lambda copy: "seven"
+    with pytest.raises(TypeError, match="episode_seed_source returned 'seven' for copy 0; return an int or None"):
+        env.reset(seed=0)

@@ -213,3 +213,15 @@ def test_leduc_set_items_given_twice_add_up():
     with benchmark_module("leduc") as bench:
         args = bench.command_line().parse_args(["--set", "br_steps=80000", "--set", "trainer.learning_rate=0.003"])
         assert bench.parse_changes(args.set) == ({"br_steps": 80000}, {"learning_rate": 0.003})
+
+
+def test_the_common_random_numbers_benchmark_prints_both_spreads(monkeypatch, capsys):
+    pytest.importorskip("pyspiel")
+    with benchmark_module("common_random_numbers") as bench:
+        argv = ["common_random_numbers.py", "--game", "openspiel:kuhn_poker", "--episodes", "4", "--repetitions", "3"]
+        monkeypatch.setattr(sys, "argv", argv)
+        bench.main()
+    rows = capsys.readouterr().out.strip().splitlines()[2:]
+    assert [row.split(" | ")[0] for row in rows] == ["| independent", "| common"]
+    spreads = [[float(x) for x in " ".join(row.strip("| ").split(" | ")[1:]).split()] for row in rows]
+    assert all(len(s) == 9 and all(np.isfinite(s)) and max(s) > 0 for s in spreads)

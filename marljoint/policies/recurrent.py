@@ -210,13 +210,19 @@ def _replay(
     if k > 1:
         keep = keep.repeat(1, k, 1, 1)
         moves = None if moves is None else moves.repeat(1, k, 1, 1)
-    outputs = []
-    for t, gates_t in enumerate(gates_x.unbind(1)):
-        state = state * keep[t]
-        out, new_state = _cell(cell.kind, cell.hidden_size, gates_t, state, weight_hh, bias_hh)
-        state = new_state if moves is None else torch.where(moves[t], new_state, state)
-        outputs.append(out)
-    out_all = torch.stack(outputs)
+    needs_grad = torch.is_grad_enabled() and any(
+        t.requires_grad for t in (gates_x, state, weight_hh, bias_hh)
+    )
+    if cell.kind == "gru" and needs_grad:
+        out_all, state = _GruSequence.apply(gates_x.transpose(0, 1), state, weight_hh, bias_hh, keep, moves)
+    else:
+        outputs = []
+        for t, gates_t in enumerate(gates_x.unbind(1)):
+            state = state * keep[t]
+            out, new_state = _cell(cell.kind, cell.hidden_size, gates_t, state, weight_hh, bias_hh)
+            state = new_state if moves is None else torch.where(moves[t], new_state, state)
+            outputs.append(out)
+        out_all = torch.stack(outputs)
     m = members // k
     return [(out_all[:, i * m : (i + 1) * m], state[i * m : (i + 1) * m]) for i in range(k)]
 
@@ -241,3 +247,85 @@ def _cell(
     c = torch.sigmoid(f) * memory + torch.sigmoid(i) * torch.tanh(g)
     new_h = torch.sigmoid(o) * torch.tanh(c)
     return new_h, torch.cat((new_h, c), dim=-1)
+
+
+class _GruSequence(torch.autograd.Function):
+    """A GRU's recurrence over a whole chunk with a hand-written backward.
+
+    The forward computes exactly what :func:`_replay`'s step loop computes (the same operations in the same order,
+    so the same bits), keeping each step's gates; the backward walks the chunk in reverse with the GRU's
+    derivatives, about a third of the operations autograd records per step, and forms the hidden-to-hidden weight
+    gradient in one batched product over all steps.
+
+    Inputs: ``gates_x [L, M, B, 3h]`` (``x W_ih + b_ih``), ``state [M, B, h]``, ``weight_hh [M, h, 3h]``,
+    ``bias_hh [M, 3h]``, ``keep [L, M, B, 1]`` (0 where an episode starts), ``moves [L, M, B, 1]`` bool or None.
+    Outputs: ``(outputs [L, M, B, h], final state [M, B, h])``.
+    """
+
+    @staticmethod
+    def forward(  # type: ignore[override]
+        ctx: torch.autograd.function.FunctionCtx,
+        gates_x: torch.Tensor,
+        state: torch.Tensor,
+        weight_hh: torch.Tensor,
+        bias_hh: torch.Tensor,
+        keep: torch.Tensor,
+        moves: torch.Tensor | None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        h = state.shape[-1]
+        kept, resets, updates, candidates, hidden_n, outputs = [], [], [], [], [], []
+        for t in range(gates_x.shape[0]):
+            state = state * keep[t]
+            gates_h = torch.baddbmm(bias_hh.unsqueeze(1), state, weight_hh)
+            x_r, x_z, x_n = gates_x[t].split(h, dim=-1)
+            h_r, h_z, h_n = gates_h.split(h, dim=-1)
+            r = torch.sigmoid(x_r + h_r)
+            z = torch.sigmoid(x_z + h_z)
+            n = torch.tanh(x_n + r * h_n)
+            new_h = n + z * (state - n)
+            kept.append(state)
+            resets.append(r)
+            updates.append(z)
+            candidates.append(n)
+            hidden_n.append(h_n)
+            outputs.append(new_h)
+            state = new_h if moves is None else torch.where(moves[t], new_h, state)
+        saved = [torch.stack(x) for x in (kept, resets, updates, candidates, hidden_n)]
+        ctx.save_for_backward(weight_hh, keep, *saved, *(() if moves is None else (moves,)))
+        ctx.has_moves = moves is not None
+        return torch.stack(outputs), state
+
+    @staticmethod
+    def backward(  # type: ignore[override]
+        ctx: torch.autograd.function.FunctionCtx, grad_outputs: torch.Tensor, grad_state: torch.Tensor
+    ) -> tuple[torch.Tensor | None, ...]:
+        weight_hh, keep, kept, resets, updates, candidates, hidden_n, *rest = ctx.saved_tensors
+        moves = rest[0] if ctx.has_moves else None
+        h = kept.shape[-1]
+        weight_t = weight_hh.transpose(1, 2)
+        grad_hidden_gates = []  # per step, the gradient of x·W_hh + b_hh's three blocks
+        grad_input_gates = []  # per step, the gradient of x·W_ih + b_ih's
+        carried = grad_state
+        for t in reversed(range(kept.shape[0])):
+            if moves is None:
+                grad_new, grad_kept = grad_outputs[t] + carried, None
+            else:
+                grad_new = grad_outputs[t] + torch.where(moves[t], carried, 0.0)
+                grad_kept = torch.where(moves[t], 0.0, carried)
+            r, z, n = resets[t], updates[t], candidates[t]
+            grad_a_n = grad_new * (1.0 - z) * (1.0 - n * n)
+            grad_a_z = grad_new * (kept[t] - n) * z * (1.0 - z)
+            grad_a_r = grad_a_n * hidden_n[t] * r * (1.0 - r)
+            grad_h = torch.cat((grad_a_r, grad_a_z, grad_a_n * r), dim=-1)
+            grad_input_gates.append(torch.cat((grad_a_r, grad_a_z, grad_a_n), dim=-1))
+            grad_hidden_gates.append(grad_h)
+            through = grad_new * z + torch.bmm(grad_h, weight_t)
+            carried = (through if grad_kept is None else grad_kept + through) * keep[t]
+        grad_h_all = torch.stack(grad_hidden_gates[::-1])  # [L, M, B, 3h]
+        members = kept.shape[1]
+        grad_weight = torch.bmm(
+            kept.transpose(0, 1).reshape(members, -1, h).transpose(1, 2),
+            grad_h_all.transpose(0, 1).reshape(members, -1, 3 * h),
+        )
+        grad_bias = grad_h_all.sum(dim=(0, 2))
+        return torch.stack(grad_input_gates[::-1]), carried, grad_weight, grad_bias, None, None

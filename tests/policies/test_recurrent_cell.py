@@ -68,3 +68,52 @@ def test_the_lstm_starts_with_its_forget_gate_open_and_bad_settings_are_refused(
         StackedRecurrentCell(1, 2, 0)
     with pytest.raises(ValueError, match=r"forward_sequence takes x \[L, M, B, 2\]"):
         cell.forward_sequence(torch.zeros(3, 1, 4, 2), torch.zeros(1, 4, 5), torch.zeros(3, 1, 4, dtype=torch.bool))
+
+
+def stepwise(cell, x, state, starts, advance):
+    """forward_sequence's meaning, one autograd-recorded step at a time."""
+    outputs = []
+    for t in range(x.shape[0]):
+        state = state * (~starts[t]).unsqueeze(-1)
+        out, new_state = cell.step(x[t], state)
+        state = new_state if advance is None else torch.where(advance[t].unsqueeze(-1), new_state, state)
+        outputs.append(out)
+    return torch.stack(outputs), state
+
+
+@pytest.mark.parametrize("with_advance", [False, True])
+def test_the_grus_hand_written_backward_matches_autograd_step_by_step(with_advance):
+    generator = torch.Generator().manual_seed(3)
+    cells = [StackedRecurrentCell(3, 5, 4, "gru", generator=generator).double() for _ in range(2)]
+    for cell in cells:
+        with torch.no_grad():
+            cell.bias_ih.normal_(generator=generator)
+            cell.bias_hh.normal_(generator=generator)
+    length, members, batch = 9, 3, 6
+    xs = [torch.randn(length, members, batch, 5, dtype=torch.double, generator=generator) for _ in cells]
+    states = [torch.randn(members, batch, 4, dtype=torch.double, generator=generator) for _ in cells]
+    starts = torch.rand(length, members, batch, generator=generator) < 0.2
+    advance = torch.rand(length, members, batch, generator=generator) < 0.7 if with_advance else None
+    weights = [torch.randn(length, members, batch, 4, dtype=torch.double, generator=generator) for _ in cells]
+
+    def loss_and_grads(replay):
+        inputs = [x.clone().requires_grad_() for x in xs]
+        starting = [s.clone().requires_grad_() for s in states]
+        results = replay(inputs, starting)
+        loss = sum((out * w).sum() + (final**3).sum() for (out, final), w in zip(results, weights))
+        leaves = [p for cell in cells for p in cell.parameters()] + inputs + starting
+        return results, torch.autograd.grad(loss, leaves)
+
+    fused, fused_grads = loss_and_grads(
+        lambda inputs, starting: StackedRecurrentCell.forward_sequences(cells, inputs, starting, starts, advance)
+    )
+    reference, reference_grads = loss_and_grads(
+        lambda inputs, starting: [stepwise(c, x, s, starts, advance) for c, x, s in zip(cells, inputs, starting)]
+    )
+    with torch.no_grad():  # the plain loop, which rollouts run: the same forward, bit for bit
+        plain = StackedRecurrentCell.forward_sequences(cells, xs, states, starts, advance)
+    for (out, final), (out_plain, final_plain), (out_ref, final_ref) in zip(fused, plain, reference):
+        assert torch.equal(out, out_plain) and torch.equal(final, final_plain)
+        torch.testing.assert_close((out, final), (out_ref, final_ref), rtol=1e-12, atol=1e-12)
+    for grad, grad_ref in zip(fused_grads, reference_grads):
+        torch.testing.assert_close(grad, grad_ref, rtol=1e-10, atol=1e-12)

@@ -5,6 +5,10 @@ first on every parameter like the other stacked layers (:mod:`marljoint.policies
 (M = 1, agents folded into the batch) and per-agent weights (M = n_g) are one code path and per-member
 optimisation and clipping work unchanged. The state of one member's batch row is one tensor of
 :attr:`StackedRecurrentCell.state_size` numbers: ``h`` for a GRU, ``h`` then ``c`` for an LSTM.
+
+Replaying a chunk for the update is one autograd node per chunk with a hand-written backward (``_GruSequence``,
+``_LstmSequence``): the same forward bits as the step loop the rollout runs, and about a third less update time
+than autograd recording every cell step.
 """
 
 from __future__ import annotations
@@ -213,8 +217,9 @@ def _replay(
     needs_grad = torch.is_grad_enabled() and any(
         t.requires_grad for t in (gates_x, state, weight_hh, bias_hh)
     )
-    if cell.kind == "gru" and needs_grad:
-        out_all, state = _GruSequence.apply(gates_x.transpose(0, 1), state, weight_hh, bias_hh, keep, moves)
+    if needs_grad:
+        sequence = _GruSequence if cell.kind == "gru" else _LstmSequence
+        out_all, state = sequence.apply(gates_x.transpose(0, 1), state, weight_hh, bias_hh, keep, moves)
     else:
         outputs = []
         for t, gates_t in enumerate(gates_x.unbind(1)):
@@ -254,7 +259,7 @@ class _GruSequence(torch.autograd.Function):
 
     The forward computes exactly what :func:`_replay`'s step loop computes (the same operations in the same order,
     so the same bits), keeping each step's gates; the backward walks the chunk in reverse with the GRU's
-    derivatives, about a third of the operations autograd records per step, and forms the hidden-to-hidden weight
+    derivatives (fewer and larger operations than autograd records step by step), and forms the hidden-to-hidden weight
     gradient in one batched product over all steps.
 
     Inputs: ``gates_x [L, M, B, 3h]`` (``x W_ih + b_ih``), ``state [M, B, h]``, ``weight_hh [M, h, 3h]``,
@@ -301,7 +306,6 @@ class _GruSequence(torch.autograd.Function):
     ) -> tuple[torch.Tensor | None, ...]:
         weight_hh, keep, kept, resets, updates, candidates, hidden_n, *rest = ctx.saved_tensors
         moves = rest[0] if ctx.has_moves else None
-        h = kept.shape[-1]
         weight_t = weight_hh.transpose(1, 2)
         grad_hidden_gates = []  # per step, the gradient of x·W_hh + b_hh's three blocks
         grad_input_gates = []  # per step, the gradient of x·W_ih + b_ih's
@@ -321,11 +325,87 @@ class _GruSequence(torch.autograd.Function):
             grad_hidden_gates.append(grad_h)
             through = grad_new * z + torch.bmm(grad_h, weight_t)
             carried = (through if grad_kept is None else grad_kept + through) * keep[t]
-        grad_h_all = torch.stack(grad_hidden_gates[::-1])  # [L, M, B, 3h]
-        members = kept.shape[1]
-        grad_weight = torch.bmm(
-            kept.transpose(0, 1).reshape(members, -1, h).transpose(1, 2),
-            grad_h_all.transpose(0, 1).reshape(members, -1, 3 * h),
-        )
-        grad_bias = grad_h_all.sum(dim=(0, 2))
+        grad_weight, grad_bias = _hidden_weight_grads(kept, torch.stack(grad_hidden_gates[::-1]))
         return torch.stack(grad_input_gates[::-1]), carried, grad_weight, grad_bias, None, None
+
+
+def _hidden_weight_grads(hidden: torch.Tensor, grad_gates: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The gradients of ``weight_hh`` ``[M, h, G·h]`` and ``bias_hh`` ``[M, G·h]`` from every step's hidden input
+    ``[L, M, B, h]`` and the gradient of its gate pre-activations ``[L, M, B, G·h]``: one batched product."""
+    members = hidden.shape[1]
+    grad_weight = torch.bmm(
+        hidden.transpose(0, 1).reshape(members, -1, hidden.shape[-1]).transpose(1, 2),
+        grad_gates.transpose(0, 1).reshape(members, -1, grad_gates.shape[-1]),
+    )
+    return grad_weight, grad_gates.sum(dim=(0, 2))
+
+
+class _LstmSequence(torch.autograd.Function):
+    """An LSTM's recurrence over a whole chunk with a hand-written backward, as :class:`_GruSequence` is for the
+    GRU (the same inputs and outputs; the state is ``h`` then ``c``, ``[M, B, 2h]``)."""
+
+    @staticmethod
+    def forward(  # type: ignore[override]
+        ctx: torch.autograd.function.FunctionCtx,
+        gates_x: torch.Tensor,
+        state: torch.Tensor,
+        weight_hh: torch.Tensor,
+        bias_hh: torch.Tensor,
+        keep: torch.Tensor,
+        moves: torch.Tensor | None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        h = state.shape[-1] // 2
+        saved: list[list[torch.Tensor]] = [[] for _ in range(6)]  # kept state, σ(i), σ(f), tanh(g), σ(o), tanh(c)
+        outputs = []
+        for t in range(gates_x.shape[0]):
+            state = state * keep[t]
+            hidden, memory = state.split(h, dim=-1)
+            gates_h = torch.baddbmm(bias_hh.unsqueeze(1), hidden, weight_hh)
+            i, f, g, o = (gates_x[t] + gates_h).split(h, dim=-1)
+            input_gate, forget_gate, candidate, output_gate = (
+                torch.sigmoid(i), torch.sigmoid(f), torch.tanh(g), torch.sigmoid(o)
+            )
+            c = forget_gate * memory + input_gate * candidate
+            squashed = torch.tanh(c)
+            new_h = output_gate * squashed
+            for store, value in zip(saved, (state, input_gate, forget_gate, candidate, output_gate, squashed)):
+                store.append(value)
+            outputs.append(new_h)
+            new_state = torch.cat((new_h, c), dim=-1)
+            state = new_state if moves is None else torch.where(moves[t], new_state, state)
+        ctx.save_for_backward(weight_hh, keep, *(torch.stack(x) for x in saved), *(() if moves is None else (moves,)))
+        ctx.has_moves = moves is not None
+        return torch.stack(outputs), state
+
+    @staticmethod
+    def backward(  # type: ignore[override]
+        ctx: torch.autograd.function.FunctionCtx, grad_outputs: torch.Tensor, grad_state: torch.Tensor
+    ) -> tuple[torch.Tensor | None, ...]:
+        weight_hh, keep, kept, input_gate, forget_gate, candidate, output_gate, squashed, *rest = ctx.saved_tensors
+        moves = rest[0] if ctx.has_moves else None
+        h = kept.shape[-1] // 2
+        weight_t = weight_hh.transpose(1, 2)
+        grad_gate_steps = []
+        carried = grad_state
+        for t in reversed(range(kept.shape[0])):
+            if moves is None:
+                grad_new, grad_kept = carried, None
+            else:
+                grad_new = torch.where(moves[t], carried, 0.0)
+                grad_kept = torch.where(moves[t], 0.0, carried)
+            grad_h, grad_c = grad_new.split(h, dim=-1)
+            grad_h = grad_h + grad_outputs[t]
+            i, f, g, o, tc = input_gate[t], forget_gate[t], candidate[t], output_gate[t], squashed[t]
+            grad_c = grad_c + grad_h * o * (1.0 - tc * tc)
+            memory = kept[t, ..., h:]
+            grad_gates = torch.cat(
+                (grad_c * g * i * (1.0 - i), grad_c * memory * f * (1.0 - f), grad_c * i * (1.0 - g * g),
+                 grad_h * tc * o * (1.0 - o)),
+                dim=-1,
+            )
+            grad_gate_steps.append(grad_gates)
+            through = torch.cat((torch.bmm(grad_gates, weight_t), grad_c * f), dim=-1)
+            carried = (through if grad_kept is None else grad_kept + through) * keep[t]
+        grad_gates_all = torch.stack(grad_gate_steps[::-1])
+        grad_weight, grad_bias = _hidden_weight_grads(kept[..., :h].contiguous(), grad_gates_all)
+        return grad_gates_all, carried, grad_weight, grad_bias, None, None

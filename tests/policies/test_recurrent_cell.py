@@ -81,17 +81,18 @@ def stepwise(cell, x, state, starts, advance):
     return torch.stack(outputs), state
 
 
+@pytest.mark.parametrize("kind", ["gru", "lstm"])
 @pytest.mark.parametrize("with_advance", [False, True])
-def test_the_grus_hand_written_backward_matches_autograd_step_by_step(with_advance):
+def test_the_hand_written_sequence_backward_matches_autograd_step_by_step(kind, with_advance):
     generator = torch.Generator().manual_seed(3)
-    cells = [StackedRecurrentCell(3, 5, 4, "gru", generator=generator).double() for _ in range(2)]
+    cells = [StackedRecurrentCell(3, 5, 4, kind, generator=generator).double() for _ in range(2)]
     for cell in cells:
         with torch.no_grad():
             cell.bias_ih.normal_(generator=generator)
             cell.bias_hh.normal_(generator=generator)
     length, members, batch = 9, 3, 6
     xs = [torch.randn(length, members, batch, 5, dtype=torch.double, generator=generator) for _ in cells]
-    states = [torch.randn(members, batch, 4, dtype=torch.double, generator=generator) for _ in cells]
+    states = [torch.randn(members, batch, cells[0].state_size, dtype=torch.double, generator=generator) for _ in cells]
     starts = torch.rand(length, members, batch, generator=generator) < 0.2
     advance = torch.rand(length, members, batch, generator=generator) < 0.7 if with_advance else None
     weights = [torch.randn(length, members, batch, 4, dtype=torch.double, generator=generator) for _ in cells]

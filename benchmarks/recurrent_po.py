@@ -21,7 +21,8 @@ Five tasks (``--task``), PettingZoo MPE envs with part of an agent's observation
   the goal once: the listener, the one agent trained, hears the goal's index (one-hot, in its word slot) on the
   reset observation and silence after it, while it sees the landmarks throughout. A discrete cue to keep for 25
   steps, what a teammate said: without memory the listener knows the goal on the first step only, with 4 stacked
-  frames on the first 4.
+  frames on the first 4. ``speaker_listener_word_always``, the same listener hearing the word on every step, is
+  its full-information reference.
 
 Three policies train with marljoint's plain defaults (what ``marljoint train`` uses, no preset) for the same
 env-step budget:
@@ -161,14 +162,19 @@ WORD = slice(-3, None)
 """Where the listener's observation holds the speaker's word (one of 3, one-hot): its last 3 numbers."""
 
 
-def _word_once_env() -> type:
+def _scripted_speaker_env(once: bool) -> type:
     from pettingzoo import ParallelEnv
 
-    class WordOnce(ParallelEnv):
-        """``simple_speaker_listener_v4`` with a scripted speaker that names the goal once: the listener (the one
-        agent) hears the goal's index, one-hot, on the reset observation and silence (zeros) after it."""
+    class ScriptedSpeaker(ParallelEnv):
+        """``simple_speaker_listener_v4`` with a scripted speaker that names the goal: the listener (the one agent)
+        hears the goal's index, one-hot, on the reset observation, then silence (zeros) when ``once`` is True or
+        the same word on every step when it is False."""
 
-        metadata = {"name": "speaker_listener_word_once", "render_modes": [], "is_parallelizable": True}
+        metadata = {
+            "name": "speaker_listener_word_once" if once else "speaker_listener_word_always",
+            "render_modes": [],
+            "is_parallelizable": True,
+        }
 
         def __init__(self) -> None:
             from mpe2 import simple_speaker_listener_v4
@@ -194,16 +200,16 @@ def _word_once_env() -> type:
 
         def step(self, actions: dict[str, Any]) -> tuple[dict[str, Any], ...]:
             obs, rewards, terms, truncs, infos = self.env.step({SPEAKER: 0, LISTENER: actions[LISTENER]})
-            silent = np.array(obs[LISTENER], copy=True)
-            silent[WORD] = 0.0
+            heard = np.array(obs[LISTENER], copy=True)
+            heard[WORD] = 0.0 if once else np.eye(3, dtype=heard.dtype)[self._word]
             self.agents = [LISTENER] if not (terms[LISTENER] or truncs[LISTENER]) else []
-            return ({LISTENER: silent}, {LISTENER: rewards[LISTENER]}, {LISTENER: terms[LISTENER]},
+            return ({LISTENER: heard}, {LISTENER: rewards[LISTENER]}, {LISTENER: terms[LISTENER]},
                     {LISTENER: truncs[LISTENER]}, {LISTENER: infos[LISTENER]})
 
         def close(self) -> None:
             self.env.close()
 
-    return WordOnce
+    return ScriptedSpeaker
 
 
 def speaker_listener_word_once(stack: int = 1) -> Any:
@@ -212,7 +218,16 @@ def speaker_listener_word_once(stack: int = 1) -> Any:
     last ``stack`` observations concatenated when ``stack > 1``."""
     import supersuit
 
-    env = _word_once_env()()
+    env = _scripted_speaker_env(once=True)()
+    return supersuit.frame_stack_v1(env, stack_size=stack) if stack > 1 else env
+
+
+def speaker_listener_word_always(stack: int = 1) -> Any:
+    """The reference for ``speaker_listener_word_once``: the same scripted speaker naming the goal on every step,
+    so that the listener needs no memory; the last ``stack`` observations concatenated when ``stack > 1``."""
+    import supersuit
+
+    env = _scripted_speaker_env(once=False)()
     return supersuit.frame_stack_v1(env, stack_size=stack) if stack > 1 else env
 
 
@@ -225,6 +240,9 @@ TASKS: dict[str, tuple[Any, str]] = {
     "spread_landmarks_every_8": (spread_landmarks_every_8, "spread, landmarks seen on every 8th step only"),
     "speaker_listener_word_once": (
         speaker_listener_word_once, "speaker-listener, the goal named to the listener once, at the start"
+    ),
+    "speaker_listener_word_always": (
+        speaker_listener_word_always, "speaker-listener, the goal named to the listener on every step (reference)"
     ),
 }
 """Each task: (its env factory taking the frames to stack, what it is)."""

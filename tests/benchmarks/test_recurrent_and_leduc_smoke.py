@@ -129,6 +129,12 @@ def test_the_listener_hears_the_goal_once_and_the_env_passes_the_api_test():
         assert episode_limit(bench.speaker_listener_word_once(1)) == 25
         stacked, _ = bench.speaker_listener_word_once(4).reset(seed=3)
         assert stacked[bench.LISTENER].shape == (4 * first[bench.LISTENER].shape[0],)
+        always = bench.speaker_listener_word_always(1)  # the reference hears the same word on every step
+        first_always, _ = always.reset(seed=2)
+        for _ in range(3):
+            obs, *_ = always.step({bench.LISTENER: 2})
+            np.testing.assert_array_equal(obs[bench.LISTENER][bench.WORD], first_always[bench.LISTENER][bench.WORD])
+        assert first_always[bench.LISTENER][bench.WORD].sum() == 1
 
 
 def test_the_recurrent_benchmark_trains_every_policy_resumes_and_reports(tmp_path, monkeypatch, capsys):

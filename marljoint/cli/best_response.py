@@ -284,6 +284,12 @@ def register(subparsers: Any) -> None:
     )
     psro.add_argument("--br-steps", type=positive_int, help="env steps of PPO training per best response iteration")
     psro.add_argument("--episodes-per-entry", type=positive_int, help="episodes per simulated meta-game entry")
+    psro.add_argument(
+        "--common-random-numbers",
+        action="store_true",
+        help="simulate every meta-game entry on the same env reset seeds (the same deals), so chance cancels when "
+        "entries are compared",
+    )
     psro.add_argument("--symmetric", action="store_true", help="two interchangeable seats share one population")
     psro.add_argument(
         "--warm-start",
@@ -544,6 +550,7 @@ def run_psro(args: argparse.Namespace) -> int:
             evaluation=args.evaluation,
             episodes_per_entry=args.episodes_per_entry or recipe.episodes_per_entry,
             eval_num_envs=recipe.eval_num_envs,
+            common_random_numbers=args.common_random_numbers,
             br_steps=args.br_steps or recipe.br_steps,
             trainer=_trainer_config("psro", recipe.trainer, args),
             symmetric=args.symmetric,

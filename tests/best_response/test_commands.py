@@ -37,6 +37,20 @@ def test_psro_exact_writes_one_row_per_iteration_and_resumes(tmp_path):
     assert [int(r["iteration"]) for r in rows] == list(range(9)) and float(rows[-1]["exploitability"]) < 0.01
 
 
+def test_psro_simulates_on_common_seeds_when_asked(tmp_path):
+    from marljoint.best_response import PSRO
+    from marljoint.best_response.games import KuhnGame
+    from marljoint_envs import kuhn_poker_v0
+
+    argv = ["psro", "--env", "kuhn_poker_v0", "--oracle", "exact", "--evaluation", "simulation", "--iterations", "2"]
+    for flag, name in (([], "plain"), (["--common-random-numbers"], "common")):
+        assert run(argv + flag + ["--episodes-per-entry", "8", "--out", str(tmp_path / name)]) == 0
+    plain = PSRO.load(tmp_path / "plain", kuhn_poker_v0.raw_env, KuhnGame())
+    common = PSRO.load(tmp_path / "common", kuhn_poker_v0.raw_env, KuhnGame())
+    assert common.config.common_random_numbers and not plain.config.common_random_numbers
+    assert (common.meta_game.payoffs[0] != plain.meta_game.payoffs[0]).any()
+
+
 def test_psro_matrix_game_with_env_kwargs(tmp_path):
     argv = ["psro", "--env", "matrix_game_v0", "--env-kwargs", '{"game": "matching_pennies"}', "--oracle", "exact"]
     run(argv + ["--iterations", "2", "--out", str(tmp_path), "--seed", "1", "--meta-solver", "regret_matching"])

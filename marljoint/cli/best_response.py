@@ -285,6 +285,14 @@ def register(subparsers: Any) -> None:
     psro.add_argument("--br-steps", type=positive_int, help="env steps of PPO training per best response iteration")
     psro.add_argument("--episodes-per-entry", type=positive_int, help="episodes per simulated meta-game entry")
     psro.add_argument(
+        "--refine-episodes",
+        type=non_negative_int,
+        default=0,
+        metavar="N",
+        help="after each solve, simulate N episodes of profiles drawn from the meta-strategies, average them into "
+        "their entries and solve again (simulated meta-games; default 0: off)",
+    )
+    psro.add_argument(
         "--common-random-numbers",
         action="store_true",
         help="simulate every meta-game entry on the same env reset seeds (the same deals), so chance cancels when "
@@ -551,6 +559,7 @@ def run_psro(args: argparse.Namespace) -> int:
             episodes_per_entry=args.episodes_per_entry or recipe.episodes_per_entry,
             eval_num_envs=recipe.eval_num_envs,
             common_random_numbers=args.common_random_numbers,
+            refine_episodes=args.refine_episodes,
             br_steps=args.br_steps or recipe.br_steps,
             trainer=_trainer_config("psro", recipe.trainer, args),
             symmetric=args.symmetric,

@@ -1,8 +1,8 @@
 """How much common random numbers cut the noise of a simulated meta-game's comparisons.
 
 PSRO's meta-solver compares entries of the meta-game: how much better member A does than member B against the
-same opponent. Estimated from independent episodes, the difference carries the luck of both entries' deals; with
-``common_random_numbers`` every entry is played on the same env reset seeds (the same deals), so that luck cancels.
+same opponent. Estimated from independent episodes, the difference carries the luck of both entries' deals; played
+on the same env reset seeds (``simulate_profiles(..., episode_seeds=...)``, the same deals), that luck cancels.
 
 This plays three first-seat policies (uniform over the legal actions, and two fixed call/raise mixes) against two
 second-seat policies (uniform, and a fixed mix) of an OpenSpiel game (Leduc poker by default), ``--episodes`` per

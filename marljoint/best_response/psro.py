@@ -114,11 +114,6 @@ class PsroConfig:
     new meta-strategies (every seat's member drawn from its own), each averaged into its entry (weighted by the
     episodes behind it), and the meta-game is solved again. Precision then gathers, iteration after iteration, on
     the entries the equilibrium rests on. 0: off. Needs ``symmetric=False``."""
-    common_random_numbers: bool = False
-    """Simulation only: repetition r of every meta-game entry, in every iteration, is played from the same env
-    reset seed (``episodes_per_entry`` seeds fixed by :attr:`seed`), so every entry meets the same chance outcomes
-    (a card game's deals) and that luck cancels in the comparisons the meta-solver makes. False: each entry's
-    episodes come from fresh seeds."""
     br_steps: int = 50_000
     """Env steps of PPO best-response training per iteration, shared by the players' learners."""
     trainer: JointTrainerConfig = field(default_factory=lambda: JointTrainerConfig(share_parameters=False))
@@ -182,8 +177,6 @@ class PsroConfig:
             raise ValueError(f"refine_episodes must be an integer >= 0 (0: off), got {refine!r}")
         if refine and self.symmetric:
             raise ValueError("refine_episodes needs symmetric=False (a symmetric meta-game mirrors its entries)")
-        if not isinstance(self.common_random_numbers, bool):
-            raise ValueError(f"common_random_numbers must be True or False, got {self.common_random_numbers!r}")
         check_warm_start(self.warm_start, self.warm_start_policy_scale)
         check_gain_settings(self.gain_every, self.gain_steps, self.gain_episodes)
 
@@ -373,7 +366,7 @@ class PSRO:
                 self.meta_game.fill(missing, self.game.profile_values(self._tables, missing))
             else:
                 per_entry = self.config.episodes_per_entry
-                values = self._simulate(missing, per_entry, 2, self._entry_seeds())
+                values = self._simulate(missing, per_entry, 2)
                 episodes = len(missing) * per_entry
                 self.meta_game.fill(missing, values, per_entry)
         return {"meta_game_entries": float(len(missing)), "eval_episodes": float(episodes)}
@@ -402,7 +395,7 @@ class PSRO:
             return {"refined_entries": 0.0, "refine_episodes": 0.0}
         rng = np.random.default_rng(_derived_seed(self.config.seed, self.iteration, 6))
         _, drawn = mixture_profiles([self.meta_policy(seat) for seat in range(self.num_players)], count, rng)
-        returns = self._simulate(drawn, 1, 6, None)
+        returns = self._simulate(drawn, 1, 6)
         profiles, inverse, counts = np.unique(drawn, axis=0, return_inverse=True, return_counts=True)
         sums = np.zeros((len(profiles), returns.shape[1]))
         np.add.at(sums, inverse.reshape(-1), returns)
@@ -585,16 +578,12 @@ class PSRO:
         metrics["br_seconds"] = time.perf_counter() - tick
         return BestResponses(policies, metrics)
 
-    def _simulate(
-        self, profiles: np.ndarray, episodes: int, stream: int, episode_seeds: np.ndarray | None
-    ) -> np.ndarray:
+    def _simulate(self, profiles: np.ndarray, episodes: int, stream: int) -> np.ndarray:
         """``[K, P]`` mean returns of ``profiles`` over ``episodes`` simulated episodes each, in this process or as
         ``task_split`` chunks, seeded by (seed, iteration, stream[, chunk])."""
         if self.config.task_split == 0:
             seed = _derived_seed(self.config.seed, self.iteration, stream)
-            values, _ = simulate_profiles(
-                self._evaluation_env(), self.populations, profiles, episodes, seed, episode_seeds=episode_seeds
-            )
+            values, _ = simulate_profiles(self._evaluation_env(), self.populations, profiles, episodes, seed)
             return values
         from marljoint.best_response.tasks import chunk_envs, simulate_chunk, split_profiles
 
@@ -608,23 +597,12 @@ class PSRO:
                 chunk,
                 episodes,
                 _derived_seed(self.config.seed, self.iteration, stream, k),
-                episode_seeds,
             )
             for k, chunk in enumerate(chunks)
         ]
         return np.concatenate([means for means, _ in self._engine().map(simulate_chunk, calls)])
 
     # ------------------------------------------------------------------ internals
-    def _entry_seeds(self) -> np.ndarray | None:
-        """With :attr:`~PsroConfig.common_random_numbers`: the env reset seed of each repetition, the same for every
-        entry of the run; else None."""
-        if not self.config.common_random_numbers:
-            return None
-        return np.array(
-            [_derived_seed(self.config.seed, 0, 5, r) % 2**31 for r in range(self.config.episodes_per_entry)],
-            dtype=np.int64,
-        )
-
     def _evaluation_env(self) -> PettingZooJointEnv:
         if self._eval_env is None:
             self._eval_env = PettingZooJointEnv(

@@ -76,10 +76,8 @@ def simulate_chunk(
     profiles: np.ndarray,
     episodes_per_profile: int,
     seed: int,
-    episode_seeds: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Estimates meta-game entries by simulation (:func:`~marljoint.best_response.opponents.simulate_profiles`,
-    which ``episode_seeds`` is passed to).
+    """Estimates meta-game entries by simulation (:func:`~marljoint.best_response.opponents.simulate_profiles`).
 
     Returns:
         ``(means, standard_errors)``, each ``[K, N]``.
@@ -92,7 +90,7 @@ def simulate_chunk(
     torch.set_num_threads(1)
     env = PettingZooJointEnv(env_fn, num_envs=num_envs, seed=seed)
     try:
-        return simulate_profiles(env, populations, profiles, episodes_per_profile, seed, episode_seeds=episode_seeds)
+        return simulate_profiles(env, populations, profiles, episodes_per_profile, seed)
     finally:
         env.close()
 

@@ -292,12 +292,6 @@ def register(subparsers: Any) -> None:
         help="after each solve, simulate N episodes of profiles drawn from the meta-strategies, average them into "
         "their entries and solve again (simulated meta-games; default 0: off)",
     )
-    psro.add_argument(
-        "--common-random-numbers",
-        action="store_true",
-        help="simulate every meta-game entry on the same env reset seeds (the same deals), so chance cancels when "
-        "entries are compared",
-    )
     psro.add_argument("--symmetric", action="store_true", help="two interchangeable seats share one population")
     psro.add_argument(
         "--warm-start",
@@ -558,7 +552,6 @@ def run_psro(args: argparse.Namespace) -> int:
             evaluation=args.evaluation,
             episodes_per_entry=args.episodes_per_entry or recipe.episodes_per_entry,
             eval_num_envs=recipe.eval_num_envs,
-            common_random_numbers=args.common_random_numbers,
             refine_episodes=args.refine_episodes,
             br_steps=args.br_steps or recipe.br_steps,
             trainer=_trainer_config("psro", recipe.trainer, args),

@@ -143,8 +143,6 @@ def test_configuration_errors_name_the_field_and_fix():
     assert PsroConfig.from_dict(PsroConfig(seed=3).to_dict()) == PsroConfig(seed=3)
     with pytest.raises(ValueError, match=r"unknown PsroConfig field\(s\) \['iters'\]"):
         PsroConfig.from_dict({"iters": 3})
-    with pytest.raises(ValueError, match="common_random_numbers must be True or False, got 1"):
-        PsroConfig(common_random_numbers=1)
     with pytest.raises(ValueError, match=r"refine_episodes must be an integer >= 0 \(0: off\), got -1"):
         PsroConfig(refine_episodes=-1)
     with pytest.raises(ValueError, match="refine_episodes needs symmetric=False"):
@@ -257,36 +255,6 @@ def test_bad_gain_settings_are_refused(changes, message):
         PsroConfig(**changes)
     with pytest.raises(ValueError, match=message):
         NfspConfig(**changes)
-
-
-@pytest.mark.parametrize("task_split", [0, 1])
-def test_common_random_numbers_play_every_entry_of_the_run_on_the_same_seeds(monkeypatch, task_split):
-    import marljoint.best_response.opponents as opponents
-
-    seen = []
-    simulate = opponents.simulate_profiles
-
-    def recording(*args, episode_seeds=None, **kwargs):
-        seen.append(None if episode_seeds is None else list(episode_seeds))
-        return simulate(*args, episode_seeds=episode_seeds, **kwargs)
-
-    monkeypatch.setattr(opponents, "simulate_profiles", recording)
-    monkeypatch.setattr("marljoint.best_response.psro.simulate_profiles", recording)
-    config = PsroConfig(
-        oracle="exact", evaluation="simulation", iterations=3, episodes_per_entry=16, eval_num_envs=8,
-        common_random_numbers=True, task_split=task_split, engine="local",
-    )
-    psro = PSRO(kuhn_poker_v0.raw_env, config, game=KuhnGame())
-    psro.run()
-    assert len(seen) == 4 and all(seeds == seen[0] for seeds in seen)  # one seed list for the whole run
-    assert len(seen[0]) == 16 and len(set(seen[0])) == 16
-    again = PSRO(kuhn_poker_v0.raw_env, config, game=KuhnGame())
-    again.run()
-    np.testing.assert_array_equal(again.meta_game.payoffs[0], psro.meta_game.payoffs[0])
-    fresh = PSRO(kuhn_poker_v0.raw_env, config.replace(common_random_numbers=False), game=KuhnGame())
-    fresh.run()
-    assert seen[-1] is None
-    assert not np.array_equal(fresh.meta_game.payoffs[0], psro.meta_game.payoffs[0])
 
 
 def test_refinement_averages_episodes_into_the_entries_the_meta_strategies_play(tmp_path):

@@ -23,9 +23,6 @@ class MetaGame:
     With ``symmetric=True`` (two seats sharing one population) the two arrays are kept transposes of each other:
     each filled entry is averaged with its mirror, ``payoffs[0][i, j] = (u_0(i, j) + u_1(j, i)) / 2``.
 
-    ``episodes`` counts the episodes behind each entry (0 where not estimated, or estimated exactly), so that
-    :meth:`refine` can average more episodes into an entry.
-
     Args:
         num_players: P.
         symmetric: two seats with one shared population.
@@ -55,8 +52,6 @@ class MetaGame:
         self.num_players = int(num_players)
         self.symmetric = bool(symmetric)
         self.payoffs: list[np.ndarray] = [np.zeros((0,) * self.num_players) for _ in range(self.num_players)]
-        self.episodes: np.ndarray = np.zeros((0,) * self.num_players)
-        """Episodes behind each entry, shaped as one payoff array."""
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -87,9 +82,6 @@ class MetaGame:
             array[tuple(slice(0, n) for n in payoff.shape)] = payoff
             grown.append(array)
         self.payoffs = grown
-        counts = np.zeros(sizes)
-        counts[tuple(slice(0, n) for n in self.episodes.shape)] = self.episodes
-        self.episodes = counts
 
     def missing_profiles(self) -> np.ndarray:
         """``[K, P]`` int64: the meta-profiles with a NaN entry for some player, in row-major order."""
@@ -99,63 +91,17 @@ class MetaGame:
         return np.argwhere(missing).astype(np.int64).reshape(-1, self.num_players)
 
     def fill(
-        self,
-        profiles: np.ndarray | Sequence[Sequence[int]],
-        values: np.ndarray | Sequence[Sequence[float]],
-        episodes: int = 0,
+        self, profiles: np.ndarray | Sequence[Sequence[int]], values: np.ndarray | Sequence[Sequence[float]]
     ) -> None:
         """Writes estimated payoffs.
 
         Args:
             profiles: ``[K, P]`` member indices.
             values: ``[K, P]`` every player's payoff at each profile.
-            episodes: the episodes behind each estimate (0: exact, or unknown).
 
         Raises:
             ValueError: shapes that disagree, an index out of range, or a non-finite value.
         """
-        index, estimates = self._checked(profiles, values)
-        for player, payoff in enumerate(self.payoffs):
-            payoff[tuple(index.T)] = estimates[:, player]
-        self.episodes[tuple(index.T)] = episodes
-        if self.symmetric:
-            self._symmetrise()
-
-    def refine(
-        self,
-        profiles: np.ndarray | Sequence[Sequence[int]],
-        values: np.ndarray | Sequence[Sequence[float]],
-        episodes: np.ndarray | Sequence[int],
-    ) -> None:
-        """Averages more simulated episodes into filled entries, each weighted by the episodes behind it.
-
-        Args:
-            profiles: ``[K, P]`` distinct member indices of filled entries.
-            values: ``[K, P]`` every player's mean payoff over the new episodes at each profile.
-            episodes: ``[K]`` new episodes behind each row (>= 1).
-
-        Raises:
-            ValueError: as :meth:`fill`; a repeated or unfilled profile; counts below 1; a symmetric meta-game
-                (its mirrored entries are averaged at every fill, so counts per entry would not hold).
-        """
-        if self.symmetric:
-            raise ValueError("refine() averages entries one by one; a symmetric meta-game mirrors them (use fill)")
-        index, estimates = self._checked(profiles, values)
-        counts = np.asarray(episodes, dtype=np.float64).reshape(-1)
-        if counts.shape != (len(index),) or np.any(counts < 1):
-            raise ValueError(f"episodes must give a count >= 1 for each of the {len(index)} profiles")
-        where = tuple(index.T)
-        if len(np.unique(index, axis=0)) != len(index) or np.isnan(self.payoffs[0][where]).any():
-            raise ValueError("refine() takes distinct profiles of entries already filled; fill new ones first")
-        before = self.episodes[where]
-        total = before + counts
-        for player, payoff in enumerate(self.payoffs):
-            payoff[where] = (payoff[where] * before + estimates[:, player] * counts) / total
-        self.episodes[where] = total
-
-    def _checked(
-        self, profiles: np.ndarray | Sequence[Sequence[int]], values: np.ndarray | Sequence[Sequence[float]]
-    ) -> tuple[np.ndarray, np.ndarray]:
         index = np.asarray(profiles, dtype=np.int64).reshape(-1, self.num_players)
         estimates = np.asarray(values, dtype=np.float64).reshape(-1, self.num_players)
         if len(index) != len(estimates):
@@ -164,7 +110,10 @@ class MetaGame:
             raise ValueError(f"a profile in {index.tolist()} lies outside the meta-game of shape {self.shape}")
         if not np.all(np.isfinite(estimates)):
             raise ValueError("meta-game payoffs must be finite; an episode returned NaN or inf")
-        return index, estimates
+        for player, payoff in enumerate(self.payoffs):
+            payoff[tuple(index.T)] = estimates[:, player]
+        if self.symmetric:
+            self._symmetrise()
 
     def _symmetrise(self) -> None:
         row, column = self.payoffs
@@ -202,19 +151,13 @@ class MetaGame:
             "num_players": self.num_players,
             "symmetric": self.symmetric,
             "payoffs": [p.copy() for p in self.payoffs],
-            "episodes": self.episodes.copy(),
         }
 
     @classmethod
-    def from_state_dict(cls, state: dict[str, Any], episodes: int = 0) -> MetaGame:
-        """Rebuilds a meta-game saved by :meth:`state_dict`; ``episodes`` counts every filled entry of a state saved
-        before the counts were kept."""
+    def from_state_dict(cls, state: dict[str, Any]) -> MetaGame:
+        """Rebuilds a meta-game saved by :meth:`state_dict`."""
         game = cls(int(state["num_players"]), bool(state["symmetric"]))
         game.payoffs = [np.asarray(p, dtype=np.float64).copy() for p in state["payoffs"]]
-        if "episodes" in state:
-            game.episodes = np.asarray(state["episodes"], dtype=np.float64).copy()
-        else:
-            game.episodes = np.where(np.isnan(game.payoffs[0]), 0.0, float(episodes))
         return game
 
     def __repr__(self) -> str:

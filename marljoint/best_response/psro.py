@@ -37,7 +37,7 @@ import numpy as np
 from marljoint.best_response.games import KnownGame
 from marljoint.best_response.meta_game import MetaGame
 from marljoint.best_response.meta_solvers import META_SOLVERS, get_meta_solver
-from marljoint.best_response.opponents import mixture_profiles, simulate_profiles
+from marljoint.best_response.opponents import simulate_profiles
 from marljoint.best_response.oracles import (
     GAIN_METRICS,
     BestResponses,
@@ -72,8 +72,6 @@ PSRO_METRICS: dict[str, str] = {
     "psro_gap": "NashConv of the previous meta-strategies in the grown meta-game: what the new policies gain",
     "meta_game_entries": "entries of the empirical meta-game estimated this iteration",
     "eval_episodes": "episodes simulated to estimate them (0 with exact evaluation)",
-    "refined_entries": "entries that refine_episodes' episodes were averaged into this iteration",
-    "refine_episodes": "episodes of profiles drawn from the meta-strategies, averaged into their entries",
     "br_env_steps": "env steps of best-response training this iteration (PPO oracle)",
     "br_seconds": "seconds of best-response training this iteration (PPO oracle)",
     "br_warm_started": "learners that started from their seat's newest member (PPO oracle with warm_start)",
@@ -109,11 +107,6 @@ class PsroConfig:
     """Episodes simulated per new meta-game entry (simulation only)."""
     eval_num_envs: int = 32
     """Env copies used to simulate meta-game entries."""
-    refine_episodes: int = 0
-    """Simulation only: after each solve, this many more episodes are played, each with a profile drawn from the
-    new meta-strategies (every seat's member drawn from its own), each averaged into its entry (weighted by the
-    episodes behind it), and the meta-game is solved again. Precision then gathers, iteration after iteration, on
-    the entries the equilibrium rests on. 0: off. Needs ``symmetric=False``."""
     br_steps: int = 50_000
     """Env steps of PPO best-response training per iteration, shared by the players' learners."""
     trainer: JointTrainerConfig = field(default_factory=lambda: JointTrainerConfig(share_parameters=False))
@@ -172,11 +165,6 @@ class PsroConfig:
             raise ValueError(f"seed must be an integer, got {self.seed!r}")
         if not isinstance(self.symmetric, bool):
             raise ValueError(f"symmetric must be True or False, got {self.symmetric!r}")
-        refine = self.refine_episodes
-        if not isinstance(refine, (int, np.integer)) or isinstance(refine, bool) or refine < 0:
-            raise ValueError(f"refine_episodes must be an integer >= 0 (0: off), got {refine!r}")
-        if refine and self.symmetric:
-            raise ValueError("refine_episodes needs symmetric=False (a symmetric meta-game mirrors its entries)")
         check_warm_start(self.warm_start, self.warm_start_policy_scale)
         check_gain_settings(self.gain_every, self.gain_steps, self.gain_episodes)
 
@@ -329,7 +317,6 @@ class PSRO:
         self._tabulate_new()
         metrics = self.update_meta_game()
         metrics.update(self.solve_meta_game())
-        metrics.update(self.refine_meta_game())
         self._record(metrics, time.perf_counter() - tick)
 
     # ------------------------------------------------------------------ the three steps
@@ -363,12 +350,17 @@ class PSRO:
         episodes = 0
         if len(missing):
             if self.game is not None and self.evaluation == "exact":
-                self.meta_game.fill(missing, self.game.profile_values(self._tables, missing))
+                values = self.game.profile_values(self._tables, missing)
             else:
-                per_entry = self.config.episodes_per_entry
-                values = self._simulate(missing, per_entry, 2)
-                episodes = len(missing) * per_entry
-                self.meta_game.fill(missing, values, per_entry)
+                if self.config.task_split > 0:
+                    values = self._simulate_as_tasks(missing)
+                else:
+                    seed = _derived_seed(self.config.seed, self.iteration, 2)
+                    values, _ = simulate_profiles(
+                        self._evaluation_env(), self.populations, missing, self.config.episodes_per_entry, seed
+                    )
+                episodes = len(missing) * self.config.episodes_per_entry
+            self.meta_game.fill(missing, values)
         return {"meta_game_entries": float(len(missing)), "eval_episodes": float(episodes)}
 
     def solve_meta_game(self) -> dict[str, float]:
@@ -383,38 +375,12 @@ class PSRO:
         self.strategy_history.append([s.copy() for s in self.strategies])
         return {"meta_nash_conv": self.meta_game.nash_conv(self.strategies), "psro_gap": gap}
 
-    def refine_meta_game(self) -> dict[str, float]:
-        """Step 3b (``refine_episodes > 0`` with simulated payoffs): plays ``refine_episodes`` episodes of profiles
-        drawn from the new meta-strategies, averages each into its entry, and solves the meta-game again.
-
-        Returns:
-            ``refined_entries`` and ``refine_episodes`` (both 0 when off), and the re-solved ``meta_nash_conv``.
-        """
-        count = self.config.refine_episodes
-        if not count or self.evaluation != "simulation":
-            return {"refined_entries": 0.0, "refine_episodes": 0.0}
-        rng = np.random.default_rng(_derived_seed(self.config.seed, self.iteration, 6))
-        _, drawn = mixture_profiles([self.meta_policy(seat) for seat in range(self.num_players)], count, rng)
-        returns = self._simulate(drawn, 1, 6)
-        profiles, inverse, counts = np.unique(drawn, axis=0, return_inverse=True, return_counts=True)
-        sums = np.zeros((len(profiles), returns.shape[1]))
-        np.add.at(sums, inverse.reshape(-1), returns)
-        self.meta_game.refine(profiles, sums / counts[:, None], counts)
-        self.strategies = self.meta_game.solve(self.solver)
-        self.strategy_history[-1] = [s.copy() for s in self.strategies]
-        return {
-            "refined_entries": float(len(profiles)),
-            "refine_episodes": float(count),
-            "meta_nash_conv": self.meta_game.nash_conv(self.strategies),
-        }
-
     def step(self) -> dict[str, Any]:
         """One PSRO iteration: the three steps in order; returns the iteration's metrics."""
         tick = time.perf_counter()
         metrics = self.add_best_responses()
         metrics.update(self.update_meta_game())
         metrics.update(self.solve_meta_game())
-        metrics.update(self.refine_meta_game())
         self.iteration += 1
         return self._record(metrics, time.perf_counter() - tick)
 
@@ -527,7 +493,7 @@ class PSRO:
             )
         populations = [list(p) for p in state["populations"]]
         psro.populations = [populations[0], populations[0]] if psro.config.symmetric else populations
-        psro.meta_game = MetaGame.from_state_dict(state["meta_game"], psro.config.episodes_per_entry)
+        psro.meta_game = MetaGame.from_state_dict(state["meta_game"])
         psro.strategies = [np.asarray(s, dtype=np.float64) for s in state["strategies"]]
         psro.strategy_history = [[np.asarray(s, dtype=np.float64) for s in row] for row in state["strategy_history"]]
         psro.iteration = int(state["iteration"])
@@ -578,16 +544,10 @@ class PSRO:
         metrics["br_seconds"] = time.perf_counter() - tick
         return BestResponses(policies, metrics)
 
-    def _simulate(self, profiles: np.ndarray, episodes: int, stream: int) -> np.ndarray:
-        """``[K, P]`` mean returns of ``profiles`` over ``episodes`` simulated episodes each, in this process or as
-        ``task_split`` chunks, seeded by (seed, iteration, stream[, chunk])."""
-        if self.config.task_split == 0:
-            seed = _derived_seed(self.config.seed, self.iteration, stream)
-            values, _ = simulate_profiles(self._evaluation_env(), self.populations, profiles, episodes, seed)
-            return values
+    def _simulate_as_tasks(self, missing: np.ndarray) -> np.ndarray:
         from marljoint.best_response.tasks import chunk_envs, simulate_chunk, split_profiles
 
-        chunks = split_profiles(profiles, self.config.task_split)
+        chunks = split_profiles(missing, self.config.task_split)
         num_envs = chunk_envs(self.config.eval_num_envs, len(chunks))
         calls = [
             (
@@ -595,8 +555,8 @@ class PSRO:
                 num_envs,
                 self.populations,
                 chunk,
-                episodes,
-                _derived_seed(self.config.seed, self.iteration, stream, k),
+                self.config.episodes_per_entry,
+                _derived_seed(self.config.seed, self.iteration, 2, k),
             )
             for k, chunk in enumerate(chunks)
         ]

@@ -284,14 +284,6 @@ def register(subparsers: Any) -> None:
     )
     psro.add_argument("--br-steps", type=positive_int, help="env steps of PPO training per best response iteration")
     psro.add_argument("--episodes-per-entry", type=positive_int, help="episodes per simulated meta-game entry")
-    psro.add_argument(
-        "--refine-episodes",
-        type=non_negative_int,
-        default=0,
-        metavar="N",
-        help="after each solve, simulate N episodes of profiles drawn from the meta-strategies, average them into "
-        "their entries and solve again (simulated meta-games; default 0: off)",
-    )
     psro.add_argument("--symmetric", action="store_true", help="two interchangeable seats share one population")
     psro.add_argument(
         "--warm-start",
@@ -552,7 +544,6 @@ def run_psro(args: argparse.Namespace) -> int:
             evaluation=args.evaluation,
             episodes_per_entry=args.episodes_per_entry or recipe.episodes_per_entry,
             eval_num_envs=recipe.eval_num_envs,
-            refine_episodes=args.refine_episodes,
             br_steps=args.br_steps or recipe.br_steps,
             trainer=_trainer_config("psro", recipe.trainer, args),
             symmetric=args.symmetric,

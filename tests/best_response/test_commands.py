@@ -37,21 +37,6 @@ def test_psro_exact_writes_one_row_per_iteration_and_resumes(tmp_path):
     assert [int(r["iteration"]) for r in rows] == list(range(9)) and float(rows[-1]["exploitability"]) < 0.01
 
 
-def test_psro_refines_the_simulated_meta_game_when_asked(tmp_path):
-    from marljoint.best_response import PSRO
-    from marljoint.best_response.games import KuhnGame
-    from marljoint_envs import kuhn_poker_v0
-
-    argv = ["psro", "--env", "kuhn_poker_v0", "--oracle", "exact", "--evaluation", "simulation", "--iterations", "2"]
-    flags = {"plain": [], "refined": ["--refine-episodes", "64"]}
-    for name, flag in flags.items():
-        assert run(argv + flag + ["--episodes-per-entry", "8", "--out", str(tmp_path / name)]) == 0
-    plain, refined = (PSRO.load(tmp_path / name, kuhn_poker_v0.raw_env, KuhnGame()) for name in flags)
-    assert refined.config.refine_episodes == 64 and plain.config.refine_episodes == 0
-    assert refined.meta_game.episodes.sum() == plain.meta_game.episodes.sum() + 3 * 64
-    assert [row["refine_episodes"] for row in read_rows(tmp_path / "refined" / "metrics.csv")] == ["64.0"] * 3
-
-
 def test_psro_matrix_game_with_env_kwargs(tmp_path):
     argv = ["psro", "--env", "matrix_game_v0", "--env-kwargs", '{"game": "matching_pennies"}', "--oracle", "exact"]
     run(argv + ["--iterations", "2", "--out", str(tmp_path), "--seed", "1", "--meta-solver", "regret_matching"])

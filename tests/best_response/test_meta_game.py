@@ -82,37 +82,3 @@ def test_state_dict_round_trip():
     restored = MetaGame.from_state_dict(game.state_dict())
     np.testing.assert_array_equal(restored.payoffs[1], game.payoffs[1])
     assert restored.shape == (2, 1) and restored.missing_profiles().tolist() == [[0, 0]]
-
-
-def test_refine_averages_new_episodes_in_by_the_episodes_behind_each_entry():
-    game = MetaGame(2)
-    game.grow([2, 2])
-    game.fill([[0, 0], [0, 1], [1, 0], [1, 1]], [[1.0, -1.0], [2.0, -2.0], [3.0, -3.0], [4.0, -4.0]], episodes=8)
-    game.refine([[0, 1], [1, 1]], [[0.0, 0.0], [8.0, -8.0]], episodes=[8, 24])
-    np.testing.assert_allclose(game.payoffs[0], [[1.0, 1.0], [3.0, 7.0]])  # (2·8 + 0·8)/16, (4·8 + 8·24)/32
-    np.testing.assert_allclose(game.payoffs[1], [[-1.0, -1.0], [-3.0, -7.0]])
-    np.testing.assert_array_equal(game.episodes, [[8, 16], [8, 32]])
-    game.grow([3, 2])
-    assert game.episodes[2].tolist() == [0, 0]
-    restored = MetaGame.from_state_dict(game.state_dict())
-    np.testing.assert_array_equal(restored.episodes, game.episodes)
-    old = game.state_dict()
-    del old["episodes"]  # a checkpoint written before the counts were kept
-    np.testing.assert_array_equal(MetaGame.from_state_dict(old, episodes=8).episodes, [[8, 8], [8, 8], [0, 0]])
-
-
-def test_refine_refuses_what_it_cannot_average():
-    game = MetaGame(2)
-    game.grow([2, 1])
-    game.fill([[0, 0]], [[1.0, -1.0]], episodes=4)
-    with pytest.raises(ValueError, match="distinct profiles of entries already filled; fill new ones first"):
-        game.refine([[1, 0]], [[1.0, -1.0]], [2])
-    with pytest.raises(ValueError, match="distinct profiles of entries already filled"):
-        game.refine([[0, 0], [0, 0]], [[1.0, -1.0], [1.0, -1.0]], [2, 2])
-    with pytest.raises(ValueError, match=r"episodes must give a count >= 1 for each of the 1 profiles"):
-        game.refine([[0, 0]], [[1.0, -1.0]], [0])
-    symmetric = MetaGame(2, symmetric=True)
-    symmetric.grow([1, 1])
-    symmetric.fill([[0, 0]], [[0.0, 0.0]], episodes=4)
-    with pytest.raises(ValueError, match="a symmetric meta-game mirrors them"):
-        symmetric.refine([[0, 0]], [[1.0, 1.0]], [1])

@@ -143,10 +143,6 @@ def test_configuration_errors_name_the_field_and_fix():
     assert PsroConfig.from_dict(PsroConfig(seed=3).to_dict()) == PsroConfig(seed=3)
     with pytest.raises(ValueError, match=r"unknown PsroConfig field\(s\) \['iters'\]"):
         PsroConfig.from_dict({"iters": 3})
-    with pytest.raises(ValueError, match=r"refine_episodes must be an integer >= 0 \(0: off\), got -1"):
-        PsroConfig(refine_episodes=-1)
-    with pytest.raises(ValueError, match="refine_episodes needs symmetric=False"):
-        PsroConfig(refine_episodes=64, symmetric=True)
 
 
 def test_warm_start_copies_the_newest_member_into_the_learners_slot():
@@ -255,29 +251,3 @@ def test_bad_gain_settings_are_refused(changes, message):
         PsroConfig(**changes)
     with pytest.raises(ValueError, match=message):
         NfspConfig(**changes)
-
-
-def test_refinement_averages_episodes_into_the_entries_the_meta_strategies_play(tmp_path):
-    config = PsroConfig(
-        oracle="exact", evaluation="simulation", iterations=3, episodes_per_entry=8, eval_num_envs=8,
-        refine_episodes=256,
-    )
-    psro = PSRO(kuhn_poker_v0.raw_env, config, game=KuhnGame())
-    history = psro.run(iterations=2)
-    assert history[0]["refined_entries"] == 1  # the initial population's one profile
-    assert all(row["refine_episodes"] == 256 and row["refined_entries"] >= 1 for row in history)
-    psro.add_best_responses()
-    psro.update_meta_game()
-    psro.solve_meta_game()
-    drawn_from, before = [s.copy() for s in psro.strategies], psro.meta_game.episodes.copy()
-    metrics = psro.refine_meta_game()
-    added = psro.meta_game.episodes - before
-    assert added.sum() == 256 and (added > 0).sum() == metrics["refined_entries"]
-    assert (np.outer(*drawn_from)[added > 0] > 0).all()  # only profiles the meta-strategies play
-    assert psro.strategy_history[-1][0].tolist() == psro.strategies[0].tolist()  # solved again after refining
-    psro.save(tmp_path)
-    resumed = PSRO.load(tmp_path, kuhn_poker_v0.raw_env, game=KuhnGame())
-    np.testing.assert_array_equal(resumed.meta_game.episodes, psro.meta_game.episodes)
-    plain = PSRO(kuhn_poker_v0.raw_env, config.replace(refine_episodes=0), game=KuhnGame())
-    plain_history = plain.run()
-    assert all(row["refined_entries"] == 0 for row in plain_history) and (plain.meta_game.episodes == 8).all()

@@ -376,10 +376,10 @@ def simulate_profiles(
     Every (profile, repetition) is one job; copies take jobs as they reset, and the function waits for every job,
     so short episodes are not over-represented. All copies' members act in batches per member.
 
-    With ``episode_seeds``, each episode is played from an env reset with the seed given for it (common random
-    numbers): ``[R]`` seeds give repetition r of every profile the same chance outcomes (a card game's deals),
-    ``[K, R]`` seeds choose each episode's, e.g. to pair the episodes of two simulations. Luck shared that way
-    cancels when the results are compared; the members' own action sampling is not shared.
+    With ``episode_seeds``, repetition r of every profile is played from an env reset with ``episode_seeds[r]``
+    (common random numbers): every profile meets the same chance outcomes (a card game's deals), so that luck
+    cancels when profiles are compared, and the difference between two entries is estimated with less noise than
+    each entry. The members' own action sampling is not shared.
 
     Args:
         env: the JointEnv (it is reset with ``seed``).
@@ -388,9 +388,8 @@ def simulate_profiles(
         episodes_per_profile: repetitions of each profile (>= 1).
         seed: seeds the env reset and the members' sampling.
         max_steps: optional safety cap on joint steps (``RuntimeError`` when exceeded).
-        episode_seeds: ``[episodes_per_profile]`` env reset seeds, one per repetition and shared by every profile,
-            or ``[K, episodes_per_profile]``, one per episode; ``None``: each copy's own seed stream. Needs an env
-            with ``episode_seed_source`` (:class:`~marljoint.PettingZooJointEnv`).
+        episode_seeds: ``[episodes_per_profile]`` env reset seeds, one per repetition; ``None``: each copy's own
+            seed stream. Needs an env with ``episode_seed_source`` (:class:`~marljoint.PettingZooJointEnv`).
 
     Returns:
         ``(means, standard_errors)``, each ``[K, N]`` float64 (standard errors are 0 with one repetition).
@@ -436,18 +435,16 @@ def _job_seeds(
     if episode_seeds is None:
         return None
     seeds = np.asarray(episode_seeds)
-    if seeds.shape not in ((repetitions,), (profiles, repetitions)) or not np.issubdtype(seeds.dtype, np.integer):
+    if seeds.shape != (repetitions,) or not np.issubdtype(seeds.dtype, np.integer):
         raise ValueError(
             f"episode_seeds has shape {seeds.shape} and dtype {seeds.dtype}; pass one integer seed per repetition "
-            f"({repetitions}) or per episode ({profiles}, {repetitions}), or None"
+            f"({repetitions}), or None"
         )
     if not hasattr(env, "episode_seed_source"):
         raise TypeError(
             f"{type(env).__name__} cannot seed its copies' resets (no episode_seed_source); simulate on a "
             "PettingZooJointEnv, or pass episode_seeds=None"
         )
-    if seeds.ndim == 2:
-        return seeds.astype(np.int64).reshape(-1)
     return np.tile(seeds.astype(np.int64), profiles)
 
 

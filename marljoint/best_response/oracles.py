@@ -233,8 +233,7 @@ class BestResponseGain:
         best_response_values: ``[N]`` mean return of each player's trained best response against the others.
         gains: ``[N]`` ``best_response_values - values``; a trained best response is at most as good as the
             true one, so the expected gain is a lower bound of the true gain.
-        half_widths: ``[N]`` confidence half-width of each gain (normal approximation over the per-episode
-            differences of paired episodes).
+        half_widths: ``[N]`` confidence half-width of each gain (normal approximation, independent samples).
         nash_conv: the sum of the gains (an approximate NashConv), and ``nash_conv_half_width`` its half-width.
         confidence: the confidence level.
         episodes: episodes simulated per estimate.
@@ -281,11 +280,6 @@ def best_response_gain(
     return when its best response plays against the others' fixed policies, minus its return in the profile;
     their sum approximates NashConv (from below, as the best responses are approximate).
 
-    The episodes are paired: the profile's episode k and each best response's episode k face the same members of
-    the other seats' mixtures and, on an env that takes per-episode seeds (:class:`~marljoint.PettingZooJointEnv`),
-    the same chance (starting positions, deals). The gain is the mean of the per-episode differences, so what the
-    pair shares cancels in it and in its interval.
-
     Args:
         env: the JointEnv to train on (``num_envs`` copies).
         policies: one frozen policy or :class:`~marljoint.best_response.population.PolicyMixture` per seat.
@@ -318,30 +312,30 @@ def best_response_gain(
     oracle = PPOOracle(env, config, steps)
     trained = oracle([m.members for m in mixtures], [m.weights for m in mixtures], learners, train_seed).policies
     simulation_env = env if eval_env is None else eval_env
-    # Paired episodes: the profile's episode k and each deviation's episode k share the other seats' members and,
-    # where the env takes per-episode seeds, the env's chance, so that the gain is a mean of per-episode differences.
     rng = np.random.default_rng(profile_seed)
     members, profiles = mixture_profiles(mixtures, episodes, rng)
-    seeds = rng.integers(2**31, size=(episodes, 1)) if hasattr(simulation_env, "episode_seed_source") else None
-    returns = _episode_returns(simulation_env, members, profiles, profile_seed, seeds)
+    returns = _episode_returns(simulation_env, members, profiles, profile_seed)
     values = returns.mean(axis=0)
+    value_vars = returns.var(axis=0, ddof=1) / episodes
+    br_variances = np.zeros(num_agents)
     br_values = np.full(num_agents, np.nan)
-    differences = np.full((episodes, num_agents), np.nan)
-    for seat in learners:
-        deviation = [list(seat_members) for seat_members in members]
-        deviation[seat] = [trained[seat]]
-        deviated_profiles = profiles.copy()
-        deviated_profiles[:, seat] = 0
-        deviated = _episode_returns(simulation_env, deviation, deviated_profiles, player_seeds[seat], seeds)[:, seat]
-        br_values[seat] = deviated.mean()
-        differences[:, seat] = deviated - returns[:, seat]
+    gains = np.full(num_agents, np.nan)
+    half_widths = np.full(num_agents, np.nan)
     z = _normal_quantile(confidence)
-    gains = differences.mean(axis=0)
-    half_widths = z * differences.std(axis=0, ddof=1) / math.sqrt(episodes)
+    for seat in learners:
+        deviation = list(mixtures)
+        deviation[seat] = PolicyMixture([trained[seat]])
+        rng = np.random.default_rng(player_seeds[seat])
+        members, profiles = mixture_profiles(deviation, episodes, rng)
+        deviated = _episode_returns(simulation_env, members, profiles, player_seeds[seat])[:, seat]
+        br_values[seat] = deviated.mean()
+        gains[seat] = br_values[seat] - values[seat]
+        br_variances[seat] = deviated.var(ddof=1) / episodes
+        half_widths[seat] = z * math.sqrt(br_variances[seat] + value_vars[seat])
     chosen = np.asarray(learners)
-    # Every chosen player's difference comes from the same episodes, so the sum's variance is that of the
-    # per-episode sums (in zero-sum games the profile's returns cancel in it).
-    total_variance = float(differences[:, chosen].sum(axis=1).var(ddof=1) / episodes)
+    # The players' profile values come from the same episodes (in zero-sum games they cancel exactly), so the
+    # sum's variance uses the per-episode sum of the chosen players' returns.
+    total_variance = float(br_variances[chosen].sum() + returns[:, chosen].sum(axis=1).var(ddof=1) / episodes)
     return BestResponseGain(
         agents=tuple(spec.agents),
         values=values,
@@ -355,11 +349,9 @@ def best_response_gain(
     )
 
 
-def _episode_returns(
-    env: JointEnv, members: list[list[FrozenPolicy]], profiles: np.ndarray, seed: int, seeds: np.ndarray | None
-) -> np.ndarray:
-    """``[episodes, N]``: the returns of one episode per row of ``profiles`` (row k reset with ``seeds[k]``)."""
-    returns, _ = simulate_profiles(env, members, profiles, 1, seed, episode_seeds=seeds)
+def _episode_returns(env: JointEnv, members: list[list[FrozenPolicy]], profiles: np.ndarray, seed: int) -> np.ndarray:
+    """``[episodes, N]``: the returns of one episode per row of ``profiles``."""
+    returns, _ = simulate_profiles(env, members, profiles, 1, seed)
     return returns
 
 

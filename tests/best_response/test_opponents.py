@@ -170,14 +170,6 @@ def test_common_random_numbers_give_every_profile_the_same_deals():
     assert len(set(fresh[:, 0].tolist())) > 1  # without them each profile meets its own deals
 
 
-def test_per_episode_seeds_choose_each_episodes_chance():
-    members = [[KuhnTablePolicy(ALWAYS_PASS, p) for _ in range(2)] for p in range(2)]
-    seeds = np.array([[11, 12, 13], [21, 22, 23]])
-    means, _ = simulate_profiles(kuhn_env(2), members, np.array([[0, 1], [1, 0]]), 3, seed=0, episode_seeds=seeds)
-    expected = [np.mean([always_pass_return(int(s)) for s in row]) for row in seeds]
-    np.testing.assert_array_equal(means[:, 0], expected)
-
-
 def test_common_random_numbers_reject_bad_seeds_and_envs_that_cannot_take_them():
     members = [[KuhnTablePolicy(ALWAYS_PASS, p)] for p in range(2)]
     profiles = np.array([[0, 0]])

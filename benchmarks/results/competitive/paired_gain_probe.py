@@ -27,9 +27,10 @@ def returns(env: PettingZooJointEnv, members: list, profiles: np.ndarray, seed: 
     """``[episodes, N]`` returns, episode k reset with ``seeds[k]`` when given."""
     if seeds is None:
         return simulate_profiles(env, members, profiles, 1, seed)[0]
+    single = PettingZooJointEnv(env.env_fn, num_envs=1, seed=0)
     out = np.empty((len(profiles), env.spec.num_agents))
     for k, row in enumerate(profiles):  # one episode per call, so that each gets its own seed
-        out[k] = simulate_profiles(env, members, row[None], 1, seed + k, episode_seeds=seeds[k : k + 1])[0][0]
+        out[k] = simulate_profiles(single, members, row[None], 1, seed + k, episode_seeds=seeds[k : k + 1])[0][0]
     return out
 
 

@@ -6,9 +6,9 @@ first on every parameter like the other stacked layers (:mod:`marljoint.policies
 optimisation and clipping work unchanged. The state of one member's batch row is one tensor of
 :attr:`StackedRecurrentCell.state_size` numbers: ``h`` for a GRU, ``h`` then ``c`` for an LSTM.
 
-Replaying a chunk for the update is one autograd node per chunk with a hand-written backward (``_GruSequence``,
-``_LstmSequence``): the same forward bits as the step loop the rollout runs, and about a third less update time
-than autograd recording every cell step.
+Replaying a chunk for the update is one autograd node per chunk with a hand-written backward (``_ChunkReplay``):
+the same forward bits as the step loop the rollout runs, and about a third less update time than autograd
+recording every cell step.
 """
 
 from __future__ import annotations
@@ -218,8 +218,7 @@ def _replay(
         t.requires_grad for t in (gates_x, state, weight_hh, bias_hh)
     )
     if needs_grad:
-        sequence = _GruSequence if cell.kind == "gru" else _LstmSequence
-        out_all, state = sequence.apply(gates_x.transpose(0, 1), state, weight_hh, bias_hh, keep, moves)
+        out_all, state = _ChunkReplay.apply(cell.kind, gates_x.transpose(0, 1), state, weight_hh, bias_hh, keep, moves)
     else:
         outputs = []
         for t, gates_t in enumerate(gates_x.unbind(1)):
@@ -254,22 +253,23 @@ def _cell(
     return new_h, torch.cat((new_h, c), dim=-1)
 
 
-class _GruSequence(torch.autograd.Function):
-    """A GRU's recurrence over a whole chunk with a hand-written backward.
+class _ChunkReplay(torch.autograd.Function):
+    """A GRU's or an LSTM's recurrence over a whole chunk, with a hand-written backward.
 
     The forward computes exactly what :func:`_replay`'s step loop computes (the same operations in the same order,
-    so the same bits), keeping each step's gates; the backward walks the chunk in reverse with the GRU's
-    derivatives (fewer and larger operations than autograd records step by step), and forms the hidden-to-hidden weight
-    gradient in one batched product over all steps.
+    so the same bits), keeping each step's gates; the backward walks the chunk in reverse with the cell's
+    derivatives (fewer and larger operations than autograd records step by step), and forms the hidden-to-hidden
+    weight gradient in one batched product over all steps.
 
-    Inputs: ``gates_x [L, M, B, 3h]`` (``x W_ih + b_ih``), ``state [M, B, h]``, ``weight_hh [M, h, 3h]``,
-    ``bias_hh [M, 3h]``, ``keep [L, M, B, 1]`` (0 where an episode starts), ``moves [L, M, B, 1]`` bool or None.
-    Outputs: ``(outputs [L, M, B, h], final state [M, B, h])``.
+    Inputs: ``kind`` (``"gru"`` or ``"lstm"``), ``gates_x [L, M, B, G·h]`` (``x W_ih + b_ih``), ``state [M, B, S]``,
+    ``weight_hh [M, h, G·h]``, ``bias_hh [M, G·h]``, ``keep [L, M, B, 1]`` (0 where an episode starts), ``moves
+    [L, M, B, 1]`` bool or None. Outputs: ``(outputs [L, M, B, h], final state [M, B, S])``.
     """
 
     @staticmethod
     def forward(  # type: ignore[override]
         ctx: torch.autograd.function.FunctionCtx,
+        kind: str,
         gates_x: torch.Tensor,
         state: torch.Tensor,
         weight_hh: torch.Tensor,
@@ -277,56 +277,134 @@ class _GruSequence(torch.autograd.Function):
         keep: torch.Tensor,
         moves: torch.Tensor | None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        h = state.shape[-1]
-        kept, resets, updates, candidates, hidden_n, outputs = [], [], [], [], [], []
-        for t in range(gates_x.shape[0]):
-            state = state * keep[t]
-            gates_h = torch.baddbmm(bias_hh.unsqueeze(1), state, weight_hh)
-            x_r, x_z, x_n = gates_x[t].split(h, dim=-1)
-            h_r, h_z, h_n = gates_h.split(h, dim=-1)
-            r = torch.sigmoid(x_r + h_r)
-            z = torch.sigmoid(x_z + h_z)
-            n = torch.tanh(x_n + r * h_n)
-            new_h = n + z * (state - n)
-            kept.append(state)
-            resets.append(r)
-            updates.append(z)
-            candidates.append(n)
-            hidden_n.append(h_n)
-            outputs.append(new_h)
-            state = new_h if moves is None else torch.where(moves[t], new_h, state)
-        saved = [torch.stack(x) for x in (kept, resets, updates, candidates, hidden_n)]
+        run = _gru_forward if kind == "gru" else _lstm_forward
+        outputs, state, saved = run(gates_x, state, weight_hh, bias_hh, keep, moves)
         ctx.save_for_backward(weight_hh, keep, *saved, *(() if moves is None else (moves,)))
-        ctx.has_moves = moves is not None
-        return torch.stack(outputs), state
+        ctx.kind, ctx.has_moves = kind, moves is not None
+        return outputs, state
 
     @staticmethod
     def backward(  # type: ignore[override]
         ctx: torch.autograd.function.FunctionCtx, grad_outputs: torch.Tensor, grad_state: torch.Tensor
     ) -> tuple[torch.Tensor | None, ...]:
-        weight_hh, keep, kept, resets, updates, candidates, hidden_n, *rest = ctx.saved_tensors
-        moves = rest[0] if ctx.has_moves else None
-        weight_t = weight_hh.transpose(1, 2)
-        grad_hidden_gates = []  # per step, the gradient of x·W_hh + b_hh's three blocks
-        grad_input_gates = []  # per step, the gradient of x·W_ih + b_ih's
-        carried = grad_state
-        for t in reversed(range(kept.shape[0])):
-            if moves is None:
-                grad_new, grad_kept = grad_outputs[t] + carried, None
-            else:
-                grad_new = grad_outputs[t] + torch.where(moves[t], carried, 0.0)
-                grad_kept = torch.where(moves[t], 0.0, carried)
-            r, z, n = resets[t], updates[t], candidates[t]
-            grad_a_n = grad_new * (1.0 - z) * (1.0 - n * n)
-            grad_a_z = grad_new * (kept[t] - n) * z * (1.0 - z)
-            grad_a_r = grad_a_n * hidden_n[t] * r * (1.0 - r)
-            grad_h = torch.cat((grad_a_r, grad_a_z, grad_a_n * r), dim=-1)
-            grad_input_gates.append(torch.cat((grad_a_r, grad_a_z, grad_a_n), dim=-1))
-            grad_hidden_gates.append(grad_h)
-            through = grad_new * z + torch.bmm(grad_h, weight_t)
-            carried = (through if grad_kept is None else grad_kept + through) * keep[t]
-        grad_weight, grad_bias = _hidden_weight_grads(kept, torch.stack(grad_hidden_gates[::-1]))
-        return torch.stack(grad_input_gates[::-1]), carried, grad_weight, grad_bias, None, None
+        weight_hh, keep, *saved = ctx.saved_tensors
+        moves = saved.pop() if ctx.has_moves else None
+        run = _gru_backward if ctx.kind == "gru" else _lstm_backward
+        grad_x, grad_start, grad_gates_h, hidden = run(saved, weight_hh, keep, moves, grad_outputs, grad_state)
+        grad_weight, grad_bias = _hidden_weight_grads(hidden, grad_gates_h)
+        return None, grad_x, grad_start, grad_weight, grad_bias, None, None
+
+
+def _gru_forward(
+    gates_x: torch.Tensor, state: torch.Tensor, weight_hh: torch.Tensor, bias_hh: torch.Tensor,
+    keep: torch.Tensor, moves: torch.Tensor | None,
+) -> tuple[torch.Tensor, torch.Tensor, list[torch.Tensor]]:
+    """The GRU chunk: ``(outputs, final state, [kept states, r, z, n, h_n] stacked over steps)``."""
+    h = state.shape[-1]
+    saved: list[list[torch.Tensor]] = [[] for _ in range(5)]
+    outputs = []
+    for t in range(gates_x.shape[0]):
+        state = state * keep[t]
+        gates_h = torch.baddbmm(bias_hh.unsqueeze(1), state, weight_hh)
+        x_r, x_z, x_n = gates_x[t].split(h, dim=-1)
+        h_r, h_z, h_n = gates_h.split(h, dim=-1)
+        r = torch.sigmoid(x_r + h_r)
+        z = torch.sigmoid(x_z + h_z)
+        n = torch.tanh(x_n + r * h_n)
+        new_h = n + z * (state - n)
+        for store, value in zip(saved, (state, r, z, n, h_n)):
+            store.append(value)
+        outputs.append(new_h)
+        state = new_h if moves is None else torch.where(moves[t], new_h, state)
+    return torch.stack(outputs), state, [torch.stack(x) for x in saved]
+
+
+def _lstm_forward(
+    gates_x: torch.Tensor, state: torch.Tensor, weight_hh: torch.Tensor, bias_hh: torch.Tensor,
+    keep: torch.Tensor, moves: torch.Tensor | None,
+) -> tuple[torch.Tensor, torch.Tensor, list[torch.Tensor]]:
+    """The LSTM chunk: ``(outputs, final state, [kept states, σ(i), σ(f), tanh(g), σ(o), tanh(c)] stacked)``."""
+    h = state.shape[-1] // 2
+    saved: list[list[torch.Tensor]] = [[] for _ in range(6)]
+    outputs = []
+    for t in range(gates_x.shape[0]):
+        state = state * keep[t]
+        hidden, memory = state.split(h, dim=-1)
+        gates_h = torch.baddbmm(bias_hh.unsqueeze(1), hidden, weight_hh)
+        i, f, g, o = (gates_x[t] + gates_h).split(h, dim=-1)
+        input_gate, forget_gate, candidate, output_gate = (
+            torch.sigmoid(i), torch.sigmoid(f), torch.tanh(g), torch.sigmoid(o)
+        )
+        c = forget_gate * memory + input_gate * candidate
+        squashed = torch.tanh(c)
+        new_h = output_gate * squashed
+        for store, value in zip(saved, (state, input_gate, forget_gate, candidate, output_gate, squashed)):
+            store.append(value)
+        outputs.append(new_h)
+        new_state = torch.cat((new_h, c), dim=-1)
+        state = new_state if moves is None else torch.where(moves[t], new_state, state)
+    return torch.stack(outputs), state, [torch.stack(x) for x in saved]
+
+
+def _split_carried(carried: torch.Tensor, moves_t: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The gradient reaching a step's new state, and the one passing through rows that did not move (None: all
+    moved)."""
+    if moves_t is None:
+        return carried, None
+    return torch.where(moves_t, carried, 0.0), torch.where(moves_t, 0.0, carried)
+
+
+def _gru_backward(
+    saved: list[torch.Tensor], weight_hh: torch.Tensor, keep: torch.Tensor, moves: torch.Tensor | None,
+    grad_outputs: torch.Tensor, grad_state: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(grad of gates_x, grad of the start state, grad of the hidden gates [L, M, B, 3h], their inputs)``."""
+    kept, resets, updates, candidates, hidden_n = saved
+    weight_t = weight_hh.transpose(1, 2)
+    grad_hidden_gates, grad_input_gates = [], []
+    carried = grad_state
+    for t in reversed(range(kept.shape[0])):
+        grad_new, grad_kept = _split_carried(carried, None if moves is None else moves[t])
+        grad_new = grad_new + grad_outputs[t]
+        r, z, n = resets[t], updates[t], candidates[t]
+        grad_a_n = grad_new * (1.0 - z) * (1.0 - n * n)
+        grad_a_z = grad_new * (kept[t] - n) * z * (1.0 - z)
+        grad_a_r = grad_a_n * hidden_n[t] * r * (1.0 - r)
+        grad_h = torch.cat((grad_a_r, grad_a_z, grad_a_n * r), dim=-1)
+        grad_input_gates.append(torch.cat((grad_a_r, grad_a_z, grad_a_n), dim=-1))
+        grad_hidden_gates.append(grad_h)
+        through = grad_new * z + torch.bmm(grad_h, weight_t)
+        carried = (through if grad_kept is None else grad_kept + through) * keep[t]
+    return torch.stack(grad_input_gates[::-1]), carried, torch.stack(grad_hidden_gates[::-1]), kept
+
+
+def _lstm_backward(
+    saved: list[torch.Tensor], weight_hh: torch.Tensor, keep: torch.Tensor, moves: torch.Tensor | None,
+    grad_outputs: torch.Tensor, grad_state: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """As :func:`_gru_backward`; an LSTM's input and hidden gates share one gradient."""
+    kept, input_gate, forget_gate, candidate, output_gate, squashed = saved
+    h = kept.shape[-1] // 2
+    weight_t = weight_hh.transpose(1, 2)
+    grad_gate_steps = []
+    carried = grad_state
+    for t in reversed(range(kept.shape[0])):
+        grad_new, grad_kept = _split_carried(carried, None if moves is None else moves[t])
+        grad_h, grad_c = grad_new.split(h, dim=-1)
+        grad_h = grad_h + grad_outputs[t]
+        i, f, g, o, tc = input_gate[t], forget_gate[t], candidate[t], output_gate[t], squashed[t]
+        grad_c = grad_c + grad_h * o * (1.0 - tc * tc)
+        memory = kept[t, ..., h:]
+        grad_gates = torch.cat(
+            (grad_c * g * i * (1.0 - i), grad_c * memory * f * (1.0 - f), grad_c * i * (1.0 - g * g),
+             grad_h * tc * o * (1.0 - o)),
+            dim=-1,
+        )
+        grad_gate_steps.append(grad_gates)
+        through = torch.cat((torch.bmm(grad_gates, weight_t), grad_c * f), dim=-1)
+        carried = (through if grad_kept is None else grad_kept + through) * keep[t]
+    grad_gates_all = torch.stack(grad_gate_steps[::-1])
+    return grad_gates_all, carried, grad_gates_all, kept[..., :h].contiguous()
 
 
 def _hidden_weight_grads(hidden: torch.Tensor, grad_gates: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -338,74 +416,3 @@ def _hidden_weight_grads(hidden: torch.Tensor, grad_gates: torch.Tensor) -> tupl
         grad_gates.transpose(0, 1).reshape(members, -1, grad_gates.shape[-1]),
     )
     return grad_weight, grad_gates.sum(dim=(0, 2))
-
-
-class _LstmSequence(torch.autograd.Function):
-    """An LSTM's recurrence over a whole chunk with a hand-written backward, as :class:`_GruSequence` is for the
-    GRU (the same inputs and outputs; the state is ``h`` then ``c``, ``[M, B, 2h]``)."""
-
-    @staticmethod
-    def forward(  # type: ignore[override]
-        ctx: torch.autograd.function.FunctionCtx,
-        gates_x: torch.Tensor,
-        state: torch.Tensor,
-        weight_hh: torch.Tensor,
-        bias_hh: torch.Tensor,
-        keep: torch.Tensor,
-        moves: torch.Tensor | None,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        h = state.shape[-1] // 2
-        saved: list[list[torch.Tensor]] = [[] for _ in range(6)]  # kept state, σ(i), σ(f), tanh(g), σ(o), tanh(c)
-        outputs = []
-        for t in range(gates_x.shape[0]):
-            state = state * keep[t]
-            hidden, memory = state.split(h, dim=-1)
-            gates_h = torch.baddbmm(bias_hh.unsqueeze(1), hidden, weight_hh)
-            i, f, g, o = (gates_x[t] + gates_h).split(h, dim=-1)
-            input_gate, forget_gate, candidate, output_gate = (
-                torch.sigmoid(i), torch.sigmoid(f), torch.tanh(g), torch.sigmoid(o)
-            )
-            c = forget_gate * memory + input_gate * candidate
-            squashed = torch.tanh(c)
-            new_h = output_gate * squashed
-            for store, value in zip(saved, (state, input_gate, forget_gate, candidate, output_gate, squashed)):
-                store.append(value)
-            outputs.append(new_h)
-            new_state = torch.cat((new_h, c), dim=-1)
-            state = new_state if moves is None else torch.where(moves[t], new_state, state)
-        ctx.save_for_backward(weight_hh, keep, *(torch.stack(x) for x in saved), *(() if moves is None else (moves,)))
-        ctx.has_moves = moves is not None
-        return torch.stack(outputs), state
-
-    @staticmethod
-    def backward(  # type: ignore[override]
-        ctx: torch.autograd.function.FunctionCtx, grad_outputs: torch.Tensor, grad_state: torch.Tensor
-    ) -> tuple[torch.Tensor | None, ...]:
-        weight_hh, keep, kept, input_gate, forget_gate, candidate, output_gate, squashed, *rest = ctx.saved_tensors
-        moves = rest[0] if ctx.has_moves else None
-        h = kept.shape[-1] // 2
-        weight_t = weight_hh.transpose(1, 2)
-        grad_gate_steps = []
-        carried = grad_state
-        for t in reversed(range(kept.shape[0])):
-            if moves is None:
-                grad_new, grad_kept = carried, None
-            else:
-                grad_new = torch.where(moves[t], carried, 0.0)
-                grad_kept = torch.where(moves[t], 0.0, carried)
-            grad_h, grad_c = grad_new.split(h, dim=-1)
-            grad_h = grad_h + grad_outputs[t]
-            i, f, g, o, tc = input_gate[t], forget_gate[t], candidate[t], output_gate[t], squashed[t]
-            grad_c = grad_c + grad_h * o * (1.0 - tc * tc)
-            memory = kept[t, ..., h:]
-            grad_gates = torch.cat(
-                (grad_c * g * i * (1.0 - i), grad_c * memory * f * (1.0 - f), grad_c * i * (1.0 - g * g),
-                 grad_h * tc * o * (1.0 - o)),
-                dim=-1,
-            )
-            grad_gate_steps.append(grad_gates)
-            through = torch.cat((torch.bmm(grad_gates, weight_t), grad_c * f), dim=-1)
-            carried = (through if grad_kept is None else grad_kept + through) * keep[t]
-        grad_gates_all = torch.stack(grad_gate_steps[::-1])
-        grad_weight, grad_bias = _hidden_weight_grads(kept[..., :h].contiguous(), grad_gates_all)
-        return grad_gates_all, carried, grad_weight, grad_bias, None, None

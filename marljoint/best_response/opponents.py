@@ -378,8 +378,8 @@ def simulate_profiles(
 
     With ``episode_seeds``, repetition r of every profile is played from an env reset with ``episode_seeds[r]``
     (common random numbers): every profile meets the same chance outcomes (a card game's deals), so that luck
-    cancels when profiles are compared, and the difference between two entries is estimated with less noise than
-    each entry. The members' own action sampling is not shared.
+    cancels when profiles are compared. The members' own action sampling is not shared, so where it drives the
+    returns (Leduc poker: ``benchmarks/common_random_numbers.py``) the gain is small.
 
     Args:
         env: the JointEnv (it is reset with ``seed``).

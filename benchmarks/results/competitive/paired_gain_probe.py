@@ -16,11 +16,13 @@ import torch
 
 from marljoint import PettingZooJointEnv
 from marljoint.best_response.opponents import mixture_profiles, simulate_profiles
-from marljoint.best_response.oracles import PPOOracle, _normal_quantile
+from marljoint.best_response.oracles import PPOOracle
 from marljoint.best_response.population import PolicyMixture, UniformPolicy
 from marljoint.cli.best_response import env_factory, recipe_for
 
 EPISODES = 200
+Z_95 = 1.959964
+"""The two-sided 95% standard normal quantile."""
 
 
 def returns(env: PettingZooJointEnv, members: list, profiles: np.ndarray, seed: int, seeds: np.ndarray | None):
@@ -45,7 +47,7 @@ def main() -> None:
     members, weights = [m.members for m in profile], [m.weights for m in profile]
     trained = PPOOracle(env, config, 20_000)(members, weights, list(range(seats)), 1).policies
     simulation = PettingZooJointEnv(factory, num_envs=32, seed=1)
-    z = _normal_quantile(0.95)
+    z = Z_95
     for rep in range(3):
         rng = np.random.default_rng(rep)
         drawn_members, profiles = mixture_profiles(profile, EPISODES, rng)

@@ -71,7 +71,8 @@ def _pixels(env: Any) -> Any:
 
 
 def _pong() -> Any:
-    return _pixels(_butterfly("cooperative_pong_v6"))
+    # cooperative_pong_v6 draws its screen only when it renders: with render_mode=None every observation is black.
+    return _pixels(_butterfly("cooperative_pong_v6", render_mode="rgb_array"))
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from marljoint.collect import CollectionConfig, Collector, LocalCollector
 from marljoint.env import (
     ActionLayout,
+    BlankImageWarning,
     GroupSpec,
     JointEnv,
     JointEnvCheckError,
@@ -66,6 +67,7 @@ def load_run(
 __all__ = [
     "ActionLayout",
     "AuxOutput",
+    "BlankImageWarning",
     "CollectionConfig",
     "Collector",
     "GroupSpec",

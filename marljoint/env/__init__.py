@@ -1,7 +1,14 @@
 """Environments as JointEnvs: the protocol, the PettingZoo adapter, space layouts and the conformance check."""
 
 from marljoint.env.base import JointEnv, JointObs, JointStep, split_copies
-from marljoint.env.check import JointEnvCheckError, check_joint_env, random_actions
+from marljoint.env.check import (
+    BlankImageWarning,
+    JointEnvCheckError,
+    blank_image_agents,
+    blank_image_message,
+    check_joint_env,
+    random_actions,
+)
 from marljoint.env.openspiel import OPENSPIEL_PREFIX, openspiel_env
 from marljoint.env.pettingzoo import PettingZooJointEnv, episode_limit
 from marljoint.env.spaces import ActionLayout, GroupSpec, JointSpec, ObservationLayout
@@ -11,6 +18,7 @@ __all__ = [
     "OPENSPIEL_PREFIX",
     "openspiel_env",
     "ActionLayout",
+    "BlankImageWarning",
     "EnvWorker",
     "GroupSpec",
     "JointEnv",
@@ -21,6 +29,8 @@ __all__ = [
     "ObservationLayout",
     "PettingZooJointEnv",
     "SubprocessJointEnv",
+    "blank_image_agents",
+    "blank_image_message",
     "check_joint_env",
     "episode_limit",
     "make_joint_env",

@@ -2,15 +2,84 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from marljoint.env.base import JointEnv, JointObs, JointStep
+from marljoint.env.spaces import JointSpec
 
-__all__ = ["JointEnvCheckError", "check_joint_env", "random_actions"]
+__all__ = [
+    "BlankImageWarning",
+    "JointEnvCheckError",
+    "blank_image_agents",
+    "blank_image_message",
+    "check_joint_env",
+    "random_actions",
+]
 
 
 class JointEnvCheckError(AssertionError):
     """Raised by :func:`check_joint_env` when an env breaks the JointEnv contract; the message says how."""
+
+
+class BlankImageWarning(UserWarning):
+    """Warned when an agent's image observations hold one value at every step of a rollout: nothing to learn from.
+
+    The trainer checks its first rollout (:func:`blank_image_agents`). A PettingZoo env that draws its screen only
+    when it renders gives such frames without a render mode (``cooperative_pong_v6`` returns black frames with
+    ``render_mode=None``).
+    """
+
+
+def blank_image_agents(spec: JointSpec, obs: Sequence[np.ndarray], alive: np.ndarray) -> dict[str, float]:
+    """The agents that observe images and saw one value in every pixel of every image while present.
+
+    Flat observations are never reported: a constant vector is a legitimate observation (a matrix game's agents
+    observe nothing that changes), a constant image over a whole rollout is not.
+
+    Args:
+        spec: the env's agents and layouts.
+        obs: per group, ``[T, E, n_g, *obs_shape]`` observations (a rollout's ``obs``; CPU tensors convert).
+        alive: ``[T, E, N]`` bool, the agent was present at step t.
+
+    Returns:
+        ``{agent name: the one value}``, for each image-observing agent that was present at least once and saw
+        nothing else; empty when every image changed.
+    """
+    present = np.asarray(alive, dtype=bool)
+    found: dict[str, float] = {}
+    for group, group_obs in zip(spec.groups, obs):
+        if group.observation.kind != "image":
+            continue
+        images = np.asarray(group_obs)
+        for member, (agent, index) in enumerate(zip(group.agents, group.agent_indices)):
+            seen = images[:, :, member][present[:, :, index]]
+            if seen.size and bool((seen == seen.flat[0]).all()):
+                found[agent] = float(seen.flat[0])
+    return found
+
+
+def blank_image_message(found: dict[str, float], spec: JointSpec, steps: int) -> str:
+    """The warning for :func:`blank_image_agents`' findings: who, what they saw, and the usual fix.
+
+    Args:
+        found: :func:`blank_image_agents`' result (not empty).
+        spec: the env's agents and layouts (for the image shapes).
+        steps: how many steps of every env copy the check looked at.
+
+    Returns:
+        One message naming every agent found.
+    """
+    shapes = {agent: spec.observations[spec.agents.index(agent)].shape for agent in found}
+    seen = "; ".join(f"{agent!r} {shapes[agent]}, every pixel {value:g}" for agent, value in found.items())
+    return (
+        f"the image observations of {seen} were the same at every one of the first {steps} steps of every env "
+        f"copy, so no policy can learn from them. Some PettingZoo envs draw their screen only when they render "
+        f"(cooperative_pong_v6 gives black frames with render_mode=None): build the env with "
+        f"render_mode='rgb_array' (marljoint train: --env-kwargs '{{\"render_mode\": \"rgb_array\"}}'), or check "
+        f"the observation wrappers"
+    )
 
 
 def random_actions(env: JointEnv, state: JointObs, rng: np.random.Generator) -> list[np.ndarray]:

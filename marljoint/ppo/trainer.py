@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import time
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
@@ -20,6 +21,7 @@ from marljoint.collect.backends import make_collector
 from marljoint.collect.base import Collector
 from marljoint.collect.rollout import JointRollout, carry_pending_moves
 from marljoint.env.base import JointEnv, JointObs
+from marljoint.env.check import BlankImageWarning, blank_image_agents, blank_image_message
 from marljoint.policies import ActorCritic, AgentPolicy
 from marljoint.policies.joint import JointPolicy, NetworkSlot
 from marljoint.policies.normalizer import RunningNormalizer
@@ -302,11 +304,22 @@ class JointMultiAgentTrainer:
             self.anneal_learning_rate(end_iteration)
         tick = time.perf_counter()
         rollout = self.collect_rollout()
+        if self.iteration == 0:
+            self._warn_blank_images(rollout)
         if callable(active):
             active = active(rollout)
         stats = self.update(rollout, aux_fn=aux_fn, active=active)
         self.iteration += 1
         return Iteration(rollout, stats, time.perf_counter() - tick)
+
+    def _warn_blank_images(self, rollout: JointRollout) -> None:
+        """Warns (:class:`~marljoint.env.BlankImageWarning`) when an agent's images held one value all through
+        ``rollout``: a run that would otherwise train for hours on black frames without a sign."""
+        if all(group.observation.kind != "image" for group in self.spec.groups):
+            return
+        found = blank_image_agents(self.spec, [o.cpu() for o in rollout.obs], rollout.alive.cpu())
+        if found:
+            warnings.warn(blank_image_message(found, self.spec, rollout.steps), BlankImageWarning, stacklevel=3)
 
     def train(
         self,

@@ -11,7 +11,8 @@ total_steps = int(os.environ.get("MARLJOINT_TUTORIAL_STEPS", 200_000))
 
 
 def make_env():
-    env = cooperative_pong_v6.parallel_env()
+    # render_mode="rgb_array": cooperative pong draws its screen only when it renders (None gives black frames).
+    env = cooperative_pong_v6.parallel_env(render_mode="rgb_array")
     env = supersuit.color_reduction_v0(env, mode="full")  # grey: 280 x 480 x 1
     env = supersuit.resize_v1(env, x_size=48, y_size=48)  # the CNN needs at least 36 x 36
     return supersuit.frame_stack_v1(env, stack_size=3)  # motion: the last three frames, 48 x 48 x 3

@@ -64,12 +64,25 @@ class Preset:
         return JointTrainerConfig(**{**dict(self.config_kwargs), **overrides})
 
     def changes(self) -> dict[str, tuple[Any, Any]]:
-        """What the preset changes from ``marljoint train``'s defaults: ``{setting: (default, preset's value)}``
-        (a default derived from the env shows as ``None``)."""
+        """What the preset changes from ``marljoint train``'s defaults on the preset's env.
+
+        A default derived from the env is the value its rule gives on this env
+        (:func:`~marljoint.ppo.derived.derive_settings`), so a preset that sets what the rule would give changes
+        nothing there. Builds one copy of the env.
+
+        Returns:
+            ``{setting: (default on this env, preset's value)}`` for every setting that differs.
+        """
+        from marljoint.env.pettingzoo import PettingZooJointEnv
+        from marljoint.ppo.derived import derive_settings
         from marljoint.train import RunSpec
 
-        defaults = RunSpec().trainer.to_dict()
-        mine = self.config().to_dict()
+        env = PettingZooJointEnv(self.env_fn(), num_envs=1)
+        try:
+            defaults = derive_settings(env.spec, RunSpec().trainer)[0].to_dict()
+            mine = derive_settings(env.spec, self.config())[0].to_dict()
+        finally:
+            env.close()
         return {key: (defaults[key], value) for key, value in mine.items() if value != defaults[key]}
 
 

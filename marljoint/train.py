@@ -68,14 +68,16 @@ DEFAULT_TRAINER = {
     "num_envs": 16,
     "rollout_steps": 64,
     "n_epochs": 10,
-    "learning_rate": 1e-3,
+    "learning_rate": None,
     "torch_threads": 1,
 }
 """Trainer settings of ``marljoint train`` that differ from :class:`~marljoint.JointTrainerConfig`'s defaults.
 
-Short rollouts of many copies (16 × 64 steps), and 10 epochs of 4 minibatches of 256 rows (``minibatch_size``'s
-default) per rollout, chosen on the generalization suite (``benchmarks/generalization.py``; the figures are in
-``docs/learning.md``, "Defaults on envs without a preset")."""
+Short rollouts of many copies (16 × 64 steps), 10 epochs of 4 minibatches of 256 rows (``minibatch_size``'s
+default) per rollout, and the learning rate derived from the action spaces (1e-3 when every agent's actions are
+discrete, 3e-4 when some agent acts in a Box; :func:`~marljoint.ppo.derived.derive_settings`), chosen on the
+generalization suite (``benchmarks/generalization.py``; the figures are in ``docs/learning.md``, "Defaults on
+envs without a preset")."""
 
 
 @dataclass(frozen=True)

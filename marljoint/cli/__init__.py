@@ -103,7 +103,10 @@ def _add_train(subparsers: Any) -> None:
         "collection backend); marljoint plot OUT draws their mean with a 95%% CI band",
     )
     p.add_argument(
-        "--learning-rate", metavar="LR", type=_positive_float, help="Adam learning rate (default 1e-3)"
+        "--learning-rate",
+        metavar="LR",
+        type=_positive_float,
+        help="Adam learning rate (default: derived from the action spaces, 1e-3 discrete, 3e-4 Box)",
     )
     p.add_argument(
         "--rollout-steps", metavar="T", type=_positive_int, help="steps per rollout of every env copy (default 64)"

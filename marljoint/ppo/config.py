@@ -42,8 +42,11 @@ class JointTrainerConfig:
     """Clip range of value updates; ``inf`` gives the plain squared error."""
     vf_coef: float = 0.5
     """Weight of the value loss in each agent's loss."""
-    ent_coef: float = 0.01
-    """Weight of the entropy bonus in each agent's loss."""
+    ent_coef: float | None = None
+    """Weight of the entropy bonus in each agent's loss. ``None`` (the default) derives it from the action spaces:
+    0.01 when every agent's actions are discrete, 0 when some agent acts in a ``Box`` (a Gaussian's entropy grows
+    without bound with its standard deviation, so any bonus keeps widening the noise). See
+    :func:`~marljoint.ppo.derived.derive_settings`."""
     n_epochs: int = 4
     """Passes over the rollout per update."""
     minibatch_size: int = 256
@@ -61,8 +64,10 @@ class JointTrainerConfig:
     (split critic); needs a critic network of its own (``share_trunk=False`` or a centralised critic)."""
     max_minibatches_per_epoch: int | None = None
     """Cap on minibatches per epoch (``None``: no cap; values below 1 count as 1)."""
-    learning_rate: float = 3e-4
-    """Adam learning rate of the policies (and of the critic unless ``critic_lr`` is set)."""
+    learning_rate: float | None = 3e-4
+    """Adam learning rate of the policies (and of the critic unless ``critic_lr`` is set). ``None`` derives it from
+    the action spaces (``marljoint train``'s default): 1e-3 when every agent's actions are discrete, 3e-4 when
+    some agent acts in a ``Box``. See :func:`~marljoint.ppo.derived.derive_settings`."""
     adam_eps: float = 1e-5
     """Adam ε."""
     seed: int = 0
@@ -144,10 +149,12 @@ class JointTrainerConfig:
         _positive("clip_range", self.clip_range, "e.g. 0.2")
         _positive("clip_range_vf", self.clip_range_vf, "use math.inf for the plain squared error")
         _positive("max_grad_norm", self.max_grad_norm, "use math.inf to disable clipping")
-        _positive("learning_rate", self.learning_rate, "e.g. 3e-4")
+        if self.learning_rate is not None:
+            _positive("learning_rate", self.learning_rate, "e.g. 3e-4, or None to derive it from the env")
         _positive("adam_eps", self.adam_eps, "e.g. 1e-5")
         _non_negative("vf_coef", self.vf_coef)
-        _non_negative("ent_coef", self.ent_coef)
+        if self.ent_coef is not None:
+            _non_negative("ent_coef", self.ent_coef)
         if self.critic_lr is not None:
             _positive("critic_lr", self.critic_lr, "or None to train the critic with learning_rate")
             if self.share_trunk and not self.centralized_critic:

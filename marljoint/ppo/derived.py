@@ -15,10 +15,24 @@ from typing import Any
 from marljoint.env.spaces import JointSpec
 from marljoint.ppo.config import JointTrainerConfig
 
-__all__ = ["GAMMA_RANGE", "derive_settings", "gamma_for_episodes", "settings_of_policies"]
+__all__ = [
+    "BOX_ACTION_SETTINGS",
+    "DISCRETE_ACTION_SETTINGS",
+    "GAMMA_RANGE",
+    "derive_settings",
+    "gamma_for_episodes",
+    "settings_of_policies",
+]
 
 GAMMA_RANGE = (0.9, 0.99)
 """The discounts the episode-length rule chooses from (:func:`gamma_for_episodes`); 0.99 when no limit is known."""
+
+
+DISCRETE_ACTION_SETTINGS = {"ent_coef": 0.01, "learning_rate": 1e-3}
+"""The action-space rule's values when every agent's actions are discrete (Discrete, MultiDiscrete)."""
+
+BOX_ACTION_SETTINGS = {"ent_coef": 0.0, "learning_rate": 3e-4}
+"""The action-space rule's values when some agent acts in a ``Box`` (continuous control)."""
 
 
 def derive_settings(spec: JointSpec, config: JointTrainerConfig) -> tuple[JointTrainerConfig, dict[str, str]]:
@@ -38,6 +52,15 @@ def derive_settings(spec: JointSpec, config: JointTrainerConfig) -> tuple[JointT
         what follows the limit, and the critic learns slowly (on 25-step MPE episodes γ = 0.99 reaches about
         100 steps). 0.99 when the env states no limit (a game that ends by itself, an open-ended task). In a
         turn-based game the discount applies to each player's own moves, which an AEC env's ``max_cycles`` counts.
+
+        ``ent_coef`` and ``learning_rate``: :data:`BOX_ACTION_SETTINGS` (no entropy bonus, 3e-4) when some agent
+        acts in a ``Box``, :data:`DISCRETE_ACTION_SETTINGS` (0.01, 1e-3) otherwise. A categorical's entropy is
+        bounded, and its bonus only keeps the choice from collapsing early; a Gaussian's entropy grows without
+        bound with its log standard deviation, so the bonus keeps pushing the noise up once the policy gradient's
+        pull on it fades, and a policy trained with it acts far worse sampled than greedy. The Gaussian's mean
+        and log standard deviation also move straight in action units, and 3e-4 (the continuous-control
+        recipe's rate) keeps ten epochs per rollout from overshooting. The rule is one setting for all agents,
+        so in an env that mixes both kinds the discrete agents get the Box values too.
 
     Args:
         spec: the env's agents and layouts.
@@ -59,6 +82,16 @@ def derive_settings(spec: JointSpec, config: JointTrainerConfig) -> tuple[JointT
             derived["normalize_observations"] = "off: every agent's observation space is bounded"
     if config.gamma is None:
         changes["gamma"], derived["gamma"] = _gamma_rule(spec.episode_limit)
+    box = [a for a, layout in zip(spec.agents, spec.actions) if layout.kind == "box"]
+    values = BOX_ACTION_SETTINGS if box else DISCRETE_ACTION_SETTINGS
+    for name, value in values.items():
+        if getattr(config, name) is None:
+            changes[name] = value
+            derived[name] = (
+                f"{value}: {_names(box)} act in a Box (continuous actions)"
+                if box
+                else f"{value}: every agent's actions are discrete"
+            )
     return (config.replace(**changes) if changes else config), derived
 
 

@@ -65,7 +65,7 @@ def build(method: str, seed: int, changes: tuple[dict[str, Any], dict[str, Any]]
     """The PSRO or NFSP run of ``method`` on Leduc, with the command line's settings for an OpenSpiel game and
     ``changes`` (from :func:`parse_changes`) on top."""
     from marljoint.best_response import NFSP, PSRO, NfspConfig, PsroConfig
-    from marljoint.cli.best_response import env_factory, recipe_for
+    from marljoint.cli.best_response import auto_meta_solver, env_factory, recipe_for
     from marljoint.envs_registry import known_game
 
     recipe = recipe_for(GAME)
@@ -78,7 +78,7 @@ def build(method: str, seed: int, changes: tuple[dict[str, Any], dict[str, Any]]
         return NFSP(factory, NfspConfig(trainer=trainer, seed=seed, **settings), game)
     settings = {
         "iterations": 10_000,
-        "meta_solver": "nash",
+        "meta_solver": auto_meta_solver(recipe, game.num_players),
         "evaluation": "simulation" if method == "psro-sim" else "exact",
         "episodes_per_entry": recipe.episodes_per_entry,
         "eval_num_envs": recipe.eval_num_envs,

@@ -324,6 +324,31 @@ def test_psro_exact_on_openspiels_kuhn_reaches_the_bundled_kuhns_figure_and_expo
     assert (tmp_path / "n" / "openspiel_policy.json").is_file()
 
 
+def test_openspiel_games_solve_ppo_meta_games_with_prd_and_exact_ones_with_nash(tmp_path):
+    import argparse
+
+    from marljoint.checkpoint import load_checkpoint
+    from marljoint.cli.best_response import OPENSPIEL_RECIPE, RECIPES, auto_meta_solver, register
+
+    assert auto_meta_solver(OPENSPIEL_RECIPE, 2) == "prd"
+    assert auto_meta_solver(OPENSPIEL_RECIPE, 2, "exact") == "nash"  # the double oracle keeps an exact solver
+    assert auto_meta_solver(OPENSPIEL_RECIPE, 3, "exact") == "regret_matching"
+    assert auto_meta_solver(RECIPES["kuhn_poker_v0"], 2) == "nash"
+    assert auto_meta_solver(RECIPES["kuhn_poker_v0"], 3) == "regret_matching"
+
+    def solver_of(*extra):
+        parser = argparse.ArgumentParser(prog="marljoint")
+        register(parser.add_subparsers(dest="command", required=True))
+        out = tmp_path / str(len(list(tmp_path.iterdir())))
+        argv = ["psro", "--env", "openspiel:kuhn_poker", "--iterations", "1", "--br-steps", "256", "--num-envs", "8"]
+        args = parser.parse_args([*argv, *extra, "--out", str(out)])
+        assert args.func(args) == 0
+        return load_checkpoint(out / "psro.pt", allow_objects=True)["config"]["meta_solver"]
+
+    assert solver_of() == "prd"
+    assert solver_of("--meta-solver", "nash") == "nash"
+
+
 def test_marljoint_train_and_eval_take_an_openspiel_game(tmp_path, capsys):
     from marljoint.cli import main
 

@@ -191,8 +191,8 @@ undiscounted returns), with three changes measured on Leduc poker (``docs/best_r
 - PSRO's meta-solver is projected replicator dynamics (``prd``), not an exact Nash equilibrium. The meta-game of
   PPO best responses is inexact (approximate best responses; simulated entries carry sampling noise), and its
   exact Nash equilibrium jumps between supports from one iteration to the next; PRD's time-averaged strategies
-  keep more members in the mixture and move smoothly. On Leduc with simulated payoffs it ends 0.1 lower
-  (600 s runs, every seed).
+  keep more members in the mixture and move smoothly. On Leduc poker it leaves PSRO less exploitable on five
+  runs of six at equal iterations, and below 0.5 at 600 s on every seed.
 """
 
 

@@ -18,7 +18,7 @@ Usage::
     pip install -e ".[openspiel]"
     python benchmarks/leduc.py --methods psro-sim psro-exact nfsp --seeds 0 1 2 --seconds 600 \\
         --out runs/leduc --csv benchmarks/results/leduc/runs.csv
-    python benchmarks/leduc.py --report --csv benchmarks/results/leduc/runs.csv
+    python benchmarks/leduc.py --report --csv benchmarks/results/leduc/runs.csv --plot docs/img/leduc.png
     python benchmarks/leduc.py --methods psro-sim --seeds 0 --set warm_start=false --csv fresh.csv  # a variant
 """
 
@@ -172,6 +172,56 @@ def report(path: Path) -> str:
     return "\n".join(lines)
 
 
+ANCHORS = (
+    # (label, seconds or None for a level, exploitability): OpenSpiel's implementations, measured on this machine
+    ("uniform play", None, 2.374),
+    ("OpenSpiel NFSP", 300.0, 2.05),
+    ("OpenSpiel PSRO, exact best responses", 60.0, 0.63),
+    ("OpenSpiel CFR+", 1.0, 0.013),
+)
+
+
+def metrics_files(directory: Path, method: str) -> list[Path]:
+    """A method's per-run metrics in ``directory``: ``<method>_seed<k>_metrics.csv`` (the results folder's layout)
+    or ``<method>/seed<k>/metrics.csv`` (what a run writes under ``--out``), in seed order."""
+    flat = sorted(directory.glob(f"{method}_seed*_metrics.csv"))
+    return flat or sorted(directory.glob(f"{method}/seed*/metrics.csv"))
+
+
+def plot_curves(directory: Path, out: Path, goal: float = 0.5) -> int:
+    """Exploitability against wall time, one line per run (colour: method), OpenSpiel's anchors as markers, uniform
+    play and the goal as horizontal lines; log scales. Returns the number of runs drawn."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    colours = {"psro-sim": "tab:blue", "psro-exact": "tab:green", "nfsp": "tab:orange"}
+    fig, ax = plt.subplots(figsize=(8.0, 4.0))
+    drawn = 0
+    for method in METHODS:
+        for k, path in enumerate(metrics_files(directory, method)):
+            with path.open(newline="") as f:
+                rows = [r for r in csv.DictReader(f) if float(r["wall_time"]) > 0]
+            ax.plot([float(r["wall_time"]) for r in rows], [float(r["exploitability"]) for r in rows],
+                    color=colours[method], linewidth=1, alpha=0.8, label=method if k == 0 else None)
+            drawn += 1
+    for (label, seconds, value), marker in zip(ANCHORS, ("", "s", "^", "*")):
+        if seconds is None:
+            ax.axhline(value, color="grey", linestyle="--", linewidth=1, label=label)
+        else:
+            ax.plot([seconds], [value], marker=marker, color="black", linestyle="none", markersize=7, label=label)
+    ax.axhline(goal, color="red", linestyle=":", linewidth=1, label=f"goal {goal}")
+    ax.set(xscale="log", yscale="log", xlabel="wall time (s)", ylabel="exploitability (OpenSpiel)",
+           title="Leduc poker: PSRO and NFSP with PPO best responses")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0))
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+    return drawn
+
+
 def command_line() -> argparse.ArgumentParser:
     """The script's arguments (``--set`` may be given several times; its items add up)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -182,6 +232,12 @@ def command_line() -> argparse.ArgumentParser:
     parser.add_argument("--out", type=Path, default=Path("runs/leduc"))
     parser.add_argument("--csv", type=Path, default=Path("benchmarks/results/leduc/runs.csv"))
     parser.add_argument("--report", action="store_true", help="print the table of --csv instead of running")
+    parser.add_argument(
+        "--plot",
+        type=Path,
+        help="with --report: also draw every run's exploitability against time into this PNG, from the metrics "
+        "files beside --csv (<method>_seed<k>_metrics.csv) or under --out",
+    )
     parser.add_argument("--anchor", action="store_true", help="measure OpenSpiel's CFR+ for one second and stop")
     parser.add_argument(
         "--set",
@@ -199,6 +255,9 @@ def main() -> None:
     args = command_line().parse_args()
     if args.report:
         print(report(args.csv))
+        if args.plot is not None:
+            drawn = plot_curves(args.csv.parent, args.plot) or plot_curves(args.out, args.plot)
+            print(f"{drawn} runs drawn into {args.plot}")
         return
     if args.anchor:
         value, iterations = cfr_plus_anchor()

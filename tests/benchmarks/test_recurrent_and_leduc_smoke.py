@@ -173,9 +173,13 @@ def test_the_leduc_benchmark_reads_checkpoints_and_reports(tmp_path, monkeypatch
         rows = list(csv.DictReader(out.open(newline="")))
         assert [r["checkpoint_s"] for r in rows] == ["1.0", "60.0"] and rows[0]["method"] == "nfsp"
         assert 0.0 < float(rows[-1]["exploitability"]) < 4.0  # OpenSpiel's figure after one iteration
-        monkeypatch.setattr(sys, "argv", ["leduc.py", "--report", "--csv", str(out)])
+        png = tmp_path / "curves.png"
+        argv = ["leduc.py", "--report", "--csv", str(out), "--out", str(tmp_path / "runs"), "--plot", str(png)]
+        monkeypatch.setattr(sys, "argv", argv)
         bench.main()
-        assert "| nfsp |" in capsys.readouterr().out
+        printed = capsys.readouterr().out
+        assert "| nfsp |" in printed and "1 runs drawn" in printed  # the run's metrics, found under --out
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_the_leduc_benchmark_applies_set_changes_on_top_of_the_recipe():

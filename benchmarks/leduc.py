@@ -256,7 +256,8 @@ def main() -> None:
     if args.report:
         print(report(args.csv))
         if args.plot is not None:
-            drawn = plot_curves(args.csv.parent, args.plot) or plot_curves(args.out, args.plot)
+            beside = any(metrics_files(args.csv.parent, method) for method in METHODS)
+            drawn = plot_curves(args.csv.parent if beside else args.out, args.plot)
             print(f"{drawn} runs drawn into {args.plot}")
         return
     if args.anchor:

@@ -302,17 +302,19 @@ def test_games_that_cannot_be_tabulated_are_refused_with_the_count_and_the_alter
 
 
 # ------------------------------------------------------------------ the command line
-def test_psro_exact_on_openspiels_kuhn_reaches_the_bundled_kuhns_figure_and_exports_its_policy(tmp_path):
+def run(argv):
+    """Runs one ``marljoint psro`` / ``marljoint nfsp`` command line in this process; returns its exit code."""
     import argparse
 
     from marljoint.cli.best_response import register
 
-    def run(argv):
-        parser = argparse.ArgumentParser(prog="marljoint")
-        register(parser.add_subparsers(dest="command", required=True))
-        args = parser.parse_args(argv)
-        return args.func(args)
+    parser = argparse.ArgumentParser(prog="marljoint")
+    register(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv)
+    return args.func(args)
 
+
+def test_psro_exact_on_openspiels_kuhn_reaches_the_bundled_kuhns_figure_and_exports_its_policy(tmp_path):
     assert run(["psro", "--env", "openspiel:kuhn_poker", "--oracle", "exact", "--out", str(tmp_path / "p")]) == 0
     last = (tmp_path / "p" / "metrics.csv").read_text().splitlines()[-1].split(",")
     assert float(last[2]) < 0.01  # the exploitability column, after 10 iterations
@@ -325,10 +327,8 @@ def test_psro_exact_on_openspiels_kuhn_reaches_the_bundled_kuhns_figure_and_expo
 
 
 def test_openspiel_games_solve_ppo_meta_games_with_prd_and_exact_ones_with_nash(tmp_path):
-    import argparse
-
     from marljoint.checkpoint import load_checkpoint
-    from marljoint.cli.best_response import OPENSPIEL_RECIPE, RECIPES, auto_meta_solver, register
+    from marljoint.cli.best_response import OPENSPIEL_RECIPE, RECIPES, auto_meta_solver
 
     assert auto_meta_solver(OPENSPIEL_RECIPE, 2) == "prd"
     assert auto_meta_solver(OPENSPIEL_RECIPE, 2, "exact") == "nash"  # the double oracle keeps an exact solver
@@ -337,12 +337,9 @@ def test_openspiel_games_solve_ppo_meta_games_with_prd_and_exact_ones_with_nash(
     assert auto_meta_solver(RECIPES["kuhn_poker_v0"], 3) == "regret_matching"
 
     def solver_of(*extra):
-        parser = argparse.ArgumentParser(prog="marljoint")
-        register(parser.add_subparsers(dest="command", required=True))
         out = tmp_path / str(len(list(tmp_path.iterdir())))
         argv = ["psro", "--env", "openspiel:kuhn_poker", "--iterations", "1", "--br-steps", "256", "--num-envs", "8"]
-        args = parser.parse_args([*argv, *extra, "--out", str(out)])
-        assert args.func(args) == 0
+        assert run([*argv, *extra, "--out", str(out)]) == 0
         return load_checkpoint(out / "psro.pt", allow_objects=True)["config"]["meta_solver"]
 
     assert solver_of() == "prd"

@@ -194,7 +194,8 @@ class JointTrainerConfig:
         ):
             raise ValueError(
                 f"bptt_length must be an integer from 1 to rollout_steps ({self.rollout_steps}), or None (the whole "
-                f"rollout), got {self.bptt_length!r}; a chunk cannot be longer than the rollout it is cut from"
+                f"rollout), got {self.bptt_length!r}; a chunk cannot be longer than the rollout it is cut from (lower "
+                "bptt_length or raise rollout_steps)"
             )
 
     @property

@@ -105,3 +105,20 @@ def test_config_toml_holds_the_derived_length_and_a_resumed_run_keeps_it(tmp_pat
     assert "\nrollout_steps = 128\n" in text
     resumed = load_run_spec(tmp_path / "run")
     assert resumed.trainer.rollout_steps == 128 and iterations_for(resumed) == 2
+
+
+def test_a_run_whose_chunks_outgrow_the_derived_rollout_is_refused_with_the_fix(tmp_path):
+    from marljoint.train import RunError, RunSpec, train_run
+
+    spec = RunSpec.from_dict(
+        {
+            "env": "marljoint_envs.mock_v0",
+            "env_kwargs": {"num_agents": 2, "max_cycles": 25},
+            "num_envs": 2,
+            "recurrent": "gru",
+            "bptt_length": 100,
+        }
+    )
+    with pytest.raises(RunError, match=r"rollout_steps \(64\).*got 100.*lower bptt_length or raise rollout_steps"):
+        train_run(spec, tmp_path / "run", progress=False)
+    assert not (tmp_path / "run").exists()

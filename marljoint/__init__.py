@@ -38,7 +38,6 @@ from marljoint.ppo import (
     compute_gae,
     derive_settings,
     gamma_for_episodes,
-    rollout_steps_for_episodes,
 )
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -93,7 +92,6 @@ __all__ = [
     "derive_settings",
     "episode_limit",
     "gamma_for_episodes",
-    "rollout_steps_for_episodes",
     "load_run",
     "make_joint_env",
 ]

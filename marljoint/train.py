@@ -66,17 +66,16 @@ DEFAULT_TOTAL_STEPS = 200_000
 """Env steps of a run when ``--total-steps`` is not given (two to three minutes on two CPU cores by default)."""
 DEFAULT_TRAINER = {
     "num_envs": 16,
-    "rollout_steps": None,
+    "rollout_steps": 256,
     "n_epochs": 10,
     "learning_rate": None,
     "torch_threads": 1,
 }
 """Trainer settings of ``marljoint train`` that differ from :class:`~marljoint.JointTrainerConfig`'s defaults.
 
-Many copies (16), with the rollout length derived from the episode length (64 steps for episodes shorter than 128,
-up to 256 for long ones), 10 epochs of minibatches of 256 rows (``minibatch_size``'s default) per rollout, and the
-learning rate derived from the action spaces (1e-3 when every agent's actions are discrete, 3e-4 when some agent
-acts in a Box); see :func:`~marljoint.ppo.derived.derive_settings`. Chosen on the
+Rollouts of 16 copies × 256 steps, 10 epochs of 16 minibatches of 256 rows (``minibatch_size``'s default) per
+rollout, and the learning rate derived from the action spaces (1e-3 when every agent's actions are discrete, 3e-4
+when some agent acts in a Box; :func:`~marljoint.ppo.derived.derive_settings`), chosen on the
 generalization suite (``benchmarks/generalization.py``; the figures are in ``docs/learning.md``, "Defaults on
 envs without a preset")."""
 
@@ -527,9 +526,7 @@ class _Loop:
     def __init__(
         self, spec: RunSpec, run_dir: Path, trainer: Any, stream: TextIO, progress: bool, resume: bool, force: bool
     ) -> None:
-        # The settings the trainer derived from the env, as resolved (config.toml writes them with their reasons).
-        self.spec = dataclasses.replace(spec, trainer=trainer.config)
-        self.run_dir, self.trainer = run_dir, trainer
+        self.spec, self.run_dir, self.trainer = spec, run_dir, trainer
         self.stream, self.progress, self.resume, self.force = stream, progress, resume, force
         self.aux_fn = spec.penalty()
         self.clock_offset, self.agent_steps, self.env_state_saved = 0.0, 0, True
@@ -551,6 +548,8 @@ class _Loop:
         if self.force and not self.resume:
             clear_run(self.run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
+        # The settings the trainer derived from the env are written as resolved, with their reasons.
+        self.spec = dataclasses.replace(self.spec, trainer=self.trainer.config)
         write_config(self.spec, self.run_dir / CONFIG_FILE, self.trainer.derived)
         wandb = None
         if self.spec.wandb_project is not None:

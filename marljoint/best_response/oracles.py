@@ -151,7 +151,7 @@ class PPOOracle:
             warm = sum(warm_start_seat(trainer, seat, populations[seat][-1], self.policy_scale) for seat in learners)
         active = np.zeros(spec.num_agents, dtype=bool)
         active[list(learners)] = True
-        per_iteration = trainer.config.rollout_steps * self.env.num_envs
+        per_iteration = config.rollout_steps * self.env.num_envs
         iterations = max(1, math.ceil(self.steps / per_iteration))
         recent: list[Any] = []
         explained: list[list[float]] = []

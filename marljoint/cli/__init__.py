@@ -109,11 +109,7 @@ def _add_train(subparsers: Any) -> None:
         help="Adam learning rate (default: derived from the action spaces, 1e-3 discrete, 3e-4 Box)",
     )
     p.add_argument(
-        "--rollout-steps",
-        metavar="T",
-        type=_positive_int,
-        help="steps per rollout of every env copy (default: derived from the episode length, the largest power of 2 "
-        "within one episode, from 64 to 256)",
+        "--rollout-steps", metavar="T", type=_positive_int, help="steps per rollout of every env copy (default 256)"
     )
     p.add_argument("--device", metavar="DEV", help="torch device of the networks: cpu (default), cuda, cuda:1, mps")
     p.add_argument(

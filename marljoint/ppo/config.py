@@ -27,11 +27,8 @@ class JointTrainerConfig:
     """Expected number of agents N; checked against the env when given (``None``: take the env's)."""
     num_envs: int = 8
     """Env copies E stepped together (used by ``from_env`` helpers that build the env)."""
-    rollout_steps: int | None = 128
-    """Steps T per rollout; a rollout holds ``T × E`` rows per agent. ``None`` (``marljoint train``'s default)
-    derives it from the env's episode length H (:attr:`~marljoint.env.JointSpec.episode_limit`): the largest power
-    of two no longer than H, kept within [64, 256]; 64 when the env states no limit. See
-    :func:`~marljoint.ppo.derived.derive_settings`."""
+    rollout_steps: int = 128
+    """Steps T per rollout; a rollout holds ``T × E`` rows per agent."""
     gamma: float | None = None
     """Discount factor, in [0, 1]. ``None`` (the default) derives it from the env's episode length H (its
     ``max_cycles``, :attr:`~marljoint.env.JointSpec.episode_limit`): ``1 - 1/H`` kept within [0.9, 0.99], so that
@@ -143,8 +140,7 @@ class JointTrainerConfig:
         if self.num_agents is not None:
             _positive_int("num_agents", self.num_agents)
         _positive_int("num_envs", self.num_envs)
-        if self.rollout_steps is not None:
-            _positive_int("rollout_steps", self.rollout_steps)
+        _positive_int("rollout_steps", self.rollout_steps)
         _positive_int("n_epochs", self.n_epochs)
         _positive_int("minibatch_size", self.minibatch_size)
         if self.gamma is not None:
@@ -190,7 +186,7 @@ class JointTrainerConfig:
             )
         _positive_int("rnn_hidden_size", self.rnn_hidden_size)
         if self.bptt_length is not None and (
-            not _is_int(self.bptt_length) or not 1 <= self.bptt_length <= (self.rollout_steps or self.bptt_length)
+            not _is_int(self.bptt_length) or not 1 <= self.bptt_length <= self.rollout_steps
         ):
             raise ValueError(
                 f"bptt_length must be an integer from 1 to rollout_steps ({self.rollout_steps}), or None (the whole "
@@ -201,22 +197,12 @@ class JointTrainerConfig:
     @property
     def chunk_length(self) -> int:
         """Steps per BPTT chunk: :attr:`bptt_length`, or the whole rollout."""
-        return self._known_rollout_steps if self.bptt_length is None else self.bptt_length
+        return self.rollout_steps if self.bptt_length is None else self.bptt_length
 
     @property
     def batch_rows(self) -> int:
         """Rows per agent in one rollout: ``rollout_steps × num_envs``."""
-        return self._known_rollout_steps * self.num_envs
-
-    @property
-    def _known_rollout_steps(self) -> int:
-        # None is derived from the env when the trainer is built (derive_settings).
-        if self.rollout_steps is None:
-            raise ValueError(
-                "rollout_steps is None: it is derived from the env's episode length when the trainer is built; read "
-                "trainer.config.rollout_steps, or set rollout_steps explicitly"
-            )
-        return self.rollout_steps
+        return self.rollout_steps * self.num_envs
 
     @property
     def minibatches_per_epoch(self) -> int:

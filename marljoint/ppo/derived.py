@@ -19,19 +19,13 @@ __all__ = [
     "BOX_ACTION_SETTINGS",
     "DISCRETE_ACTION_SETTINGS",
     "GAMMA_RANGE",
-    "ROLLOUT_STEPS_RANGE",
     "derive_settings",
     "gamma_for_episodes",
-    "rollout_steps_for_episodes",
     "settings_of_policies",
 ]
 
 GAMMA_RANGE = (0.9, 0.99)
 """The discounts the episode-length rule chooses from (:func:`gamma_for_episodes`); 0.99 when no limit is known."""
-
-ROLLOUT_STEPS_RANGE = (64, 256)
-"""The rollout lengths the episode-length rule chooses from (:func:`rollout_steps_for_episodes`); 64 when no limit
-is known."""
 
 
 DISCRETE_ACTION_SETTINGS = {"ent_coef": 0.01, "learning_rate": 1e-3}
@@ -58,14 +52,6 @@ def derive_settings(spec: JointSpec, config: JointTrainerConfig) -> tuple[JointT
         what follows the limit, and the critic learns slowly (on 25-step MPE episodes γ = 0.99 reaches about
         100 steps). 0.99 when the env states no limit (a game that ends by itself, an open-ended task). In a
         turn-based game the discount applies to each player's own moves, which an AEC env's ``max_cycles`` counts.
-
-        ``rollout_steps``: :func:`rollout_steps_for_episodes` of H: the largest power of two no longer than an
-        episode, within :data:`ROLLOUT_STEPS_RANGE`; 64 when the env states no limit. PPO takes several epochs over
-        each rollout; when episodes last hundreds of steps, a 64-step rollout holds one short stretch of every
-        copy's episode, and the update fits the policy to that stretch (on 900-step image episodes, 64-step
-        rollouts fell behind 256-step ones on every seed measured, with the same rows per minibatch and so the
-        same number of gradient steps). Short episodes keep 64 steps: with 16 copies a rollout then already holds
-        many whole episodes, and more updates per env step learn faster. 256 caps the wait between updates.
 
         ``ent_coef`` and ``learning_rate``: :data:`BOX_ACTION_SETTINGS` (no entropy bonus, 3e-4) when some agent
         acts in a ``Box``, :data:`DISCRETE_ACTION_SETTINGS` (0.01, 1e-3) otherwise. A categorical's entropy is
@@ -96,8 +82,6 @@ def derive_settings(spec: JointSpec, config: JointTrainerConfig) -> tuple[JointT
             derived["normalize_observations"] = "off: every agent's observation space is bounded"
     if config.gamma is None:
         changes["gamma"], derived["gamma"] = _gamma_rule(spec.episode_limit)
-    if config.rollout_steps is None:
-        changes["rollout_steps"], derived["rollout_steps"] = _rollout_rule(spec.episode_limit)
     box = [a for a, layout in zip(spec.agents, spec.actions) if layout.kind == "box"]
     values = BOX_ACTION_SETTINGS if box else DISCRETE_ACTION_SETTINGS
     for name, value in values.items():
@@ -131,7 +115,8 @@ def gamma_for_episodes(episode_limit: int | None) -> float:
     low, high = GAMMA_RANGE
     if episode_limit is None:
         return high
-    _check_episode_limit(episode_limit)
+    if isinstance(episode_limit, bool) or not isinstance(episode_limit, int) or episode_limit < 1:
+        raise ValueError(f"episode_limit must be a positive integer or None, got {episode_limit!r}")
     return round(min(high, max(low, 1.0 - 1.0 / episode_limit)), 4)
 
 
@@ -143,46 +128,6 @@ def _gamma_rule(episode_limit: int | None) -> tuple[float, str]:
         f"{gamma}: 1 - 1/{episode_limit} for {episode_limit}-step episodes (the env's max_cycles), within "
         f"[{GAMMA_RANGE[0]}, {GAMMA_RANGE[1]}], so the effective horizon 1/(1 - gamma) is no longer than an episode"
     )
-
-
-def rollout_steps_for_episodes(episode_limit: int | None) -> int:
-    """The rollout length for episodes of ``episode_limit`` steps: the largest power of two no longer than one.
-
-    Example:
-        >>> [rollout_steps_for_episodes(h) for h in (25, 100, 300, 500, 900, None)]
-        [64, 64, 256, 256, 256, 64]
-
-    Args:
-        episode_limit: the most steps an episode lasts, or ``None`` when unknown.
-
-    Returns:
-        The largest power of two at most ``episode_limit``, kept within :data:`ROLLOUT_STEPS_RANGE`; its lower end
-        for ``None``.
-
-    Raises:
-        ValueError: for an ``episode_limit`` that is not a positive integer.
-    """
-    low, high = ROLLOUT_STEPS_RANGE
-    if episode_limit is None:
-        return low
-    _check_episode_limit(episode_limit)
-    return min(high, max(low, 1 << (episode_limit.bit_length() - 1)))
-
-
-def _rollout_rule(episode_limit: int | None) -> tuple[int, str]:
-    steps = rollout_steps_for_episodes(episode_limit)
-    if episode_limit is None:
-        return steps, f"{steps}: the env states no episode length (max_cycles)"
-    return steps, (
-        f"{steps}: the largest power of two within one {episode_limit}-step episode (the env's max_cycles), kept "
-        f"within [{ROLLOUT_STEPS_RANGE[0]}, {ROLLOUT_STEPS_RANGE[1]}], so that long episodes are not updated on in "
-        "short stretches"
-    )
-
-
-def _check_episode_limit(episode_limit: Any) -> None:
-    if isinstance(episode_limit, bool) or not isinstance(episode_limit, int) or episode_limit < 1:
-        raise ValueError(f"episode_limit must be a positive integer or None, got {episode_limit!r}")
 
 
 def settings_of_policies(

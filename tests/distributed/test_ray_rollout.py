@@ -306,7 +306,7 @@ def test_marljoint_train_with_ray_workers_resumes_bit_identically(tmp_path):
         with (out / "metrics.csv").open() as f:
             return [(row["env_steps"], row["episode_return_mean"], row["total_loss"]) for row in csv.DictReader(f)]
 
-    setup = ["--env", "variable_agents_v0", "--num-envs", "4", "--num-workers", "2"]
+    setup = ["--env", "variable_agents_v0", "--num-envs", "4", "--rollout-steps", "64", "--num-workers", "2"]
     train(tmp_path / "whole", 1024, *setup)
     train(tmp_path / "halves", 512, *setup)
     assert 'collection = {backend = "ray", workers = 2}' in (tmp_path / "halves" / "config.toml").read_text()

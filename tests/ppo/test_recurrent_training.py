@@ -159,7 +159,7 @@ def test_worker_collection_gives_the_bits_of_one_process_and_resumes_across_back
 
 
 def test_unsupported_combinations_and_bad_settings_are_refused():
-    with pytest.raises(ValueError, match="bptt_length must be an integer from 1 to rollout_steps"):
+    with pytest.raises(ValueError, match=r"rollout_steps \(16\).*got 17.*lower bptt_length or raise rollout_steps"):
         JointTrainerConfig(recurrent="gru", rollout_steps=16, bptt_length=17)
     with pytest.raises(ValueError, match=r"recurrent must be one of \['gru', 'lstm'\]"):
         JointTrainerConfig(recurrent="transformer")
@@ -270,3 +270,12 @@ def test_worker_collection_of_a_turn_based_game_gives_the_bits_of_one_process_an
     workers = CollectionConfig("subprocess", workers=2)
     _same(local, _backend_run(workers, env_fn=kuhn_poker_v0.env))
     _same(local, _backend_run(workers, resume=CollectionConfig(), env_fn=kuhn_poker_v0.env))
+
+
+def test_marljoint_train_checks_chunks_against_its_own_default_rollout():
+    from marljoint.train import DEFAULT_TRAINER, RunError, RunSpec
+
+    steps = DEFAULT_TRAINER["rollout_steps"]
+    assert RunSpec.from_dict({"recurrent": "gru", "bptt_length": steps}).trainer.chunk_length == steps
+    with pytest.raises(RunError, match=rf"rollout_steps \({steps}\).*got {steps + 1}.*lower bptt_length or raise"):
+        RunSpec.from_dict({"recurrent": "gru", "bptt_length": steps + 1})

@@ -63,7 +63,7 @@ DEFAULT_ENV = "bucket_brigade_v0"
 DEFAULT_ENV_KWARGS: dict[str, Any] = {"scenario": "easy"}
 """Keyword arguments of :data:`DEFAULT_ENV` when neither ``--env`` nor ``--env-kwargs`` is given."""
 DEFAULT_TOTAL_STEPS = 200_000
-"""Env steps of a run when ``--total-steps`` is not given (two to three minutes on two CPU cores by default)."""
+"""Env steps of a run when ``--total-steps`` is not given (about a minute on two CPU cores for the default env)."""
 DEFAULT_TRAINER = {
     "num_envs": 16,
     "rollout_steps": 256,

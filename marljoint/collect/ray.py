@@ -108,6 +108,9 @@ class RayCollector:
         self.max_restarts = max_restarts
         self.restarts = 0
         """Actors replaced after dying, over the collector's life."""
+        self.busy_seconds: list[float] = []
+        """``[K]`` the seconds each actor spent on its slice in the last rollout (loading the weights, acting and
+        stepping; empty before): the slowest sets the rollout's pace."""
         self.actors: list[Any] = []
         """The live actors (empty until the first rollout)."""
         self.snapshots: list[dict[str, Any] | None] = [None] * workers
@@ -175,8 +178,9 @@ class RayCollector:
             self._storage = storage
         pieces = self._gather(policy.weights() if weights is None else weights, steps)
         assemble(storage, pieces, self.slices)
+        self.busy_seconds = [piece["busy_seconds"] for piece in pieces]
         if self.balancer is not None:
-            slices = self.balancer.observe([piece["busy_seconds"] for piece in pieces])
+            slices = self.balancer.observe(self.busy_seconds)
             if slices is not None:
                 state = self.state()
                 self.slices = slices

@@ -43,6 +43,8 @@ class SubprocessCollector:
         in_workers: whether the policy runs in the workers (``None`` before the first rollout; False after the
             pickling fallback).
         balancer: the :class:`~marljoint.collect.balance.WorkBalancer` (``None`` without ``balance``).
+        busy_seconds: ``[K]`` the seconds each worker spent on its slice in the last rollout played in the workers
+            (loading the weights, acting and stepping; empty before): the slowest sets the rollout's pace.
 
     Raises:
         TypeError: if ``env`` is not a :class:`~marljoint.env.SubprocessJointEnv`.
@@ -69,6 +71,7 @@ class SubprocessCollector:
         # Collects from this process when the policy cannot be pickled (its state is kept in step with the workers').
         self._here = LocalCollector(env, seed)
         self.balancer = WorkBalancer(env.slices) if balance and env.num_workers > 1 else None
+        self.busy_seconds: list[float] = []
 
     def collect(
         self,
@@ -114,8 +117,9 @@ class SubprocessCollector:
         )
         self._started = True
         assemble(storage, pieces, self.env.slices)
+        self.busy_seconds = [piece["busy_seconds"] for piece in pieces]
         if self.balancer is not None:
-            slices = self.balancer.observe([piece["busy_seconds"] for piece in pieces])
+            slices = self.balancer.observe(self.busy_seconds)
             if slices is not None:
                 self._move_copies(slices)
         return storage

@@ -164,3 +164,33 @@ def test_the_trainer_gets_a_balancer_only_when_asked():
         assert SubprocessCollector(env, 0).balancer is None
     finally:
         env.close()
+
+
+class _Recording:
+    """A balancer that keeps what it is shown and never moves a copy."""
+
+    def __init__(self):
+        self.seen = []
+
+    def observe(self, busy_seconds):
+        self.seen.append(list(busy_seconds))
+
+
+@pytest.mark.parametrize("backend", ["subprocess", "ray"])
+def test_each_worker_reports_how_long_its_slice_took(backend):
+    if backend == "ray":
+        pytest.importorskip("ray")
+    collection = CollectionConfig(backend, 2, balance=True)
+    config = JointTrainerConfig(num_envs=5, rollout_steps=8, minibatch_size=20, n_epochs=1, collection=collection)
+    trainer = JointMultiAgentTrainer.from_env(collection.make_env(variable_agents_v0.parallel_env, 5, 0), config)
+    try:
+        trainer.collector.balancer = recording = _Recording()
+        assert trainer.collector.busy_seconds == []
+        for _ in range(2):
+            trainer.collect_rollout()
+            busy = trainer.collector.busy_seconds
+            assert len(busy) == 2 and all(0 < s < 60 for s in busy)
+            assert recording.seen[-1] == busy  # the balancer weighs exactly these
+        assert len(recording.seen) == 2 and recording.seen[0] != recording.seen[1]
+    finally:
+        trainer.close()

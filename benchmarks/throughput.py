@@ -2,11 +2,13 @@
 
 Reports agent-steps per second (medians over repetitions) for
 
-  (a) the bare env with random actions (one process, one env instance): the physical limit R; and the same in two
-      processes at once (summed), the ceiling of any two-process trainer on this machine;
+  (a) the bare env with random actions (one process, one env instance): the physical limit R; and the same in K
+      processes at once (summed), K = the cores this process may use: the ceiling of any K-process trainer here;
   (b) marljoint's rollout alone;
-  (c) marljoint's full training (collect + update), in-process and with subprocess env workers, the latter also
-      overlapped (``policy_lag=1``) against the two-process ceiling measured around it;
+  (c) marljoint's full training (collect + update), in-process and with K subprocess env workers, the latter at
+      policy lag 0 and overlapped (``policy_lag=1``) against the K-process ceiling measured around it, with a
+      scaling table for K = 1, 2, 4, 8 workers: measured where the machine has the cores, and modelled from the
+      measured per-iteration times (:func:`modelled_rates`) for every K;
   (d) SB3 PPO on the SuperSuit-vectorised env (same batch, epochs, network size), if stable-baselines3 is installed,
       with one torch thread (as marljoint runs here) and with torch's default thread count (as SB3 runs unless told
       otherwise);
@@ -32,6 +34,7 @@ import resource
 import statistics
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -46,6 +49,12 @@ NUM_ENVS, ROLLOUT, EPOCHS, MINIBATCHES, HIDDEN = 8, 128, 4, 4, (64, 64)
 
 DEFAULT_THREADS = torch.get_num_threads()
 """torch's thread count before this script sets it to 1: what an SB3 user gets without setting it."""
+
+CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+"""K: the cores this process may run on, the process count of the bare ceiling and the worker count of the rows."""
+
+SCALING_WORKERS = (1, 2, 4, 8)
+"""The worker counts of the scaling table (measured up to :data:`CORES`, modelled for all)."""
 
 
 def _spread() -> Any:
@@ -88,17 +97,20 @@ def _bare_in_process(args: tuple[str, float, int, Any]) -> float:
     return bare_env_rate(ENVS[name], 0, seed, seconds=seconds)
 
 
-def bare_env_rate_two_processes(name: str, seconds: float) -> float:
-    """Summed agent-steps per second of two bare env loops stepping in two processes over the same window of
-    ``seconds``: what two processes can get out of this machine's cores at once."""
+def bare_env_rate_processes(name: str, seconds: float, processes: int = CORES) -> float:
+    """Summed agent-steps per second of ``processes`` bare env loops stepping in as many processes over the same
+    window of ``seconds``: what that many processes can get out of this machine's cores at once (one process: this
+    one)."""
+    if processes == 1:
+        bare_env_rate(ENVS[name], 500)  # warm-up, outside the window
+        return bare_env_rate(ENVS[name], 0, seconds=seconds)
     ctx = multiprocessing.get_context("spawn")
-    with ctx.Manager() as manager, ctx.Pool(2) as pool:
-        barrier = manager.Barrier(2)
+    with ctx.Manager() as manager, ctx.Pool(processes) as pool:
+        barrier = manager.Barrier(processes)
         # A bounded wait: a child that cannot start (for example, one that cannot import this module) would
         # otherwise hang the benchmark.
-        rates = pool.map_async(_bare_in_process, [(name, seconds, seed, barrier) for seed in (0, 1)]).get(
-            timeout=seconds + 120
-        )
+        jobs = [(name, seconds, seed, barrier) for seed in range(processes)]
+        rates = pool.map_async(_bare_in_process, jobs).get(timeout=seconds + 120)
     return sum(rates)
 
 
@@ -115,8 +127,31 @@ def _config(num_agents: int, **changes: Any) -> JointTrainerConfig:
     )
 
 
-def marljoint_rates(env_fn: Callable[[], Any], iterations: int, **changes: Any) -> tuple[float, float]:
-    """(rollout-only, full training) agent-steps per second."""
+@dataclass
+class Timings:
+    """One training measurement, per iteration: agent-steps, seconds collecting (or waiting for a rollout collected
+    ahead) and updating, and each worker's busy seconds on its slice (empty without workers; at lag 1, those of
+    the rollout that finished last)."""
+
+    agent_steps: list[int] = field(default_factory=list)
+    collect: list[float] = field(default_factory=list)
+    update: list[float] = field(default_factory=list)
+    busy: list[list[float]] = field(default_factory=list)
+
+    @property
+    def rollout_rate(self) -> float:
+        """Agent-steps per second of collection alone."""
+        return sum(self.agent_steps) / sum(self.collect)
+
+    @property
+    def full_rate(self) -> float:
+        """Agent-steps per second of full training (collect + update)."""
+        return sum(self.agent_steps) / (sum(self.collect) + sum(self.update))
+
+
+def timed_training(env_fn: Callable[[], Any], iterations: int, **changes: Any) -> Timings:
+    """``iterations`` timed training iterations after one warm-up iteration, with the batch shape of the comparison
+    and ``changes`` to the config."""
     probe = env_fn()
     cfg = _config(len(probe.possible_agents), **changes)
     probe.close()
@@ -125,22 +160,29 @@ def marljoint_rates(env_fn: Callable[[], Any], iterations: int, **changes: Any) 
     try:
         trainer = JointMultiAgentTrainer.from_env(env, cfg)
         trainer.update(trainer.collect_rollout())  # warm-up
-        collect = update = 0.0
-        agent_steps = 0
+        collector = getattr(trainer.collector, "inner", trainer.collector)  # under an overlapped collector
+        timings = Timings()
         for _ in range(iterations):
             t0 = time.perf_counter()
             rollout = trainer.collect_rollout()
             t1 = time.perf_counter()
             trainer.update(rollout)
             t2 = time.perf_counter()
-            collect += t1 - t0
-            update += t2 - t1
-            agent_steps += int(rollout.valid.sum())
-        return agent_steps / collect, agent_steps / (collect + update)
+            timings.collect.append(t1 - t0)
+            timings.update.append(t2 - t1)
+            timings.agent_steps.append(int(rollout.valid.sum()))
+            timings.busy.append(list(getattr(collector, "busy_seconds", [])))
+        return timings
     finally:
         if trainer is not None:
             trainer.close()  # a lagged collector may still be collecting ahead
         env.close()
+
+
+def marljoint_rates(env_fn: Callable[[], Any], iterations: int, **changes: Any) -> tuple[float, float]:
+    """(rollout-only, full training) agent-steps per second."""
+    timings = timed_training(env_fn, iterations, **changes)
+    return timings.rollout_rate, timings.full_rate
 
 
 def sb3_rate(env_fn: Callable[[], Any], iterations: int, threads: int = 1) -> float | None:
@@ -234,36 +276,145 @@ def recurrent_rows(repetitions: int, iterations: int) -> None:
         print(f"| {name} | {roll:,.0f} | {full:,.0f} | {roll_ratio:.2f} | {full_ratio:.2f} |")
 
 
-def overlap_rows(names: list[str], repetitions: int, iterations: int, window: float, balance: bool = False) -> None:
-    """Full training with 2 subprocess workers at policy lag 0 and lag 1 against the two-process bare ceiling,
-    each lag measured between two ceiling measurements of the same window and divided by their mean
-    (``balance``: with the workers' slices balanced by their speed, ``CollectionConfig(balance=True)``)."""
+@dataclass
+class IterationCosts:
+    """The scaling model's inputs, measured with subprocess workers at lag 0 (seconds per iteration).
+
+    Attributes:
+        copy_seconds: c·T, one copy's rollout (its env steps and its share of the policy's inference) in a worker
+            that has a core to itself: one worker's busy seconds over E copies.
+        update_seconds: u, the learner's update.
+        exchange_seconds: x, sending the weights and gathering the pieces: a K-worker collection's wall time less
+            its slowest worker's busy time.
+        slowdown: s, how much slower than ``copy_seconds`` the slowest of K workers ran per copy (1 with one worker).
+        agent_steps: agent-steps per iteration.
+    """
+
+    copy_seconds: float
+    update_seconds: float
+    exchange_seconds: float
+    slowdown: float
+    agent_steps: float
+
+
+def modelled_rates(costs: IterationCosts, workers: int, num_envs: int = NUM_ENVS) -> tuple[float, float, float]:
+    """Full-training agent-steps per second with K = ``workers`` workers over E = ``num_envs`` copies, by the
+    scaling model of ``docs/performance.md``: a worker's rollout takes ``w = c·T · E/K · s`` (s = 1 at K = 1), and
+
+    - lag 0: ``t = w + x + u`` (the workers wait for the update, the learner for the slowest worker);
+    - lag 1 with a core for the learner (K + 1 cores): ``t = max(w, x + u)``;
+    - lag 1 on K cores: ``t = max(x + u, w + (x + u) / K)`` (the update's work lands on the workers' cores).
+
+    Returns:
+        ``(lag 0, lag 1 on K + 1 cores, lag 1 on K cores)`` agent-steps per second (``agent_steps / t``).
+    """
+    slowdown = costs.slowdown if workers > 1 else 1.0
+    w = costs.copy_seconds * num_envs / workers * slowdown
+    learner = costs.exchange_seconds + costs.update_seconds
+    times = (w + learner, max(w, learner), max(learner, w + learner / workers))
+    lag0, spare, shared = (costs.agent_steps / t for t in times)
+    return lag0, spare, shared
+
+
+def measured_costs(one: Timings, many: Timings, workers: int) -> IterationCosts:
+    """:class:`IterationCosts` from a lag-0 measurement with one worker (``one``) and with ``workers`` (``many``)."""
+    med = statistics.median
+    copy_seconds = med(busy[0] for busy in one.busy) / NUM_ENVS
+    slowest = [max(busy) for busy in many.busy]
+    return IterationCosts(
+        copy_seconds=copy_seconds,
+        update_seconds=med(one.update),
+        exchange_seconds=max(0.0, med(c - b for c, b in zip(many.collect, slowest))),
+        slowdown=med(slowest) / (copy_seconds * NUM_ENVS / workers) if workers > 1 else 1.0,
+        agent_steps=med(one.agent_steps),
+    )
+
+
+def overlap_rows(
+    names: list[str], repetitions: int, iterations: int, window: float, balance: bool = False, workers: int = CORES
+) -> None:
+    """Full training with K = ``workers`` subprocess workers at policy lag 0 and lag 1 against the K-process bare
+    ceiling, each measurement taken between two ceiling measurements of its window and divided by their mean; then
+    the scaling table: the same for every K of :data:`SCALING_WORKERS` up to ``workers``, and the model's figures
+    (:func:`modelled_rates`, from the measured :class:`IterationCosts`) for every K (``balance``: with the
+    workers' slices balanced by their speed, ``CollectionConfig(balance=True)``)."""
     how = ", balanced" if balance else ""
-    print(f"\noverlapped collection: 2 env workers{how}, full training over the two-process bare ceiling (medians)")
-    print("| env | 2-process ceiling | lag 0 | lag 1 | lag 0 / ceiling | lag 1 / ceiling | lag 1 / lag 0 |")
-    print("|---" * 7 + "|")
+    measured_ks = sorted({k for k in SCALING_WORKERS if k <= workers} | {1, workers})
+    tables = []
     for name in names:
         env_fn = ENVS[name]
-        ceilings: list[float] = []
-        rates: dict[int, list[float]] = {0: [], 1: []}
-        ratios: dict[int, list[float]] = {0: [], 1: []}
+        ceilings: dict[int, list[float]] = {k: [] for k in measured_ks}
+        rates: dict[tuple[int, int], list[float]] = {(k, lag): [] for k in measured_ks for lag in (0, 1)}
+        ratios: dict[tuple[int, int], list[float]] = {(k, lag): [] for k in measured_ks for lag in (0, 1)}
+        costs: list[IterationCosts] = []
         for _ in range(repetitions):
-            bracket = [bare_env_rate_two_processes(name, window)]
-            for lag in (0, 1):
-                collection = CollectionConfig("subprocess", workers=2, policy_lag=lag, balance=balance)
-                rate = marljoint_rates(env_fn, iterations, collection=collection)[1]
-                bracket.append(bare_env_rate_two_processes(name, window))
-                rates[lag].append(rate)
-                ratios[lag].append(rate / statistics.mean(bracket[-2:]))
-            ceilings.append(statistics.mean(bracket))
-        med = statistics.median
-        pairs = [b / a for a, b in zip(rates[0], rates[1])]
+            at_lag0: dict[int, Timings] = {}
+            for k in measured_ks:
+                bracket = [bare_env_rate_processes(name, window, k)]
+                for lag in (0, 1):
+                    collection = CollectionConfig("subprocess", workers=k, policy_lag=lag, balance=balance and k > 1)
+                    timings = timed_training(env_fn, iterations, collection=collection)
+                    bracket.append(bare_env_rate_processes(name, window, k))
+                    rates[k, lag].append(timings.full_rate)
+                    ratios[k, lag].append(timings.full_rate / statistics.mean(bracket[-2:]))
+                    if lag == 0:
+                        at_lag0[k] = timings
+                ceilings[k].append(statistics.mean(bracket))
+            costs.append(measured_costs(at_lag0[1], at_lag0[workers], workers))
+        tables.append((name, ceilings, rates, ratios, costs))
+
+    med = statistics.median
+    print(f"\noverlapped collection: {workers} env workers{how}, full training over the {workers}-process bare "
+          "ceiling (medians)")
+    print(f"| env | {workers}-process ceiling | lag 0 | lag 1 | lag 0 / ceiling | lag 1 / ceiling | lag 1 / lag 0 |")
+    print("|---" * 7 + "|")
+    for name, ceilings, rates, ratios, _ in tables:
+        lag0, lag1 = rates[workers, 0], rates[workers, 1]
+        pairs = [b / a for a, b in zip(lag0, lag1)]
         print(
-            f"| {name} | {med(ceilings):,.0f} | {med(rates[0]):,.0f} | {med(rates[1]):,.0f} | {med(ratios[0]):.2f} "
-            f"| {med(ratios[1]):.2f} | {med(pairs):.2f} |"
+            f"| {name} | {med(ceilings[workers]):,.0f} | {med(lag0):,.0f} | {med(lag1):,.0f} "
+            f"| {med(ratios[workers, 0]):.2f} | {med(ratios[workers, 1]):.2f} | {med(pairs):.2f} |"
         )
-        print("per repetition: lag 0 " + ", ".join(f"{r:.2f}" for r in ratios[0]) + "; lag 1 "
-              + ", ".join(f"{r:.2f}" for r in ratios[1]))
+        print("per repetition: lag 0 " + ", ".join(f"{r:.2f}" for r in ratios[workers, 0]) + "; lag 1 "
+              + ", ".join(f"{r:.2f}" for r in ratios[workers, 1]))
+    for name, ceilings, _, ratios, costs in tables:
+        scaling_table(name, ceilings, ratios, costs, workers)
+
+
+def scaling_table(
+    name: str,
+    ceilings: dict[int, list[float]],
+    ratios: dict[tuple[int, int], list[float]],
+    costs: list[IterationCosts],
+    workers: int,
+) -> None:
+    """Prints the measured and modelled full training over the K-process ceiling for every K of
+    :data:`SCALING_WORKERS` (and K = ``workers``), the model's inputs being the medians of ``costs``."""
+    med = statistics.median
+    c = IterationCosts(*(med(getattr(x, f) for x in costs) for f in IterationCosts.__dataclass_fields__))
+    rate = med(ceilings[1])  # R: one bare process
+    print(
+        f"\nscaling on {name} ({NUM_ENVS} copies x {ROLLOUT} steps; medians): one copy's rollout in one worker "
+        f"c·T = {1e3 * c.copy_seconds:.1f} ms, update u = {1e3 * c.update_seconds:.1f} ms, exchange "
+        f"x = {1e3 * c.exchange_seconds:.1f} ms, slowest of {workers} workers s = {c.slowdown:.2f}, R = {rate:,.0f}"
+    )
+    print(
+        "| K workers | ceiling | lag 0 / ceiling, measured | lag 1 / ceiling, measured | lag 0 / ceiling, model "
+        "| lag 1 / ceiling, model (K + 1 cores) | lag 1 / ceiling, model (K cores) "
+        "| lag 1 / lag 0, model (K + 1 cores) |"
+    )
+    print("|---" * 8 + "|")
+    for k in sorted({*SCALING_WORKERS, workers}):
+        if k > NUM_ENVS:
+            continue
+        measured = k in ceilings
+        ceiling = med(ceilings[k]) if measured else k * rate
+        lag0, spare, shared = (r / (k * rate) for r in modelled_rates(c, k))
+        cells = [f"{med(ratios[k, lag]):.2f}" if measured else "-" for lag in (0, 1)]
+        print(
+            f"| {k} | {ceiling:,.0f}{'' if measured else ' (K·R)'} | {cells[0]} | {cells[1]} | {lag0:.2f} "
+            f"| {spare:.2f} | {shared:.2f} | {spare / lag0:.2f} |"
+        )
 
 
 def main() -> None:
@@ -279,21 +430,27 @@ def main() -> None:
     parser.add_argument("--only-overlap", action="store_true", help="only the policy-lag rows")
     parser.add_argument("--only-recurrent", action="store_true", help="only the GRU-against-MLP rows")
     parser.add_argument("--balance", action="store_true", help="policy-lag rows with balanced workers")
+    parser.add_argument(
+        "--workers", type=int, default=CORES, help=f"K: env workers and bare processes (default: the {CORES} cores)"
+    )
     args = parser.parse_args()
+    if not 1 <= args.workers <= NUM_ENVS:
+        parser.error(f"--workers must be between 1 and the {NUM_ENVS} env copies, got {args.workers}")
+    k = args.workers
     reps = 1 if args.quick else args.repetitions
     iters = 1 if args.quick else args.iterations
     torch.set_num_threads(1)
     if args.only_overlap or args.only_recurrent:
         if args.only_overlap:
-            overlap_rows(args.envs, reps, iters, 2.0 if not args.quick else 0.5, args.balance)
+            overlap_rows(args.envs, reps, iters, 2.0 if not args.quick else 0.5, args.balance, k)
         if args.only_recurrent:
             recurrent_rows(reps, iters)
         return
 
     print(f"batch: {NUM_ENVS} envs x {ROLLOUT} steps, {EPOCHS} epochs x {MINIBATCHES} minibatches, MLP {HIDDEN}")
     print(
-        f"| env | bare R | bare, 2 processes | rollout | full (sync) | full (2 workers) | SB3 (1 thread) "
-        f"| SB3 ({DEFAULT_THREADS} threads) | rollout/R | full/R | workers/R | workers/(2-process bare) "
+        f"| env | bare R | bare, {k} processes | rollout | full (sync) | full ({k} workers) | SB3 (1 thread) "
+        f"| SB3 ({DEFAULT_THREADS} threads) | rollout/R | full/R | workers/R | workers/({k}-process bare) "
         f"| full/SB3 (1 thread) | full/SB3 ({DEFAULT_THREADS} threads) | workers/SB3 (1 thread) |"
     )
     print("|---" * 15 + "|")
@@ -309,7 +466,7 @@ def main() -> None:
             bare = [bare_env_rate(env_fn, 0, seconds=window)]
             r, f = marljoint_rates(env_fn, iters)
             bare.append(bare_env_rate(env_fn, 0, seconds=window))
-            sub = marljoint_rates(env_fn, iters, collection=CollectionConfig("subprocess", workers=2))[1]
+            sub = marljoint_rates(env_fn, iters, collection=CollectionConfig("subprocess", workers=k))[1]
             bare.append(bare_env_rate(env_fn, 0, seconds=window))
             measured = {"roll": (r, 0), "full": (f, 0), "sub": (sub, 1)}
             if not args.skip_sb3:
@@ -318,7 +475,7 @@ def main() -> None:
                     if rate is not None:
                         measured[key] = (rate, len(bare) - 1)
                         bare.append(bare_env_rate(env_fn, 0, seconds=window))
-            runs["bare2"].append(bare_env_rate_two_processes(name, 1.5 * window))
+            runs["bare2"].append(bare_env_rate_processes(name, 1.5 * window, k))
             runs["bare"].append(statistics.mean(bare))
             for key, (rate, before) in measured.items():
                 runs[key].append(rate)
@@ -358,7 +515,7 @@ def main() -> None:
         print("per repetition: " + "; ".join(f"{k} " + ", ".join(f"{v:.2f}" for v in vals) for k, vals in norm.items()))
 
     if not args.skip_overlap:
-        overlap_rows(args.envs, reps, iters, window, args.balance)
+        overlap_rows(args.envs, reps, iters, window, args.balance, k)
     if not args.skip_recurrent:
         recurrent_rows(reps, iters)
 

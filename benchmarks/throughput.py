@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import json
 import multiprocessing
 import os
 import resource
@@ -52,6 +53,9 @@ DEFAULT_THREADS = torch.get_num_threads()
 
 CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 """K: the cores this process may run on, the process count of the bare ceiling and the worker count of the rows."""
+
+OVERRIDES: dict[str, Any] = {}
+"""``--set`` changes to every marljoint config of the run (for example the network of an earlier default)."""
 
 SCALING_WORKERS = (1, 2, 4, 8)
 """The worker counts of the scaling table (measured up to :data:`CORES`, modelled for all)."""
@@ -123,7 +127,7 @@ def _config(num_agents: int, **changes: Any) -> JointTrainerConfig:
         minibatch_size=rows // MINIBATCHES,
         hidden_sizes=HIDDEN,
         torch_threads=1,
-        **changes,
+        **{**OVERRIDES, **changes},
     )
 
 
@@ -433,13 +437,25 @@ def main() -> None:
     parser.add_argument(
         "--workers", type=int, default=CORES, help=f"K: env workers and bare processes (default: the {CORES} cores)"
     )
+    parser.add_argument(
+        "--set", metavar="FIELD=JSON", action="append", default=[],
+        help="a JointTrainerConfig change for every marljoint measurement, e.g. share_trunk=true",
+    )
     args = parser.parse_args()
+    for item in args.set:
+        name, _, value = item.partition("=")
+        try:
+            OVERRIDES[name] = json.loads(value)
+        except json.JSONDecodeError:
+            parser.error(f"--set {item!r}: the value must be JSON (true, 3, \"gru\"), got {value!r}")
     if not 1 <= args.workers <= NUM_ENVS:
         parser.error(f"--workers must be between 1 and the {NUM_ENVS} env copies, got {args.workers}")
     k = args.workers
     reps = 1 if args.quick else args.repetitions
     iters = 1 if args.quick else args.iterations
     torch.set_num_threads(1)
+    if OVERRIDES:
+        print(f"every marljoint config changed by {OVERRIDES}")
     if args.only_overlap or args.only_recurrent:
         if args.only_overlap:
             overlap_rows(args.envs, reps, iters, 2.0 if not args.quick else 0.5, args.balance, k)

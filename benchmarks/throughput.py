@@ -350,7 +350,7 @@ def overlap_rows(
         ceilings: dict[int, list[float]] = {k: [] for k in measured_ks}
         rates: dict[tuple[int, int], list[float]] = {(k, lag): [] for k in measured_ks for lag in (0, 1)}
         ratios: dict[tuple[int, int], list[float]] = {(k, lag): [] for k in measured_ks for lag in (0, 1)}
-        costs: list[IterationCosts] = []
+        costs: dict[int, list[IterationCosts]] = {k: [] for k in measured_ks}
         for _ in range(repetitions):
             at_lag0: dict[int, Timings] = {}
             for k in measured_ks:
@@ -364,7 +364,8 @@ def overlap_rows(
                     if lag == 0:
                         at_lag0[k] = timings
                 ceilings[k].append(statistics.mean(bracket))
-            costs.append(measured_costs(at_lag0[1], at_lag0[workers], workers))
+            for k in measured_ks:
+                costs[k].append(measured_costs(at_lag0[1], at_lag0[k], k))
         tables.append((name, ceilings, rates, ratios, costs))
 
     med = statistics.median
@@ -389,18 +390,27 @@ def scaling_table(
     name: str,
     ceilings: dict[int, list[float]],
     ratios: dict[tuple[int, int], list[float]],
-    costs: list[IterationCosts],
+    costs: dict[int, list[IterationCosts]],
     workers: int,
 ) -> None:
     """Prints the measured and modelled full training over the K-process ceiling for every K of
-    :data:`SCALING_WORKERS` (and K = ``workers``), the model's inputs being the medians of ``costs``."""
+    :data:`SCALING_WORKERS` (and K = ``workers``). The model's inputs are the medians of the measured
+    :class:`IterationCosts`: a measured K's own, and for a K beyond the cores those of the largest measured K within
+    them (its slowest-worker factor s is assumed to hold for more workers)."""
     med = statistics.median
-    c = IterationCosts(*(med(getattr(x, f) for x in costs) for f in IterationCosts.__dataclass_fields__))
+    inputs = {
+        k: IterationCosts(*(med(getattr(x, f) for x in runs) for f in IterationCosts.__dataclass_fields__))
+        for k, runs in costs.items()
+    }
+    within = [k for k in inputs if k <= CORES] or [min(inputs)]
     rate = med(ceilings[1])  # R: one bare process
+    one = inputs[1]
     print(
         f"\nscaling on {name} ({NUM_ENVS} copies x {ROLLOUT} steps; medians): one copy's rollout in one worker "
-        f"c·T = {1e3 * c.copy_seconds:.1f} ms, update u = {1e3 * c.update_seconds:.1f} ms, exchange "
-        f"x = {1e3 * c.exchange_seconds:.1f} ms, slowest of {workers} workers s = {c.slowdown:.2f}, R = {rate:,.0f}"
+        f"c·T = {1e3 * one.copy_seconds:.1f} ms, update u = {1e3 * one.update_seconds:.1f} ms, exchange x = "
+        + ", ".join(f"{1e3 * c.exchange_seconds:.1f} ms" for c in inputs.values())
+        + ", slowest worker s = " + ", ".join(f"{c.slowdown:.2f}" for c in inputs.values())
+        + f" with {', '.join(map(str, inputs))} workers; R = {rate:,.0f}"
     )
     print(
         "| K workers | ceiling | lag 0 / ceiling, measured | lag 1 / ceiling, measured | lag 0 / ceiling, model "
@@ -413,7 +423,8 @@ def scaling_table(
             continue
         measured = k in ceilings
         ceiling = med(ceilings[k]) if measured else k * rate
-        lag0, spare, shared = (r / (k * rate) for r in modelled_rates(c, k))
+        model = inputs[k] if k in inputs else inputs[max(within)]
+        lag0, spare, shared = (r / (k * rate) for r in modelled_rates(model, k))
         cells = [f"{med(ratios[k, lag]):.2f}" if measured else "-" for lag in (0, 1)]
         print(
             f"| {k} | {ceiling:,.0f}{'' if measured else ' (K·R)'} | {cells[0]} | {cells[1]} | {lag0:.2f} "

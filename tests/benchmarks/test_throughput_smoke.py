@@ -98,3 +98,18 @@ def test_the_policy_lag_rows_run_with_balanced_workers(bench, monkeypatch, capsy
     assert f"{bench.CORES} env workers, balanced" in out
     row = next(line for line in out.splitlines() if line.startswith("| simple_spread_v3 |"))
     assert all(float(c.strip().replace(",", "")) > 0 for c in row.strip("|").split("|")[1:])
+
+
+def test_set_changes_every_marljoint_config_and_refuses_a_value_that_is_not_json(bench, monkeypatch, capsys):
+    monkeypatch.setattr(bench, "OVERRIDES", {})
+    monkeypatch.setattr(sys, "argv", ["throughput.py", "--set", "share_trunk=tru"])
+    with pytest.raises(SystemExit):
+        bench.main()
+    assert "the value must be JSON" in capsys.readouterr().err
+    monkeypatch.setattr(sys, "argv", ["throughput.py", "--workers", "0"])
+    with pytest.raises(SystemExit):
+        bench.main()
+    assert "--workers must be between 1 and the 8 env copies, got 0" in capsys.readouterr().err
+    bench.OVERRIDES["share_trunk"] = True
+    assert bench._config(3).share_trunk is True
+    assert bench._config(3, share_trunk=False).share_trunk is False  # a measurement's own change wins

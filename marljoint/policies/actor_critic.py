@@ -10,7 +10,7 @@ from torch import nn
 
 from marljoint.env.spaces import ActionLayout, ObservationLayout
 from marljoint.policies.distributions import Categorical, DiagGaussian, FactoredCategorical, make_distribution
-from marljoint.policies.layers import Activation, StackedCNN, StackedLinear, StackedMLP
+from marljoint.policies.layers import Activation, StackedCNN, StackedLinear, StackedMLP, tanh
 from marljoint.policies.normalizer import ObservationNormalizer
 from marljoint.policies.recurrent import RECURRENT_KINDS, StackedRecurrentCell
 
@@ -158,7 +158,7 @@ class ActorCritic(nn.Module):
         recurrent: str | None = None,
         rnn_hidden_size: int = 64,
         normalize_observations: bool = False,
-        activation: Activation = torch.tanh,
+        activation: Activation = tanh,
         cnn_channels: Sequence[int] | None = None,
         cnn_kernel_sizes: Sequence[int] | None = None,
         cnn_strides: Sequence[int] | None = None,

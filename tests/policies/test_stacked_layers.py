@@ -128,3 +128,29 @@ def test_layer_errors():
         StackedCNN(1, (20, 20))
     with pytest.raises(ValueError, match="channels last"):
         StackedCNN(1, (8, 8, 3), channels=(2,), kernel_sizes=(3,), strides=(1,))(torch.zeros(2, 1, 3, 8, 8))
+
+
+def test_the_default_activation_is_tanh_to_float32_rounding_and_the_same_bits_in_any_batch_split():
+    from marljoint.policies.layers import tanh
+
+    x = torch.randn(1000, 3, 64, generator=generator(0)) * 3
+    y = tanh(x)
+    torch.testing.assert_close(y, torch.tanh(x), atol=2e-7, rtol=0)
+    # Each element's result depends on that element alone: a slice of the batch, or a strided view, gives the
+    # same bits (rollouts split over workers must reproduce one process's values exactly).
+    for part in (x[7:8], x[3:500], x[:, 1], x.transpose(0, 1)):
+        assert torch.equal(tanh(part), tanh(part.contiguous()))
+    assert torch.equal(tanh(x[3:500]), y[3:500])
+    assert torch.equal(tanh(x.transpose(0, 1)), y.transpose(0, 1))
+
+
+def test_the_default_activation_has_tanh_derivative_and_other_dtypes_use_torch():
+    from marljoint.policies.layers import tanh
+
+    x64 = torch.randn(5, 4, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(tanh, (x64,))
+    x = torch.randn(50, 8, generator=generator(1), requires_grad=True)
+    tanh(x).square().sum().backward()
+    expected = torch.autograd.grad(torch.tanh(x).square().sum(), x)[0]
+    torch.testing.assert_close(x.grad, expected)
+    assert tanh(x).requires_grad and tanh(x.detach()).grad_fn is None

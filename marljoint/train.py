@@ -68,13 +68,15 @@ DEFAULT_TRAINER = {
     "num_envs": 16,
     "rollout_steps": 256,
     "n_epochs": 10,
+    "num_minibatches": 16,
     "learning_rate": None,
     "torch_threads": 1,
 }
 """Trainer settings of ``marljoint train`` that differ from :class:`~marljoint.JointTrainerConfig`'s defaults.
 
-Rollouts of 16 copies × 256 steps, 10 epochs of 16 minibatches of 256 rows (``minibatch_size``'s default) per
-rollout, and the learning rate derived from the action spaces (1e-3 when every agent's actions are discrete, 3e-4
+Rollouts of 16 copies × 256 steps, 10 epochs of 16 minibatches per rollout (of 256 rows at this rollout size; more
+copies or steps make larger minibatches, not more of them, so the update's cost per env step falls as the rollout
+grows), and the learning rate derived from the action spaces (1e-3 when every agent's actions are discrete, 3e-4
 when some agent acts in a Box; :func:`~marljoint.ppo.derived.derive_settings`), chosen on the
 generalization suite (``benchmarks/generalization.py``; the figures are in ``docs/learning.md``, "Defaults on
 envs without a preset")."""

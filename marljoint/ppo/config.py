@@ -50,7 +50,14 @@ class JointTrainerConfig:
     n_epochs: int = 4
     """Passes over the rollout per update."""
     minibatch_size: int = 256
-    """Rows ``(t, e)`` per minibatch; every agent sees the same rows."""
+    """Rows ``(t, e)`` per minibatch; every agent sees the same rows. Not used when :attr:`num_minibatches` is
+    set."""
+    num_minibatches: int | None = None
+    """Minibatches per epoch: each epoch's shuffled rows are cut into this many minibatches of (nearly) equal size,
+    so an update takes the same number of steps however large the rollout (CleanRL's ``num_minibatches``), and a
+    larger rollout makes larger minibatches instead of more of them. ``None``: cut them :attr:`minibatch_size` rows
+    at a time, so the number of steps grows with the rollout. When set, :attr:`minibatch_size` is not used;
+    :meth:`replace` with ``minibatch_size`` alone switches back to row-count minibatches."""
     max_grad_norm: float = 0.5
     """Global L2 norm cap of each network's gradient (direction kept); ``inf`` disables clipping. A network is
     one agent's actor, or its critic (or both with ``share_trunk``); with ``share_parameters`` the group's one
@@ -143,6 +150,8 @@ class JointTrainerConfig:
         _positive_int("rollout_steps", self.rollout_steps)
         _positive_int("n_epochs", self.n_epochs)
         _positive_int("minibatch_size", self.minibatch_size)
+        if self.num_minibatches is not None:
+            _positive_int("num_minibatches", self.num_minibatches)
         if self.gamma is not None:
             _in_unit_interval("gamma", self.gamma)
         _in_unit_interval("gae_lambda", self.gae_lambda)
@@ -205,12 +214,29 @@ class JointTrainerConfig:
         return self.rollout_steps * self.num_envs
 
     @property
+    def rows_per_minibatch(self) -> int:
+        """Rows per minibatch for a rollout of :attr:`batch_rows` rows: :attr:`minibatch_size`, or with
+        :attr:`num_minibatches` the rows split into that many (the last minibatch may hold fewer)."""
+        return self.minibatch_rows(self.batch_rows)
+
+    def minibatch_rows(self, rows: int) -> int:
+        """Rows (or, for a recurrent rollout, whole chunks) per minibatch when an epoch holds ``rows`` of them:
+        ``ceil(rows / num_minibatches)``, or :attr:`minibatch_size` when :attr:`num_minibatches` is ``None``."""
+        if self.num_minibatches is None:
+            return self.minibatch_size
+        return max(1, math.ceil(rows / self.num_minibatches))
+
+    @property
     def minibatches_per_epoch(self) -> int:
         """Minibatch steps per epoch after the single-minibatch mode and the cap are applied, for a rollout of
         :attr:`batch_rows` rows. A turn-based rollout with moves carried in has up to ``N × num_envs`` rows more:
-        when they make one more minibatch, it is left out of that epoch (each epoch shuffles anew). A recurrent
-        rollout is cut into minibatches of whole chunks instead."""
-        full = math.ceil(self.batch_rows / self.minibatch_size)
+        with :attr:`minibatch_size`, when they make one more minibatch it is left out of that epoch (each epoch
+        shuffles anew); with :attr:`num_minibatches` they are spread over the minibatches. A recurrent rollout is
+        cut into minibatches of whole chunks instead."""
+        if self.num_minibatches is None:
+            full = math.ceil(self.batch_rows / self.minibatch_size)
+        else:
+            full = min(self.num_minibatches, self.batch_rows)
         count = full if self.iterate_all_minibatches else 1
         if self.max_minibatches_per_epoch is not None:
             count = min(count, max(1, self.max_minibatches_per_epoch))
@@ -218,8 +244,12 @@ class JointTrainerConfig:
 
     def replace(self, **changes: Any) -> JointTrainerConfig:
         """Returns a copy with ``changes`` applied (validated again); the collection settings of older configs
-        (:data:`LEGACY_KEYS`) are translated into :attr:`collection`."""
-        return dataclasses.replace(self, **_translate_legacy(changes, self.collection))
+        (:data:`LEGACY_KEYS`) are translated into :attr:`collection`. ``minibatch_size`` given without
+        ``num_minibatches`` means minibatches of that many rows, so it clears :attr:`num_minibatches`."""
+        changes = _translate_legacy(changes, self.collection)
+        if "minibatch_size" in changes and "num_minibatches" not in changes:
+            changes["num_minibatches"] = None
+        return dataclasses.replace(self, **changes)
 
     def to_dict(self) -> dict[str, Any]:
         """The fields as plain Python values (``inf`` kept as a float; :attr:`collection` as a dict)."""

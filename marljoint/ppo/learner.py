@@ -340,27 +340,37 @@ class Learner:
     ) -> None:
         """The PPO epochs over ``batch``, stopping early when ``target_kl`` is exceeded."""
         cfg = self.config
-        seq = batch.sequences
-        # Feed-forward: minibatches of rows. Recurrent: of whole chunks, as many rows as minibatch_size allows.
-        if seq is None:
+        units, size = self._minibatch_shape(batch)
+        if batch.sequences is None and cfg.num_minibatches is None:
             # As many minibatches as the config's rows make (a turn-based rollout's carried rows can make one more,
             # left out: the count runs and checkpoints have always used).
-            units, size, count = batch.rows, cfg.minibatch_size, cfg.minibatches_per_epoch
+            count = cfg.minibatches_per_epoch
         else:
-            units, size = seq.count, self._chunks_per_minibatch()
-            count = _minibatch_count(units, size, cfg)
+            full = math.ceil(units / size) if cfg.num_minibatches is None else min(cfg.num_minibatches, units)
+            count = _minibatch_count(full, cfg)
         for _ in range(cfg.n_epochs):
             order = torch.randperm(units, generator=self._generator).to(self.device)
-            for picked in order.split(size)[:count]:
+            if cfg.num_minibatches is None:
+                minibatches = order.split(size)
+            else:  # this many of (nearly) equal size
+                minibatches = order.tensor_split(min(cfg.num_minibatches, units))
+            for picked in minibatches[:count]:
                 loss = self._minibatch_loss(batch, picked, call_aux)
                 if cfg.target_kl is not None and _too_far(loss.pg.approx_kl[active_on_device], cfg.target_kl):
                     # The policy already moved too far on these rows: stop before stepping on them.
                     return
                 totals.add(loss, self._step(loss.joint, active_mask))
 
-    def _chunks_per_minibatch(self) -> int:
-        """Whole chunks per minibatch: ``max(1, minibatch_size // bptt_length)``."""
-        return max(1, self.config.minibatch_size // self.config.chunk_length)
+    def _minibatch_shape(self, batch: _Batch) -> tuple[int, int]:
+        """``(units, size)``: the update's rows (feed-forward) or sequence chunks (recurrent), and how many of them
+        a minibatch takes (at most). With ``num_minibatches`` the units are split into that many; otherwise a
+        minibatch holds ``minibatch_size`` rows, or ``max(1, minibatch_size // bptt_length)`` whole chunks."""
+        cfg = self.config
+        seq = batch.sequences
+        units = batch.rows if seq is None else seq.count
+        if seq is None or cfg.num_minibatches is not None:
+            return units, cfg.minibatch_rows(units)
+        return units, max(1, cfg.minibatch_size // cfg.chunk_length)
 
     def _flatten(self, rollout: JointRollout, active_mask: torch.Tensor) -> _Batch:
         """The update's rows: GAE on the extended rollout, the normaliser's statistics merged, ``(t, e)`` flattened."""
@@ -461,10 +471,7 @@ class Learner:
         objective neither moves the policy further than a lag-0 update would nor wastes the rows whose stale ratio
         already lies outside the clip range.
         """
-        seq = batch.sequences
-        units, size = (batch.rows, self.config.minibatch_size) if seq is None else (
-            seq.count, self._chunks_per_minibatch()
-        )
+        units, size = self._minibatch_shape(batch)
         proximal = batch.log_probs.clone()
         for picked in torch.arange(units, device=self.device).split(size):
             idx, outputs = self._replay(batch, picked)
@@ -551,10 +558,10 @@ class Learner:
                     group["lr"] = group["initial_lr"] * self.lr_scale
 
 
-def _minibatch_count(units: int, size: int, config: JointTrainerConfig) -> int:
-    """Minibatch steps per epoch over ``units`` rows or chunks taken ``size`` at a time (the single-minibatch mode
-    and the cap applied)."""
-    count = math.ceil(units / size) if config.iterate_all_minibatches else 1
+def _minibatch_count(full: int, config: JointTrainerConfig) -> int:
+    """Minibatch steps per epoch when a full pass takes ``full`` minibatches (the single-minibatch mode and the cap
+    applied)."""
+    count = full if config.iterate_all_minibatches else 1
     if config.max_minibatches_per_epoch is not None:
         count = min(count, max(1, config.max_minibatches_per_epoch))
     return count

@@ -26,6 +26,8 @@ from marljoint_envs import mock_v0
         ({"seed": 2**64}, r"seed must be an integer in \[0, 2\*\*63 - 1\]"),
         ({"seed": 1.0}, "seed must be an integer"),
         ({"learning_rate": "3e-4"}, "learning_rate must be > 0, got '3e-4'"),
+        ({"num_minibatches": 0}, "num_minibatches must be a positive integer, got 0"),
+        ({"num_minibatches": 4.0}, "num_minibatches must be a positive integer, got 4.0"),
     ],
 )
 def test_a_wrong_type_is_refused_naming_the_field_and_the_value(changes, match):

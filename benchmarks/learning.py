@@ -9,6 +9,7 @@ Usage::
 
     python benchmarks/learning.py --preset spread --seeds 0 1 2 --steps 2000000 --episodes 200 --out results/
     python benchmarks/learning.py --preset bucket_brigade --no-value-normalization   # an ablation
+    python benchmarks/learning.py --preset bucket_brigade --defaults   # marljoint train's defaults on its env
 """
 
 from __future__ import annotations
@@ -29,14 +30,29 @@ from marljoint.evaluate import confidence_interval, play_episodes
 from marljoint.presets import PRESETS, get_preset
 
 
-def run(preset_name: str, seed: int, steps: int, episodes: int, out: Path, overrides: dict[str, Any]) -> dict[str, Any]:
-    """Trains one seed and evaluates it; returns the result row."""
+def run(
+    preset_name: str,
+    seed: int,
+    steps: int,
+    episodes: int,
+    out: Path,
+    overrides: dict[str, Any],
+    defaults: bool = False,
+) -> dict[str, Any]:
+    """Trains one seed and evaluates it; returns the result row. ``defaults``: ``marljoint train``'s plain defaults
+    on the preset's env instead of the preset's settings (the row's preset reads ``<preset>:defaults``)."""
     preset = get_preset(preset_name)
-    config = preset.config(seed=seed, **overrides)
+    if defaults:
+        from marljoint.train import RunSpec
+
+        config = RunSpec().trainer.replace(seed=seed, **overrides)
+    else:
+        config = preset.config(seed=seed, **overrides)
+    label = preset_name + (":defaults" if defaults else "") + _suffix(overrides)
     env_fn = preset.env_fn()
     env = config.collection.make_env(env_fn, config.num_envs, seed)
     trainer = JointMultiAgentTrainer.from_env(env, config)
-    curve_path = out / "curves" / f"{preset_name}{_suffix(overrides)}_seed{seed}.csv"
+    curve_path = out / "curves" / f"{label}_seed{seed}.csv"
     curve_path.parent.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     with curve_path.open("w", newline="") as f:
@@ -68,7 +84,7 @@ def run(preset_name: str, seed: int, steps: int, episodes: int, out: Path, overr
     baselines = scripted_baselines(preset, episodes, seed + 10_000)
     return {
         "task": preset.env_name,
-        "preset": preset_name + _suffix(overrides),
+        "preset": label,
         "seed": seed,
         "env_steps": trainer.env_steps,
         "wall_time_s": round(wall, 1),
@@ -153,6 +169,9 @@ def main() -> None:
     parser.add_argument(
         "--set", metavar="FIELD=JSON", action="append", default=[], help="any other JointTrainerConfig override"
     )
+    parser.add_argument(
+        "--defaults", action="store_true", help="marljoint train's plain defaults on the preset's env and budget"
+    )
     args = parser.parse_args()
     overrides: dict[str, Any] = {}
     for item in args.set:
@@ -171,7 +190,7 @@ def main() -> None:
     with results.open("a", newline="") as f:
         writer = None
         for seed in args.seeds:
-            row = run(args.preset, seed, steps, args.episodes, args.out, overrides)
+            row = run(args.preset, seed, steps, args.episodes, args.out, overrides, args.defaults)
             if writer is None:
                 writer = csv.DictWriter(f, fieldnames=FIELDS, restval="")
                 if new:

@@ -39,6 +39,7 @@ from marljoint.ppo import (
     derive_settings,
     gamma_for_episodes,
 )
+from marljoint.threads import auto_workers, learner_threads, limit_threads, usable_cores
 
 if TYPE_CHECKING:  # pragma: no cover
     from marljoint.evaluate import TrainedRun
@@ -87,11 +88,15 @@ __all__ = [
     "PettingZooJointEnv",
     "SubprocessJointEnv",
     "__version__",
+    "auto_workers",
     "check_joint_env",
     "compute_gae",
     "derive_settings",
     "episode_limit",
     "gamma_for_episodes",
+    "learner_threads",
+    "limit_threads",
     "load_run",
     "make_joint_env",
+    "usable_cores",
 ]

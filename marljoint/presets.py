@@ -101,7 +101,6 @@ _COOPERATIVE_MPE = dict(
     # Measured without observation normalisation (MPE's Boxes are unbounded, so the default would turn it on).
     normalize_observations=False,
     centralized_critic=True,
-    torch_threads=1,
 )
 
 PRESETS: dict[str, Preset] = {
@@ -153,7 +152,6 @@ PRESETS: dict[str, Preset] = {
                 "ent_coef": 0.001,
                 "value_normalization": True,
                 "share_parameters": True,
-                "torch_threads": 1,
             },
             total_steps=1_000_000,
             description=f"bucket brigade, {scenario} scenario (4 agents, MultiDiscrete): a ten-night horizon "

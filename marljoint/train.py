@@ -70,7 +70,6 @@ DEFAULT_TRAINER = {
     "n_epochs": 10,
     "num_minibatches": 16,
     "learning_rate": None,
-    "torch_threads": 1,
 }
 """Trainer settings of ``marljoint train`` that differ from :class:`~marljoint.JointTrainerConfig`'s defaults.
 
@@ -251,7 +250,8 @@ def write_config(
     """
     values = spec.to_dict()
     comments = {
-        key: f"derived from the env ({reason}); set it to override" for key, reason in (derived or {}).items()
+        key: f"derived from {'this machine' if key in MACHINE_SETTINGS else 'the env'} ({reason}); set it to override"
+        for key, reason in (derived or {}).items()
     }
     try:
         _toml.dumps({"env_kwargs": values["env_kwargs"]})
@@ -282,7 +282,10 @@ def load_run_spec(run_dir: str | os.PathLike[str]) -> RunSpec:
     return RunSpec.from_dict(as_saved(read_config_file(path)), base=RunSpec(env_kwargs={}))
 
 
-_RESUMABLE_CHANGES = ("total_steps", "checkpoint_every", "keep_checkpoints", "collection")
+_RESUMABLE_CHANGES = ("total_steps", "checkpoint_every", "keep_checkpoints", "collection", "torch_threads")
+MACHINE_SETTINGS = ("torch_threads",)
+"""Settings resolved from the machine rather than the env (``torch_threads = "auto"``); ``config.toml`` holds the
+number used, so a resume, on any backend, computes with the same threads and gives the same bits."""
 
 
 def resume_spec(run_dir: str | os.PathLike[str], overrides: Mapping[str, Any] | None = None) -> RunSpec:
@@ -291,8 +294,9 @@ def resume_spec(run_dir: str | os.PathLike[str], overrides: Mapping[str, Any] | 
     Args:
         run_dir: the run directory.
         overrides: flat settings given for the resume; ``total_steps``, ``checkpoint_every``,
-            ``keep_checkpoints`` and ``collection`` (the backend: the results stay the same) may change, every
-            other one must equal the saved value.
+            ``keep_checkpoints``, ``collection`` (the backend: the results stay the same) and ``torch_threads``
+            (the learner's threads: the training stays the same, its bits may not) may change, every other one
+            must equal the saved value.
 
     Raises:
         RunError: if the directory holds no run, or an override contradicts the saved config.
@@ -351,13 +355,8 @@ def make_env(spec: RunSpec, num_envs: int | None = None, seed: int | None = None
 
 def build_trainer(spec: RunSpec, env: Any) -> Any:
     """The :class:`~marljoint.JointMultiAgentTrainer` of a run, on ``env``."""
-    import torch
-
     from marljoint.ppo.trainer import JointMultiAgentTrainer
 
-    if spec.trainer.torch_threads is not None:
-        # Before the networks are built: their initialisation depends on the thread count.
-        torch.set_num_threads(spec.trainer.torch_threads)
     try:
         return JointMultiAgentTrainer.from_env(env, spec.trainer)
     except ValueError as exc:
@@ -675,9 +674,39 @@ def _banner(spec: RunSpec, run_dir: Path, trainer: Any, iterations: int, resume:
     agents = ", ".join(trainer.spec.agents)
     verb = f"resuming at iteration {trainer.iteration} of" if resume else "training"
     kwargs = f" {json.dumps(dict(spec.env_kwargs))}" if spec.env_kwargs else ""
+    hint = idle_cores_hint(trainer.config)
     return (
         f"{verb} {spec.env}{kwargs} ({agents}) for {iterations} iterations "
         f"({iterations * spec.trainer.rollout_steps * spec.trainer.num_envs:,} env steps) -> {run_dir}"
+    ) + (f"\n{hint}" if hint else "")
+
+
+def idle_cores_hint(config: JointTrainerConfig, cores: int | None = None) -> str | None:
+    """One line on how to use the cores a run leaves idle, or ``None`` unless it leaves most of them idle.
+
+    A run uses one core per env worker plus the learner's threads, or one core when it collects in-process.
+
+    Args:
+        config: the trainer's resolved config (``torch_threads`` a number).
+        cores: the cores this process may use (default :func:`marljoint.threads.usable_cores`).
+    """
+    from marljoint.threads import auto_workers, usable_cores
+
+    cores = usable_cores() if cores is None else cores
+    collection = config.collection
+    threads = config.torch_threads if isinstance(config.torch_threads, int) else 1
+    used = collection.workers + threads if collection.multiprocess else 1
+    if 2 * used >= cores:
+        return None
+    if not collection.multiprocess:
+        workers = auto_workers(config.num_envs, cores)
+        more = f"--env-workers auto steps the {config.num_envs} env copies in {workers} worker processes"
+        if workers < cores - 1:
+            more += f" (at most one per copy: --num-envs {cores - 1} would use every core)"
+        return f"this run collects on 1 of the {cores} cores this process may use; {more}"
+    return (
+        f"this run uses {used} of the {cores} cores this process may use ({collection.workers} env workers, "
+        f"{threads} learner thread{'s' if threads != 1 else ''}); --env-workers auto uses them all"
     )
 
 

@@ -20,6 +20,8 @@ from typing import Any
 
 import numpy as np
 
+from marljoint.threads import limit_threads
+
 __all__ = ["chunk_envs", "simulate_chunk", "split_profiles", "train_best_response"]
 
 
@@ -52,12 +54,10 @@ def train_best_response(
     Returns:
         ``(policy, metrics)``: the frozen best response and the oracle's diagnostics.
     """
-    import torch
-
     from marljoint.best_response.oracles import PPOOracle
     from marljoint.env.pettingzoo import PettingZooJointEnv
 
-    torch.set_num_threads(trainer_config.torch_threads or 1)
+    limit_threads(1)  # a task collects its own rollouts on the one CPU Ray gives it (marljoint.threads)
     env = PettingZooJointEnv(env_fn, num_envs=trainer_config.num_envs, seed=seed)
     try:
         oracle = PPOOracle(
@@ -82,12 +82,10 @@ def simulate_chunk(
     Returns:
         ``(means, standard_errors)``, each ``[K, N]``.
     """
-    import torch
-
     from marljoint.best_response.opponents import simulate_profiles
     from marljoint.env.pettingzoo import PettingZooJointEnv
 
-    torch.set_num_threads(1)
+    limit_threads(1)
     env = PettingZooJointEnv(env_fn, num_envs=num_envs, seed=seed)
     try:
         return simulate_profiles(env, populations, profiles, episodes_per_profile, seed)

@@ -20,6 +20,7 @@ from marljoint.cli.args import positive_float as _positive_float
 from marljoint.cli.args import positive_int as _positive_int
 from marljoint.cli.args import seed as _seed
 from marljoint.cli.args import setting as _setting
+from marljoint.cli.args import workers_or_auto as _workers_or_auto
 from marljoint.cli.args import wrapper as _wrapper
 from marljoint.presets import PRESETS, get_preset
 
@@ -204,9 +205,11 @@ def _add_train(subparsers: Any) -> None:
     p.add_argument(
         "--env-workers",
         metavar="K",
-        type=_positive_int,
+        type=_workers_or_auto,
         help="step the env copies in K worker processes that also run the policies for their copies "
-        "(collection backend 'subprocess'); same results as in-process, faster on several cores",
+        "(collection backend 'subprocess'); same results as in-process, faster on several cores. 'auto': one "
+        "worker per core this process may use but the learner's (at most one per env copy), with --policy-lag 1 "
+        "unless the policies are recurrent or --policy-lag 0 is given",
     )
     p.add_argument(
         "--policy-lag",
@@ -262,17 +265,18 @@ def _train(args: argparse.Namespace) -> int:
                 "--env-workers (worker processes on this machine) and --ray/--num-workers (Ray rollout workers) are "
                 "two ways to collect on several cores; choose one"
             )
-        options["collection"] = {"backend": "subprocess", "workers": args.env_workers}
+        if args.env_workers != "auto":
+            options["collection"] = {"backend": "subprocess", "workers": args.env_workers}
     if args.ray or args.ray_address is not None or args.num_workers is not None:
         options["collection"] = {"backend": "ray", "workers": 2 if args.num_workers is None else args.num_workers}
-    if args.policy_lag:
+    if args.policy_lag and args.env_workers != "auto":
         if "collection" not in options:
             raise RunError(
                 "--policy-lag 1 overlaps collection in worker processes with the update; add --env-workers K or "
                 "--ray (in-process collection cannot overlap)"
             )
         options["collection"] = {**options["collection"], "policy_lag": args.policy_lag}
-    if args.balance:
+    if args.balance and args.env_workers != "auto":
         if "collection" not in options:
             raise RunError(
                 "--balance hands env copies between worker processes; add --env-workers K or --ray (in-process "
@@ -290,7 +294,7 @@ def _train(args: argparse.Namespace) -> int:
             raise RunError("--resume takes the run's own config.toml; drop --config")
         if args.seeds:
             return _train_seeds(args, None, options)
-        spec = resume_spec(args.out, options)
+        spec = _with_auto_workers(resume_spec(args.out, options), args)
     else:
         values = _preset_values(args.preset) if args.preset is not None else {}
         if args.config is not None:
@@ -298,7 +302,7 @@ def _train(args: argparse.Namespace) -> int:
         values.update(options)
         if "env" in values and "env_kwargs" not in values:
             values["env_kwargs"] = {}
-        spec = RunSpec.from_dict(values)
+        spec = _with_auto_workers(RunSpec.from_dict(values), args)
         if spec.redundancy is None and args.redundancy_coef is not None:
             raise RunError("--redundancy-coef needs --redundancy KIND (xcorr, cka or hsic)")
         if args.seeds:
@@ -308,6 +312,23 @@ def _train(args: argparse.Namespace) -> int:
     if not args.quiet:
         print(f"{result.run_dir}  final mean episode return {result.final_return:.4g}  ({result.seconds:.1f} s)")
     return 0
+
+
+def _with_auto_workers(spec: Any, args: argparse.Namespace) -> Any:
+    """``--env-workers auto``: the run's collection written out for this machine
+    (:func:`marljoint.threads.auto_workers` workers; policy lag 1 for feed-forward policies, where the decoupled
+    update was measured to learn as lag 0 does, unless ``--policy-lag`` says otherwise)."""
+    if args.env_workers != "auto":
+        return spec
+    from marljoint.threads import auto_workers
+    from marljoint.train import RunSpec
+
+    workers = auto_workers(spec.trainer.num_envs)
+    if workers == 0:  # one core: the learner collects in-process
+        return RunSpec.from_dict({"collection": {"backend": "local"}}, base=spec)
+    lag = args.policy_lag if args.policy_lag is not None else int(spec.trainer.recurrent is None)
+    collection = {"backend": "subprocess", "workers": workers, "policy_lag": lag, "balance": bool(args.balance)}
+    return RunSpec.from_dict({"collection": collection}, base=spec)
 
 
 def _train_seeds(args: argparse.Namespace, spec: Any, options: dict[str, Any]) -> int:
@@ -321,7 +342,11 @@ def _train_seeds(args: argparse.Namespace, spec: Any, options: dict[str, Any]) -
     finals = []
     for seed in args.seeds:
         run_dir = Path(out) / f"seed_{seed}"
-        seed_spec = resume_spec(run_dir, options) if args.resume else RunSpec.from_dict({"seed": seed}, base=spec)
+        seed_spec = (
+            _with_auto_workers(resume_spec(run_dir, options), args)
+            if args.resume
+            else RunSpec.from_dict({"seed": seed}, base=spec)
+        )
         result = train_run(seed_spec, run_dir, resume=args.resume, force=args.force, progress=not args.quiet)
         finals.append(result.final_return)
         if not args.quiet:
@@ -519,6 +544,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if handler is None:
         parser.print_help(sys.stderr)
         return USAGE_ERROR
+    from marljoint.threads import limit_threads
+
+    # Every command computes on one thread unless it says otherwise: eval, plot, psro and nfsp collect in this
+    # process, and a training run's learner takes the cores its env workers leave free (torch_threads = "auto").
+    limit_threads(1)
     try:
         return int(handler(args) or 0)
     except KeyboardInterrupt:

@@ -132,3 +132,13 @@ def wrapper(text: str) -> str | dict[str, Any]:
         except ValueError:
             kwargs[key.strip()] = raw.strip()
     return kwargs
+
+
+def workers_or_auto(text: str) -> int | str:
+    """A positive integer, or ``auto``."""
+    if text.strip().lower() == "auto":
+        return "auto"
+    try:
+        return positive_int(text)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"must be a positive integer or 'auto', got {text}") from None

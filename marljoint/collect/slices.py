@@ -26,6 +26,7 @@ from marljoint.env.base import split_copies
 from marljoint.env.pettingzoo import PettingZooJointEnv
 from marljoint.policies.joint import JointPolicy
 from marljoint.policies.normalizer import RunningNormalizer
+from marljoint.threads import limit_threads
 
 __all__ = ["NEXT_STATE_FIELDS", "SliceWorker", "assemble", "blueprint", "rollout_piece", "split_copies"]
 
@@ -57,7 +58,8 @@ class SliceWorker:
         seed: the collection seed (env resets, noise generators).
         total: E, the copies of all slices together.
         plan: :func:`blueprint` of the learner's policy.
-        torch_threads: torch threads of this process (default 1: the workers share the machine's cores).
+        torch_threads: compute threads of this process (default 1: a collecting process computes on one thread,
+            :mod:`marljoint.threads`).
 
     Attributes:
         policy: the CPU copy of the policy (weights loaded before every rollout).
@@ -67,7 +69,7 @@ class SliceWorker:
     def __init__(
         self, env: PettingZooJointEnv, seed: int, total: int, plan: bytes, torch_threads: int | None = None
     ) -> None:
-        torch.set_num_threads(torch_threads or 1)
+        limit_threads(torch_threads or 1)
         parts = pickle.loads(plan)
         first = env.first_copy
         normalizer = RunningNormalizer(env.spec.num_agents) if parts["value_normalization"] else None

@@ -15,6 +15,7 @@ import numpy as np
 
 from marljoint.env.base import JointObs, JointStep, split_copies
 from marljoint.env.pettingzoo import PettingZooJointEnv
+from marljoint.threads import limit_threads
 
 __all__ = ["EnvWorker", "SubprocessJointEnv", "make_joint_env"]
 
@@ -94,6 +95,7 @@ def _worker(
     layout: dict[str, tuple[tuple[int, ...], str]],
 ) -> None:
     shared = None
+    limit_threads(1)  # a worker steps its copies on one core (marljoint.threads)
     try:
         copies = PettingZooJointEnv(env_fn, num_envs=stop - start, first_copy=start)
         worker = EnvWorker(index, copies, start, stop, total)

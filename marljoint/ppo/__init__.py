@@ -5,7 +5,7 @@ from marljoint.auxiliary import AuxFn, AuxOutput
 from marljoint.collect.rollout import JointRollout
 from marljoint.policies.normalizer import RunningNormalizer
 from marljoint.ppo.config import JointTrainerConfig
-from marljoint.ppo.derived import derive_settings, gamma_for_episodes
+from marljoint.ppo.derived import derive_settings, derive_threads, gamma_for_episodes
 from marljoint.ppo.gae import compute_gae
 from marljoint.ppo.learner import Learner, NetworkUnit
 from marljoint.ppo.losses import (
@@ -32,6 +32,7 @@ __all__ = [
     "RunningNormalizer",
     "compute_gae",
     "derive_settings",
+    "derive_threads",
     "gamma_for_episodes",
     "explained_variance",
     "masked_mean",

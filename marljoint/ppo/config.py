@@ -113,9 +113,15 @@ class JointTrainerConfig:
     """How rollouts are collected: ``CollectionConfig(backend="local" | "subprocess" | "ray", workers=K)`` (see
     :class:`~marljoint.collect.CollectionConfig`); every backend gives bit-identical rollouts. In a
     ``config.toml``: ``collection = {backend = "subprocess", workers = 2}``."""
-    torch_threads: int | None = None
-    """If set, the trainer calls ``torch.set_num_threads`` with it (1 is fastest for small networks, and leaves
-    cores to env workers)."""
+    torch_threads: int | str | None = "auto"
+    """Compute threads of the learner's process (torch's intra-op threads). ``"auto"`` (the default): the cores
+    this process may use (``os.sched_getaffinity``) less those the env workers take, ``cores − workers`` (at least
+    one) with ``"subprocess"`` or ``"ray"`` collection, and one when the process collects the rollouts itself
+    (``"local"``), whose env steps run on one core anyway (:func:`marljoint.threads.learner_threads`). A number
+    sets exactly that many; ``None`` leaves torch's own setting. The trainer's
+    :attr:`~marljoint.JointMultiAgentTrainer.config` holds the number used and
+    :attr:`~marljoint.JointMultiAgentTrainer.derived` the reason. Parallel sums split their work by thread, so
+    the number is part of what decides a run's bits: the same seed and the same number give the same run."""
     hidden_sizes: tuple[int, ...] = (64, 64)
     """Hidden layer widths of the default MLP encoders."""
     recurrent: str | None = None
@@ -179,8 +185,13 @@ class JointTrainerConfig:
                 f"max_minibatches_per_epoch must be an integer or None, got {self.max_minibatches_per_epoch!r}"
             )
         object.__setattr__(self, "collection", CollectionConfig.from_value(self.collection))
-        if self.torch_threads is not None:
-            _positive_int("torch_threads", self.torch_threads)
+        if self.torch_threads is not None and self.torch_threads != "auto" and (
+            not _is_int(self.torch_threads) or self.torch_threads < 1
+        ):
+            raise ValueError(
+                f"torch_threads must be a positive integer, 'auto' (the cores the env workers leave free) or None "
+                f"(torch's own setting), got {self.torch_threads!r}"
+            )
         if not _is_int(self.seed) or not 0 <= self.seed < 2**63:
             raise ValueError(f"seed must be an integer in [0, 2**63 - 1], got {self.seed!r}")
         self._check_recurrent()

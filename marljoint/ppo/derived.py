@@ -9,17 +9,20 @@ value in the run's ``config.toml``. Any value given explicitly is kept as it is.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
 from marljoint.env.spaces import JointSpec
 from marljoint.ppo.config import JointTrainerConfig
+from marljoint.threads import AUTO, learner_threads, usable_cores
 
 __all__ = [
     "BOX_ACTION_SETTINGS",
     "DISCRETE_ACTION_SETTINGS",
     "GAMMA_RANGE",
     "derive_settings",
+    "derive_threads",
     "gamma_for_episodes",
     "settings_of_policies",
 ]
@@ -93,6 +96,34 @@ def derive_settings(spec: JointSpec, config: JointTrainerConfig) -> tuple[JointT
                 else f"{value}: every agent's actions are discrete"
             )
     return (config.replace(**changes) if changes else config), derived
+
+
+def derive_threads(config: JointTrainerConfig) -> tuple[JointTrainerConfig, dict[str, str]]:
+    """Resolves ``torch_threads="auto"`` from this machine and the collection backend
+    (:func:`marljoint.threads.learner_threads`: one thread when the learner collects in-process, the cores the
+    workers leave free otherwise).
+
+    An explicit number is kept; one above the cores this process may use is kept with a warning, since threads
+    beyond the cores slow every process on them.
+
+    Returns:
+        ``(resolved config, {"torch_threads": reason})``; no reason for a number given explicitly or ``None``.
+    """
+    requested = config.torch_threads
+    if requested == AUTO:
+        collection = config.collection
+        workers = collection.workers if collection.multiprocess else 0
+        threads, reason = learner_threads(workers, collects=not collection.multiprocess)
+        return config.replace(torch_threads=threads), {"torch_threads": reason}
+    cores = usable_cores()
+    if requested is not None and requested > cores:
+        warnings.warn(
+            f"torch_threads={requested} is more than the {cores} cores this process may use: threads beyond the "
+            "cores slow this run and every other process on them; set torch_threads='auto' (the cores the env "
+            "workers leave free) or at most the cores",
+            stacklevel=3,
+        )
+    return config, {}
 
 
 def gamma_for_episodes(episode_limit: int | None) -> float:

@@ -27,7 +27,7 @@ from marljoint.policies.joint import JointPolicy, NetworkSlot
 from marljoint.policies.normalizer import RunningNormalizer
 from marljoint.ppo.build import check_trunk_layout, critic_input_size, default_units, units_from_policies
 from marljoint.ppo.config import JointTrainerConfig
-from marljoint.ppo.derived import derive_settings, settings_of_policies
+from marljoint.ppo.derived import derive_settings, derive_threads, settings_of_policies
 from marljoint.ppo.learner import JointStats, Learner, NetworkUnit
 from marljoint.ppo.metrics import MetricKeys, iteration_metrics
 
@@ -90,7 +90,8 @@ class JointMultiAgentTrainer:
     ) -> None:
         config, derived = settings_of_policies(config, policies)
         config, from_env = derive_settings(env.spec, config)
-        derived = {**derived, **from_env}
+        config, threads = derive_threads(config)
+        derived = {**derived, **from_env, **threads}
         units = units_from_policies(env.spec, config, policies, optimizers, critic_optimizers)
         self._setup(env, config, units, derived)
 
@@ -113,6 +114,8 @@ class JointMultiAgentTrainer:
             The trainer.
         """
         config, derived = derive_settings(env.spec, config or JointTrainerConfig())
+        config, threads = derive_threads(config)
+        derived = {**derived, **threads}
         trainer = cls.__new__(cls)
         trainer._setup(env, config, default_units(env.spec, config, **policy_kwargs), derived)
         return trainer
@@ -129,8 +132,9 @@ class JointMultiAgentTrainer:
         self.env = env
         self.config = config
         self.derived = derived
-        """Why each setting the config left to the env (``None``) has the value in :attr:`config`: ``{setting:
-        reason}`` (see :func:`~marljoint.ppo.derived.derive_settings`)."""
+        """Why each setting the config left to the env (``None``) or to the machine (``torch_threads="auto"``) has
+        the value in :attr:`config`: ``{setting: reason}`` (see :func:`~marljoint.ppo.derived.derive_settings` and
+        :func:`~marljoint.ppo.derived.derive_threads`)."""
         if config.torch_threads is not None:
             torch.set_num_threads(config.torch_threads)
         self.spec = env.spec
@@ -154,7 +158,8 @@ class JointMultiAgentTrainer:
         """The networks of every agent, as the collectors and the learner use them."""
         self.learner = Learner(config, self.joint_policy, units, self._generator)
         """The optimizers and the one-backward update."""
-        self.collector: Collector = make_collector(env, config.collection, config.seed, config.torch_threads)
+        # Collecting workers compute on one thread each, whatever the learner's count.
+        self.collector: Collector = make_collector(env, config.collection, config.seed)
         """Plays the rollouts (the backend of ``config.collection``)."""
         self.iteration = 0
         self.env_steps = 0

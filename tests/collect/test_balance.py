@@ -96,7 +96,9 @@ class _EveryRollout:
 
 
 def _train(collection, env_fn, iterations=4, moving=False, resume_after=None, **cfg):
-    settings = dict(num_envs=5, rollout_steps=8, minibatch_size=20, n_epochs=2, hidden_sizes=(16,), seed=4)
+    settings = dict(
+        num_envs=5, rollout_steps=8, minibatch_size=20, n_epochs=2, hidden_sizes=(16,), seed=4, torch_threads=1
+    )
     config = JointTrainerConfig(**{**settings, **cfg}, collection=collection)
 
     def build():

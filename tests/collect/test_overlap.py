@@ -12,7 +12,10 @@ from marljoint_envs import kuhn_poker_v0, variable_agents_v0
 
 
 def build(collection, seed=2, env_fn=variable_agents_v0.parallel_env, **cfg):
-    settings = dict(num_envs=4, rollout_steps=12, minibatch_size=24, n_epochs=2, hidden_sizes=(16,), seed=seed)
+    # One learner thread on every backend: the learner's bits depend on its thread count.
+    settings = dict(
+        num_envs=4, rollout_steps=12, minibatch_size=24, n_epochs=2, hidden_sizes=(16,), seed=seed, torch_threads=1
+    )
     config = JointTrainerConfig(**{**settings, **cfg}, collection=collection)
     return JointMultiAgentTrainer.from_env(collection.make_env(env_fn, config.num_envs, seed), config)
 

@@ -20,7 +20,7 @@ def _collection(mode, workers=2):
 def test_trainer_results_match_sync_mode():
     def run(mode):
         cfg = JointTrainerConfig(
-            num_envs=4, rollout_steps=16, minibatch_size=32, n_epochs=1, collection=_collection(mode)
+            num_envs=4, rollout_steps=16, minibatch_size=32, n_epochs=1, collection=_collection(mode), torch_threads=1
         )
         env = cfg.collection.make_env(variable_agents_v0.parallel_env, cfg.num_envs, cfg.seed)
         try:
@@ -47,6 +47,7 @@ def _trainer(env_fn, mode, num_envs=5, num_env_workers=2, **cfg):
     cfg.setdefault("minibatch_size", 40)
     cfg.setdefault("n_epochs", 2)
     cfg.setdefault("seed", 11)
+    cfg.setdefault("torch_threads", 1)  # the learner's bits depend on its thread count: the same in both modes
     config = JointTrainerConfig(num_envs=num_envs, collection=_collection(mode, num_env_workers), **cfg)
     env = config.collection.make_env(env_fn, config.num_envs, config.seed)
     return JointMultiAgentTrainer.from_env(env, config)
@@ -98,7 +99,9 @@ def test_a_second_trainer_on_the_same_env_rebuilds_the_workers_copies():
     sub_env = SubprocessJointEnv(variable_agents_v0.parallel_env, num_envs=4, num_workers=2)
     try:
         for seed in (1, 2):
-            cfg = JointTrainerConfig(num_envs=4, rollout_steps=8, minibatch_size=16, n_epochs=1, seed=seed)
+            cfg = JointTrainerConfig(
+                num_envs=4, rollout_steps=8, minibatch_size=16, n_epochs=1, seed=seed, torch_threads=1
+            )
             a = JointMultiAgentTrainer.from_env(sync_env, cfg)
             b = JointMultiAgentTrainer.from_env(sub_env, cfg.replace(collection=CollectionConfig("subprocess")))
             _lockstep(a, b, iterations=2)
@@ -203,7 +206,7 @@ def test_learner_weights_travel_as_numpy_and_load_exactly():
 def test_spawned_workers_give_the_sync_results():
     # spawn is the default start method on macOS and Windows: the workers import everything afresh and get the env
     # factory and the networks by pickling.
-    cfg = JointTrainerConfig(num_envs=4, rollout_steps=8, minibatch_size=16, n_epochs=1, seed=3)
+    cfg = JointTrainerConfig(num_envs=4, rollout_steps=8, minibatch_size=16, n_epochs=1, seed=3, torch_threads=1)
     sync = JointMultiAgentTrainer.from_env(PettingZooJointEnv(variable_agents_v0.parallel_env, num_envs=4), cfg)
     env = SubprocessJointEnv(variable_agents_v0.parallel_env, num_envs=4, num_workers=2, start_method="spawn")
     try:

@@ -26,6 +26,7 @@ def make(env_fn, num_envs=4, num_workers=0, **cfg):
     cfg.setdefault("minibatch_size", 32)
     cfg.setdefault("n_epochs", 2)
     cfg.setdefault("seed", 7)
+    cfg.setdefault("torch_threads", 1)  # the learner's bits depend on its thread count: the same on both sides
     collection = CollectionConfig("ray", num_workers) if num_workers else CollectionConfig()
     config = JointTrainerConfig(num_envs=num_envs, collection=collection, **cfg)
     return JointMultiAgentTrainer.from_env(PettingZooJointEnv(env_fn, num_envs=num_envs), config)
@@ -225,7 +226,9 @@ def _assert_resumes_to(trainer, state, env_state, expected):
 
 def _resumed(env_fn, num_envs, changes):
     if "collection" in changes:
-        cfg = JointTrainerConfig(num_envs=num_envs, rollout_steps=16, minibatch_size=32, n_epochs=2, seed=7)
+        cfg = JointTrainerConfig(
+            num_envs=num_envs, rollout_steps=16, minibatch_size=32, n_epochs=2, seed=7, torch_threads=1
+        )
         cfg = cfg.replace(collection=changes["collection"])
         return JointMultiAgentTrainer.from_env(cfg.collection.make_env(env_fn, num_envs, cfg.seed), cfg)
     return make(env_fn, num_envs, **changes)

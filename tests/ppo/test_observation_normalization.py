@@ -40,7 +40,8 @@ def unbounded_env(**kwargs):
 
 
 def make(env_fn=unbounded_env, **cfg):
-    config = JointTrainerConfig(**{"num_envs": 2, "rollout_steps": 8, "minibatch_size": 8, "n_epochs": 1, **cfg})
+    base = {"num_envs": 2, "rollout_steps": 8, "minibatch_size": 8, "n_epochs": 1, "torch_threads": 1}
+    config = JointTrainerConfig(**{**base, **cfg})
     env = config.collection.make_env(env_fn, num_envs=config.num_envs, seed=config.seed)
     return JointMultiAgentTrainer.from_env(env, config)
 

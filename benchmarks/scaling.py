@@ -1,0 +1,259 @@
+"""Scaling: how much of a machine's cores marljoint's training turns into env steps, in one command for any machine.
+
+For each env and batch shape it measures, on the cores this process may use:
+
+* R, one bare env process with random actions, and the K-process bare ceiling (K bare loops at once, summed) for
+  every K of the table;
+* full training (collect + update, agent-steps per second after a warm-up iteration) with K subprocess env workers
+  at policy lag 0 and at lag 1, for K = 1, 2, 4, 8, ... and cores − 1 (what ``--env-workers auto`` takes), with
+  ``torch_threads="auto"`` (the learner takes the cores the workers leave);
+* the per-iteration costs behind each row: one copy's rollout c·T in one worker, the update u with K workers
+  (its threads depend on K), the exchange x and the slowest worker's slowdown s;
+
+and prints one table with the scaling model of ``docs/performance.md`` beside every measured row (lag 0, lag 1 with
+a core for the learner, lag 1 on K cores), and writes the rows to a CSV.
+
+Two batch shapes: ``defaults`` (``marljoint train``'s defaults with 64 env copies; 64-step rollouts unless
+``--rollout-steps``) and ``benchmark`` (the comparison shape of ``benchmarks/throughput.py``: 8 copies × 128
+steps, 4 epochs × 4 minibatches, at most 8 workers).
+
+Usage::
+
+    python benchmarks/scaling.py                                  # both envs, both shapes (about 5 min on 16 cores)
+    python benchmarks/scaling.py --envs simple_spread_v3 --shapes defaults --csv scaling.csv
+    python benchmarks/scaling.py --workers 1 2 --iterations 1     # a quick look on a small machine
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import statistics
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from throughput import (  # noqa: E402  (the sibling benchmark's bare-env loops and model)
+    ENVS,
+    IterationCosts,
+    bare_env_rate_processes,
+    modelled_rates,
+)
+
+from marljoint import CollectionConfig, JointMultiAgentTrainer, JointTrainerConfig, limit_threads  # noqa: E402
+from marljoint.threads import usable_cores  # noqa: E402
+from marljoint.train import RunSpec  # noqa: E402
+
+SHAPES: dict[str, dict[str, Any]] = {
+    "defaults": {"num_envs": 64, "rollout_steps": 64},
+    "benchmark": {
+        "num_envs": 8, "rollout_steps": 128, "n_epochs": 4, "num_minibatches": 4, "learning_rate": 1e-3,
+    },
+}
+"""Each shape's changes to ``marljoint train``'s defaults (:class:`~marljoint.train.RunSpec`'s trainer)."""
+
+
+@dataclass
+class Row:
+    """One measured K of one env and shape (rates in agent-steps per second; seconds per iteration)."""
+
+    env: str
+    shape: str
+    workers: int
+    learner_threads: int
+    ceiling: float
+    lag0: float
+    lag1: float
+    copy_seconds: float
+    update_seconds: float
+    exchange_seconds: float
+    slowdown: float
+    model_lag0: float
+    model_lag1_spare_core: float
+    model_lag1_shared: float
+
+    def ratios(self) -> tuple[float, ...]:
+        """Every rate over the K-process ceiling, in the table's order."""
+        rates = (self.lag0, self.lag1, self.model_lag0, self.model_lag1_spare_core, self.model_lag1_shared)
+        return tuple(r / self.ceiling for r in rates)
+
+
+def worker_counts(cores: int, num_envs: int) -> list[int]:
+    """K = 1, 2, 4, 8, ... below ``cores``, and ``cores − 1`` (``--env-workers auto``), each at most ``num_envs``.
+
+    Example:
+        >>> worker_counts(16, 64), worker_counts(2, 64), worker_counts(16, 8)
+        ([1, 2, 4, 8, 15], [1], [1, 2, 4, 8])
+    """
+    counts, k = set(), 1
+    while k < cores:
+        counts.add(k)
+        k *= 2
+    counts.add(max(1, cores - 1))
+    return sorted(k for k in counts if k <= num_envs)
+
+
+def config_for(shape: str, workers: int, lag: int, seed: int = 0) -> JointTrainerConfig:
+    """The trainer config of one measurement: ``marljoint train``'s defaults, the shape's changes, and K
+    subprocess workers at policy lag ``lag``."""
+    collection = CollectionConfig("subprocess", workers=workers, policy_lag=lag)
+    return RunSpec().trainer.replace(**SHAPES[shape], collection=collection, seed=seed)
+
+
+@dataclass
+class Measured:
+    """Per-iteration medians of one training measurement."""
+
+    rate: float
+    collect: float
+    update: float
+    busy: list[float]
+    agent_steps: float
+    learner_threads: int
+
+
+def timed_run(env_fn: Callable[[], Any], config: JointTrainerConfig, iterations: int) -> Measured:
+    """``iterations`` timed training iterations after one warm-up iteration."""
+    env = config.collection.make_env(env_fn, config.num_envs, config.seed)
+    trainer = None
+    try:
+        trainer = JointMultiAgentTrainer.from_env(env, config)
+        trainer.update(trainer.collect_rollout())  # warm-up
+        collector = getattr(trainer.collector, "inner", trainer.collector)  # under an overlapped collector
+        collect, update, busy, steps = [], [], [], []
+        for _ in range(iterations):
+            t0 = time.perf_counter()
+            rollout = trainer.collect_rollout()
+            t1 = time.perf_counter()
+            trainer.update(rollout)
+            collect.append(t1 - t0)
+            update.append(time.perf_counter() - t1)
+            busy.append(list(getattr(collector, "busy_seconds", [])))
+            steps.append(int(rollout.valid.sum()))
+        med = statistics.median
+        return Measured(
+            rate=sum(steps) / (sum(collect) + sum(update)),
+            collect=med(collect),
+            update=med(update),
+            busy=[med(b[w] for b in busy) for w in range(len(busy[0]))],
+            agent_steps=med(steps),
+            learner_threads=int(trainer.config.torch_threads),
+        )
+    finally:
+        if trainer is not None:
+            trainer.close()
+        env.close()
+        limit_threads(1)  # the next measurement resolves its own learner threads
+
+
+def costs_of(one: Measured, many: Measured, workers: int, num_envs: int) -> IterationCosts:
+    """The model's inputs for K = ``workers``: c from the one-worker run, and u, x, s from the K-worker run.
+
+    Example:
+        >>> one = Measured(1000.0, 0.40, 0.05, [0.40], 3000.0, 1)
+        >>> two = Measured(1800.0, 0.26, 0.03, [0.25, 0.24], 3000.0, 1)
+        >>> costs = costs_of(one, two, 2, 8)
+        >>> round(costs.copy_seconds, 3), costs.update_seconds, round(costs.exchange_seconds, 3), costs.slowdown
+        (0.05, 0.03, 0.01, 1.25)
+    """
+    copy_seconds = one.busy[0] / num_envs
+    slowest = max(many.busy)
+    return IterationCosts(
+        copy_seconds=copy_seconds,
+        update_seconds=many.update,
+        exchange_seconds=max(0.0, many.collect - slowest),
+        slowdown=slowest / (copy_seconds * num_envs / workers) if workers > 1 else 1.0,
+        agent_steps=many.agent_steps,
+    )
+
+
+def measure(env: str, shape: str, ks: Sequence[int], iterations: int, window: float) -> list[Row]:
+    """Every row of one env and shape: the ceiling, lag 0 and lag 1 for each K, and the model beside them."""
+    num_envs = SHAPES[shape]["num_envs"]
+    rows, first = [], None
+    for k in ks:
+        ceiling = bare_env_rate_processes(env, window, k)
+        lag0 = timed_run(ENVS[env], config_for(shape, k, 0), iterations)
+        lag1 = timed_run(ENVS[env], config_for(shape, k, 1), iterations)
+        ceiling = (ceiling + bare_env_rate_processes(env, window, k)) / 2  # around the two runs (the VM drifts)
+        first = first or lag0
+        costs = costs_of(first, lag0, k, num_envs)
+        model = modelled_rates(costs, k, num_envs)
+        rows.append(Row(env, shape, k, lag0.learner_threads, ceiling, lag0.rate, lag1.rate, costs.copy_seconds,
+                        costs.update_seconds, costs.exchange_seconds, costs.slowdown, *model))  # fmt: skip
+        print(f"  {env} {shape} K={k}: ceiling {ceiling:,.0f}, lag 0 {lag0.rate:,.0f}, lag 1 {lag1.rate:,.0f}",
+              flush=True)  # fmt: skip
+    return rows
+
+
+def table(rows: Sequence[Row], rate: dict[str, float]) -> str:
+    """The markdown table of every row: measured and modelled full training over the K-process ceiling."""
+    lines = [
+        "| env | shape | K workers | learner threads | K-process ceiling | lag 0 | lag 1 | lag 0 / ceiling "
+        "| lag 1 / ceiling | model lag 0 | model lag 1 (K + 1 cores) | model lag 1 (K cores) | c·T ms | u ms | x ms "
+        "| s |",
+        "|---" * 16 + "|",
+    ]
+    for r in rows:
+        lag0, lag1, m0, m1, m2 = r.ratios()
+        lines.append(
+            f"| {r.env} | {r.shape} | {r.workers} | {r.learner_threads} | {r.ceiling:,.0f} | {r.lag0:,.0f} "
+            f"| {r.lag1:,.0f} | {lag0:.2f} | {lag1:.2f} | {m0:.2f} | {m1:.2f} | {m2:.2f} "
+            f"| {1e3 * r.copy_seconds:.1f} | {1e3 * r.update_seconds:.1f} | {1e3 * r.exchange_seconds:.1f} "
+            f"| {r.slowdown:.2f} |"
+        )
+    lines.append("R (one bare process): " + ", ".join(f"{env} {value:,.0f}" for env, value in rate.items()))
+    return "\n".join(lines)
+
+
+def write_csv(rows: Sequence[Row], path: Path) -> None:
+    """One CSV row per :class:`Row`, with its ratios to the ceiling."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    names = ["lag0_ratio", "lag1_ratio", "model_lag0_ratio", "model_lag1_spare_core_ratio", "model_lag1_shared_ratio"]
+    with path.open("w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow([*asdict(rows[0]), *names] if rows else [])
+        for row in rows:
+            writer.writerow([*asdict(row).values(), *(round(x, 4) for x in row.ratios())])
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--envs", nargs="+", default=list(ENVS), choices=list(ENVS))
+    parser.add_argument("--shapes", nargs="+", default=list(SHAPES), choices=list(SHAPES))
+    parser.add_argument(
+        "--workers", type=int, nargs="+", help="the K to measure, with 1 always (default: 1, 2, 4, ..., cores − 1)"
+    )
+    parser.add_argument("--iterations", type=int, default=2, help="timed iterations per measurement (default 2)")
+    parser.add_argument("--window", type=float, default=2.0, help="seconds of each bare-ceiling measurement")
+    parser.add_argument("--rollout-steps", type=int, help="the defaults shape's rollout (default 64)")
+    parser.add_argument("--csv", type=Path, default=Path("scaling.csv"), help="where the rows go (default scaling.csv)")
+    args = parser.parse_args(argv)
+    if args.rollout_steps is not None:
+        SHAPES["defaults"]["rollout_steps"] = args.rollout_steps
+    cores = usable_cores()
+    if args.workers and min(args.workers) < 1:
+        parser.error(f"--workers must be positive, got {args.workers}")
+    limit_threads(1)
+    started = time.perf_counter()
+    print(f"{cores} cores usable; learner threads 'auto' (the cores the workers leave)", flush=True)
+    rate = {env: bare_env_rate_processes(env, args.window, 1) for env in args.envs}
+    rows: list[Row] = []
+    for shape in args.shapes:
+        # K = 1 first: its worker's busy time is the model's c·T for every K.
+        ks = sorted({1, *args.workers}) if args.workers else worker_counts(cores, SHAPES[shape]["num_envs"])
+        for env in args.envs:
+            rows += measure(env, shape, ks, args.iterations, args.window)
+    print()
+    print(table(rows, rate))
+    write_csv(rows, args.csv)
+    print(f"rows in {args.csv}; {time.perf_counter() - started:.0f} s")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,53 @@
+"""Keeps benchmarks/scaling.py runnable: its worker counts, the model's inputs and its CLI on the smallest budget
+(no timing is asserted; the figures are read from the benchmark's own output)."""
+
+import csv
+
+import pytest
+from _benchmark_module import benchmark_module
+
+pytest.importorskip("mpe2")
+
+
+@pytest.fixture(scope="module")
+def bench():
+    with benchmark_module("scaling") as module:
+        yield module
+
+
+def test_worker_counts_double_up_to_the_cores_and_end_at_cores_minus_one(bench):
+    assert bench.worker_counts(16, 64) == [1, 2, 4, 8, 15]
+    assert bench.worker_counts(64, 64) == [1, 2, 4, 8, 16, 32, 63]
+    assert bench.worker_counts(3, 64) == [1, 2]
+    assert bench.worker_counts(1, 64) == [1]
+    assert bench.worker_counts(16, 8) == [1, 2, 4, 8]  # never more workers than copies
+
+
+def test_the_model_takes_c_from_one_worker_and_u_x_s_from_k(bench):
+    one = bench.Measured(1000.0, 0.40, 0.05, [0.40], 3000.0, 1)
+    four = bench.Measured(3000.0, 0.16, 0.02, [0.14, 0.15, 0.12, 0.13], 3000.0, 12)
+    costs = bench.costs_of(one, four, 4, 8)
+    assert costs.copy_seconds == pytest.approx(0.05)
+    assert costs.update_seconds == pytest.approx(0.02)  # K's own update: its learner has K's threads
+    assert costs.exchange_seconds == pytest.approx(0.01)
+    assert costs.slowdown == pytest.approx(0.15 / 0.10)
+
+
+def test_the_shapes_are_marljoint_trains_defaults_and_the_comparison_batch(bench):
+    defaults = bench.config_for("defaults", 15, 1)
+    assert (defaults.num_envs, defaults.n_epochs, defaults.num_minibatches) == (64, 10, 16)
+    assert (defaults.collection.workers, defaults.collection.policy_lag, defaults.torch_threads) == (15, 1, "auto")
+    comparison = bench.config_for("benchmark", 2, 0)
+    assert (comparison.num_envs, comparison.rollout_steps, comparison.minibatches_per_epoch) == (8, 128, 4)
+
+
+def test_cli_prints_the_table_and_writes_the_csv(bench, tmp_path, capsys):
+    out = tmp_path / "scaling.csv"
+    bench.main(["--envs", "simple_spread_v3", "--shapes", "benchmark", "--workers", "1", "--iterations", "1",
+                "--window", "0.2", "--csv", str(out)])  # fmt: skip
+    printed = capsys.readouterr().out
+    assert "| env | shape | K workers | learner threads | K-process ceiling | lag 0 | lag 1 |" in printed
+    assert "R (one bare process): simple_spread_v3" in printed
+    rows = list(csv.DictReader(out.open()))
+    assert [(r["env"], r["shape"], r["workers"]) for r in rows] == [("simple_spread_v3", "benchmark", "1")]
+    assert float(rows[0]["lag0"]) > 0 and float(rows[0]["lag1"]) > 0

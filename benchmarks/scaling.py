@@ -22,6 +22,7 @@ Usage::
     python benchmarks/scaling.py                                  # both envs, both shapes (about 5 min on 16 cores)
     python benchmarks/scaling.py --envs simple_spread_v3 --shapes defaults --csv scaling.csv
     python benchmarks/scaling.py --workers 1 2 --iterations 1     # a quick look on a small machine
+    python benchmarks/scaling.py --envs simple_spread_v3 --update-costs 16 64 256   # the update alone
 """
 
 from __future__ import annotations
@@ -222,6 +223,51 @@ def write_csv(rows: Sequence[Row], path: Path) -> None:
             writer.writerow([*asdict(row).values(), *(round(x, 4) for x in row.ratios())])
 
 
+def update_cost(env: str, num_envs: int, threads: int, repetitions: int, **changes: Any) -> tuple[float, int]:
+    """Median seconds of one update of ``marljoint train``'s defaults over ``num_envs`` copies (``changes``
+    applied), on one rollout collected in-process, with ``threads`` learner threads; and its agent-rows."""
+    config = RunSpec().trainer.replace(num_envs=num_envs, torch_threads=threads, **changes)
+    joint_env = config.collection.make_env(ENVS[env], num_envs, config.seed)
+    try:
+        trainer = JointMultiAgentTrainer.from_env(joint_env, config)
+        rollout = trainer.collect_rollout()
+        trainer.update(rollout)  # warm-up
+        seconds = []
+        for _ in range(repetitions):
+            start = time.perf_counter()
+            trainer.update(rollout)
+            seconds.append(time.perf_counter() - start)
+        return statistics.median(seconds), int(rollout.valid.sum())
+    finally:
+        joint_env.close()
+        limit_threads(1)
+
+
+def update_costs(env: str, copies: Sequence[int], repetitions: int) -> str:
+    """The update's cost per sample (µs per agent-row and epoch) at each number of copies: 16 minibatches per epoch
+    (the default) and minibatches of 256 rows (the default before), on one thread and on every core."""
+    cores = usable_cores()
+    epochs = RunSpec().trainer.n_epochs
+    lines = [
+        f"update cost per sample on {env} (marljoint train's defaults, 10 epochs; µs per agent-row and epoch; "
+        f"medians of {repetitions})",
+        "| copies | rows per agent | 16 minibatches, 1 thread | 16 minibatches, "
+        f"{cores} threads | 256-row minibatches, 1 thread | u, 16 minibatches, 1 thread |",
+        "|---|---|---|---|---|---|",
+    ]
+    for e in copies:
+        cells = []
+        for threads, changes in ((1, {}), (cores, {}), (1, {"minibatch_size": 256})):
+            seconds, rows = update_cost(env, e, threads, repetitions, **changes)
+            cells.append(seconds / rows / epochs * 1e6)
+            if not changes and threads == 1:
+                u = seconds
+        per_agent = RunSpec().trainer.rollout_steps * e
+        lines.append(f"| {e} | {per_agent:,} | {cells[0]:.2f} | {cells[1]:.2f} | {cells[2]:.2f} | {u:.2f} s |")
+        print(lines[-1], flush=True)
+    return "\n".join(lines)
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--envs", nargs="+", default=list(ENVS), choices=list(ENVS))
@@ -233,7 +279,15 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--window", type=float, default=2.0, help="seconds of each bare-ceiling measurement")
     parser.add_argument("--rollout-steps", type=int, help="the defaults shape's rollout (default 64)")
     parser.add_argument("--csv", type=Path, default=Path("scaling.csv"), help="where the rows go (default scaling.csv)")
+    parser.add_argument(
+        "--update-costs", type=int, nargs="+", metavar="E",
+        help="instead: the update's cost per sample with E copies (e.g. 16 64 256) on the first --envs",
+    )  # fmt: skip
     args = parser.parse_args(argv)
+    if args.update_costs:
+        limit_threads(1)
+        print(update_costs(args.envs[0], args.update_costs, max(1, args.iterations + 1)))
+        return
     if args.rollout_steps is not None:
         SHAPES["defaults"]["rollout_steps"] = args.rollout_steps
     cores = usable_cores()

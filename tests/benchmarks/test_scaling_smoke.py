@@ -51,3 +51,11 @@ def test_cli_prints_the_table_and_writes_the_csv(bench, tmp_path, capsys):
     rows = list(csv.DictReader(out.open()))
     assert [(r["env"], r["shape"], r["workers"]) for r in rows] == [("simple_spread_v3", "benchmark", "1")]
     assert float(rows[0]["lag0"]) > 0 and float(rows[0]["lag1"]) > 0
+
+
+def test_update_costs_prints_one_row_per_number_of_copies(bench, capsys):
+    bench.main(["--envs", "simple_spread_v3", "--update-costs", "2", "--iterations", "0"])
+    printed = capsys.readouterr().out
+    assert "| copies | rows per agent | 16 minibatches, 1 thread |" in printed
+    row = next(line for line in printed.splitlines() if line.startswith("| 2 | 512 |"))
+    assert all(float(cell) > 0 for cell in row.split("|")[3:6])

@@ -52,7 +52,8 @@ def learner_threads(workers: int, *, collects: bool, cores: int | None = None) -
 
     Args:
         workers: processes that collect the rollouts beside the learner (subprocess workers or Ray actors; 0 when
-            the learner collects them itself).
+            the learner collects them itself). Ray actors count against this machine's cores wherever they run:
+            with a cluster of other machines, give ``torch_threads`` explicitly.
         collects: whether the learner's own process steps the envs or runs the policies for them (a ``"local"``
             backend): it then takes one thread.
         cores: the cores to share (default :func:`usable_cores`).

@@ -27,10 +27,10 @@ def test_every_change_of_every_preset_is_in_the_table_and_nothing_else():
 
 
 def test_changes_compare_with_the_train_defaults():
-    spread = PRESETS["spread"].changes()
-    assert spread["gamma"] == (0.96, 0.95)  # the default follows the env's 25-step episodes
-    assert spread["normalize_observations"] == (True, False)  # MPE's Boxes are unbounded
-    # The rule's values for discrete actions (1e-3, 0.01): set explicitly, but no change on this env.
-    assert "learning_rate" not in spread and "ent_coef" not in spread
-    assert PRESETS["speaker_listener"].changes()["learning_rate"] == (1e-3, 7e-4)
-    assert PRESETS["bucket_brigade"].changes()["ent_coef"] == (0.01, 0.001)
+    # spread is marljoint train's defaults: measured against them, nothing tried beat them on simple_spread.
+    assert PRESETS["spread"].changes() == {}
+    assert PRESETS["speaker_listener"].changes() == {"centralized_critic": (False, True)}
+    bucket = PRESETS["bucket_brigade"].changes()
+    assert bucket["ent_coef"] == (0.01, 0.001)  # the rule's value for discrete actions, changed
+    assert bucket["gamma"] == (0.99, 0.9)  # the default follows the env's 100-night episodes
+    assert "learning_rate" not in bucket  # set explicitly to the rule's 1e-3: no change on this env

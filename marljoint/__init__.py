@@ -43,6 +43,7 @@ from marljoint.threads import auto_workers, learner_threads, limit_threads, usab
 
 if TYPE_CHECKING:  # pragma: no cover
     from marljoint.evaluate import TrainedRun
+    from marljoint.export import ExportResult
 
 __version__ = "0.1.0"
 
@@ -64,6 +65,25 @@ def load_run(
     from marljoint.evaluate import load_run as _load_run
 
     return _load_run(run_dir, checkpoint, num_envs=num_envs, seed=seed, **env_kwargs)
+
+
+def export_run(
+    run_dir: str | os.PathLike[str],
+    format: str = "torchscript",
+    out: str | os.PathLike[str] | None = None,
+    checkpoint: str | os.PathLike[str] | None = None,
+) -> ExportResult:
+    """Writes a trained run's greedy acting policies as standalone files (:func:`marljoint.export.export_run`):
+    TorchScript ``.pt`` (torch alone) or ONNX ``.onnx`` (onnxruntime), one per agent group, with a JSON manifest
+    (``docs/export.md`` gives the inputs and outputs).
+
+    Returns:
+        A :class:`~marljoint.export.ExportResult` with ``directory``, ``files`` and ``manifest``.
+    """
+    from marljoint.export import export_run as _export_run
+
+    return _export_run(run_dir, format, out=out, checkpoint=checkpoint)
+
 
 __all__ = [
     "ActionLayout",
@@ -93,6 +113,7 @@ __all__ = [
     "compute_gae",
     "derive_settings",
     "episode_limit",
+    "export_run",
     "gamma_for_episodes",
     "learner_threads",
     "limit_threads",

@@ -258,3 +258,23 @@ def test_greedy_policies_are_copies(runs):
     run.close()
     assert torch.equal(policy.head.weight, before)
     assert policy.obs_shape == (18,) and policy.input_names == ("obs", "agent", "action_mask")
+
+
+@pytest.mark.parametrize("fmt", sorted(ACTIONS))
+def test_random_masks_with_blocked_heads_match_the_masked_distributions_mode(runs, fmt, tmp_path):
+    # Bucket brigade's heads (5, 2, 2) differ in size; some rows block a whole head, which training leaves unmasked.
+    path = export_run(runs / "bucket_brigade", fmt, out=tmp_path).files[0]
+    run = load_run(runs / "bucket_brigade")
+    policy = run.trainer.joint_policy
+    run.close()
+    generator = torch.Generator().manual_seed(0)
+    batch, agents, size = 400, 3, policy.spec.groups[0].observation.size
+    obs = torch.rand(batch, agents, size, generator=generator)
+    mask = torch.rand(batch, agents, 9, generator=generator) < 0.5
+    mask[::7, :, 5:7] = False
+    with torch.no_grad():
+        outputs = policy.forward([obs], torch.ones(batch, agents, dtype=torch.bool))
+        (expected,), _ = policy.sample(outputs, [mask], deterministic=True)
+    agent = torch.arange(agents).repeat(batch)
+    got = ACTIONS[fmt](path, obs.reshape(-1, size).numpy(), agent.numpy(), mask.reshape(-1, 9).numpy())
+    assert (got == expected.reshape(-1, 3).numpy()).all()

@@ -528,6 +528,9 @@ def build_parser() -> argparse.ArgumentParser:
     from marljoint.cli.best_response import register  # PSRO and NFSP: `marljoint psro`, `marljoint nfsp`
 
     register(subparsers)
+    from marljoint.cli.export import register as register_export  # `marljoint export`
+
+    register_export(subparsers)
     return parser
 
 

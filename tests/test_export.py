@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,7 +18,7 @@ from marljoint.env.spaces import ActionLayout, GroupSpec, ObservationLayout
 from marljoint.export import GreedyPolicy, greedy_policies
 from marljoint.policies import ActorCritic
 
-ort = pytest.importorskip("onnxruntime")  # in the dev and export extras
+ROOT = Path(__file__).resolve().parents[1]
 
 TINY = "rollout_steps = 16\nminibatch_size = 32\nn_epochs = 1\nhidden_sizes = [16, 16]\n"
 
@@ -47,6 +49,14 @@ def runs(tmp_path_factory):
         args += ["--config", str(root / "tiny.toml"), "--out", str(root / name), "--quiet", *sets]
         assert main(args) == 0, name
     return root
+
+
+def _export(run_dir, fmt, out=None):
+    """``export_run``; ONNX cases are skipped where the onnx packages (the dev and export extras) are missing."""
+    if fmt == "onnx":
+        for package in ("onnx", "onnxscript", "onnxruntime"):
+            pytest.importorskip(package)
+    return export_run(run_dir, fmt, out=out)
 
 
 def _observations(run_dir, rows, seed=0):
@@ -93,8 +103,13 @@ def _torchscript_actions(path, obs, agent, mask):
         return module(*(torch.from_numpy(x) for x in _inputs(obs, agent, mask))).numpy()
 
 
+def _onnx_session(path):
+    ort = pytest.importorskip("onnxruntime")  # in the dev and export extras
+    return ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+
+
 def _onnx_actions(path, obs, agent, mask):
-    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    session = _onnx_session(path)
     names = [i.name for i in session.get_inputs()]
     return session.run(["action"], dict(zip(names, _inputs(obs, agent, mask))))[0]
 
@@ -105,7 +120,7 @@ ACTIONS = {"torchscript": _torchscript_actions, "onnx": _onnx_actions}
 @pytest.mark.parametrize("fmt", sorted(ACTIONS))
 @pytest.mark.parametrize("name", ["spread", "spread_normalized", "kuhn", "bucket_brigade", "identity_box"])
 def test_exported_policies_choose_load_runs_greedy_actions(runs, name, fmt, tmp_path):
-    result = export_run(runs / name, fmt, out=tmp_path)
+    result = _export(runs / name, fmt, out=tmp_path)
     groups = _observations(runs / name, rows=1000)
     assert sum(len(agent) for _, agent, _, _ in groups) >= 1000
     for path, (obs, agent, mask, expected) in zip(result.files, groups):
@@ -120,7 +135,7 @@ def test_exported_policies_choose_load_runs_greedy_actions(runs, name, fmt, tmp_
 
 def test_kuhn_masks_decide_the_action(runs, tmp_path):
     # Only the allowed action is chosen, whichever the network prefers.
-    path = export_run(runs / "kuhn", "torchscript", out=tmp_path).files[0]
+    path = _export(runs / "kuhn", "torchscript", out=tmp_path).files[0]
     obs, agent, _, _ = _observations(runs / "kuhn", rows=50)[0]
     for allowed in (0, 1):
         mask = np.zeros((len(agent), 2), bool)
@@ -131,7 +146,7 @@ def test_kuhn_masks_decide_the_action(runs, tmp_path):
 def _recurrent_episode_actions(run_dir, fmt, out, steps=24):
     """Greedy actions of ``load_run`` and of the exported file over ``steps`` joint steps, carrying each agent's
     state as ``load_run`` does (zeros where its copy's episode restarts)."""
-    path = export_run(run_dir, fmt, out=out).files[0]
+    step = _stepper(_export(run_dir, fmt, out=out).files[0], fmt)
     run = load_run(run_dir, num_envs=3, seed=1)
     group = run.trainer.spec.groups[0]
     copies, agents = 3, group.size
@@ -147,7 +162,7 @@ def _recurrent_episode_actions(run_dir, fmt, out, steps=24):
             width = json.loads((out / "manifest.json").read_text())["groups"][0]["inputs"]["state"]["shape"][1]
             fresh = np.zeros((copies * agents, width), np.float32)
             hidden = fresh if hidden is None else np.where(np.repeat(state.reset_envs, agents)[:, None], fresh, hidden)
-        actions, hidden = _step(path, fmt, obs, agent, mask, hidden)
+        actions, hidden = step(obs, agent, mask, hidden)
         expected.append(greedy.reshape(-1))
         got.append(actions)
         state = run.env.step([greedy])
@@ -155,15 +170,20 @@ def _recurrent_episode_actions(run_dir, fmt, out, steps=24):
     return np.concatenate(expected), np.concatenate(got)
 
 
-def _step(path, fmt, obs, agent, mask, hidden):
+def _stepper(path, fmt):
+    """``step(obs, agent, mask, state) -> (action, next_state)`` of an exported recurrent file."""
     if fmt == "torchscript":
         module = torch.jit.load(str(path))
-        with torch.no_grad():
-            actions, hidden = module(*(torch.from_numpy(x) for x in (obs, agent, mask, hidden)))
-        return actions.numpy(), hidden.numpy()
-    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    inputs = {"obs": obs, "agent": agent, "action_mask": mask, "state": hidden}
-    return tuple(session.run(["action", "next_state"], inputs))
+
+        def step(*inputs):
+            with torch.no_grad():
+                actions, hidden = module(*(torch.from_numpy(x) for x in inputs))
+            return actions.numpy(), hidden.numpy()
+
+        return step
+    session = _onnx_session(path)
+    names = ("obs", "agent", "action_mask", "state")
+    return lambda *inputs: tuple(session.run(["action", "next_state"], dict(zip(names, inputs))))
 
 
 @pytest.mark.parametrize("fmt", sorted(ACTIONS))
@@ -175,7 +195,7 @@ def test_recurrent_policies_carry_their_state_as_inputs_and_outputs(runs, name, 
 
 
 def test_the_manifest_lists_agents_files_inputs_and_spaces(runs, tmp_path):
-    result = export_run(runs / "kuhn", "onnx", out=tmp_path)
+    result = _export(runs / "kuhn", "onnx", out=tmp_path)
     manifest = json.loads(result.manifest.read_text())
     assert manifest["format"] == "onnx" and manifest["agents"] == ["player_0", "player_1"]
     (group,) = manifest["groups"]
@@ -189,20 +209,20 @@ def test_the_manifest_lists_agents_files_inputs_and_spaces(runs, tmp_path):
     assert group["outputs"] == {"action": {"dtype": "int64", "shape": ["B"]}}
     assert group["action_space"] == {"kind": "discrete", "nvec": [2], "start": [0]}
     assert group["observation"] == {"size": 9, "action_mask_in_observation": True, "normalized": True}
-    session = ort.InferenceSession(str(result.files[0]), providers=["CPUExecutionProvider"])
+    session = _onnx_session(result.files[0])
     assert [i.name for i in session.get_inputs()] == ["obs", "agent", "action_mask"]
 
 
 def test_one_row_batches_work(runs, tmp_path):
     # The files were traced with two rows; a batch of one must not be specialised away.
     for fmt, act in ACTIONS.items():
-        path = export_run(runs / "bucket_brigade", fmt, out=tmp_path / fmt).files[0]
+        path = _export(runs / "bucket_brigade", fmt, out=tmp_path / fmt).files[0]
         obs, agent, mask, expected = _observations(runs / "bucket_brigade", rows=3)[0]
         assert (act(path, obs[:1], agent[:1], mask[:1]) == expected[:1]).all()
 
 
 def test_a_torchscript_file_runs_with_torch_alone(runs, tmp_path):
-    path = export_run(runs / "spread", "torchscript", out=tmp_path).files[0]
+    path = _export(runs / "spread", "torchscript", out=tmp_path).files[0]
     script = (
         "import sys, torch\n"
         f"m = torch.jit.load({str(path)!r})\n"
@@ -263,7 +283,7 @@ def test_greedy_policies_are_copies(runs):
 @pytest.mark.parametrize("fmt", sorted(ACTIONS))
 def test_random_masks_with_blocked_heads_match_the_masked_distributions_mode(runs, fmt, tmp_path):
     # Bucket brigade's heads (5, 2, 2) differ in size; some rows block a whole head, which training leaves unmasked.
-    path = export_run(runs / "bucket_brigade", fmt, out=tmp_path).files[0]
+    path = _export(runs / "bucket_brigade", fmt, out=tmp_path).files[0]
     run = load_run(runs / "bucket_brigade")
     policy = run.trainer.joint_policy
     run.close()
@@ -278,3 +298,15 @@ def test_random_masks_with_blocked_heads_match_the_masked_distributions_mode(run
     agent = torch.arange(agents).repeat(batch)
     got = ACTIONS[fmt](path, obs.reshape(-1, size).numpy(), agent.numpy(), mask.reshape(-1, 9).numpy())
     assert (got == expected.reshape(-1, 3).numpy()).all()
+
+
+def test_the_docs_examples_run(runs):
+    pytest.importorskip("onnxruntime")
+    _export(runs / "kuhn", "onnx")
+    _export(runs / "spread", "torchscript")
+    blocks = re.findall(r"```python\n(.*?)```", (ROOT / "docs" / "export.md").read_text(), re.S)
+    assert len(blocks) == 2
+    for block in blocks:
+        namespace: dict = {}
+        exec(block.replace('"runs/', f'"{runs}/'), namespace)
+        assert namespace["action"].shape in ((1,), (3,))

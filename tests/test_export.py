@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import doctest
 import json
 import re
 import subprocess
@@ -310,3 +311,11 @@ def test_the_docs_examples_run(runs):
         namespace: dict = {}
         exec(block.replace('"runs/', f'"{runs}/'), namespace)
         assert namespace["action"].shape in ((1,), (3,))
+
+
+def test_the_modules_examples_run():
+    import marljoint.cli.export
+    import marljoint.export
+
+    for module in (marljoint.export, marljoint.cli.export):
+        assert doctest.testmod(module).failed == 0

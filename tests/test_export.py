@@ -25,8 +25,12 @@ TINY = "rollout_steps = 16\nminibatch_size = 32\nn_epochs = 1\nhidden_sizes = [1
 
 RUNS = {
     # name: (env, env kwargs, extra settings)
-    "spread": ("mpe2.simple_spread_v3", {"max_cycles": 25}, []),
-    "spread_normalized": ("mpe2.simple_spread_v3", {"max_cycles": 25}, ["normalize_observations=true"]),
+    "spread": ("mpe2.simple_spread_v3", {"max_cycles": 25}, ["normalize_observations=false"]),
+    "spread_normalized": (
+        "mpe2.simple_spread_v3",
+        {"max_cycles": 25},
+        ["normalize_observations=true", "centralized_critic=true"],
+    ),
     "kuhn": ("kuhn_poker_v0", {}, ["normalize_observations=true"]),
     "bucket_brigade": (
         "bucket_brigade_v0",
@@ -35,7 +39,11 @@ RUNS = {
     ),
     "identity_box": ("identity_v0", {"action_type": "box", "num_agents": 2, "box_dim": 3}, []),
     "memory_gru": ("memory_v0", {"num_agents": 2}, ["recurrent='gru'"]),
-    "memory_lstm_stacked": ("memory_v0", {"num_agents": 2}, ["recurrent='lstm'", "share_parameters=false"]),
+    "memory_lstm_stacked": (
+        "memory_v0",
+        {"num_agents": 2},
+        ["recurrent='lstm'", "share_parameters=false", "centralized_critic=true"],
+    ),
 }
 
 
@@ -319,3 +327,13 @@ def test_the_modules_examples_run():
 
     for module in (marljoint.export, marljoint.cli.export):
         assert doctest.testmod(module).failed == 0
+
+
+def test_the_runs_cover_files_with_and_without_observation_statistics(runs, tmp_path):
+    normalized = {
+        name: json.loads(_export(runs / name, "torchscript", out=tmp_path / name).manifest.read_text())["groups"][0][
+            "observation"
+        ]["normalized"]
+        for name in ("spread", "spread_normalized")
+    }
+    assert normalized == {"spread": False, "spread_normalized": True}

@@ -51,10 +51,11 @@ class RunLocked(RunError):
 
 
 class _Held:
-    """A lock this process holds: the open lock file, the thread that took it, and how often it took it."""
+    """A lock this process holds: the open lock file, the holder's description, the thread that took it, the
+    directories it created, and how often it was taken."""
 
-    def __init__(self, fd: int, thread: int, created: list[Path]) -> None:
-        self.fd, self.thread, self.created, self.count = fd, thread, created, 1
+    def __init__(self, fd: int, holder: dict[str, Any], thread: int, created: list[Path]) -> None:
+        self.fd, self.holder, self.thread, self.created, self.count = fd, holder, thread, created, 1
 
 
 # The locks this process holds, by lock file: a kernel lock belongs to the process, so a second acquire from the
@@ -136,12 +137,13 @@ class RunLock:
             held = _HELD.get(key)
             if held is not None:
                 if held.thread != threading.get_ident():
-                    raise RunLocked(self.run_dir, _describe(self.command))
+                    raise RunLocked(self.run_dir, held.holder)
                 held.count += 1
             else:
                 fd = _lock_file(self.path, self.run_dir)
-                _write_holder(fd, _describe(self.command))
-                _HELD[key] = _Held(fd, threading.get_ident(), created)
+                holder = _describe(self.command)
+                _write_holder(fd, holder)
+                _HELD[key] = _Held(fd, holder, threading.get_ident(), created)
         self._key = key
         return self
 

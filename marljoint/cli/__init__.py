@@ -134,7 +134,7 @@ def _add_train(subparsers: Any) -> None:
         metavar="DIR",
         type=Path,
         help="run directory (default runs/<env>-<date>-<time>); refused if it holds another run, unless --resume or "
-        "--force",
+        "--force, and while another marljoint process writes there",
     )
     p.add_argument(
         "--preset",

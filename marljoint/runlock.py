@@ -161,7 +161,7 @@ class RunLock:
             del _HELD[self._key]
             # Unlinked while still locked: a writer that opened the old file finds it gone and tries again.
             try:
-                os.unlink(self.path)
+                os.unlink(self._key)  # the absolute path: the working directory may have changed since
             except OSError:
                 pass
             _unlock(held.fd)

@@ -130,48 +130,59 @@ class RunLock:
         """
         if self.run_dir.exists() and not self.run_dir.is_dir():
             raise RunError(f"output path {self.run_dir} exists and is not a directory")
-        created = [p for p in (self.run_dir, *self.run_dir.parents) if not p.exists()]
+        absolute = self.run_dir.absolute()
+        created = [p for p in (absolute, *absolute.parents) if not p.exists()]
         self.run_dir.mkdir(parents=True, exist_ok=True)
         key = os.path.realpath(self.path)
-        with _GUARD:
-            held = _HELD.get(key)
-            if held is not None:
-                if held.thread != threading.get_ident():
-                    raise RunLocked(self.run_dir, held.holder)
-                held.count += 1
-            else:
-                fd = _lock_file(self.path, self.run_dir)
-                holder = _describe(self.command)
-                _write_holder(fd, holder)
-                _HELD[key] = _Held(fd, holder, threading.get_ident(), created)
+        try:
+            with _GUARD:
+                held = _HELD.get(key)
+                if held is not None:
+                    if held.thread != threading.get_ident():
+                        raise RunLocked(self.run_dir, held.holder)
+                    held.count += 1
+                else:
+                    fd = _lock_file(self.path, self.run_dir)
+                    holder = _describe(self.command)
+                    _write_holder(fd, holder)
+                    _HELD[key] = _Held(fd, holder, threading.get_ident(), created)
+        except BaseException:
+            _remove_empty(created)
+            raise
         self._key = key
         return self
 
     def release(self) -> None:
         """Gives the lock back; the last release of nested holds deletes the lock file."""
-        if self._key is None:
+        key, self._key = self._key, None
+        if key is None:
             return
         with _GUARD:
-            held = _HELD.get(self._key)
+            held = _HELD.get(key)
             if held is None:
                 return
             held.count -= 1
             if held.count > 0:
                 return
-            del _HELD[self._key]
+            del _HELD[key]
             # Unlinked while still locked: a writer that opened the old file finds it gone and tries again.
             try:
-                os.unlink(self._key)  # the absolute path: the working directory may have changed since
+                os.unlink(key)  # the absolute path: the working directory may have changed since
             except OSError:
                 pass
             _unlock(held.fd)
             os.close(held.fd)
-        self._key = None
-        for directory in held.created:  # from the run directory up; only empty ones: the run never started
-            try:
-                directory.rmdir()
-            except OSError:
-                break
+        _remove_empty(held.created)
+
+
+def _remove_empty(directories: list[Path]) -> None:
+    """Removes the directories an acquire created, from the run directory up, while they are empty: a run that
+    never started leaves nothing behind."""
+    for directory in directories:
+        try:
+            directory.rmdir()
+        except OSError:
+            break
 
 
 def _describe(command: str) -> dict[str, Any]:

@@ -194,8 +194,9 @@ def _held_by_another_thread(run_dir: Path):
 def test_the_lock_nests_in_its_thread_and_refuses_other_threads(tmp_path):
     run_dir = tmp_path / "a" / "b" / "run"
     with RunLock(run_dir) as lock:
-        with RunLock(run_dir):  # the same thread: nested, as train_run inside the command line
+        with RunLock(run_dir) as inner:  # the same thread: nested, as train_run inside the command line
             assert lock.path.exists()
+        inner.release()  # a second release of the inner hold gives back nothing more
         assert lock.path.exists()  # the outer hold still holds
         errors = []
         thread = threading.Thread(target=lambda: errors.append(_try(run_dir)))

@@ -14,6 +14,7 @@ from marljoint.collect import CollectionConfig, Collector, LocalCollector
 from marljoint.env import (
     ActionLayout,
     BlankImageWarning,
+    EnvCopyError,
     GroupSpec,
     JointEnv,
     JointEnvCheckError,
@@ -39,6 +40,7 @@ from marljoint.ppo import (
     derive_settings,
     gamma_for_episodes,
 )
+from marljoint.runlock import RunLock, RunLocked
 from marljoint.threads import auto_workers, learner_threads, limit_threads, usable_cores
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -91,6 +93,7 @@ __all__ = [
     "BlankImageWarning",
     "CollectionConfig",
     "Collector",
+    "EnvCopyError",
     "GroupSpec",
     "Iteration",
     "JointEnv",
@@ -106,6 +109,8 @@ __all__ = [
     "LocalCollector",
     "ObservationLayout",
     "PettingZooJointEnv",
+    "RunLock",
+    "RunLocked",
     "SubprocessJointEnv",
     "__version__",
     "auto_workers",

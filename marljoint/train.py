@@ -29,9 +29,11 @@ from typing import Any, TextIO
 
 from marljoint import _toml
 from marljoint.checkpoint import CheckpointError, atomic_torch_save, list_checkpoints, load_checkpoint, save_checkpoint
+from marljoint.env.base import EnvCopyError
 from marljoint.envs_registry import EnvSpecError, ResolvedEnv, resolve_env, supersuit_wrappers, wrapped_factory
-from marljoint.errors import RunError, RunInterrupted
+from marljoint.errors import EnvFailure, RunError, RunInterrupted
 from marljoint.ppo.config import LEGACY_KEYS, JointTrainerConfig, as_saved
+from marljoint.runlock import RunLock
 
 __all__ = [
     "CHECKPOINT_DIR",
@@ -39,6 +41,7 @@ __all__ = [
     "CURVE_FILE",
     "DEFAULT_ENV",
     "DEFAULT_ENV_KWARGS",
+    "EnvFailure",
     "RunError",
     "RunInterrupted",
     "RunResult",
@@ -476,10 +479,13 @@ def train_run(
 ) -> RunResult:
     """Trains according to ``spec`` and writes the run directory.
 
-    Nothing is written, and with ``force`` nothing is deleted, until the env and the trainer are built and the
-    first iteration has run: a run that fails to start leaves the directory as it was. SIGINT (Ctrl-C) and SIGTERM
-    (a cluster's pre-emption) stop the run after the iteration in progress, with a checkpoint, and raise
-    :class:`RunInterrupted` saying how to resume; a second Ctrl-C stops at once.
+    The run holds :class:`~marljoint.runlock.RunLock` on ``run_dir`` from start to end, taken before anything
+    there is read or written: a second writer (another run, a ``force``, a ``resume``) is refused with
+    :class:`~marljoint.runlock.RunLocked`. Nothing else is written, and with ``force`` nothing is deleted, until the
+    env and the trainer are built and the first iteration has run: a run that fails to start leaves the directory
+    as it was. SIGINT (Ctrl-C) and SIGTERM (a cluster's pre-emption) stop the run after the iteration in progress,
+    with a checkpoint, and raise :class:`RunInterrupted` saying how to resume; a second Ctrl-C stops at once. An
+    exception from the env stops the run with :class:`EnvFailure`, the last completed iteration checkpointed.
 
     Args:
         spec: the run; when resuming, the run's own (see :func:`resume_spec`).
@@ -496,10 +502,26 @@ def train_run(
 
     Raises:
         RunError: for an unusable run directory, a corrupted checkpoint, or an env that cannot be built.
+        RunLocked: another process (or thread) is writing ``run_dir``.
         RunInterrupted: after SIGINT or SIGTERM.
+        EnvFailure: the env raised in ``reset()`` or ``step()``.
     """
+    with RunLock(run_dir):
+        return _train_locked(spec, Path(run_dir), resume, force, progress, stream, stop_after, on_iteration)
+
+
+def _train_locked(
+    spec: RunSpec,
+    run_dir: Path,
+    resume: bool,
+    force: bool,
+    progress: bool,
+    stream: TextIO | None,
+    stop_after: int | None,
+    on_iteration: Callable[[dict[str, Any]], None] | None,
+) -> RunResult:
+    """:func:`train_run` once the run directory is locked."""
     stream = stream if stream is not None else sys.stderr
-    run_dir = Path(run_dir)
     started = time.perf_counter()
     checkpoint = _check_run_dir(run_dir, resume, force)
     env = make_env(spec)
@@ -533,6 +555,8 @@ class _Loop:
         self.clock_offset, self.agent_steps, self.env_state_saved = 0.0, 0, True
         self.recent: list[float] = []
         self.log: Any = None
+        self.logged = 0
+        """The last iteration whose metrics row is written."""
         self.best_eval = -math.inf
         self._eval_env: Any = None
         self._new_best = False
@@ -576,7 +600,7 @@ class _Loop:
         if trainer.iteration >= total:
             _say(self.stream, self.progress, f"the run already has {trainer.iteration} iterations; raise --total-steps")
         clock = time.perf_counter()
-        last_saved = trainer.iteration
+        last_saved = self.logged = trainer.iteration
         try:
             while trainer.iteration < total and (stop_after is None or trainer.iteration < stop_after):
                 row = self._iteration(total, clock)
@@ -596,6 +620,8 @@ class _Loop:
                         f"Continue with: marljoint train --out {self.run_dir} --resume",
                         143 if stops.signal_name == "SIGTERM" else 130,
                     )
+        except EnvCopyError as exc:
+            raise self._env_failure(exc, clock, last_saved) from exc
         except KeyboardInterrupt:
             raise RunInterrupted(
                 f"interrupted at iteration {trainer.iteration}; the newest checkpoint is from iteration "
@@ -621,6 +647,7 @@ class _Loop:
         self.agent_steps += metrics["agent_steps"]
         row = _row(metrics, self.clock_offset + time.perf_counter() - clock, self.agent_steps)
         self.log.log(row)
+        self.logged = trainer.iteration
         if math.isfinite(row["episode_return_mean"]):
             self.recent = (self.recent + [row["episode_return_mean"]])[-10:]
         return row
@@ -649,12 +676,31 @@ class _Loop:
             out[f"eval/episode_return/{agent}"] = float(value)
         return out
 
-    def _save(self, clock: float, best: bool = False) -> None:
+    def _save(self, clock: float, best: bool = False, with_env: bool = True) -> None:
         seconds = self.clock_offset + time.perf_counter() - clock
         run = {"best_eval_return": self.best_eval}
         self.env_state_saved = _save(
-            self.trainer, self.run_dir, self.spec, seconds, self.agent_steps, self.env_state_saved, self.stream, run,
-            best,
+            self.trainer, self.run_dir, self.spec, seconds, self.agent_steps, self.env_state_saved and with_env,
+            self.stream, run, best,
+        )
+
+    def _env_failure(self, exc: EnvCopyError, clock: float, last_saved: int) -> EnvFailure:
+        """Checkpoints the last completed iteration, if no checkpoint holds it, and says what the user can do.
+
+        The env raised while collecting, before the update, so the trainer still holds the completed iteration
+        exactly; the env copies, left mid-call, are not saved, and the resume starts them on fresh episodes.
+        """
+        completed = self.logged
+        if self.log is not None and completed == self.trainer.iteration and completed > last_saved:
+            self._save(clock, with_env=False)
+            last_saved = completed
+        failed = f"env {self.spec.env!r} failed in iteration {completed + 1}: {exc}"
+        if self.log is None and not self.resume:
+            return EnvFailure(f"{failed}; nothing was written to {self.run_dir}", 0)
+        return EnvFailure(
+            f"{failed}; the newest checkpoint is from iteration {last_saved}. Once the env is fixed, continue with: "
+            f"marljoint train --out {self.run_dir} --resume",
+            last_saved,
         )
 
 

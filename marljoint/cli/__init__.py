@@ -23,6 +23,7 @@ from marljoint.cli.args import setting as _setting
 from marljoint.cli.args import workers_or_auto as _workers_or_auto
 from marljoint.cli.args import wrapper as _wrapper
 from marljoint.presets import PRESETS, get_preset
+from marljoint.runlock import RunLock
 
 __all__ = ["build_parser", "main"]
 
@@ -133,7 +134,7 @@ def _add_train(subparsers: Any) -> None:
         metavar="DIR",
         type=Path,
         help="run directory (default runs/<env>-<date>-<time>); refused if it holds another run, unless --resume or "
-        "--force",
+        "--force, and while another marljoint process writes there",
     )
     p.add_argument(
         "--preset",
@@ -237,7 +238,7 @@ def _add_train(subparsers: Any) -> None:
 
 
 def _train(args: argparse.Namespace) -> int:
-    from marljoint.train import RunError, RunSpec, read_config_file, resume_spec, train_run
+    from marljoint.train import RunError, RunSpec, read_config_file, resume_spec
 
     options = {
         "env": args.env,
@@ -294,7 +295,10 @@ def _train(args: argparse.Namespace) -> int:
             raise RunError("--resume takes the run's own config.toml; drop --config")
         if args.seeds:
             return _train_seeds(args, None, options)
-        spec = _with_auto_workers(resume_spec(args.out, options), args)
+        # Locked before the run's config is read, so a second writer is refused before it looks at anything.
+        with RunLock(args.out):
+            spec = _with_auto_workers(resume_spec(args.out, options), args)
+            return _train_one(spec, args.out, args)
     else:
         values = _preset_values(args.preset) if args.preset is not None else {}
         if args.config is not None:
@@ -307,7 +311,12 @@ def _train(args: argparse.Namespace) -> int:
             raise RunError("--redundancy-coef needs --redundancy KIND (xcorr, cka or hsic)")
         if args.seeds:
             return _train_seeds(args, spec, options)
-    out = args.out if args.out is not None else _default_out(spec)
+    return _train_one(spec, args.out if args.out is not None else _default_out(spec), args)
+
+
+def _train_one(spec: Any, out: Path, args: argparse.Namespace) -> int:
+    from marljoint.train import train_run
+
     result = train_run(spec, out, resume=args.resume, force=args.force, progress=not args.quiet)
     if not args.quiet:
         print(f"{result.run_dir}  final mean episode return {result.final_return:.4g}  ({result.seconds:.1f} s)")
@@ -342,12 +351,13 @@ def _train_seeds(args: argparse.Namespace, spec: Any, options: dict[str, Any]) -
     finals = []
     for seed in args.seeds:
         run_dir = Path(out) / f"seed_{seed}"
-        seed_spec = (
-            _with_auto_workers(resume_spec(run_dir, options), args)
-            if args.resume
-            else RunSpec.from_dict({"seed": seed}, base=spec)
-        )
-        result = train_run(seed_spec, run_dir, resume=args.resume, force=args.force, progress=not args.quiet)
+        with RunLock(run_dir):
+            seed_spec = (
+                _with_auto_workers(resume_spec(run_dir, options), args)
+                if args.resume
+                else RunSpec.from_dict({"seed": seed}, base=spec)
+            )
+            result = train_run(seed_spec, run_dir, resume=args.resume, force=args.force, progress=not args.quiet)
         finals.append(result.final_return)
         if not args.quiet:
             print(f"{run_dir}  final mean episode return {result.final_return:.4g}  ({result.seconds:.1f} s)")
@@ -521,6 +531,12 @@ def build_parser() -> argparse.ArgumentParser:
         description="Synchronized joint multi-agent PPO for PettingZoo environments.",
     )
     parser.add_argument("--version", action="version", version=f"marljoint {__version__}")
+    parser.add_argument(
+        "--debug",
+        action="store_true",
+        help="on an error, print the full traceback (with an env worker's own) instead of the one-line message; "
+        "give it before the command: marljoint --debug train ...",
+    )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     _add_train(subparsers)
     _add_eval(subparsers)
@@ -563,18 +579,34 @@ def main(argv: Sequence[str] | None = None) -> int:
         if isinstance(exc, RunInterrupted):
             sys.stderr.write(f"marljoint {args.command}: {_one_line(exc)}\n")
             return exc.exit_status
+        if args.debug:
+            _print_traceback(exc)
         parser.exit(USAGE_ERROR, f"marljoint {args.command}: error: {_one_line(exc)}\n")
     return 0
+
+
+def _print_traceback(exc: BaseException) -> None:
+    """``--debug``: the exception's traceback with its causes, and the traceback an env worker process sent."""
+    import traceback
+
+    traceback.print_exception(exc, file=sys.stderr)
+    cause: BaseException | None = exc
+    while cause is not None:
+        remote = getattr(cause, "traceback", None)
+        if isinstance(remote, str) and remote:
+            sys.stderr.write(f"\nIn the env worker process:\n{remote}")
+        cause = cause.__cause__
 
 
 def _user_errors() -> tuple[type[BaseException], ...]:
     from marljoint.checkpoint import CheckpointError
     from marljoint.distributed import RayUnavailable
+    from marljoint.env import EnvCopyError
     from marljoint.envs_registry import EnvSpecError
     from marljoint.plotting import PlottingUnavailable
     from marljoint.train import RunError
 
-    errors = (RunError, CheckpointError, EnvSpecError, PlottingUnavailable, RayUnavailable)
+    errors = (RunError, CheckpointError, EnvSpecError, PlottingUnavailable, RayUnavailable, EnvCopyError)
     return (*errors, MemoryError, OSError, ValueError)
 
 

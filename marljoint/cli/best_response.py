@@ -39,6 +39,7 @@ from marljoint.env.openspiel import OPENSPIEL_PREFIX
 from marljoint.envs_registry import known_game
 from marljoint.policies.recurrent import RECURRENT_KINDS
 from marljoint.ppo.config import JointTrainerConfig
+from marljoint.runlock import RunLock
 
 __all__ = [
     "register",
@@ -550,8 +551,28 @@ def _warm_start_settings(flag: float | bool | None, recipe: Recipe) -> dict[str,
     return {"warm_start": True, "warm_start_policy_scale": flag}
 
 
+def _writing(command: str, args: argparse.Namespace) -> RunLock:
+    """The lock on ``--out``, held while the run lives: taken before anything there is read or written, so a second
+    writer is refused (``RunLocked``: one line naming the process that writes there, exit 2)."""
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise _fail(command, f"--out {str(out)!r} exists and is not a directory")
+    return RunLock(out)
+
+
 def run_psro(args: argparse.Namespace) -> int:
-    """The ``psro`` subcommand."""
+    """The ``psro`` subcommand (see :func:`_writing`)."""
+    with _writing("psro", args):
+        return _run_psro(args)
+
+
+def run_nfsp(args: argparse.Namespace) -> int:
+    """The ``nfsp`` subcommand (see :func:`_writing`)."""
+    with _writing("nfsp", args):
+        return _run_nfsp(args)
+
+
+def _run_psro(args: argparse.Namespace) -> int:
     from marljoint.best_response.psro import PSRO, PsroConfig
     from marljoint.checkpoint import CheckpointError
 
@@ -604,8 +625,7 @@ def _summary(command: str, history: Sequence[Mapping[str, Any]], out: Path, args
     print(f"{_progress_line(command, history[-1], None)}  -> {out}")
 
 
-def run_nfsp(args: argparse.Namespace) -> int:
-    """The ``nfsp`` subcommand."""
+def _run_nfsp(args: argparse.Namespace) -> int:
     from marljoint.best_response.nfsp import NFSP, NfspConfig
     from marljoint.checkpoint import CheckpointError
 

@@ -22,7 +22,7 @@ from marljoint.collect.rollout import JointRollout
 from marljoint.collect.slices import SliceWorker, assemble, blueprint
 from marljoint.collect.snapshots import cut_memory, read_memory, read_state, resliced
 from marljoint.distributed.ray import connect_ray
-from marljoint.env.base import split_copies
+from marljoint.env.base import EnvCopyError, split_copies
 from marljoint.env.pettingzoo import PettingZooJointEnv
 from marljoint.env.spaces import JointSpec
 from marljoint.policies.joint import JointPolicy
@@ -210,6 +210,10 @@ class RayCollector:
                 self.actors[k] = self._spawn(k)
                 pending[k] = self._submit(k, ref, steps)
                 continue
+            except ray.exceptions.RayTaskError as exc:
+                if isinstance(exc.cause, EnvCopyError):  # the env raised: named as in one process
+                    raise EnvCopyError(*exc.cause.args[:5], traceback=str(exc)) from None
+                raise
             pieces[k] = piece
             self.snapshots[k] = snapshot
         return pieces

@@ -1,6 +1,6 @@
 """Environments as JointEnvs: the protocol, the PettingZoo adapter, space layouts and the conformance check."""
 
-from marljoint.env.base import JointEnv, JointObs, JointStep, split_copies
+from marljoint.env.base import EnvCopyError, JointEnv, JointObs, JointStep, split_copies
 from marljoint.env.check import (
     BlankImageWarning,
     JointEnvCheckError,
@@ -19,6 +19,7 @@ __all__ = [
     "openspiel_env",
     "ActionLayout",
     "BlankImageWarning",
+    "EnvCopyError",
     "EnvWorker",
     "GroupSpec",
     "JointEnv",

@@ -31,7 +31,40 @@ import numpy as np
 
 from marljoint.env.spaces import JointSpec
 
-__all__ = ["JointEnv", "JointObs", "JointStep", "split_copies"]
+__all__ = ["EnvCopyError", "JointEnv", "JointObs", "JointStep", "split_copies"]
+
+
+class EnvCopyError(RuntimeError):
+    """An env copy, or a wrapper around it, raised inside its ``reset()`` or ``step()``.
+
+    Raised by :class:`~marljoint.env.PettingZooJointEnv` (and, from its worker processes, by
+    :class:`~marljoint.env.SubprocessJointEnv`) in place of the env's own exception, which it names; in the same
+    process that exception is the ``__cause__``. The env copy is left mid-call: close the env.
+
+    Attributes:
+        copy: the copy's global index (in ``[0, E)`` of the whole set, also when a worker holds a slice).
+        call: ``"reset"`` or ``"step"``.
+        step: the step of the copy's episode that raised (1 for its first step); 0 for ``reset``.
+        error_type: the name of the exception's type (``"RuntimeError"``).
+        error_message: the exception's message.
+        traceback: the traceback as text where the exception was raised in a worker process, else ``""``.
+
+    Example:
+        >>> str(EnvCopyError(3, "step", 12, "RuntimeError", "boom"))
+        'env copy 3 raised RuntimeError: boom (in step(), at step 12 of its episode)'
+    """
+
+    def __init__(
+        self, copy: int, call: str, step: int, error_type: str, error_message: str, traceback: str = ""
+    ) -> None:
+        # All fields go to the base class, so the error crosses a pipe from a worker process intact (pickle).
+        super().__init__(copy, call, step, error_type, error_message, traceback)
+        self.copy, self.call, self.step = copy, call, step
+        self.error_type, self.error_message, self.traceback = error_type, error_message, traceback
+
+    def __str__(self) -> str:
+        where = f"at step {self.step} of its episode" if self.call == "step" else "when starting an episode"
+        return f"env copy {self.copy} raised {self.error_type}: {self.error_message} (in {self.call}(), {where})"
 
 
 class JointObs(NamedTuple):

@@ -17,7 +17,7 @@ from gymnasium.utils import EzPickle
 from pettingzoo.utils.conversions import turn_based_aec_to_parallel_wrapper
 from pettingzoo.utils.env import AECEnv, ParallelEnv
 
-from marljoint.env.base import JointObs, JointStep
+from marljoint.env.base import EnvCopyError, JointObs, JointStep
 from marljoint.env.spaces import (
     ActionLayout,
     JointSpec,
@@ -679,17 +679,30 @@ class PettingZooJointEnv:
             raise TypeError(f"episode_seed_source returned {chosen!r} for copy {e}; return an int or None")
         return int(chosen)
 
+    def _copy_error(self, e: int, call: str, exc: Exception) -> EnvCopyError:
+        """The env's own exception from copy e's ``call``, naming the copy and the step of its episode."""
+        if isinstance(exc, EnvCopyError):  # a joint env nested in the factory has named its copy already
+            return exc
+        step = int(self._lengths[e]) + 1 if call == "step" else 0
+        return EnvCopyError(self.first_copy + e, call, step, type(exc).__name__, str(exc))
+
     # ------------------------------------------------------------------ parallel envs
     def _reset_copy(self, e: int, seed: int | None) -> None:
         self._clear_copy(e)
         env = self._envs[e]
         if self._turn_based:
-            env.reset(seed=seed)
+            try:
+                env.reset(seed=seed)
+            except Exception as exc:
+                raise self._copy_error(e, "reset", exc) from exc
             self._observe_aec(e)
             if not self._acting[e].any():
                 raise ValueError(f"env copy {e}: the AEC env has no agent to act right after reset")
             return
-        result = env.reset(seed=seed)
+        try:
+            result = env.reset(seed=seed)
+        except Exception as exc:
+            raise self._copy_error(e, "reset", exc) from exc
         if not (isinstance(result, tuple) and len(result) == 2):
             raise TypeError(
                 "ParallelEnv.reset() must return (observations, infos); this env returns "
@@ -727,7 +740,10 @@ class PettingZooJointEnv:
             if alive_row[i]:
                 g, j = slots[i]
                 action_dict[agent] = self._env_action(i, actions[g][e, j])
-        observations, rewards, terminations, truncations, infos = env.step(action_dict)
+        try:
+            observations, rewards, terminations, truncations, infos = env.step(action_dict)
+        except Exception as exc:
+            raise self._copy_error(e, "step", exc) from exc
         reward_row = self._rewards[e]
         for agent, reward in rewards.items():
             reward_row[index[agent]] = reward
@@ -816,14 +832,21 @@ class PettingZooJointEnv:
         env = self._envs[e]
         i = int(self._acting[e].argmax())  # the one acting agent
         g, j = self._slot[i]
-        env.step(self._env_action(i, actions[g][e, j]))
+        action = self._env_action(i, actions[g][e, j])
+        try:
+            env.step(action)
+        except Exception as exc:
+            raise self._copy_error(e, "step", exc) from exc
         self._collect_aec_rewards(e)
         self._record_aec_endings(e)
         # Agents that ended are stepped out with None actions (PettingZoo's dead steps).
         while env.agents and (
             env.terminations.get(env.agent_selection, False) or env.truncations.get(env.agent_selection, False)
         ):
-            env.step(None)
+            try:
+                env.step(None)
+            except Exception as exc:
+                raise self._copy_error(e, "step", exc) from exc
         if not env.agents or not any(
             not (env.terminations.get(a, False) or env.truncations.get(a, False)) for a in env.agents
         ):

@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from marljoint.env.base import JointObs, JointStep, split_copies
+from marljoint.env.base import EnvCopyError, JointObs, JointStep, split_copies
 from marljoint.env.pettingzoo import PettingZooJointEnv
 from marljoint.threads import limit_threads
 
@@ -160,7 +160,8 @@ def _worker(
         pass
     except BaseException as exc:  # the main process re-raises it with the worker's traceback
         try:
-            conn.send(("error", (type(exc).__name__, str(exc), traceback.format_exc())))
+            copy_error = exc if isinstance(exc, EnvCopyError) else None
+            conn.send(("error", (type(exc).__name__, str(exc), traceback.format_exc(), copy_error)))
         except (BrokenPipeError, OSError):
             pass
     finally:
@@ -202,7 +203,8 @@ class SubprocessJointEnv:
 
     Raises:
         ValueError: for a non-positive ``num_workers``; errors raised inside a worker are re-raised with their
-            original type and message.
+            original type and message, after which every worker has stopped (the env is closed).
+        EnvCopyError: an env copy raised in a worker (with the worker's traceback as text).
     """
 
     def __init__(
@@ -241,6 +243,7 @@ class SubprocessJointEnv:
         self._conns = []
         self._procs = []
         self._closed = False
+        self._exchange = threading.RLock()
         for w in range(self.num_workers):
             parent, child = ctx.Pipe()
             proc = ctx.Process(
@@ -254,7 +257,6 @@ class SubprocessJointEnv:
             self._procs.append(proc)
         self._gather()
         self._reset_done = False
-        self._exchange = threading.RLock()
 
     @property
     def observation_spaces(self) -> tuple[Any, ...]:
@@ -273,12 +275,17 @@ class SubprocessJointEnv:
             try:
                 status, payload = conn.recv()
             except EOFError:
-                status, payload = "error", ("RuntimeError", f"env worker {w} exited unexpectedly", "")
+                status, payload = "error", ("RuntimeError", f"env worker {w} exited unexpectedly", "", None)
             if status == "error" and error is None:
                 error = (w, payload)
             results.append(payload)
         if error is not None:
-            w, (name, message, trace) = error
+            # A worker that raised has ended: the set of copies is incomplete, so every worker stops now (and a
+            # later close() finds nothing to send to).
+            self.close()
+            w, (name, message, trace, copy_error) = error
+            if copy_error is not None:  # the env itself raised: named as in one process, with the worker's trace
+                raise EnvCopyError(*copy_error.args[:5], traceback=trace)
             exc_type = {"ValueError": ValueError, "TypeError": TypeError, "RuntimeError": RuntimeError}.get(name)
             if exc_type is None:
                 raise RuntimeError(f"env worker {w} failed with {name}: {message}\n{trace}")

@@ -8,7 +8,7 @@ import torch
 from pettingzoo.utils.wrappers import BaseParallelWrapper
 from rollout_checks import assert_same_parameters, assert_same_rollout
 
-from marljoint import JointMultiAgentTrainer, JointTrainerConfig, PettingZooJointEnv, SubprocessJointEnv
+from marljoint import EnvCopyError, JointMultiAgentTrainer, JointTrainerConfig, PettingZooJointEnv, SubprocessJointEnv
 from marljoint.collect import CollectionConfig, LocalCollector, SubprocessCollector, make_collector
 from marljoint_envs import counter_v0, kuhn_poker_v0, variable_agents_v0
 
@@ -140,7 +140,8 @@ class _BreaksAtStep3(BaseParallelWrapper):
 def test_env_errors_inside_a_workers_rollout_are_reraised():
     sub = _trainer(lambda: _BreaksAtStep3(counter_v0.parallel_env()), "subprocess", num_envs=2)
     try:
-        with pytest.raises(ValueError, match="the copy broke at step 3"):
+        # Named as the env copy that raised, with the env's exception type and message.
+        with pytest.raises(EnvCopyError, match=r"env copy 0 raised ValueError: the copy broke at step 3 \(in step"):
             sub.collect_rollout()
     finally:
         sub.env.close()

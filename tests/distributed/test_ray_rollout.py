@@ -9,7 +9,7 @@ import torch
 from pettingzoo.utils.wrappers import BaseParallelWrapper
 from rollout_checks import FIELDS, assert_same_parameters, assert_same_rollout
 
-from marljoint import JointMultiAgentTrainer, JointTrainerConfig, PettingZooJointEnv
+from marljoint import EnvCopyError, JointMultiAgentTrainer, JointTrainerConfig, PettingZooJointEnv
 from marljoint.collect import CollectionConfig, RayCollector, WorkerLostError, split_copies
 from marljoint_envs import kuhn_poker_v0, mock_v0, variable_agents_v0
 
@@ -164,10 +164,10 @@ def fail_outside(driver_pid):
     return env if os.getpid() == driver_pid else _FailingStep(env)
 
 
-def test_an_error_raised_by_an_env_in_a_worker_reaches_the_caller_with_its_type():
+def test_an_error_raised_by_an_env_in_a_worker_reaches_the_caller_naming_the_copy_and_its_type():
     trainer = make(functools.partial(fail_outside, os.getpid()), 2, num_workers=1)
     try:
-        with pytest.raises(ValueError, match="this env refuses to step"):
+        with pytest.raises(EnvCopyError, match=r"^env copy 0 raised ValueError: this env refuses to step \(in step"):
             trainer.collect_rollout()
         assert trainer.collector.restarts == 0
     finally:

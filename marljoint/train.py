@@ -224,11 +224,16 @@ def read_config_file(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Reads a TOML config file (run and trainer fields at the top level).
 
     Raises:
-        RunError: if the file is missing or not valid TOML.
+        RunError: if the file is missing, not UTF-8 text or not valid TOML.
     """
     path = Path(path)
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise RunError(
+            f"config file {path} is not a TOML text file (byte {exc.object[exc.start]:#04x} at offset {exc.start} "
+            "is not UTF-8 text); give a UTF-8 TOML file of settings"
+        ) from None
     except OSError as exc:
         raise RunError(f"cannot read config file {path}: {exc.strerror or exc}") from None
     try:

@@ -38,8 +38,10 @@ def unwritable_file_error(exc: OSError, path: str | os.PathLike[str]) -> RunErro
     forbidden: the file, the system's reason and the fix, on one line. ``None`` for any other ``OSError``.
 
     Example:
-        >>> str(unwritable_file_error(OSError(errno.ENOSPC, "No space left on device"), "runs/a/metrics.csv"))
-        'cannot write runs/a/metrics.csv: No space left on device (ENOSPC); free space on that disk or choose another --out'
+        >>> error = unwritable_file_error(OSError(errno.ENOSPC, "No space left on device"), "runs/a/metrics.csv")
+        >>> print(error)  # doctest: +NORMALIZE_WHITESPACE
+        cannot write runs/a/metrics.csv: No space left on device (ENOSPC); free space on that disk or choose
+        another --out
 
     Args:
         exc: the error raised while writing.

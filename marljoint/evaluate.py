@@ -22,6 +22,7 @@ from marljoint.train import CHECKPOINT_DIR, RunError, RunSpec, build_trainer, lo
 
 __all__ = [
     "EvalResult",
+    "VIDEO_BLOCK",
     "TrainedRun",
     "confidence_interval",
     "evaluate_run",
@@ -168,7 +169,7 @@ def load_run(
 
     Raises:
         RunError: for a directory without a run or checkpoint, or a checkpoint that is damaged, crafted or does not
-            fit the run's env.
+            fit the run's env (one trained on another env names both envs and what differs).
     """
     run_dir = Path(run_dir)
     spec = load_run_spec(run_dir)

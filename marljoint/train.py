@@ -243,7 +243,9 @@ def read_config_file(path: str | os.PathLike[str]) -> dict[str, Any]:
         raise RunError(f"config file {path} is not valid TOML: {exc}") from None
 
 
-def write_config(spec: RunSpec, path: str | os.PathLike[str], derived: Mapping[str, str] | None = None) -> None:
+def write_config(
+    spec: RunSpec, path: str | os.PathLike[str], derived: Mapping[str, str] | None = None
+) -> None:
     """Writes ``spec`` as TOML (``env_kwargs`` as a JSON string when TOML cannot hold them).
 
     Args:
@@ -683,15 +685,8 @@ class _Loop:
         run = {"best_eval_return": self.best_eval}
         with _writing(self.run_dir / CHECKPOINT_DIR):
             self.env_state_saved = _save(
-                self.trainer,
-                self.run_dir,
-                self.spec,
-                seconds,
-                self.agent_steps,
-                self.env_state_saved,
-                self.stream,
-                run,
-                best,
+                self.trainer, self.run_dir, self.spec, seconds, self.agent_steps, self.env_state_saved, self.stream,
+                run, best,
             )
 
 

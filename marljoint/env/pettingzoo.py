@@ -31,7 +31,6 @@ __all__ = ["EPISODE_LIMIT_NAMES", "PettingZooJointEnv", "episode_limit"]
 
 EnvFactory = Callable[[], "ParallelEnv | AECEnv"]
 
-
 def _set_attributes(obj: Any, attributes: dict[str, Any]) -> None:
     obj.__dict__.update(attributes)
 
@@ -915,5 +914,7 @@ def _slice_snapshot(snapshot: dict[str, Any], start: int, stop: int) -> dict[str
 
 def _join_buffers(values: list[Any]) -> Any:
     if isinstance(values[0], tuple):
-        return tuple(None if parts[0] is None else np.concatenate(parts) for parts in zip(*values))
+        return tuple(
+            None if parts[0] is None else np.concatenate(parts) for parts in zip(*values)
+        )
     return np.concatenate(values)

@@ -17,6 +17,8 @@ from __future__ import annotations
 import functools
 import importlib
 import inspect
+import pkgutil
+import re
 import types
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -122,24 +124,92 @@ def _resolve_openspiel(name: str, kwargs: dict[str, Any]) -> ResolvedEnv:
     return ResolvedEnv(name=name, factory=functools.partial(openspiel_env, game), kwargs=kwargs)
 
 
+# The pip command that installs a package envs come from, by its top-level name (missing ones get no hint).
+_INSTALL_COMMANDS = {
+    "mpe2": 'pip install "marljoint[mpe]"',
+    "pettingzoo": 'pip install "marljoint[envs]"',
+    "shimmy": 'pip install "marljoint[openspiel]"',
+    "pyspiel": 'pip install "marljoint[openspiel]"',
+    "open_spiel": 'pip install "marljoint[openspiel]"',
+    "supersuit": "pip install supersuit",
+}
+# PettingZoo's env families whose dependencies are optional; the first three come with marljoint[envs].
+_PETTINGZOO_FAMILIES = ("classic", "sisl", "butterfly", "atari", "mpe")
+
+
 def _import(name: str, module_path: str) -> types.ModuleType:
     try:
         return importlib.import_module(module_path)
     except ModuleNotFoundError as exc:
         missing = exc.name or module_path
         if module_path.startswith(missing) or missing == module_path:
-            hint = f"bundled envs: {', '.join(BUNDLED_ENVS)}"
-            if "." not in module_path:
-                hint += "; for other envs give the module path, e.g. mpe2.simple_spread_v3"
-            elif missing.split(".")[0] == module_path.split(".")[0]:
-                hint += f"; is the package {missing.split('.')[0]!r} installed?"
-            raise EnvSpecError(f"unknown env {name!r}: no module named {missing!r} ({hint})") from None
+            raise EnvSpecError(f"unknown env {name!r}: {_unknown_module(module_path, missing)}") from None
         raise EnvSpecError(
-            f"env {name!r}: importing {module_path!r} needs the missing package {missing!r}; install it "
-            f"(e.g. pip install {missing.split('.')[0]})"
+            f"env {name!r}: importing {module_path!r} needs the missing package {missing!r}; install it with "
+            f"{_install_command(module_path, missing)}"
         ) from None
     except Exception as exc:  # envs raise their own types for missing optional dependencies
-        raise EnvSpecError(f"env {name!r}: importing {module_path!r} failed ({type(exc).__name__}: {exc})") from None
+        family = _family(module_path)
+        hint = f"; {_install_command(module_path, None)} installs its dependencies" if family else ""
+        if family == "mpe":
+            env = module_path.rpartition(".")[2]
+            hint = f'; PettingZoo\'s MPE envs are now the package mpe2: --env mpe2.{env} (pip install "marljoint[mpe]")'
+        raise EnvSpecError(
+            f"env {name!r}: importing {module_path!r} failed ({type(exc).__name__}: {exc}){hint}"
+        ) from None
+
+
+def _unknown_module(module_path: str, missing: str) -> str:
+    """Why ``module_path`` does not import: the versions its package has of the env, or how to install the
+    package that is missing."""
+    if "." not in module_path:
+        versions = _versions(list(BUNDLED_ENVS), module_path)
+        if versions:
+            return f"no bundled env of that version; bundled versions: {', '.join(versions)}"
+        return (
+            f"no module named {missing!r} (bundled envs: {', '.join(BUNDLED_ENVS)}; for other envs give the "
+            "module path, e.g. mpe2.simple_spread_v3)"
+        )
+    parent_path, _, leaf = module_path.rpartition(".")
+    try:
+        parent = importlib.import_module(parent_path)
+    except Exception:
+        top = module_path.split(".")[0]
+        return f"no module named {missing!r}; is the package {top!r} installed? ({_install_command(module_path, top)})"
+    siblings = [m.name for m in pkgutil.iter_modules(getattr(parent, "__path__", []))]
+    versions = _versions(siblings, leaf)
+    if versions:
+        return f"{parent_path} has no {leaf}; the versions it has: {', '.join(parent_path + '.' + v for v in versions)}"
+    envs = [m for m in siblings if _VERSIONED.fullmatch(m)]
+    listed = f" (its envs: {', '.join(envs[:12])}{', ...' if len(envs) > 12 else ''})" if envs else ""
+    return f"{parent_path} has no module {leaf!r}{listed}"
+
+
+_VERSIONED = re.compile(r"(.+)_v(\d+)")
+
+
+def _versions(names: list[str], leaf: str) -> list[str]:
+    """The names among ``names`` that are versions (``<base>_v<N>``) of the env ``leaf`` names, oldest first."""
+    match = _VERSIONED.fullmatch(leaf)
+    base = match.group(1) if match else leaf
+    found = [(int(m.group(2)), n) for n in names if (m := _VERSIONED.fullmatch(n)) and m.group(1) == base]
+    return [n for _, n in sorted(found) if n != leaf]
+
+
+def _family(module_path: str) -> str | None:
+    parts = module_path.split(".")
+    return parts[1] if len(parts) > 2 and parts[0] == "pettingzoo" and parts[1] in _PETTINGZOO_FAMILIES else None
+
+
+def _install_command(module_path: str, missing: str | None) -> str:
+    """The pip command that installs what ``module_path`` needs: PettingZoo's extra for its env families, ours
+    for the packages our extras hold, else the missing package itself."""
+    family = _family(module_path)
+    if family is not None:
+        ours = ' or pip install "marljoint[envs]"' if family in ("classic", "sisl", "butterfly") else ""
+        return f'pip install "pettingzoo[{family}]"{ours}'
+    top = (missing or module_path).split(".")[0]
+    return _INSTALL_COMMANDS.get(top, f"pip install {top}")
 
 
 def _module_factory(name: str, module: types.ModuleType) -> Callable[..., Any]:

@@ -2,7 +2,19 @@
 
 from __future__ import annotations
 
-__all__ = ["EnvFailure", "RunError", "RunInterrupted"]
+import errno
+import os
+
+__all__ = ["EnvFailure", "RunError", "RunInterrupted", "unwritable_file_error"]
+
+# The errors of a file system that will not take a run's files, and what the user can do about each.
+_UNWRITABLE_FIXES = {
+    errno.ENOSPC: "free space on that disk or choose another --out",
+    errno.EDQUOT: "free space within your disk quota or choose another --out",
+    errno.EROFS: "choose another --out on a writable file system",
+    errno.EACCES: "choose another --out that you may write to",
+    errno.EPERM: "choose another --out that you may write to",
+}
 
 
 class RunError(ValueError):
@@ -36,3 +48,24 @@ class EnvFailure(RunError):
     def __init__(self, message: str, iteration: int) -> None:
         super().__init__(message)
         self.iteration = iteration
+
+
+def unwritable_file_error(exc: OSError, path: str | os.PathLike[str]) -> RunError | None:
+    """The :class:`RunError` for a file that cannot be written because the disk is full, over quota, read-only or
+    forbidden: the file, the system's reason and the fix, on one line. ``None`` for any other ``OSError``.
+
+    Example:
+        >>> error = unwritable_file_error(OSError(errno.ENOSPC, "No space left on device"), "runs/a/metrics.csv")
+        >>> print(error)  # doctest: +NORMALIZE_WHITESPACE
+        cannot write runs/a/metrics.csv: No space left on device (ENOSPC); free space on that disk or choose
+        another --out
+
+    Args:
+        exc: the error raised while writing.
+        path: the file being written (``exc.filename`` wins when the error names one).
+    """
+    fix = _UNWRITABLE_FIXES.get(exc.errno) if exc.errno is not None else None
+    if fix is None:
+        return None
+    where = exc.filename if exc.filename is not None else os.fspath(path)
+    return RunError(f"cannot write {where}: {os.strerror(exc.errno)} ({errno.errorcode[exc.errno]}); {fix}")

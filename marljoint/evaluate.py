@@ -5,6 +5,9 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import re
+import subprocess
+import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,10 +22,12 @@ from marljoint.train import CHECKPOINT_DIR, RunError, RunSpec, build_trainer, lo
 
 __all__ = [
     "EvalResult",
+    "VIDEO_BLOCK",
     "TrainedRun",
     "confidence_interval",
     "evaluate_run",
     "load_run",
+    "pad_frames",
     "play_episodes",
     "write_gif",
     "write_video",
@@ -164,7 +169,7 @@ def load_run(
 
     Raises:
         RunError: for a directory without a run or checkpoint, or a checkpoint that is damaged, crafted or does not
-            fit the run's env.
+            fit the run's env (one trained on another env names both envs and what differs).
     """
     run_dir = Path(run_dir)
     spec = load_run_spec(run_dir)
@@ -183,8 +188,63 @@ def load_run(
         trainer.load_state_dict(state.get("trainer", state))
     except (KeyError, TypeError, ValueError, RuntimeError) as exc:
         env.close()
+        mismatch = _env_mismatch(path, state, spec, trainer)
+        if mismatch is not None:
+            raise RunError(mismatch) from None
         raise RunError(f"checkpoint {path} does not fit the run's env ({type(exc).__name__}: {exc})") from None
     return TrainedRun(trainer, env, spec, path)
+
+
+# What a parameter's shape says about the env: (parameter, axis, meaning); weights are [groups, in, out].
+_PARAMETER_MEANINGS = (
+    ("obs_normalizer.mean", -1, "observation size"),
+    ("encoder.layers.0.weight", -2, "actor input (observation + agent id)"),
+    ("critic_encoder.layers.0.weight", -2, "critic input"),
+    ("actor_head.weight", -1, "action outputs"),
+)
+
+
+def _env_mismatch(path: Path, state: dict[str, Any], spec: RunSpec, trainer: Any) -> str | None:
+    """Why a checkpoint trained on another env does not load: which env it was trained on, which env the run
+    has, and what differs (agents, then the shapes of the networks' inputs and outputs). ``None`` when the
+    checkpoint names no env, or the same env as the run."""
+    trained = (state.get("run") or {}).get("spec") or {}
+    if "env" not in trained:
+        return None
+    setup = (trained["env"], trained.get("env_kwargs") or {}, list(trained.get("wrappers") or []))
+    if setup == (spec.env, dict(spec.env_kwargs or {}), list(spec.wrappers or [])):
+        return None
+    theirs, ours = state.get("trainer", state), trainer.state_dict()
+    differences = []
+    if list(theirs.get("agents", [])) != list(ours["agents"]):
+        differences.append(f"agents {list(theirs.get('agents', []))} vs {list(ours['agents'])}")
+    for n, (their_net, our_net) in enumerate(zip(theirs.get("policies", []), ours["policies"])):
+        for key, axis, meaning in _PARAMETER_MEANINGS:
+            if key in their_net and key in our_net and their_net[key].shape[axis] != our_net[key].shape[axis]:
+                differences.append(
+                    f"{meaning} of network {n}: {their_net[key].shape[axis]} vs {our_net[key].shape[axis]}"
+                )
+    what = "; ".join(differences[:4]) or "the settings derived from the env (e.g. normalize_observations)"
+    home = path.parent.parent
+    fix = (
+        f"evaluate it with its own run, marljoint eval {home}"
+        if (home / "config.toml").is_file()
+        else ("evaluate it with a run directory of that env")
+    )
+    return (
+        f"checkpoint {path} was trained on env {_env_text(*setup)}, but this run's env is "
+        f"{_env_text(spec.env, dict(spec.env_kwargs or {}), list(spec.wrappers or []))}; they differ in {what} "
+        f"(checkpoint vs this run); {fix}"
+    )
+
+
+def _env_text(name: str, kwargs: dict[str, Any], wrappers: list[Any]) -> str:
+    text = repr(name)
+    if kwargs:
+        text += f" {kwargs}"
+    if wrappers:
+        text += f" wrapped {wrappers}"
+    return text
 
 
 def evaluate_run(
@@ -284,12 +344,36 @@ def _frame(env: Any) -> np.ndarray:
     return frame
 
 
+VIDEO_BLOCK = 2
+"""Frames are padded to multiples of this many pixels: H.264 and most codecs store colour at half resolution
+(yuv420p), so a frame of odd width or height cannot be encoded."""
+
+_H264_SUFFIXES = (".mp4", ".m4v", ".mov", ".mkv")
+
+
 def write_video(frames: Sequence[np.ndarray], path: str | os.PathLike[str], fps: int = 10) -> Path:
     """Writes ``[H, W, 3]`` uint8 frames as a video (H.264 for ``.mp4``; the format follows the suffix) with the
     ffmpeg that ``imageio-ffmpeg`` ships.
 
+    Frames of any size are padded with black on the right and bottom to a multiple of :data:`VIDEO_BLOCK`
+    pixels (and to the largest frame). ffmpeg's own output is captured; the video is written to a hidden file
+    beside ``path`` and renamed when complete, so a failure leaves no file behind.
+
+    Example:
+        >>> write_video([np.zeros((5, 7, 3), np.uint8)] * 3, "episode.mp4")  # doctest: +SKIP
+        PosixPath('episode.mp4')
+
+    Args:
+        frames: ``[H, W, 3]`` (or ``[H, W, 4]``, alpha dropped) images, one per step.
+        path: the video file; its suffix chooses the container (``.mp4``, ``.webm``, ...).
+        fps: frames per second.
+
+    Returns:
+        ``path``.
+
     Raises:
-        RunError: if there are no frames, or ``imageio-ffmpeg`` is not installed.
+        RunError: if there are no frames, ``imageio-ffmpeg`` is not installed, or ffmpeg fails (naming the file and
+            ffmpeg's first error line).
     """
     if not frames:
         raise RunError("no frames to write")
@@ -299,16 +383,81 @@ def write_video(frames: Sequence[np.ndarray], path: str | os.PathLike[str], fps:
         raise RunError('writing a video needs imageio-ffmpeg: pip install "marljoint[video]"') from None
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    images = [np.ascontiguousarray(np.asarray(f)[..., :3]).astype(np.uint8) for f in frames]
+    images = pad_frames(frames, VIDEO_BLOCK)
     height, width = images[0].shape[:2]
-    writer = imageio_ffmpeg.write_frames(str(path), (width, height), fps=fps, macro_block_size=1, quality=7)
-    writer.send(None)  # starts ffmpeg
+    descriptor, temporary = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=path.suffix, dir=path.parent)
+    os.close(descriptor)
     try:
-        for image in images:
-            writer.send(image)
-    finally:
-        writer.close()
+        _run_ffmpeg(imageio_ffmpeg.get_ffmpeg_exe(), images, (width, height), fps, Path(temporary), path)
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
     return path
+
+
+def pad_frames(frames: Sequence[np.ndarray], block: int) -> list[np.ndarray]:
+    """Frames as ``[H, W, 3]`` uint8 arrays of one size: the largest height and width, rounded up to ``block``,
+    with black on the right and bottom.
+
+    Example:
+        >>> pad_frames([np.ones((5, 7, 3), np.uint8)], 2)[0].shape
+        (6, 8, 3)
+
+    Args:
+        frames: ``[H, W, 3]`` or ``[H, W, 4]`` images (alpha dropped), of any sizes.
+        block: the multiple every side is rounded up to (>= 1).
+
+    Returns:
+        ``[H', W', 3]`` uint8 arrays, ``H'`` and ``W'`` multiples of ``block``.
+    """
+    images = [np.asarray(f)[..., :3].astype(np.uint8, copy=False) for f in frames]
+    height = -(-max(i.shape[0] for i in images) // block) * block
+    width = -(-max(i.shape[1] for i in images) // block) * block
+    out = []
+    for image in images:
+        padded = np.zeros((height, width, 3), np.uint8)
+        padded[: image.shape[0], : image.shape[1]] = image
+        out.append(padded)
+    return out
+
+
+def _run_ffmpeg(
+    exe: str, images: list[np.ndarray], size: tuple[int, int], fps: int, temporary: Path, path: Path
+) -> None:
+    """Encodes ``images`` into ``temporary`` (which keeps ``path``'s suffix, from which ffmpeg chooses the
+    container); ffmpeg's messages go to a file read only when it fails."""
+    codec = ["-vcodec", "libx264", "-crf", "15"] if path.suffix.lower() in _H264_SUFFIXES else []
+    command = [exe, "-y", "-v", "error", "-f", "rawvideo", "-vcodec", "rawvideo", "-s", f"{size[0]}x{size[1]}"]
+    command += ["-pix_fmt", "rgb24", "-r", str(fps), "-i", "-", "-an", *codec, "-pix_fmt", "yuv420p"]
+    command.append(str(temporary))
+    # stderr goes to a file, not a pipe: a pipe nobody reads while frames are written can fill and hang ffmpeg.
+    with tempfile.TemporaryFile() as messages:
+        process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=messages)
+        try:
+            for image in images:
+                process.stdin.write(image.tobytes())
+        except BrokenPipeError:
+            pass  # ffmpeg stopped early; its exit status and messages say why
+        finally:
+            try:
+                process.stdin.close()
+            except BrokenPipeError:
+                pass
+            status = process.wait()
+        if status != 0:
+            messages.seek(0)
+            reason = _ffmpeg_error(messages.read(), status).replace(str(temporary), str(path))
+            raise RunError(f"ffmpeg could not write the video {path}: {reason}")
+
+
+def _ffmpeg_error(output: bytes, status: int) -> str:
+    """The first line of ffmpeg's messages, without its ``[component @ 0x...]`` prefix."""
+    for line in output.decode("utf-8", "replace").splitlines():
+        line = re.sub(r"^\[[^\]]*@ 0x[0-9a-f]+\]\s*", "", line.strip())
+        if line:
+            return line
+    return f"ffmpeg exited with status {status}"
 
 
 def write_gif(frames: Sequence[np.ndarray], path: str | os.PathLike[str], fps: int = 10) -> Path:

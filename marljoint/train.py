@@ -15,6 +15,7 @@ resumed run is bit-identical (on CPU) to one that was never interrupted.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
@@ -22,7 +23,7 @@ import os
 import shutil
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
@@ -31,9 +32,9 @@ from marljoint import _toml
 from marljoint.checkpoint import CheckpointError, atomic_torch_save, list_checkpoints, load_checkpoint, save_checkpoint
 from marljoint.env.base import EnvCopyError
 from marljoint.envs_registry import EnvSpecError, ResolvedEnv, resolve_env, supersuit_wrappers, wrapped_factory
-from marljoint.errors import EnvFailure, RunError, RunInterrupted
+from marljoint.errors import EnvFailure, RunError, RunInterrupted, unwritable_file_error
 from marljoint.ppo.config import LEGACY_KEYS, JointTrainerConfig, as_saved
-from marljoint.runlock import RunLock
+from marljoint.runlock import LOCK_FILE, RunLock
 
 __all__ = [
     "CHECKPOINT_DIR",
@@ -227,11 +228,16 @@ def read_config_file(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Reads a TOML config file (run and trainer fields at the top level).
 
     Raises:
-        RunError: if the file is missing or not valid TOML.
+        RunError: if the file is missing, not UTF-8 text or not valid TOML.
     """
     path = Path(path)
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise RunError(
+            f"config file {path} is not a TOML text file (byte {exc.object[exc.start]:#04x} at offset {exc.start} "
+            "is not UTF-8 text); give a UTF-8 TOML file of settings"
+        ) from None
     except OSError as exc:
         raise RunError(f"cannot read config file {path}: {exc.strerror or exc}") from None
     try:
@@ -532,10 +538,16 @@ def _train_locked(
             loop.clock_offset, loop.agent_steps, loop.env_state_saved = _restore(trainer, checkpoint, stream)
             loop.best_eval = float(checkpoint["run"].get("best_eval_return", -math.inf))
         with _StopRequests() as stops:
-            loop.run(stop_after, on_iteration, stops)
+            try:
+                loop.run(stop_after, on_iteration, stops)
+            except RunError as exc:
+                if not isinstance(exc, RunInterrupted):
+                    loop.discard_if_empty()
+                raise
     finally:
         env.close()
-    _write_curve(run_dir, stream, progress)
+    with _writing(run_dir / CURVE_FILE):
+        _write_curve(run_dir, stream, progress)
     _say(stream, progress, f"done: {trainer.iteration} iterations, {trainer.env_steps:,} env steps, run in {run_dir}")
     final = sum(loop.recent) / len(loop.recent) if loop.recent else math.nan
     seconds = time.perf_counter() - started
@@ -560,6 +572,7 @@ class _Loop:
         self.best_eval = -math.inf
         self._eval_env: Any = None
         self._new_best = False
+        self.created = False
         if spec.wandb_project is not None:  # before anything is written
             try:
                 import wandb  # noqa: F401
@@ -568,14 +581,37 @@ class _Loop:
 
     def _open(self) -> None:
         """Replaces an old run (``force``), creates the directory and writes the config: the run has started."""
-        from marljoint import runlog
-
         if self.force and not self.resume:
             clear_run(self.run_dir)
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        # The settings the trainer derived from the env are written as resolved, with their reasons.
-        self.spec = dataclasses.replace(self.spec, trainer=self.trainer.config)
-        write_config(self.spec, self.run_dir / CONFIG_FILE, self.trainer.derived)
+        # The run's lock file may be there already: the directory counts as new while it holds nothing else.
+        self.created = not self.run_dir.exists() or {p.name for p in self.run_dir.iterdir()} <= {LOCK_FILE}
+        try:
+            with _writing(self.run_dir):
+                self.run_dir.mkdir(parents=True, exist_ok=True)
+            # The settings the trainer derived from the env are written as resolved, with their reasons.
+            self.spec = dataclasses.replace(self.spec, trainer=self.trainer.config)
+            with _writing(self.run_dir / CONFIG_FILE):
+                write_config(self.spec, self.run_dir / CONFIG_FILE, self.trainer.derived)
+            self._open_log()
+        except BaseException:
+            self.discard_if_empty()
+            raise
+
+    def discard_if_empty(self) -> None:
+        """Empties the run directory this run created when it holds no checkpoint yet: a run that could not start
+        (a full disk, say) leaves nothing behind (the lock, released last, removes the directory itself)."""
+        if self.created and not list_checkpoints(self.run_dir / CHECKPOINT_DIR):
+            for path in self.run_dir.iterdir():
+                if path.name == LOCK_FILE:
+                    continue
+                if path.is_dir() and not path.is_symlink():
+                    shutil.rmtree(path, ignore_errors=True)
+                else:
+                    path.unlink(missing_ok=True)
+
+    def _open_log(self) -> None:
+        from marljoint import runlog
+
         wandb = None
         if self.spec.wandb_project is not None:
             try:
@@ -583,7 +619,8 @@ class _Loop:
             except ImportError as exc:
                 raise RunError(str(exc)) from None
         keep_until = self.trainer.iteration - 1 if self.resume else None
-        self.log = runlog.MetricsLog(self.run_dir, keep_until=keep_until, wandb=wandb)
+        with _writing(self.run_dir / runlog.METRICS_FILE):
+            self.log = runlog.MetricsLog(self.run_dir, keep_until=keep_until, wandb=wandb)
 
     def run(self, stop_after: int | None, on_iteration: Any, stops: _StopRequests) -> None:
         from marljoint import runlog
@@ -646,7 +683,8 @@ class _Loop:
             self._open()
         self.agent_steps += metrics["agent_steps"]
         row = _row(metrics, self.clock_offset + time.perf_counter() - clock, self.agent_steps)
-        self.log.log(row)
+        with _writing(self.log.path):
+            self.log.log(row)
         self.logged = trainer.iteration
         if math.isfinite(row["episode_return_mean"]):
             self.recent = (self.recent + [row["episode_return_mean"]])[-10:]
@@ -679,10 +717,11 @@ class _Loop:
     def _save(self, clock: float, best: bool = False, with_env: bool = True) -> None:
         seconds = self.clock_offset + time.perf_counter() - clock
         run = {"best_eval_return": self.best_eval}
-        self.env_state_saved = _save(
-            self.trainer, self.run_dir, self.spec, seconds, self.agent_steps, self.env_state_saved and with_env,
-            self.stream, run, best,
-        )
+        with _writing(self.run_dir / CHECKPOINT_DIR):
+            self.env_state_saved = _save(
+                self.trainer, self.run_dir, self.spec, seconds, self.agent_steps, self.env_state_saved and with_env,
+                self.stream, run, best,
+            )
 
     def _env_failure(self, exc: EnvCopyError, clock: float, last_saved: int) -> EnvFailure:
         """Checkpoints the last completed iteration, if no checkpoint holds it, and says what the user can do.
@@ -702,6 +741,19 @@ class _Loop:
             f"marljoint train --out {self.run_dir} --resume",
             last_saved,
         )
+
+
+@contextlib.contextmanager
+def _writing(path: Path) -> Iterator[None]:
+    """A full disk (or quota, or a read-only or forbidden directory) while writing ``path``, one of the run's files,
+    becomes one :class:`RunError` naming the file, the reason and the fix; other errors pass unchanged."""
+    try:
+        yield
+    except OSError as exc:
+        error = unwritable_file_error(exc, path)
+        if error is None:
+            raise
+        raise error from None
 
 
 _FIRST_COLUMNS = ("iteration", "wall_time", "env_steps", "agent_steps", "sps", "episodes", "episode_return_mean")

@@ -695,7 +695,7 @@ class PettingZooJointEnv:
                 env.reset(seed=seed)
             except Exception as exc:
                 raise self._copy_error(e, "reset", exc) from exc
-            self._observe_aec(e)
+            self._observe_aec(e, moves=0)
             if not self._acting[e].any():
                 raise ValueError(f"env copy {e}: the AEC env has no agent to act right after reset")
             return
@@ -806,7 +806,8 @@ class PettingZooJointEnv:
         return True
 
     # ------------------------------------------------------------------ AEC envs
-    def _observe_aec(self, e: int) -> None:
+    def _observe_aec(self, e: int, moves: int) -> None:
+        """Reads copy e's observations and the mask of the agent to move, ``moves`` moves into its episode."""
         env = self._envs[e]
         self._clear_state(e)
         selected = env.agent_selection
@@ -818,6 +819,7 @@ class PettingZooJointEnv:
             self._write_obs(e, agent, raw, self._obs)
             if agent == selected:
                 self._write_mask(e, agent, raw, env.infos.get(agent))
+                self._check_some_action_allowed(e, agent, moves)
             else:
                 # Games often give waiting players an all-zero mask; their action is ignored, and an empty mask
                 # would break a masked distribution evaluated over the whole group.
@@ -827,6 +829,30 @@ class PettingZooJointEnv:
             self._alive[e, i] = True
         if selected is not None and selected in self._index and self._alive[e, self._index[selected]]:
             self._acting[e, self._index[selected]] = True
+
+    def _check_some_action_allowed(self, e: int, agent: str, moves: int) -> None:
+        """The agent to move must have a legal choice in every head: the policy's masked distribution would
+        otherwise sample a forbidden action, reported far from the env that caused it. Checked once per AEC move,
+        where the mask arrives, never in the loss."""
+        i = self._index[agent]
+        g, j = self._slot[i]
+        if self._masks[g] is None:
+            return
+        row = self._masks[g][e, j]
+        if row.all():
+            return
+        nvec = self.spec.actions[i].nvec
+        for k, head in enumerate(np.split(row, np.cumsum(nvec)[:-1])):
+            if not head.any():
+                unwrapped = getattr(self._envs[e], "unwrapped", self._envs[e])
+                name = (getattr(unwrapped, "metadata", None) or {}).get("name", type(unwrapped).__name__)
+                where = "right after reset" if moves == 0 else f"after move {moves} of its episode"
+                head_text = f" (head {k} of {len(nvec)})" if len(nvec) > 1 else ""
+                raise ValueError(
+                    f"env {name!r} (env copy {e + self.first_copy}, {where}): the agent to move, {agent!r}, has an "
+                    f"action mask that allows no action{head_text}; the env must leave the agent to move at least "
+                    "one legal action (or end its episode)"
+                )
 
     def _step_aec(self, e: int, actions: list[np.ndarray]) -> bool:
         env = self._envs[e]
@@ -851,7 +877,7 @@ class PettingZooJointEnv:
             not (env.terminations.get(a, False) or env.truncations.get(a, False)) for a in env.agents
         ):
             return True
-        self._observe_aec(e)
+        self._observe_aec(e, moves=int(self._lengths[e]) + 1)
         if not self._acting[e].any():
             raise ValueError(
                 f"env copy {e}: after a step the AEC env selects {env.agent_selection!r}, which is not a live agent"

@@ -76,6 +76,10 @@ def _observation_normalizers(
     return ObservationNormalizer(observation.size, members), critic
 
 
+def _int_list(values: Sequence[int] | None) -> list[int] | None:
+    return None if values is None else [int(v) for v in values]
+
+
 class ActorCritic(nn.Module):
     """Actor-critic for the n_g agents of one group, with shared or independent parameters.
 
@@ -224,6 +228,23 @@ class ActorCritic(nn.Module):
         )
         self.register_buffer("agent_ids", torch.eye(num_agents), persistent=False)
         self._obs_shape = (num_agents, *observation.shape)
+        # The constructor's settings as plain values (with the layouts and the activation, they build this network
+        # again: marljoint.policies.description).
+        self.settings: dict[str, Any] = {
+            "num_agents": num_agents,
+            "share_parameters": self.share_parameters,
+            "hidden_sizes": [int(size) for size in hidden_sizes],
+            "critic_input_size": critic_input_size,
+            "log_std_init": float(log_std_init),
+            "share_trunk": bool(share_trunk),
+            "recurrent": recurrent,
+            "rnn_hidden_size": int(rnn_hidden_size),
+            "normalize_observations": bool(normalize_observations),
+            "cnn_channels": _int_list(cnn_channels),
+            "cnn_kernel_sizes": _int_list(cnn_kernel_sizes),
+            "cnn_strides": _int_list(cnn_strides),
+            "cnn_features": None if cnn_features is None else int(cnn_features),
+        }
 
     @property
     def state_size(self) -> int:

@@ -28,11 +28,11 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from marljoint import _toml
-from marljoint.trust import SnapshotTrustError
 from marljoint.checkpoint import CheckpointError, atomic_torch_save, list_checkpoints, load_checkpoint, save_checkpoint
 from marljoint.envs_registry import EnvSpecError, ResolvedEnv, resolve_env, supersuit_wrappers, wrapped_factory
 from marljoint.errors import RunError, RunInterrupted
 from marljoint.ppo.config import LEGACY_KEYS, JointTrainerConfig, as_saved
+from marljoint.trust import SnapshotTrustError
 
 __all__ = [
     "CHECKPOINT_DIR",
@@ -512,7 +512,8 @@ def train_run(
         trainer = build_trainer(spec, env)
         loop = _Loop(spec, run_dir, trainer, stream, progress, resume, force)
         if checkpoint is not None:
-            loop.clock_offset, loop.agent_steps, loop.env_state_saved = _restore(trainer, checkpoint, stream, run_dir, trust_snapshot)
+            restored = _restore(trainer, checkpoint, stream, run_dir, trust_snapshot)
+            loop.clock_offset, loop.agent_steps, loop.env_state_saved = restored
             loop.best_eval = float(checkpoint["run"].get("best_eval_return", -math.inf))
         with _StopRequests() as stops:
             loop.run(stop_after, on_iteration, stops)

@@ -36,7 +36,11 @@ def member_to_plain(policy: FrozenPolicy) -> dict[str, Any]:
     if type(policy) is UniformPolicy:
         return {"kind": "uniform", "nvec": list(policy.nvec), "has_head_axis": bool(policy.has_head_axis)}
     if type(policy) is ConstantPolicy:
-        return {"kind": "constant", "head_probs": [p.copy() for p in policy.head_probs], "has_head_axis": bool(policy.has_head_axis)}
+        return {
+            "kind": "constant",
+            "head_probs": [p.copy() for p in policy.head_probs],
+            "has_head_axis": bool(policy.has_head_axis),
+        }
     if type(policy) is KuhnTablePolicy:
         return {"kind": "kuhn_table", "table": policy.table.copy(), "player": policy.player}
     if type(policy) is OpenSpielTablePolicy:

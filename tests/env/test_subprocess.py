@@ -7,8 +7,8 @@ import pytest
 
 from marljoint import JointTrainerConfig, PettingZooJointEnv, SubprocessJointEnv
 from marljoint.env import check_joint_env, make_joint_env, random_actions
-from marljoint_envs import counter_v0, kuhn_poker_v0, variable_agents_v0
 from marljoint.trust import SnapshotTrustError, sign
+from marljoint_envs import counter_v0, kuhn_poker_v0, variable_agents_v0
 
 
 def _stream(env, steps=40, seed=3):

@@ -40,6 +40,7 @@ from marljoint.ppo import (
     gamma_for_episodes,
 )
 from marljoint.threads import auto_workers, learner_threads, limit_threads, usable_cores
+from marljoint.trust import SnapshotTrustError
 
 if TYPE_CHECKING:  # pragma: no cover
     from marljoint.evaluate import TrainedRun
@@ -86,6 +87,7 @@ __all__ = [
     "LocalCollector",
     "ObservationLayout",
     "PettingZooJointEnv",
+    "SnapshotTrustError",
     "SubprocessJointEnv",
     "__version__",
     "auto_workers",

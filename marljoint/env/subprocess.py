@@ -16,7 +16,7 @@ import numpy as np
 from marljoint.env.base import JointObs, JointStep, split_copies
 from marljoint.env.pettingzoo import PettingZooJointEnv
 from marljoint.threads import limit_threads
-from marljoint.trust import sign, verify
+from marljoint.trust import SnapshotTrustError, sign, verify
 
 __all__ = ["EnvWorker", "SubprocessJointEnv", "make_joint_env"]
 
@@ -280,7 +280,12 @@ class SubprocessJointEnv:
             results.append(payload)
         if error is not None:
             w, (name, message, trace) = error
-            exc_type = {"ValueError": ValueError, "TypeError": TypeError, "RuntimeError": RuntimeError}.get(name)
+            exc_type = {
+                "ValueError": ValueError,
+                "TypeError": TypeError,
+                "RuntimeError": RuntimeError,
+                "SnapshotTrustError": SnapshotTrustError,
+            }.get(name)
             if exc_type is None:
                 raise RuntimeError(f"env worker {w} failed with {name}: {message}\n{trace}")
             raise exc_type(message)

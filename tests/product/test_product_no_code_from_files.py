@@ -38,7 +38,7 @@ def _crafted_zip(path, marker, key="trainer"):
 def _crafted_raw_pickle(path, marker, key="trainer"):
     """A plain pickle file (not torch's zip layout) holding the payload."""
     with open(path, "wb") as f:
-        pickle.dump({"format": _FORMAT, "state": {key: _WritesMarker(marker)}}, f)
+        pickle.dump({"format": _FORMAT, "state": {key: _WritesMarker(marker)}}, f, protocol=2)
 
 
 CRAFTERS = {"torch-zip": _crafted_zip, "raw-pickle": _crafted_raw_pickle}
@@ -108,14 +108,15 @@ def _payload_bytes(marker) -> bytes:
 
 
 @pytest.mark.parametrize(
-    "how,message",
+    "how,message,extra",
     [
-        ("unsigned", "the env snapshot is not signed"),
-        ("signed-by-someone-else", "signature does not match this user's key"),
-        ("signature-kept-payload-swapped", "signature does not match this user's key"),
+        ("unsigned", "the env snapshot is not signed", []),
+        ("unsigned", "the env snapshot is not signed", ["--env-workers", "2"]),
+        ("signed-by-someone-else", "signature does not match this user's key", []),
+        ("signature-kept-payload-swapped", "signature does not match this user's key", []),
     ],
 )
-def test_resume_refuses_a_crafted_env_snapshot_before_unpickling_it(trained, tmp_path, capsys, how, message):
+def test_resume_refuses_a_crafted_env_snapshot_before_unpickling_it(trained, tmp_path, capsys, how, message, extra):
     out = _copy_run(trained, tmp_path / "run")
     marker = tmp_path / "ran"
     payload = _payload_bytes(marker)
@@ -126,7 +127,7 @@ def test_resume_refuses_a_crafted_env_snapshot_before_unpickling_it(trained, tmp
         "signature-kept-payload-swapped": genuine[: len(genuine) - len(payload)] + payload,
     }[how]
     _replace_snapshot(out, crafted)
-    assert run_cli(["train", "--out", str(out), "--resume", "--total-steps", str(4 * 64), "--quiet"]) == 2
+    assert run_cli(["train", "--out", str(out), "--resume", "--total-steps", str(4 * 64), "--quiet", *extra]) == 2
     err = _one_line(capsys)
     assert message in err and "--trust-snapshot" in err and "ckpt_" in err, err
     assert not marker.exists()

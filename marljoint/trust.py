@@ -90,18 +90,32 @@ def _create_key(path: Path) -> None:
     """Writes a fresh key to a private temporary file and links it into place, so that a reader never sees a
     partial key and, of processes racing to create it, the first link wins and the others read its key."""
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    key = secrets.token_bytes(_KEY_SIZE)
     fd, tmp = tempfile.mkstemp(prefix=".snapshot.key.", dir=path.parent)  # mkstemp opens with mode 0600
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(secrets.token_bytes(_KEY_SIZE))
+            f.write(key)
             f.flush()
             os.fsync(f.fileno())
         try:
             os.link(tmp, path)
         except FileExistsError:
-            pass
+            pass  # another process linked its key first: that one is the key
+        except OSError:  # a file system without hard links: an exclusive create, where the first one wins too
+            _create_exclusively(path, key)
     finally:
         os.unlink(tmp)
+
+
+def _create_exclusively(path: Path, key: bytes) -> None:
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return
+    with os.fdopen(fd, "wb") as f:
+        f.write(key)
+        f.flush()
+        os.fsync(f.fileno())
 
 
 def _tag(payload: bytes, key: bytes) -> bytes:

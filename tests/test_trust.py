@@ -74,3 +74,15 @@ def test_a_damaged_key_file_is_refused_naming_it(monkeypatch, tmp_path):
     (tmp_path / "snapshot.key").write_bytes(b"short")
     with pytest.raises(SnapshotTrustError, match=r"snapshot key .*snapshot.key holds 5 bytes, not 32: it is damaged"):
         user_key()
+
+
+def test_without_hard_links_the_key_is_created_exclusively(monkeypatch, tmp_path):
+    def no_links(source, target):
+        raise OSError("hard links are not supported here")
+
+    monkeypatch.setenv(HOME_VARIABLE, str(tmp_path / "fat"))
+    monkeypatch.setattr(trust.os, "link", no_links)
+    key = user_key()
+    assert (tmp_path / "fat" / "snapshot.key").read_bytes() == key and len(key) == 32
+    assert stat.S_IMODE((tmp_path / "fat" / "snapshot.key").stat().st_mode) == 0o600
+    assert [p.name for p in (tmp_path / "fat").iterdir()] == ["snapshot.key"]

@@ -81,13 +81,13 @@ def trusted_state(state: Mapping[str, Any] | None) -> dict[str, Any] | None:
 
 def _trusted_snapshot(data: bytes) -> bytes:
     """One snapshot re-signed with this user's key; a subprocess env's has its workers' snapshots re-signed too."""
-    payload = verify(resign(data))
+    mine = resign(data)
     try:
-        outer = pickle.loads(payload)
+        outer = pickle.loads(verify(mine))
     except Exception:  # noqa: BLE001 - an in-process env's snapshot needs the env's own unpickler
-        return resign(data)
+        return mine
     if not (isinstance(outer, dict) and "slices" in outer and "workers" in outer):
-        return resign(data)
+        return mine
     entries = [(resign(e[0]), *e[1:]) if isinstance(e, tuple) else resign(e) for e in outer["workers"]]
     return resign(pickle.dumps({**outer, "workers": entries}))
 

@@ -165,6 +165,8 @@ def test_a_foreign_but_genuine_run_resumes_bit_for_bit_only_when_trusted(tmp_pat
     # As if written on another machine: the same snapshot, signed under another user's key.
     newest = _newest(tmp_path / "received")
     _replace_snapshot(tmp_path / "received", resign(newest["env"]["env"], key=b"someone else's key 32 bytes long"))
+    assert run_cli(["eval", str(tmp_path / "received"), "--episodes", "1"]) == 0  # evaluating never reads it
+    capsys.readouterr()
     resume = ["train", "--out", str(tmp_path / "received"), "--resume", "--quiet"]
     assert run_cli(resume) == 2
     assert "--trust-snapshot" in _one_line(capsys)

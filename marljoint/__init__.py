@@ -42,6 +42,7 @@ from marljoint.ppo import (
 )
 from marljoint.runlock import RunLock, RunLocked
 from marljoint.threads import auto_workers, learner_threads, limit_threads, usable_cores
+from marljoint.trust import SnapshotTrustError
 
 if TYPE_CHECKING:  # pragma: no cover
     from marljoint.evaluate import TrainedRun
@@ -111,6 +112,7 @@ __all__ = [
     "PettingZooJointEnv",
     "RunLock",
     "RunLocked",
+    "SnapshotTrustError",
     "SubprocessJointEnv",
     "__version__",
     "auto_workers",

@@ -1,9 +1,10 @@
 """Checkpoint files: atomic writes, and loads that fail with a clear message and run no code from the file.
 
-A training checkpoint holds tensors, numpy arrays and plain values only, and loads with ``torch.load(...,
-weights_only=True)`` plus an allow-list of numpy's array types (object arrays excluded): a file crafted to run code
-when unpickled is refused. The env copies' snapshot inside it stays bytes until a resume restores it, which
-unpickles the env objects: resume only runs you trust (evaluating a run or loading its policies never does).
+Every checkpoint (training, PSRO, NFSP) holds tensors, numpy arrays and plain values only, and loads with
+``torch.load(..., weights_only=True)`` plus an allow-list of numpy's array types (object arrays excluded): a file
+crafted to run code when unpickled is refused. The env copies' snapshot inside a training checkpoint stays bytes
+until a resume restores it, and is unpickled only if it is signed with the user's own key (:mod:`marljoint.trust`);
+evaluating a run or loading its policies never touches it.
 """
 
 from __future__ import annotations
@@ -90,35 +91,39 @@ def atomic_torch_save(state: dict[str, Any], path: str | os.PathLike[str]) -> No
         os.close(dir_fd)
 
 
-def load_checkpoint(path: str | os.PathLike[str], allow_objects: bool = False) -> dict[str, Any]:
-    """Loads a file written by :func:`atomic_torch_save`.
+def load_checkpoint(path: str | os.PathLike[str], former_objects: str | None = None) -> dict[str, Any]:
+    """Loads a file written by :func:`atomic_torch_save`, weights-only: nothing in the file can run code.
 
     Args:
         path: the file.
-        allow_objects: also load pickled Python objects (PSRO and NFSP runs keep their populations of frozen
-            networks so): only for files you trust, since unpickling an object can run code.
+        former_objects: for a kind of file that earlier versions wrote with pickled Python objects, what it is
+            and what to do instead (e.g. ``"a PSRO checkpoint of an earlier marljoint version ...; start the run
+            afresh with --force"``): the message of a refused file then says so.
 
     Raises:
         CheckpointError: naming the file and what is wrong with it; for a file holding other objects than
-            tensors, arrays and plain values (without ``allow_objects``), saying that it was refused.
+            tensors, arrays and plain values, saying that it was refused.
     """
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"checkpoint {path} does not exist")
     try:
-        if allow_objects:
-            payload = torch.load(path, map_location="cpu", weights_only=False)
-        else:
-            with torch.serialization.safe_globals(_SAFE_GLOBALS):
-                payload = torch.load(path, map_location="cpu", weights_only=True)
+        with torch.serialization.safe_globals(_SAFE_GLOBALS):
+            payload = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as exc:
         if "Weights only load failed" not in str(exc):
             raise CheckpointError(f"checkpoint {path} is corrupted or truncated and cannot be read ({exc})") from exc
         detail = next((line.strip() for line in str(exc).splitlines() if "WeightsUnpickler error" in line), "")
+        detail = detail or "an object that is not allowed"
+        if former_objects is not None:
+            raise CheckpointError(
+                f"refused to load {path}: it holds pickled Python objects ({detail}), which could run code when "
+                f"loaded; if marljoint wrote it, it is {former_objects}; otherwise it was crafted or altered"
+            ) from None
         raise CheckpointError(
             f"refused to load {path}: it holds Python objects other than tensors, arrays and plain values, which "
-            f"could run code when loaded ({detail or 'an object that is not allowed'}); a marljoint training "
-            "checkpoint never does, so the file was not written by marljoint or was altered"
+            f"could run code when loaded ({detail}); a marljoint checkpoint never does, so the file was not "
+            "written by marljoint or was altered"
         ) from None
     except Exception as exc:  # torch raises several unrelated types for damaged files
         raise CheckpointError(f"checkpoint {path} is corrupted or truncated and cannot be read ({exc})") from exc

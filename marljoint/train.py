@@ -35,6 +35,7 @@ from marljoint.envs_registry import EnvSpecError, ResolvedEnv, resolve_env, supe
 from marljoint.errors import EnvFailure, RunError, RunInterrupted, unwritable_file_error
 from marljoint.ppo.config import LEGACY_KEYS, JointTrainerConfig, as_saved
 from marljoint.runlock import LOCK_FILE, RunLock
+from marljoint.trust import SnapshotTrustError
 
 __all__ = [
     "CHECKPOINT_DIR",
@@ -482,6 +483,7 @@ def train_run(
     stream: TextIO | None = None,
     stop_after: int | None = None,
     on_iteration: Callable[[dict[str, Any]], None] | None = None,
+    trust_snapshot: bool = False,
 ) -> RunResult:
     """Trains according to ``spec`` and writes the run directory.
 
@@ -502,18 +504,23 @@ def train_run(
         stream: where messages and progress go (standard error by default).
         stop_after: stop after this many iterations in total, as if interrupted (for tests and experiments).
         on_iteration: called with each iteration's metrics row.
+        trust_snapshot: when resuming, restore an env snapshot signed by someone else (a run you received and
+            trust; :mod:`marljoint.trust`). Without it, such a snapshot is refused before it is unpickled.
 
     Returns:
         A :class:`RunResult`.
 
     Raises:
-        RunError: for an unusable run directory, a corrupted checkpoint, or an env that cannot be built.
+        RunError: for an unusable run directory, a corrupted checkpoint, a checkpoint whose env snapshot is not
+            signed with this user's key (without ``trust_snapshot``), or an env that cannot be built.
         RunLocked: another process (or thread) is writing ``run_dir``.
         RunInterrupted: after SIGINT or SIGTERM.
         EnvFailure: the env raised in ``reset()`` or ``step()``.
     """
     with RunLock(run_dir):
-        return _train_locked(spec, Path(run_dir), resume, force, progress, stream, stop_after, on_iteration)
+        return _train_locked(
+            spec, Path(run_dir), resume, force, progress, stream, stop_after, on_iteration, trust_snapshot
+        )
 
 
 def _train_locked(
@@ -525,6 +532,7 @@ def _train_locked(
     stream: TextIO | None,
     stop_after: int | None,
     on_iteration: Callable[[dict[str, Any]], None] | None,
+    trust_snapshot: bool,
 ) -> RunResult:
     """:func:`train_run` once the run directory is locked."""
     stream = stream if stream is not None else sys.stderr
@@ -535,7 +543,8 @@ def _train_locked(
         trainer = build_trainer(spec, env)
         loop = _Loop(spec, run_dir, trainer, stream, progress, resume, force)
         if checkpoint is not None:
-            loop.clock_offset, loop.agent_steps, loop.env_state_saved = _restore(trainer, checkpoint, stream)
+            restored = _restore(trainer, checkpoint, stream, run_dir, trust_snapshot)
+            loop.clock_offset, loop.agent_steps, loop.env_state_saved = restored
             loop.best_eval = float(checkpoint["run"].get("best_eval_return", -math.inf))
         with _StopRequests() as stops:
             try:
@@ -859,11 +868,13 @@ def _save(
     return with_env
 
 
-def _restore(trainer: Any, checkpoint: Mapping[str, Any], stream: TextIO) -> tuple[float, int, bool]:
+def _restore(
+    trainer: Any, checkpoint: Mapping[str, Any], stream: TextIO, run_dir: Path, trust_snapshot: bool
+) -> tuple[float, int, bool]:
     try:
         trainer.load_state_dict(checkpoint["trainer"])
         if checkpoint.get("env_state_saved", False):
-            trainer.load_env_state(checkpoint["env"])
+            trainer.load_env_state(checkpoint["env"], trust_snapshot=trust_snapshot)
         else:
             stream.write(
                 "note: the checkpoint holds no env state, so the env copies restart from fresh episodes and this "
@@ -872,6 +883,9 @@ def _restore(trainer: Any, checkpoint: Mapping[str, Any], stream: TextIO) -> tup
             trainer.load_env_state(None)
         run = checkpoint["run"]
         return float(run["wall_time"]), int(run["agent_steps"]), bool(checkpoint.get("env_state_saved", False))
+    except SnapshotTrustError as exc:
+        newest = list_checkpoints(run_dir / CHECKPOINT_DIR)[-1]
+        raise RunError(f"refused to resume from {newest}: {exc}") from None
     except (KeyError, TypeError, ValueError, RuntimeError) as exc:
         raise RunError(f"the newest checkpoint does not fit this run ({type(exc).__name__}: {exc})") from None
 

@@ -557,10 +557,11 @@ class NFSP:
         to an uninterrupted one.
 
         Raises:
-            marljoint.checkpoint.CheckpointError: a missing or unreadable file.
+            marljoint.checkpoint.CheckpointError: a missing or unreadable file, or one holding Python objects other
+                than tensors, arrays and plain values (which could run code), refused unread.
             ValueError: the env's agents differ from the saved run's.
         """
-        state = load_checkpoint(Path(directory) / CHECKPOINT_NAME, allow_objects=True)
+        state = load_checkpoint(Path(directory) / CHECKPOINT_NAME)
         nfsp = cls(env_fn, NfspConfig.from_dict(as_saved(state["config"])), game, **policy_kwargs)
         if list(state["agents"]) != list(nfsp.spec.agents):
             raise ValueError(

@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from marljoint.best_response.games import KnownGame
+from marljoint.best_response.members import member_from_plain, member_to_plain
 from marljoint.best_response.meta_game import MetaGame
 from marljoint.best_response.meta_solvers import META_SOLVERS, get_meta_solver
 from marljoint.best_response.opponents import simulate_profiles
@@ -61,6 +62,11 @@ _EVALUATIONS = ("auto", "exact", "simulation")
 _INITIAL_POLICIES = ("uniform", "network")
 _ENGINES = ("ray", "local")
 CHECKPOINT_NAME = "psro.pt"
+# What a psro.pt holding pickled objects is, if marljoint wrote it, and what to do.
+_FORMER_FORMAT = (
+    "a PSRO checkpoint of an earlier marljoint version, which pickled its population of networks and is no longer "
+    "read: start the run afresh (marljoint psro ... --force)"
+)
 
 PSRO_METRICS: dict[str, str] = {
     "iteration": "PSRO iteration (0 = the initial population)",
@@ -441,12 +447,13 @@ class PSRO:
 
     # ------------------------------------------------------------------ persistence
     def state_dict(self) -> dict[str, Any]:
-        """Populations (the frozen policy objects), meta-game, strategies, counters and history."""
+        """Populations (each member as plain values: :func:`~marljoint.best_response.members.member_to_plain`),
+        meta-game, strategies, counters and history: tensors, arrays and plain values only."""
         populations = self.populations[:1] if self.config.symmetric else self.populations
         return {
             "config": self.config.to_dict(),
             "agents": list(self.spec.agents),
-            "populations": [list(population) for population in populations],
+            "populations": [[member_to_plain(member) for member in population] for population in populations],
             "meta_game": self.meta_game.state_dict(),
             "strategies": [s.copy() for s in self.strategies],
             "strategy_history": [[s.copy() for s in row] for row in self.strategy_history],
@@ -480,10 +487,11 @@ class PSRO:
             **policy_kwargs: as for the constructor.
 
         Raises:
-            marljoint.checkpoint.CheckpointError: a missing or unreadable file.
+            marljoint.checkpoint.CheckpointError: a missing or unreadable file, or one holding pickled Python
+                objects (as written by earlier versions, or crafted to run code), which is refused unread.
             ValueError: the env's agents differ from the saved run's.
         """
-        state = load_checkpoint(Path(directory) / CHECKPOINT_NAME, allow_objects=True)
+        state = load_checkpoint(Path(directory) / CHECKPOINT_NAME, _FORMER_FORMAT)
         saved = PsroConfig.from_dict(as_saved(state["config"]))
         psro = cls.__new__(cls)
         psro._setup(env_fn, config or saved, game, policy_kwargs)
@@ -491,7 +499,7 @@ class PSRO:
             raise ValueError(
                 f"the checkpoint's agents {state['agents']} differ from this env's {list(psro.spec.agents)}"
             )
-        populations = [list(p) for p in state["populations"]]
+        populations = [[member_from_plain(member) for member in p] for p in state["populations"]]
         psro.populations = [populations[0], populations[0]] if psro.config.symmetric else populations
         psro.meta_game = MetaGame.from_state_dict(state["meta_game"])
         psro.strategies = [np.asarray(s, dtype=np.float64) for s in state["strategies"]]

@@ -233,6 +233,12 @@ def _add_train(subparsers: Any) -> None:
         "--checkpoint-every and --keep-checkpoints may change)",
     )
     group.add_argument("--force", action="store_true", help="overwrite the run already in --out")
+    p.add_argument(
+        "--trust-snapshot",
+        action="store_true",
+        help="with --resume: restore the env snapshot of a run written by another user or machine, which is refused "
+        "otherwise (unpickling it runs whatever code it names: only for runs you trust)",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress display or messages")
     p.set_defaults(handler=_train)
 
@@ -288,6 +294,8 @@ def _train(args: argparse.Namespace) -> int:
         from marljoint.distributed import connect_ray
 
         connect_ray(args.ray_address)
+    if args.trust_snapshot and not args.resume:
+        raise RunError("--trust-snapshot only applies to --resume (a run written elsewhere); add --resume or drop it")
     if args.resume:
         if args.out is None:
             raise RunError("--resume needs --out DIR, the run directory to continue")
@@ -317,7 +325,9 @@ def _train(args: argparse.Namespace) -> int:
 def _train_one(spec: Any, out: Path, args: argparse.Namespace) -> int:
     from marljoint.train import train_run
 
-    result = train_run(spec, out, resume=args.resume, force=args.force, progress=not args.quiet)
+    result = train_run(
+        spec, out, resume=args.resume, force=args.force, progress=not args.quiet, trust_snapshot=args.trust_snapshot
+    )
     if not args.quiet:
         print(f"{result.run_dir}  final mean episode return {result.final_return:.4g}  ({result.seconds:.1f} s)")
     return 0
@@ -357,7 +367,14 @@ def _train_seeds(args: argparse.Namespace, spec: Any, options: dict[str, Any]) -
                 if args.resume
                 else RunSpec.from_dict({"seed": seed}, base=spec)
             )
-            result = train_run(seed_spec, run_dir, resume=args.resume, force=args.force, progress=not args.quiet)
+            result = train_run(
+                seed_spec,
+                run_dir,
+                resume=args.resume,
+                force=args.force,
+                progress=not args.quiet,
+                trust_snapshot=args.trust_snapshot,
+            )
         finals.append(result.final_return)
         if not args.quiet:
             print(f"{run_dir}  final mean episode return {result.final_return:.4g}  ({result.seconds:.1f} s)")

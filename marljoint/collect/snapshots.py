@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from marljoint.env.pettingzoo import PettingZooJointEnv
+from marljoint.trust import resign, verify
 
 __all__ = [
     "SlicedState",
@@ -25,6 +26,7 @@ __all__ = [
     "read_state",
     "resliced",
     "restore_env",
+    "trusted_state",
 ]
 
 # One slice of the copies: its env snapshot and its copies' noise generator states (None: fresh noise).
@@ -35,6 +37,8 @@ def read_state(state: Mapping[str, Any]) -> SlicedState:
     """The slices of any collector's :meth:`~marljoint.collect.Collector.state`, in copy order.
 
     Raises:
+        marljoint.trust.SnapshotTrustError: for a snapshot not signed with this user's key (checked before anything
+            is unpickled; :func:`trusted_state` vouches for one you trust).
         ValueError: for a state no collector wrote, or one whose snapshots cannot be read.
     """
     if "workers" in state:  # Ray: one {"env", "copy_generators"} per actor
@@ -45,8 +49,9 @@ def read_state(state: Mapping[str, Any]) -> SlicedState:
     if "env" not in state:
         raise ValueError(f"not a collector state: it has the keys {sorted(state)}, not 'env' or 'workers'")
     env_bytes = state["env"]
+    payload = verify(env_bytes)  # before unpickling: bytes that are not this user's could run code
     try:
-        outer = pickle.loads(env_bytes)
+        outer = pickle.loads(payload)
     except Exception:  # noqa: BLE001 - an env snapshot needs the env's own unpickler (or is damaged)
         outer = None
     generators = state.get("copy_generators")
@@ -57,6 +62,34 @@ def read_state(state: Mapping[str, Any]) -> SlicedState:
             entries = [(env, list(generators[a:b])) for (env, _), (a, b) in zip(entries, outer["slices"])]
         return [(env, None if gens is None else list(gens)) for env, gens in entries]
     return [(env_bytes, None if generators is None else list(generators))]
+
+
+def trusted_state(state: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """Any collector's saved state with every env snapshot in it re-signed with this user's key: how a user
+    vouches for a run received from someone else (its snapshots carry their signature, or none).
+
+    Only for a state you trust: a subprocess env's snapshot is unpickled here, unchecked, to re-sign the workers'
+    snapshots it holds.
+    """
+    if state is None:
+        return None
+    if "workers" in state:  # Ray: one {"env", "copy_generators"} per actor
+        workers = [None if s is None else {**s, "env": _trusted_snapshot(s["env"])} for s in state["workers"]]
+        return {**state, "workers": workers}
+    return {**state, "env": _trusted_snapshot(state["env"])} if "env" in state else dict(state)
+
+
+def _trusted_snapshot(data: bytes) -> bytes:
+    """One snapshot re-signed with this user's key; a subprocess env's has its workers' snapshots re-signed too."""
+    mine = resign(data)
+    try:
+        outer = pickle.loads(verify(mine))
+    except Exception:  # noqa: BLE001 - an in-process env's snapshot needs the env's own unpickler
+        return mine
+    if not (isinstance(outer, dict) and "slices" in outer and "workers" in outer):
+        return mine
+    entries = [(resign(e[0]), *e[1:]) if isinstance(e, tuple) else resign(e) for e in outer["workers"]]
+    return resign(pickle.dumps({**outer, "workers": entries}))
 
 
 def resliced(parts: SlicedState, slices: Sequence[tuple[int, int]]) -> SlicedState:

@@ -26,6 +26,7 @@ from marljoint.env.spaces import (
     observation_layout,
     process_observation,
 )
+from marljoint.trust import sign, verify
 
 __all__ = ["EPISODE_LIMIT_NAMES", "PettingZooJointEnv", "episode_limit"]
 
@@ -403,7 +404,8 @@ class PettingZooJointEnv:
         Holds the pickled PettingZoo env copies (with their random generators; ``EzPickle`` envs are pickled
         attribute by attribute, not rebuilt from their constructor arguments), the per-copy episode-seed generators
         and the adapter's buffers (current observations, masks, running returns). pygame surfaces and fonts, which
-        only serve rendering, are left out.
+        only serve rendering, are left out. The bytes are signed with the user's key (:mod:`marljoint.trust`), so
+        that only this user's snapshots are ever unpickled.
 
         Returns:
             Bytes for :meth:`set_state`.
@@ -435,6 +437,8 @@ class PettingZooJointEnv:
             The restored current :class:`JointObs` (arrays owned by the env), where the next step starts.
 
         Raises:
+            marljoint.trust.SnapshotTrustError: if the snapshot is not signed with this user's key (checked before
+                anything is unpickled); :func:`marljoint.trust.resign` vouches for a snapshot you trust.
             ValueError: if the snapshot is unreadable or was taken with other agents or another ``num_envs``.
         """
         snapshot = _load_snapshot(state)
@@ -908,12 +912,13 @@ class PettingZooJointEnv:
 def _dump_snapshot(snapshot: dict[str, Any]) -> bytes:
     buffer = io.BytesIO()
     _StatePickler(buffer).dump(snapshot)
-    return buffer.getvalue()
+    return sign(buffer.getvalue())
 
 
 def _load_snapshot(state: bytes) -> dict[str, Any]:
+    payload = verify(state)  # before unpickling: bytes that are not this user's could run code
     try:
-        return _StateUnpickler(io.BytesIO(state)).load()
+        return _StateUnpickler(io.BytesIO(payload)).load()
     except Exception as exc:  # unpickling damaged bytes raises many types
         raise ValueError(f"the env state cannot be unpickled ({type(exc).__name__}: {exc})") from exc
 

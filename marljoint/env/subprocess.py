@@ -16,6 +16,7 @@ import numpy as np
 from marljoint.env.base import EnvCopyError, JointObs, JointStep, split_copies
 from marljoint.env.pettingzoo import PettingZooJointEnv
 from marljoint.threads import limit_threads
+from marljoint.trust import SnapshotTrustError, sign, verify
 
 __all__ = ["EnvWorker", "SubprocessJointEnv", "make_joint_env"]
 
@@ -286,7 +287,12 @@ class SubprocessJointEnv:
             w, (name, message, trace, copy_error) = error
             if copy_error is not None:  # the env itself raised: named as in one process, with the worker's trace
                 raise EnvCopyError(*copy_error.args[:5], traceback=trace)
-            exc_type = {"ValueError": ValueError, "TypeError": TypeError, "RuntimeError": RuntimeError}.get(name)
+            exc_type = {
+                "ValueError": ValueError,
+                "TypeError": TypeError,
+                "RuntimeError": RuntimeError,
+                "SnapshotTrustError": SnapshotTrustError,
+            }.get(name)
             if exc_type is None:
                 raise RuntimeError(f"env worker {w} failed with {name}: {message}\n{trace}")
             raise exc_type(message)
@@ -440,10 +446,13 @@ class SubprocessJointEnv:
         against this env's split of the copies.
 
         Raises:
+            marljoint.trust.SnapshotTrustError: if the snapshot is not signed with this user's key (checked before
+                anything is unpickled).
             ValueError: if the snapshot is unreadable or was taken with another split of the copies.
         """
+        payload = verify(state)  # before unpickling: bytes that are not this user's could run code
         try:
-            snapshot = pickle.loads(state)
+            snapshot = pickle.loads(payload)
             slices = [tuple(s) for s in snapshot["slices"]]
             workers = list(snapshot["workers"])
         except Exception as exc:  # unpickling damaged bytes raises many types
@@ -458,7 +467,7 @@ class SubprocessJointEnv:
 
     def snapshot(self, workers: Sequence[Any]) -> bytes:
         """A snapshot in :meth:`get_state`'s format from per-worker entries (what :meth:`worker_states` reads)."""
-        return pickle.dumps({"num_envs": self.num_envs, "slices": self.slices, "workers": list(workers)})
+        return sign(pickle.dumps({"num_envs": self.num_envs, "slices": self.slices, "workers": list(workers)}))
 
     @property
     def closed(self) -> bool:

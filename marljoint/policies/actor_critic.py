@@ -76,6 +76,41 @@ def _observation_normalizers(
     return ObservationNormalizer(observation.size, members), critic
 
 
+def _int_list(values: Sequence[int] | None) -> list[int] | None:
+    return None if values is None else [int(v) for v in values]
+
+
+def _plain_settings(
+    num_agents: int,
+    share_parameters: bool,
+    hidden_sizes: Sequence[int],
+    critic_input_size: int | None,
+    log_std_init: float,
+    share_trunk: bool,
+    recurrent: str | None,
+    rnn_hidden_size: int,
+    normalize_observations: bool,
+    cnn_settings: tuple[Any, Any, Any, Any],
+) -> dict[str, Any]:
+    """:class:`ActorCritic`'s keyword arguments other than the layouts, activation and generator, as plain values."""
+    channels, kernel_sizes, strides, features = cnn_settings
+    return {
+        "num_agents": int(num_agents),
+        "share_parameters": bool(share_parameters),
+        "hidden_sizes": [int(size) for size in hidden_sizes],
+        "critic_input_size": None if critic_input_size is None else int(critic_input_size),
+        "log_std_init": float(log_std_init),
+        "share_trunk": bool(share_trunk),
+        "recurrent": recurrent,
+        "rnn_hidden_size": int(rnn_hidden_size),
+        "normalize_observations": bool(normalize_observations),
+        "cnn_channels": _int_list(channels),
+        "cnn_kernel_sizes": _int_list(kernel_sizes),
+        "cnn_strides": _int_list(strides),
+        "cnn_features": None if features is None else int(features),
+    }
+
+
 class ActorCritic(nn.Module):
     """Actor-critic for the n_g agents of one group, with shared or independent parameters.
 
@@ -224,6 +259,12 @@ class ActorCritic(nn.Module):
         )
         self.register_buffer("agent_ids", torch.eye(num_agents), persistent=False)
         self._obs_shape = (num_agents, *observation.shape)
+        # The constructor's settings as plain values (with the layouts and the activation, they build this network
+        # again: marljoint.policies.description).
+        self.settings = _plain_settings(
+            num_agents, self.share_parameters, hidden_sizes, critic_input_size, log_std_init, share_trunk, recurrent,
+            rnn_hidden_size, normalize_observations, cnn_settings,
+        )  # fmt: skip
 
     @property
     def state_size(self) -> int:

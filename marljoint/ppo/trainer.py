@@ -20,6 +20,7 @@ from marljoint.auxiliary import AuxOutput
 from marljoint.collect.backends import make_collector
 from marljoint.collect.base import Collector
 from marljoint.collect.rollout import JointRollout, carry_pending_moves
+from marljoint.collect.snapshots import trusted_state
 from marljoint.env.base import JointEnv, JointObs
 from marljoint.env.check import BlankImageWarning, blank_image_agents, blank_image_message
 from marljoint.policies import ActorCritic, AgentPolicy
@@ -458,13 +459,25 @@ class JointMultiAgentTrainer:
         """
         return self.collector.state()
 
-    def load_env_state(self, state: Mapping[str, Any] | None) -> None:
+    def load_env_state(self, state: Mapping[str, Any] | None, trust_snapshot: bool = False) -> None:
         """Restores :meth:`env_state` output; ``None`` makes the next rollout reset the env with ``config.seed``
         (and drops the moves pending from the last rollout, whose episodes then end unseen).
 
+        The env snapshot is pickled env objects, unpickled only when signed with this user's key
+        (:mod:`marljoint.trust`): a state someone else saved is refused unless ``trust_snapshot``.
+
+        Args:
+            state: :meth:`env_state` output, or ``None``.
+            trust_snapshot: restore a snapshot signed by someone else (a run you received and trust), re-signing it
+                with your key. Unpickling it runs whatever code it names: only for runs you trust.
+
         Raises:
+            marljoint.trust.SnapshotTrustError: for a snapshot not signed with this user's key (without
+                ``trust_snapshot``), before anything of it is unpickled.
             ValueError: for a state saved with another collection backend or number of workers (naming them).
         """
+        if trust_snapshot:
+            state = trusted_state(state)
         if state is None:
             self._pending = None
         legacy = self._legacy_copy_generators

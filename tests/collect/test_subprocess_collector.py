@@ -10,6 +10,7 @@ from rollout_checks import assert_same_parameters, assert_same_rollout
 
 from marljoint import EnvCopyError, JointMultiAgentTrainer, JointTrainerConfig, PettingZooJointEnv, SubprocessJointEnv
 from marljoint.collect import CollectionConfig, LocalCollector, SubprocessCollector, make_collector
+from marljoint.trust import SnapshotTrustError, sign
 from marljoint_envs import counter_v0, kuhn_poker_v0, variable_agents_v0
 
 
@@ -242,7 +243,9 @@ def test_a_state_no_collector_could_have_written_is_refused():
     try:
         with pytest.raises(ValueError, match="lacks some Ray workers' snapshots"):
             sub.load_env_state({"workers": [None, None]})
-        with pytest.raises(ValueError, match="the env state cannot be unpickled"):
+        with pytest.raises(SnapshotTrustError, match="the env snapshot is not signed"):
             sub.load_env_state({"env": b"not a state"})
+        with pytest.raises(ValueError, match="the env state cannot be unpickled"):
+            sub.load_env_state({"env": sign(b"not a state")})
     finally:
         sub.env.close()

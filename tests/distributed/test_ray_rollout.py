@@ -11,6 +11,7 @@ from rollout_checks import FIELDS, assert_same_parameters, assert_same_rollout
 
 from marljoint import EnvCopyError, JointMultiAgentTrainer, JointTrainerConfig, PettingZooJointEnv
 from marljoint.collect import CollectionConfig, RayCollector, WorkerLostError, split_copies
+from marljoint.trust import SnapshotTrustError, sign
 from marljoint_envs import kuhn_poker_v0, mock_v0, variable_agents_v0
 
 pytestmark = pytest.mark.usefixtures("ray_local")
@@ -193,8 +194,10 @@ def test_resuming_from_state_dict_and_env_state_continues_bit_identically(resume
     second = _resumed(variable_agents_v0.parallel_env, 4, resumed_with)
     try:
         _assert_resumes_to(second, state, env_state, expected)
-        with pytest.raises(ValueError, match="the env state cannot be unpickled"):
+        with pytest.raises(SnapshotTrustError, match="the env snapshot is not signed"):
             second.load_env_state({"env": b""})
+        with pytest.raises(ValueError, match="the env state cannot be unpickled"):
+            second.load_env_state({"env": sign(b"")})
         with pytest.raises(ValueError, match="lacks some Ray workers' snapshots"):
             second.load_env_state({"workers": [env_state["workers"][0], None]})
     finally:

@@ -7,6 +7,7 @@ import pytest
 
 from marljoint import JointTrainerConfig, PettingZooJointEnv, SubprocessJointEnv
 from marljoint.env import check_joint_env, make_joint_env, random_actions
+from marljoint.trust import SnapshotTrustError, sign
 from marljoint_envs import counter_v0, kuhn_poker_v0, variable_agents_v0
 
 
@@ -78,8 +79,10 @@ def test_a_state_from_another_split_is_refused():
         a.reset(seed=0)
         with pytest.raises(ValueError, match=r"split \[\(0, 2\), \(2, 4\)\] over 2 workers, this one splits them"):
             b.set_state(a.get_state())
-        with pytest.raises(ValueError, match="the env state cannot be unpickled"):
+        with pytest.raises(SnapshotTrustError, match="the env snapshot is not signed"):
             b.set_state(b"not a state")
+        with pytest.raises(ValueError, match="the env state cannot be unpickled"):
+            b.set_state(sign(b"not a state"))
     finally:
         a.close()
         b.close()

@@ -1,0 +1,186 @@
+"""Signatures that let a user's own env snapshots be unpickled, and nobody else's.
+
+A training checkpoint keeps the env copies mid-episode as pickled bytes (``get_state``), and unpickling bytes can
+run any code they name. So every snapshot marljoint writes is signed with HMAC-SHA256 under a secret key of the
+user, and a snapshot is unpickled only after its signature checks out under that key: a file that someone else
+wrote or altered is refused before a single byte of it is unpickled.
+
+The key is 32 random bytes in ``snapshot.key`` of the user's marljoint directory: ``$MARLJOINT_HOME`` if set, else
+``$XDG_CONFIG_HOME/marljoint``, else ``~/.config/marljoint``. It is created on first use, readable by its owner only
+(mode 0600), and atomically: processes that create it at the same moment all end up with the same key.
+
+A run received from someone else carries their signatures. To resume it, the user vouches for it explicitly
+(``marljoint train --resume --trust-snapshot``, ``trust_snapshot=True`` in Python), which re-signs its snapshot with
+the user's own key (:func:`resign`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+import secrets
+import tempfile
+from pathlib import Path
+
+__all__ = [
+    "HOME_VARIABLE",
+    "SnapshotTrustError",
+    "is_signed",
+    "key_path",
+    "resign",
+    "sign",
+    "user_key",
+    "verify",
+]
+
+HOME_VARIABLE = "MARLJOINT_HOME"
+"""The environment variable that overrides the directory holding the user's key."""
+
+_KEY_FILE = "snapshot.key"
+_KEY_SIZE = 32
+_MAGIC = b"marljoint-signed-snapshot-v1\n"
+_TAG_SIZE = hashlib.sha256().digest_size
+_OPT_IN = "resume with --trust-snapshot (trust_snapshot=True in Python) only if you trust where it came from"
+
+# The key of each key file read by this process: snapshots are signed and checked often during a run.
+_keys: dict[Path, bytes] = {}
+
+
+class SnapshotTrustError(ValueError):
+    """Env snapshot bytes that are unsigned, signed under another user's key, or altered since they were signed:
+    unpickling them could run code, so they are refused."""
+
+
+def key_path() -> Path:
+    """The file of the user's key: ``snapshot.key`` in ``$MARLJOINT_HOME``, ``$XDG_CONFIG_HOME/marljoint`` or
+    ``~/.config/marljoint`` (the first that is set)."""
+    home = os.environ.get(HOME_VARIABLE)
+    if home:
+        return Path(home).expanduser() / _KEY_FILE
+    config = os.environ.get("XDG_CONFIG_HOME")
+    base = Path(config).expanduser() if config else Path.home() / ".config"
+    return base / "marljoint" / _KEY_FILE
+
+
+def user_key() -> bytes:
+    """The user's 32-byte secret key, created (mode 0600) on first use.
+
+    Raises:
+        SnapshotTrustError: if the key file exists but is not a key (damaged); the message names the file and says
+            to delete it, which makes the snapshots signed under it unreadable without ``--trust-snapshot``.
+        OSError: if the directory cannot be created or the file cannot be written.
+    """
+    path = key_path()
+    key = _keys.get(path)
+    if key is None:
+        if not path.exists():
+            _create_key(path)
+        key = path.read_bytes()
+        if len(key) != _KEY_SIZE:
+            raise SnapshotTrustError(
+                f"the snapshot key {path} holds {len(key)} bytes, not {_KEY_SIZE}: it is damaged; delete it (a new "
+                "key is made on next use, and runs signed with the old one then resume only with --trust-snapshot)"
+            )
+        _keys[path] = key
+    return key
+
+
+def _create_key(path: Path) -> None:
+    """Writes a fresh key to a private temporary file and links it into place, so that a reader never sees a
+    partial key and, of processes racing to create it, the first link wins and the others read its key."""
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    key = secrets.token_bytes(_KEY_SIZE)
+    fd, tmp = tempfile.mkstemp(prefix=".snapshot.key.", dir=path.parent)  # mkstemp opens with mode 0600
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(key)
+            f.flush()
+            os.fsync(f.fileno())
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            pass  # another process linked its key first: that one is the key
+        except OSError:  # a file system without hard links: an exclusive create, where the first one wins too
+            _create_exclusively(path, key)
+    finally:
+        os.unlink(tmp)
+
+
+def _create_exclusively(path: Path, key: bytes) -> None:
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return
+    with os.fdopen(fd, "wb") as f:
+        f.write(key)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _tag(payload: bytes, key: bytes) -> bytes:
+    return hmac.new(key, payload, hashlib.sha256).digest()
+
+
+def sign(payload: bytes, key: bytes | None = None) -> bytes:
+    """``payload`` with a header and its HMAC-SHA256 tag under ``key`` (the user's key by default).
+
+    Args:
+        payload: the bytes to sign (a pickled snapshot).
+        key: the secret key; :func:`user_key` when ``None``.
+
+    Returns:
+        The signed bytes, which :func:`verify` turns back into ``payload``.
+    """
+    payload = bytes(payload)
+    return _MAGIC + _tag(payload, user_key() if key is None else key) + payload
+
+
+def is_signed(data: bytes) -> bool:
+    """Whether ``data`` has the layout of :func:`sign`'s output (whoever signed it)."""
+    return isinstance(data, (bytes, bytearray)) and bytes(data[: len(_MAGIC)]) == _MAGIC
+
+
+def verify(data: bytes, key: bytes | None = None) -> bytes:
+    """The payload of bytes signed by :func:`sign`, after checking their tag under ``key``; only then may it be
+    unpickled.
+
+    Args:
+        data: signed bytes.
+        key: the secret key; :func:`user_key` when ``None``.
+
+    Returns:
+        The payload.
+
+    Raises:
+        SnapshotTrustError: for bytes that are not signed, or whose tag does not match (signed under another key,
+            or altered): the message says why and names the opt-in.
+    """
+    if not is_signed(data):
+        raise SnapshotTrustError(
+            "the env snapshot is not signed, so it was not written by this version of marljoint for this user (or "
+            f"was altered) and unpickling it could run code; {_OPT_IN}"
+        )
+    start = len(_MAGIC) + _TAG_SIZE
+    payload = bytes(data[start:])
+    if not hmac.compare_digest(bytes(data[len(_MAGIC) : start]), _tag(payload, user_key() if key is None else key)):
+        raise SnapshotTrustError(
+            f"the env snapshot's signature does not match this user's key ({key_path()}): it was written by another "
+            f"user or machine, or altered since, and unpickling it could run code; {_OPT_IN}"
+        )
+    return payload
+
+
+def resign(data: bytes, key: bytes | None = None) -> bytes:
+    """Signed bytes re-signed under ``key`` (the user's by default), whoever signed them: how a user vouches for a
+    snapshot received from someone else. Unsigned bytes are signed as they are.
+
+    Args:
+        data: bytes signed under any key, or unsigned bytes.
+        key: the secret key; :func:`user_key` when ``None``.
+
+    Returns:
+        Bytes that :func:`verify` accepts under ``key``.
+    """
+    payload = bytes(data[len(_MAGIC) + _TAG_SIZE :]) if is_signed(data) else bytes(data)
+    return sign(payload, key)

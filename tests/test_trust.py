@@ -1,0 +1,88 @@
+"""The user's snapshot key and the signatures under it: where the key lives, how it is created, what is refused."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import stat
+
+import pytest
+
+from marljoint import trust
+from marljoint.trust import HOME_VARIABLE, SnapshotTrustError, is_signed, key_path, resign, sign, user_key, verify
+
+
+def test_the_session_key_lives_in_the_test_directory_never_the_users_own(snapshot_key_home):
+    assert key_path() == snapshot_key_home / "snapshot.key"
+    assert len(user_key()) == 32 and key_path().is_file()
+    assert stat.S_IMODE(key_path().stat().st_mode) == 0o600
+
+
+def test_the_key_directory_follows_marljoint_home_then_xdg_then_home(monkeypatch, tmp_path):
+    monkeypatch.setenv(HOME_VARIABLE, str(tmp_path / "mj"))
+    assert key_path() == tmp_path / "mj" / "snapshot.key"
+    monkeypatch.delenv(HOME_VARIABLE)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    assert key_path() == tmp_path / "xdg" / "marljoint" / "snapshot.key"
+    monkeypatch.delenv("XDG_CONFIG_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert key_path() == tmp_path / "home" / ".config" / "marljoint" / "snapshot.key"
+
+
+def _key_in(home: str, results) -> None:
+    os.environ[HOME_VARIABLE] = home
+    results.put(user_key())
+
+
+def test_processes_creating_the_key_at_once_all_get_the_same_one(tmp_path):
+    home = str(tmp_path / "fresh")
+    context = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
+    results = context.Queue()
+    workers = [context.Process(target=_key_in, args=(home, results)) for _ in range(4)]
+    for worker in workers:
+        worker.start()
+    keys = {results.get(timeout=60) for _ in workers}
+    for worker in workers:
+        worker.join(timeout=60)
+    assert len(keys) == 1 and (tmp_path / "fresh" / "snapshot.key").read_bytes() in keys
+    assert [p.name for p in (tmp_path / "fresh").iterdir()] == ["snapshot.key"]  # no temporary file left
+
+
+def test_signed_bytes_verify_and_anything_else_is_refused():
+    payload = b"pickled env copies"
+    signed = sign(payload)
+    assert is_signed(signed) and not is_signed(payload)
+    assert verify(signed) == payload
+    with pytest.raises(SnapshotTrustError, match=r"not signed.*--trust-snapshot \(trust_snapshot=True in Python\)"):
+        verify(payload)
+    with pytest.raises(SnapshotTrustError, match=r"does not match this user's key .*snapshot.key"):
+        verify(sign(payload, key=b"o" * 32))
+    with pytest.raises(SnapshotTrustError, match="does not match"):
+        verify(signed[:-1] + b"X")  # altered after signing
+
+
+def test_resign_vouches_for_foreign_or_unsigned_bytes():
+    foreign = sign(b"theirs", key=b"o" * 32)
+    assert verify(resign(foreign)) == b"theirs"
+    assert verify(resign(b"unsigned")) == b"unsigned"
+    assert verify(resign(sign(b"mine")), key=user_key()) == b"mine"
+
+
+def test_a_damaged_key_file_is_refused_naming_it(monkeypatch, tmp_path):
+    monkeypatch.setenv(HOME_VARIABLE, str(tmp_path))
+    monkeypatch.setattr(trust, "_keys", {})
+    (tmp_path / "snapshot.key").write_bytes(b"short")
+    with pytest.raises(SnapshotTrustError, match=r"snapshot key .*snapshot.key holds 5 bytes, not 32: it is damaged"):
+        user_key()
+
+
+def test_without_hard_links_the_key_is_created_exclusively(monkeypatch, tmp_path):
+    def no_links(source, target):
+        raise OSError("hard links are not supported here")
+
+    monkeypatch.setenv(HOME_VARIABLE, str(tmp_path / "fat"))
+    monkeypatch.setattr(trust.os, "link", no_links)
+    key = user_key()
+    assert (tmp_path / "fat" / "snapshot.key").read_bytes() == key and len(key) == 32
+    assert stat.S_IMODE((tmp_path / "fat" / "snapshot.key").stat().st_mode) == 0o600
+    assert [p.name for p in (tmp_path / "fat").iterdir()] == ["snapshot.key"]

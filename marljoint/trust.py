@@ -26,6 +26,7 @@ from pathlib import Path
 __all__ = [
     "HOME_VARIABLE",
     "SnapshotTrustError",
+    "adopt_key",
     "is_signed",
     "key_path",
     "resign",
@@ -45,6 +46,8 @@ _OPT_IN = "resume with --trust-snapshot (trust_snapshot=True in Python) only if 
 
 # The key of each key file read by this process: snapshots are signed and checked often during a run.
 _keys: dict[Path, bytes] = {}
+# A key handed over by the process that started this one (a Ray actor on another machine): it wins over the file.
+_adopted: bytes | None = None
 
 
 class SnapshotTrustError(ValueError):
@@ -71,6 +74,8 @@ def user_key() -> bytes:
             to delete it, which makes the snapshots signed under it unreadable without ``--trust-snapshot``.
         OSError: if the directory cannot be created or the file cannot be written.
     """
+    if _adopted is not None:
+        return _adopted
     path = key_path()
     key = _keys.get(path)
     if key is None:
@@ -84,6 +89,22 @@ def user_key() -> bytes:
             )
         _keys[path] = key
     return key
+
+
+def adopt_key(key: bytes) -> None:
+    """Makes ``key`` this process's key, instead of the key file's: a Ray actor, which may run on another machine
+    without the user's key file, signs and checks the driver's snapshots with the driver's key.
+
+    Args:
+        key: the 32 bytes of :func:`user_key` in the driver.
+
+    Raises:
+        SnapshotTrustError: if ``key`` is not 32 bytes.
+    """
+    global _adopted
+    if not isinstance(key, bytes) or len(key) != _KEY_SIZE:
+        raise SnapshotTrustError(f"a snapshot key is {_KEY_SIZE} bytes, got {type(key).__name__} of {len(key)}")
+    _adopted = key
 
 
 def _create_key(path: Path) -> None:

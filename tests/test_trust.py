@@ -86,3 +86,23 @@ def test_without_hard_links_the_key_is_created_exclusively(monkeypatch, tmp_path
     assert (tmp_path / "fat" / "snapshot.key").read_bytes() == key and len(key) == 32
     assert stat.S_IMODE((tmp_path / "fat" / "snapshot.key").stat().st_mode) == 0o600
     assert [p.name for p in (tmp_path / "fat").iterdir()] == ["snapshot.key"]
+
+
+def test_an_adopted_key_wins_over_the_key_file_so_a_ray_worker_checks_with_the_drivers_key(monkeypatch, tmp_path):
+    driver_key = b"d" * 32
+    signed_by_driver = sign(b"state", key=driver_key)
+    monkeypatch.setenv(HOME_VARIABLE, str(tmp_path))  # a node without the driver's key file
+    monkeypatch.setattr(trust, "_keys", {})
+    monkeypatch.setattr(trust, "_adopted", None)
+    with pytest.raises(SnapshotTrustError):
+        verify(signed_by_driver)
+    trust.adopt_key(driver_key)
+    assert user_key() == driver_key
+    assert verify(signed_by_driver) == b"state"
+
+
+def test_adopting_a_key_that_is_not_32_bytes_is_refused(monkeypatch):
+    monkeypatch.setattr(trust, "_adopted", None)
+    with pytest.raises(SnapshotTrustError, match="a snapshot key is 32 bytes, got bytes of 5"):
+        trust.adopt_key(b"short")
+    assert trust._adopted is None

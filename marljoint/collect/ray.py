@@ -26,6 +26,7 @@ from marljoint.env.base import EnvCopyError, split_copies
 from marljoint.env.pettingzoo import PettingZooJointEnv
 from marljoint.env.spaces import JointSpec
 from marljoint.policies.joint import JointPolicy
+from marljoint.trust import adopt_key, user_key
 
 __all__ = ["RayCollector", "WorkerLostError"]
 
@@ -46,7 +47,9 @@ class _RaySlice:
         seed: int,
         plan: bytes,
         torch_threads: int | None,
+        key: bytes,
     ) -> None:
+        adopt_key(key)  # the node may lack the user's key file: the driver's key signs and checks the snapshots
         env = PettingZooJointEnv(env_fn, num_envs=stop - start, seed=seed, first_copy=start)
         self.slice = SliceWorker(env, seed, total, plan, torch_threads)
 
@@ -143,7 +146,7 @@ class RayCollector:
         # A new actor starts from the last snapshot of the one it replaces (sent with its first collect call).
         self._pending_restore[k] = self.snapshots[k]
         return self._actor_class.remote(
-            self.env_fn, start, stop, self.num_envs, self.seed, self._plan, self.torch_threads
+            self.env_fn, start, stop, self.num_envs, self.seed, self._plan, self.torch_threads, user_key()
         )
 
     def _submit(self, k: int, weights_ref: Any, steps: int) -> Any:

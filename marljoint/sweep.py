@@ -244,8 +244,7 @@ def _child(job: RunJob, pipe: Any) -> None:
 
 
 def _run_in_processes(jobs: Sequence[RunJob], parallel: int, done: Callable[[RunOutcome], None]) -> list[RunOutcome]:
-    # "spawn": a fresh interpreter per run, so no run inherits torch's threads or another run's state.
-    context = multiprocessing.get_context("spawn")
+    context = _process_context()
     waiting = list(enumerate(jobs))
     running: dict[Any, tuple[int, Any, Any]] = {}
     outcomes: list[RunOutcome | None] = [None] * len(jobs)
@@ -265,6 +264,17 @@ def _run_in_processes(jobs: Sequence[RunJob], parallel: int, done: Callable[[Run
         for _, process, _ in running.values():  # Ctrl-C: each run checkpoints and stops by itself
             process.join()
     return [o for o in outcomes if o is not None]
+
+
+def _process_context() -> Any:
+    """Fresh processes that share no state with this one (no torch threads, no other run's generators): forked
+    from a server process that imported torch and the trainer once, so a run does not pay the imports again, or
+    spawned where the operating system has no fork."""
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        return multiprocessing.get_context("spawn")
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(["torch", "marljoint.train", "marljoint.sweep"])
+    return context
 
 
 def _collected(job: RunJob, process: Any, receive: Any) -> RunOutcome:

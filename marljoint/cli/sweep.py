@@ -119,6 +119,7 @@ def train_many(args: argparse.Namespace, spec: Any, options: dict[str, Any]) -> 
         for point in points
         for seed in seeds
     ]
+    _check_envs(jobs)
     from marljoint.sweep import run_jobs
 
     outcomes = run_jobs(jobs, parallel, on_done=lambda outcome: _report(outcome, args.quiet), engine=engine)
@@ -218,6 +219,18 @@ def _job(
     return RunJob(fit_to_cores(run_spec, cores), run_dir, args.resume, args.force, cores, setting_labels)
 
 
+def _check_envs(jobs: list[Any]) -> None:
+    """Refuses an env that cannot be found before any run starts (one line, as for a single run), rather than as
+    the same failure of every run."""
+    from marljoint.envs_registry import resolve_env
+
+    checked = set()
+    for job in jobs:
+        if (job.spec.env, repr(dict(job.spec.env_kwargs))) not in checked:
+            checked.add((job.spec.env, repr(dict(job.spec.env_kwargs))))
+            resolve_env(job.spec.env, dict(job.spec.env_kwargs))
+
+
 def _report(outcome: Any, quiet: bool) -> None:
     from marljoint.sweep import LOG_FILE
 
@@ -257,7 +270,8 @@ def _sweep_summary(out: Path, outcomes: list[Any], quiet: bool) -> None:
 def _status(outcomes: list[Any]) -> int:
     failed = sum(not o.ok for o in outcomes)
     if failed:
-        sys.stderr.write(f"marljoint: {failed} of {len(outcomes)} runs failed; the others finished\n")
+        others = "; the others finished" if failed < len(outcomes) else ""
+        sys.stderr.write(f"marljoint: {failed} of {len(outcomes)} runs failed{others}\n")
         return FAILED
     return 0
 

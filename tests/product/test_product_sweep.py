@@ -143,6 +143,7 @@ def test_a_sweep_trains_the_grid_and_prints_one_table(tmp_path, capsys):
         (["--sweep", "env_kwargs={max_cycles=4},{max_cycles=8}"], "and --env-kwargs both set env_kwargs"),
         (["--sweep", "learning_rate=1e-3,-1"], "learning_rate=-1/seed_0: invalid trainer setting"),
         (["--seeds", "1", "2", "--jobs", "0"], "argument --jobs: must be a positive integer, got 0"),
+        (["--seeds", "1", "2", "--env", "no_such_env_v0"], "unknown env 'no_such_env_v0'"),
     ],
 )
 def test_bad_sweeps_end_with_one_line_and_write_nothing(tmp_path, capsys, extra, message):
@@ -240,3 +241,13 @@ def test_tune_refuses_a_parameter_also_given_and_names_the_extra_without_optuna(
     err = capsys.readouterr().err
     assert err == 'marljoint tune: error: marljoint tune needs Optuna: pip install "marljoint[tune]"\n'
     assert not (tmp_path / "t").exists()
+
+
+def test_the_examples_in_the_docstrings_hold():
+    import doctest
+
+    import marljoint.sweep
+    import marljoint.tune
+
+    for module in (marljoint.sweep, marljoint.tune):
+        assert doctest.testmod(module).failed == 0

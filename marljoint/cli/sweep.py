@@ -26,7 +26,7 @@ _OPTION_OF = {
     "wandb_project": "--wandb",
     "collection": "--env-workers/--ray",
 }
-_UNSAFE = re.compile(r"[^A-Za-z0-9._=+,\-\[\]]")
+_UNSAFE = re.compile(r"[^A-Za-z0-9._=+,\-\[\]{}]")
 
 
 def add_options(parser: argparse.ArgumentParser) -> None:
@@ -88,8 +88,17 @@ def _split_values(text: str) -> list[str]:
 
 
 def several_runs(args: argparse.Namespace) -> bool:
-    """Whether the command trains several runs (``--seeds``, ``--sweep`` or ``marljoint tune``)."""
-    return bool(args.seeds) or bool(getattr(args, "sweep", None)) or args.command == "tune"
+    """Whether the command trains several runs (``--seeds``, ``--sweep`` or ``marljoint tune``).
+
+    Raises:
+        RunError: ``--jobs`` for a single run.
+    """
+    many = bool(args.seeds) or bool(getattr(args, "sweep", None)) or args.command == "tune"
+    if not many and getattr(args, "jobs", None) is not None:
+        from marljoint.train import RunError
+
+        raise RunError("--jobs N sets how many runs of --seeds or --sweep train at a time; add --seeds S [S ...]")
+    return many
 
 
 def train_many(args: argparse.Namespace, spec: Any, options: dict[str, Any]) -> int:
@@ -119,7 +128,7 @@ def train_many(args: argparse.Namespace, spec: Any, options: dict[str, Any]) -> 
         for point in points
         for seed in seeds
     ]
-    _check_envs(jobs)
+    _check_before_start(jobs, args)
     from marljoint.sweep import run_jobs
 
     outcomes = run_jobs(jobs, parallel, on_done=lambda outcome: _report(outcome, args.quiet), engine=engine)
@@ -219,10 +228,18 @@ def _job(
     return RunJob(fit_to_cores(run_spec, cores), run_dir, args.resume, args.force, cores, setting_labels)
 
 
-def _check_envs(jobs: list[Any]) -> None:
-    """Refuses an env that cannot be found before any run starts (one line, as for a single run), rather than as
-    the same failure of every run."""
+def _check_before_start(jobs: list[Any], args: argparse.Namespace) -> None:
+    """Refuses an env that cannot be found and a directory that holds a run before any run starts (one line, as
+    for a single run), rather than as the same failure of every run."""
     from marljoint.envs_registry import resolve_env
+    from marljoint.train import RunError, holds_run
+
+    taken = [job.run_dir for job in jobs if holds_run(job.run_dir)]
+    if taken and not (args.resume or args.force):
+        raise RunError(
+            f"{taken[0]} already holds a run ({len(taken)} of the {len(jobs)} run directories do); pass --resume "
+            "to continue them, --force to overwrite them, or choose another --out"
+        )
 
     checked = set()
     for job in jobs:

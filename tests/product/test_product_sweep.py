@@ -78,18 +78,32 @@ def test_a_seed_is_bit_identical_alone_one_after_another_and_side_by_side(tmp_pa
     assert not _same_tensors(_final_state(tmp_path / "parallel" / "seed_3"), _final_state(alone))
 
 
-def test_a_failing_seed_is_reported_and_the_others_finish(tmp_path, capsys):
+def test_a_failing_run_is_reported_and_the_others_finish(tmp_path, capsys):
+    # max_cycles=0 passes every check before the runs start and fails when each run builds its env.
+    out = tmp_path / "grid"
+    sweep = ["--sweep", "env_kwargs={max_cycles=8},{max_cycles=0}", "--seeds", "3", "5", "--jobs", "2"]
+    assert run_cli(["train", *TINY[4:], "--env", "mock_v0", "--out", str(out), *sweep]) == 1
+    captured = capsys.readouterr()
+    failures = [line for line in captured.err.splitlines() if " failed: " in line]
+    assert len(failures) == 2 and all("env_kwargs={max_cycles=0}" in line for line in failures)
+    assert all("max_cycles" in line and line.endswith(f"{LOG_FILE})") for line in failures)
+    assert captured.err.splitlines()[-1] == "marljoint: 2 of 4 runs failed; the others finished"
+    assert "Traceback" in (out / "env_kwargs={max_cycles=0}" / "seed_3" / LOG_FILE).read_text()
+    table = captured.out.splitlines()
+    assert table[-2].split()[-3:] == ["0", "(2", "failed)"] and table[-3].split()[-1] == "2"
+    assert all((out / "env_kwargs={max_cycles=8}" / f"seed_{s}" / "metrics.csv").is_file() for s in (3, 5))
+
+
+def test_run_directories_that_hold_runs_are_refused_before_anything_trains(tmp_path, capsys):
     out = tmp_path / "seeds"
     assert run_cli(_train(out / "seed_5", "--seed", "5", "--quiet")) == 0
     before = (out / "seed_5" / "metrics.csv").read_text()
-    assert run_cli(_train(out, "--seeds", "3", "5", "--jobs", "2")) == 1
-    captured = capsys.readouterr()
-    failure = [line for line in captured.err.splitlines() if "seed_5 failed" in line]
-    assert len(failure) == 1 and "already holds a run" in failure[0]
-    assert "1 of 2 runs failed" in captured.err
-    assert f"{out / 'seed_3'}  final mean episode return" in captured.out
-    assert (out / "seed_3" / "metrics.csv").is_file()
-    assert (out / "seed_5" / "metrics.csv").read_text() == before
+    assert run_cli(_train(out, "--seeds", "3", "5")) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "seed_5 already holds a run (1 of the 2 run directories do); pass --resume" in err
+    assert not (out / "seed_3").exists() and (out / "seed_5" / "metrics.csv").read_text() == before
+    assert run_cli(_train(tmp_path / "one", "--jobs", "2")) == 2
+    assert "--jobs N sets how many runs of --seeds or --sweep train at a time" in capsys.readouterr().err
 
 
 def test_resume_of_a_seeds_directory_continues_each_run_side_by_side(tmp_path, capsys):

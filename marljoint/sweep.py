@@ -17,6 +17,9 @@ import io
 import math
 import multiprocessing
 import multiprocessing.connection
+import os
+import signal
+import threading
 import time
 import traceback
 from collections.abc import Callable, Mapping, Sequence
@@ -82,13 +85,16 @@ class RunOutcome:
         job: the job.
         final_return: the run's final mean episode return (``nan`` if it failed or finished no episode).
         seconds: wall time of the run.
-        error: one line saying why the run failed, or ``None``.
+        error: one line saying why the run failed or stopped, or ``None``.
+        interrupted: the exit status of a run stopped after a checkpoint (130 by Ctrl-C, 143 by SIGTERM; ``--resume``
+            continues it), 0 otherwise.
     """
 
     job: RunJob
     final_return: float
     seconds: float
     error: str | None = None
+    interrupted: int = 0
 
     @property
     def ok(self) -> bool:
@@ -234,13 +240,45 @@ def run_job(job: RunJob) -> RunOutcome:
 
 def _child(job: RunJob, pipe: Any) -> None:
     """A run's own process: its thread pools sized to its cores, its outcome sent back through ``pipe``."""
+    pipe.send(_run_stoppable(job))
+    pipe.close()
+
+
+def _run_stoppable(job: RunJob) -> RunOutcome:
+    """:func:`run_job` in a process of its own, an interrupted run being an outcome too."""
+    from marljoint.train import RunInterrupted
+
     limit_threads(job.cores)
     try:
-        outcome = run_job(job)
-    except Exception as exc:  # interrupted: the run is checkpointed and its log says how to resume it
-        outcome = RunOutcome(job, math.nan, 0.0, " ".join(str(exc).split()))
-    pipe.send(outcome)
-    pipe.close()
+        return run_job(job)
+    except RunInterrupted as exc:
+        return RunOutcome(job, math.nan, 0.0, " ".join(str(exc).split()), interrupted=exc.exit_status)
+
+
+class _WaitForRuns:
+    """While runs train in processes of their own: Ctrl-C reaches them from the terminal and each stops after its
+    iteration with a checkpoint, so this process waits for their outcomes rather than stopping first; SIGTERM,
+    which reaches this process alone, is passed on to them. Outside the main thread nothing is installed."""
+
+    def __init__(self, running: dict[Any, tuple[int, Any, Any]]) -> None:
+        self.running = running
+        self._previous: dict[int, Any] = {}
+
+    def __enter__(self) -> _WaitForRuns:
+        if threading.current_thread() is threading.main_thread():
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                self._previous[signum] = signal.signal(signum, self._received)
+        return self
+
+    def _received(self, signum: int, frame: Any) -> None:
+        if signum == signal.SIGTERM:
+            for _, process, _ in self.running.values():
+                if process.pid is not None:
+                    os.kill(process.pid, signal.SIGTERM)
+
+    def __exit__(self, *exc: Any) -> None:
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
 
 
 def _run_in_processes(jobs: Sequence[RunJob], parallel: int, done: Callable[[RunOutcome], None]) -> list[RunOutcome]:
@@ -248,7 +286,7 @@ def _run_in_processes(jobs: Sequence[RunJob], parallel: int, done: Callable[[Run
     waiting = list(enumerate(jobs))
     running: dict[Any, tuple[int, Any, Any]] = {}
     outcomes: list[RunOutcome | None] = [None] * len(jobs)
-    try:
+    with _WaitForRuns(running):
         while waiting or running:
             while waiting and len(running) < parallel:
                 index, job = waiting.pop(0)
@@ -260,9 +298,8 @@ def _run_in_processes(jobs: Sequence[RunJob], parallel: int, done: Callable[[Run
             for sentinel in multiprocessing.connection.wait(list(running)):
                 index, process, receive = running.pop(sentinel)
                 outcomes[index] = _reported(_collected(jobs[index], process, receive), done)
-    finally:
-        for _, process, _ in running.values():  # Ctrl-C: each run checkpoints and stops by itself
-            process.join()
+                if outcomes[index].interrupted:
+                    waiting.clear()  # a stopped command starts no more runs
     return [o for o in outcomes if o is not None]
 
 
@@ -309,11 +346,7 @@ def _run_on_ray(jobs: Sequence[RunJob], parallel: int, done: Callable[[RunOutcom
 
 
 def _ray_task(job: RunJob) -> RunOutcome:
-    limit_threads(job.cores)
-    try:
-        return run_job(job)
-    except Exception as exc:
-        return RunOutcome(job, math.nan, 0.0, " ".join(str(exc).split()))
+    return _run_stoppable(job)
 
 
 def grid(axes: Sequence[tuple[str, Sequence[tuple[str, Any]]]]) -> list[dict[str, tuple[str, Any]]]:

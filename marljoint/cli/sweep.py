@@ -136,7 +136,7 @@ def train_many(args: argparse.Namespace, spec: Any, options: dict[str, Any]) -> 
         _sweep_summary(out, outcomes, args.quiet)
     else:
         _seeds_summary(out, outcomes, args.quiet)
-    return _status(outcomes)
+    return _status(outcomes, args.command)
 
 
 def _out(args: argparse.Namespace, spec: Any) -> Path:
@@ -252,7 +252,9 @@ def _report(outcome: Any, quiet: bool) -> None:
     from marljoint.sweep import LOG_FILE
 
     run_dir = outcome.job.run_dir
-    if not outcome.ok:
+    if outcome.interrupted:
+        sys.stderr.write(f"marljoint: {run_dir} {outcome.error}\n")
+    elif not outcome.ok:
         sys.stderr.write(f"marljoint: {run_dir} failed: {outcome.error} (log: {run_dir / LOG_FILE})\n")
         sys.stderr.flush()
     elif not quiet:
@@ -284,7 +286,14 @@ def _sweep_summary(out: Path, outcomes: list[Any], quiet: bool) -> None:
         print("  ".join(str(path) for path in files))
 
 
-def _status(outcomes: list[Any]) -> int:
+def _status(outcomes: list[Any], command: str) -> int:
+    stopped = [o.interrupted for o in outcomes if o.interrupted]
+    if stopped:
+        sys.stderr.write(
+            f"marljoint {command}: interrupted; each stopped run is checkpointed and continues with marljoint train "
+            "--out RUN_DIR --resume (or the same command with --resume, once every run has started)\n"
+        )
+        return max(stopped)
     failed = sum(not o.ok for o in outcomes)
     if failed:
         others = "; the others finished" if failed < len(outcomes) else ""

@@ -94,6 +94,33 @@ def test_a_failing_run_is_reported_and_the_others_finish(tmp_path, capsys):
     assert all((out / "env_kwargs={max_cycles=8}" / f"seed_{s}" / "metrics.csv").is_file() for s in (3, 5))
 
 
+def test_sigterm_stops_the_runs_side_by_side_each_after_a_checkpoint(tmp_path, capsys):
+    import os
+    import signal
+    import threading
+    import time
+
+    out = tmp_path / "seeds"
+    args = _train(out, "--total-steps", "1e7", "--seeds", "0", "1", "--jobs", "2")
+
+    def stop_when_both_checkpointed():
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if all(list_checkpoints(out / f"seed_{s}" / "checkpoints") for s in (0, 1)):
+                os.kill(os.getpid(), signal.SIGTERM)  # as a cluster stops a job: this process only
+                return
+            time.sleep(0.2)
+
+    threading.Thread(target=stop_when_both_checkpointed, daemon=True).start()
+    assert run_cli(args) == 143
+    err = capsys.readouterr().err
+    assert err.count("stopped by SIGTERM after iteration") == 2 and "interrupted; each stopped run" in err
+    for seed in (0, 1):
+        iteration = int(err.split(f"seed_{seed} stopped by SIGTERM after iteration ")[1].split(",")[0])
+        assert len(_metrics(out / f"seed_{seed}")) == iteration
+        assert list_checkpoints(out / f"seed_{seed}" / "checkpoints")[-1].name == f"ckpt_{iteration:07d}.pt"
+
+
 def test_run_directories_that_hold_runs_are_refused_before_anything_trains(tmp_path, capsys):
     out = tmp_path / "seeds"
     assert run_cli(_train(out / "seed_5", "--seed", "5", "--quiet")) == 0

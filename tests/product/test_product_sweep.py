@@ -78,6 +78,19 @@ def test_a_seed_is_bit_identical_alone_one_after_another_and_side_by_side(tmp_pa
     assert not _same_tensors(_final_state(tmp_path / "parallel" / "seed_3"), _final_state(alone))
 
 
+def test_env_workers_auto_sizes_each_run_to_its_share_of_the_cores(tmp_path, monkeypatch):
+    # 8 cores, 2 runs at a time: each run has 4, so 3 env workers and 1 learner thread (alone: 4 workers, one per
+    # env copy, and 4 threads).
+    for module in ("marljoint.sweep", "marljoint.threads"):
+        monkeypatch.setattr(f"{module}.usable_cores", lambda: 8)
+    out = tmp_path / "seeds"
+    args = _train(out, "--num-envs", "4", "--seeds", "0", "1", "--jobs", "2", "--env-workers", "auto", "--quiet")
+    assert run_cli(args) == 0
+    for seed in (0, 1):
+        config = (out / f"seed_{seed}" / "config.toml").read_text()
+        assert 'backend = "subprocess", workers = 3' in config and "torch_threads = 1\n" in config
+
+
 def test_a_failing_run_is_reported_and_the_others_finish(tmp_path, capsys):
     # max_cycles=0 passes every check before the runs start and fails when each run builds its env.
     out = tmp_path / "grid"

@@ -288,6 +288,12 @@ def test_tune_refuses_a_parameter_also_given_and_names_the_extra_without_optuna(
     args = ["tune", *TINY, "--out", str(tmp_path / "t"), "--param", "learning_rate=log:1e-4:1e-2"]
     assert run_cli([*args, "--learning-rate", "1e-3"]) == 2
     assert "--param learning_rate=... and --learning-rate both set learning_rate" in capsys.readouterr().err
+    assert run_cli([*args, "--sweep", "ent_coef=0,0.01"]) == 2
+    assert (
+        "marljoint tune draws its own settings and starts fresh; drop --resume and --sweep" in capsys.readouterr().err
+    )
+    assert run_cli([*args[:-1], "seed=int:0:9"]) == 2
+    assert "--param seed=...: give the seeds with --seeds" in capsys.readouterr().err
     with pytest.raises(ValueError, match=r"scale must be one of \['linear', 'log', 'int'\], got 'exp'"):
         ParamRange("learning_rate", 1e-4, 1e-2, "exp")
     monkeypatch.setitem(sys.modules, "optuna", None)

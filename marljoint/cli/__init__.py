@@ -22,6 +22,8 @@ from marljoint.cli.args import seed as _seed
 from marljoint.cli.args import setting as _setting
 from marljoint.cli.args import workers_or_auto as _workers_or_auto
 from marljoint.cli.args import wrapper as _wrapper
+from marljoint.cli.sweep import add_options as add_several_runs_options
+from marljoint.cli.sweep import several_runs
 from marljoint.presets import PRESETS, get_preset
 from marljoint.runlock import RunLock
 
@@ -101,9 +103,10 @@ def _add_train(subparsers: Any) -> None:
         metavar="S",
         type=_seed,
         nargs="+",
-        help="train one run per seed, one after another, into OUT/seed_<S> (each with the same settings and "
-        "collection backend); marljoint plot OUT draws their mean with a 95%% CI band",
+        help="train one run per seed into OUT/seed_<S> (each with the same settings), several at a time (--jobs), "
+        "each logging to its train.log; marljoint plot OUT draws their mean with a 95%% CI band",
     )
+    add_several_runs_options(p)
     p.add_argument(
         "--learning-rate",
         metavar="LR",
@@ -301,7 +304,7 @@ def _train(args: argparse.Namespace) -> int:
             raise RunError("--resume needs --out DIR, the run directory to continue")
         if args.config is not None:
             raise RunError("--resume takes the run's own config.toml; drop --config")
-        if args.seeds:
+        if several_runs(args):
             return _train_seeds(args, None, options)
         # Locked before the run's config is read, so a second writer is refused before it looks at anything.
         with RunLock(args.out):
@@ -317,7 +320,7 @@ def _train(args: argparse.Namespace) -> int:
         spec = _with_auto_workers(RunSpec.from_dict(values), args)
         if spec.redundancy is None and args.redundancy_coef is not None:
             raise RunError("--redundancy-coef needs --redundancy KIND (xcorr, cka or hsic)")
-        if args.seeds:
+        if several_runs(args):
             return _train_seeds(args, spec, options)
     return _train_one(spec, args.out if args.out is not None else _default_out(spec), args)
 
@@ -333,8 +336,8 @@ def _train_one(spec: Any, out: Path, args: argparse.Namespace) -> int:
     return 0
 
 
-def _with_auto_workers(spec: Any, args: argparse.Namespace) -> Any:
-    """``--env-workers auto``: the run's collection written out for this machine
+def _with_auto_workers(spec: Any, args: argparse.Namespace, cores: int | None = None) -> Any:
+    """``--env-workers auto``: the run's collection written out for this machine, or for ``cores`` of its cores
     (:func:`marljoint.threads.auto_workers` workers; policy lag 1 for feed-forward policies, where the decoupled
     update was measured to learn as lag 0 does, unless ``--policy-lag`` says otherwise)."""
     if args.env_workers != "auto":
@@ -342,7 +345,7 @@ def _with_auto_workers(spec: Any, args: argparse.Namespace) -> Any:
     from marljoint.threads import auto_workers
     from marljoint.train import RunSpec
 
-    workers = auto_workers(spec.trainer.num_envs)
+    workers = auto_workers(spec.trainer.num_envs, cores)
     if workers == 0:  # one core: the learner collects in-process
         return RunSpec.from_dict({"collection": {"backend": "local"}}, base=spec)
     lag = args.policy_lag if args.policy_lag is not None else int(spec.trainer.recurrent is None)
@@ -351,37 +354,10 @@ def _with_auto_workers(spec: Any, args: argparse.Namespace) -> Any:
 
 
 def _train_seeds(args: argparse.Namespace, spec: Any, options: dict[str, Any]) -> int:
-    """``--seeds``: one run per seed into ``OUT/seed_<S>``, one after another (resumed each, with ``--resume``)."""
-    from marljoint.evaluate import confidence_interval
-    from marljoint.train import RunError, RunSpec, resume_spec, train_run
+    """``--seeds``, ``--sweep`` and ``marljoint tune``: several runs side by side (:mod:`marljoint.cli.sweep`)."""
+    from marljoint.cli.sweep import train_many
 
-    if len(set(args.seeds)) != len(args.seeds):
-        raise RunError(f"--seeds lists a seed twice: {args.seeds}")
-    out = args.out if args.out is not None else _default_out(spec)
-    finals = []
-    for seed in args.seeds:
-        run_dir = Path(out) / f"seed_{seed}"
-        with RunLock(run_dir):
-            seed_spec = (
-                _with_auto_workers(resume_spec(run_dir, options), args)
-                if args.resume
-                else RunSpec.from_dict({"seed": seed}, base=spec)
-            )
-            result = train_run(
-                seed_spec,
-                run_dir,
-                resume=args.resume,
-                force=args.force,
-                progress=not args.quiet,
-                trust_snapshot=args.trust_snapshot,
-            )
-        finals.append(result.final_return)
-        if not args.quiet:
-            print(f"{run_dir}  final mean episode return {result.final_return:.4g}  ({result.seconds:.1f} s)")
-    mean, half = confidence_interval(finals)
-    if not args.quiet:
-        print(f"{out}  {len(finals)} seeds: final mean episode return {mean:.4g} ± {half:.3g} (95% CI)")
-    return 0
+    return train_many(args, spec, options)
 
 
 def _preset_values(name: str) -> dict[str, Any]:
@@ -564,6 +540,9 @@ def build_parser() -> argparse.ArgumentParser:
     from marljoint.cli.export import register as register_export  # `marljoint export`
 
     register_export(subparsers)
+    from marljoint.cli.sweep import register as register_tune  # `marljoint tune`: train's options and Optuna
+
+    register_tune(subparsers)
     return parser
 
 

@@ -1,0 +1,417 @@
+"""Several runs from one command: ``marljoint train --seeds ...``, ``--sweep KEY=V1,V2,...`` and ``marljoint tune``.
+
+The runs train side by side (:mod:`marljoint.sweep`); the terminal shows one line per finished run and a summary.
+A failed run is reported in one line on standard error, the others finish, and the command exits with status 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+from marljoint.cli.args import positive_int, setting
+
+__all__ = ["add_options", "register", "several_runs", "sweep_axis", "train_many"]
+
+FAILED = 1
+"""Exit status when some runs failed (the others finished and are reported)."""
+
+_OPTION_OF = {
+    "env_kwargs": "--env-kwargs",
+    "wrappers": "--wrap",
+    "wandb_project": "--wandb",
+    "collection": "--env-workers/--ray",
+}
+_UNSAFE = re.compile(r"[^A-Za-z0-9._=+,\-\[\]{}]")
+
+
+def add_options(parser: argparse.ArgumentParser) -> None:
+    """Adds ``--jobs`` and ``--sweep`` to ``marljoint train`` (and ``marljoint tune``)."""
+    parser.add_argument(
+        "--jobs",
+        metavar="N",
+        type=positive_int,
+        help="with --seeds or --sweep: runs trained at a time, each in its own process with an equal share of the "
+        "cores (default: the cores this process may use, at most the number of runs); 1: one after another",
+    )
+    parser.add_argument(
+        "--sweep",
+        metavar="KEY=V1,V2,...",
+        action="append",
+        type=sweep_axis,
+        default=[],
+        help="train every combination of these values (repeatable; KEY any --set setting, values as --set reads "
+        "them) for each seed into OUT/<key=value,...>/seed_<S>; prints one table of the final returns and writes "
+        "OUT/sweep.csv and OUT/sweep.png",
+    )
+
+
+def sweep_axis(text: str) -> tuple[str, list[tuple[str, Any]]]:
+    """``KEY=V1,V2,...`` as ``(key, [(label, value), ...])``, each value read as ``--set`` reads it; commas inside
+    brackets, braces or quotes belong to the value (``hidden_sizes=[64,64],[128,128]``)."""
+    key, sep, rest = text.partition("=")
+    key = key.strip()
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"expected KEY=V1,V2,... such as learning_rate=1e-3,3e-4, got {text!r}")
+    labels = [part.strip() for part in _split_values(rest)]
+    if not all(labels):
+        raise argparse.ArgumentTypeError(f"empty value in {text!r}; give KEY=V1,V2,... with no empty item")
+    values = [setting(f"{key}={label}")[1] for label in labels]
+    for k, value in enumerate(values):
+        if any(value == earlier and type(value) is type(earlier) for earlier in values[:k]):
+            raise argparse.ArgumentTypeError(f"{key} lists the value {labels[k]} twice in {text!r}")
+    return key, list(zip(labels, values))
+
+
+def _split_values(text: str) -> list[str]:
+    """Splits at the commas outside brackets, braces and quotes."""
+    parts, depth, quote, current = [], 0, "", []
+    for char in text:
+        if quote:
+            quote = "" if char == quote else quote
+        elif char in "\"'":
+            quote = char
+        elif char in "[{":
+            depth += 1
+        elif char in "]}":
+            depth -= 1
+        elif char == "," and depth == 0:
+            parts.append("".join(current))
+            current = []
+            continue
+        current.append(char)
+    return [*parts, "".join(current)]
+
+
+def several_runs(args: argparse.Namespace) -> bool:
+    """Whether the command trains several runs (``--seeds``, ``--sweep`` or ``marljoint tune``).
+
+    Raises:
+        RunError: ``--jobs`` for a single run.
+    """
+    many = bool(args.seeds) or bool(getattr(args, "sweep", None)) or args.command == "tune"
+    if not many and getattr(args, "jobs", None) is not None:
+        from marljoint.train import RunError
+
+        raise RunError("--jobs N sets how many runs of --seeds or --sweep train at a time; add --seeds S [S ...]")
+    return many
+
+
+def train_many(args: argparse.Namespace, spec: Any, options: dict[str, Any]) -> int:
+    """Trains the runs of ``--seeds`` / ``--sweep`` (or searches, for ``marljoint tune``) and reports them.
+
+    Args:
+        args: the parsed command line.
+        spec: the run's settings (``None`` with ``--resume``: each run's own are read).
+        options: the settings given on the command line (``--set`` and the options), which a sweep may not repeat.
+
+    Returns:
+        0, or :data:`FAILED` when some run failed.
+    """
+    from marljoint.train import RunError
+
+    seeds = list(args.seeds or [0 if args.seed is None else args.seed])
+    if len(set(seeds)) != len(seeds):
+        raise RunError(f"--seeds lists a seed twice: {args.seeds}")
+    if args.command == "tune":
+        return _tune(args, spec, options, seeds)
+    axes = _checked_axes(args.sweep, options, args, "--sweep")
+    out = _out(args, spec)
+    points = _grid_points(axes)
+    parallel, cores, engine = _sharing(args, len(points) * len(seeds))
+    jobs = [
+        _job(args, spec, options, point, out / _point_dir(point) if point else out, seed, cores, engine)
+        for point in points
+        for seed in seeds
+    ]
+    _check_before_start(jobs, args)
+    from marljoint.sweep import run_jobs
+
+    outcomes = run_jobs(jobs, parallel, on_done=lambda outcome: _report(outcome, args.quiet), engine=engine)
+    if args.sweep:
+        _sweep_summary(out, outcomes, args.quiet)
+    else:
+        _seeds_summary(out, outcomes, args.quiet)
+    return _status(outcomes, args.command)
+
+
+def _out(args: argparse.Namespace, spec: Any) -> Path:
+    from marljoint.cli import _default_out
+
+    return Path(args.out) if args.out is not None else _default_out(spec)
+
+
+def _checked_axes(
+    axes: list[tuple[str, list[tuple[str, Any]]]], options: dict[str, Any], args: argparse.Namespace, flag: str
+) -> list[Any]:
+    """The ``--sweep`` (or ``--param``) axes, refused when they repeat a key, vary the seed, or vary a key that is
+    set another way."""
+    from marljoint.train import RunError, RunSpec
+
+    known = set(RunSpec().to_dict())
+    seen: set[str] = set()
+    for key, _ in axes:
+        if key == "seed":
+            raise RunError(f"{flag} seed=...: give the seeds with --seeds S [S ...] (every setting runs each seed)")
+        if key not in known:
+            raise RunError(f"{flag} {key}=...: unknown setting {key!r}; valid settings: {sorted(known)}")
+        if key in seen:
+            raise RunError(f"{flag} {key} is given twice; list all its values in one {flag} {key}=...")
+        if key in options:
+            given = f"--set {key}=..." if key in dict(args.set) else _OPTION_OF.get(key, "--" + key.replace("_", "-"))
+            raise RunError(f"{flag} {key}=... and {given} both set {key}; give it in one place")
+        seen.add(key)
+    return axes
+
+
+def _grid_points(axes: list[Any]) -> list[dict[str, tuple[str, Any]]]:
+    from marljoint.sweep import grid
+    from marljoint.train import RunError
+
+    points = grid(axes)
+    names = [_point_dir(point) for point in points]
+    if len(set(names)) != len(names):
+        raise RunError(f"two --sweep values name the same directory after quoting: {sorted(names)}")
+    return points
+
+
+def _point_dir(point: dict[str, tuple[str, Any]]) -> str:
+    """``key=label,key=label``, with characters that are unsafe in file names replaced by ``_``."""
+    return _UNSAFE.sub("_", ",".join(f"{key}={label}" for key, (label, _) in point.items()))
+
+
+def _sharing(args: argparse.Namespace, runs: int) -> tuple[int, int, str]:
+    """``(runs at a time, cores per run, engine)``: Ray tasks with ``--ray``, else processes of this machine."""
+    from marljoint.sweep import cores_per_run, parallel_runs
+
+    if args.ray or args.ray_address is not None or args.num_workers is not None:
+        # Ray schedules the tasks on its own CPUs; each run collects in its task's process on one core.
+        return min(runs, args.jobs or runs), 1, "ray"
+    parallel = parallel_runs(runs, args.jobs)
+    return parallel, cores_per_run(parallel), "process"
+
+
+def _job(
+    args: argparse.Namespace,
+    spec: Any,
+    options: dict[str, Any],
+    point: dict[str, Any],
+    parent: Path,
+    seed: int,
+    cores: int,
+    engine: str,
+) -> Any:
+    """The job of one seed at one point of the grid, in ``parent/seed_<S>``, its threads sized to its share of the
+    cores."""
+    from marljoint.cli import _with_auto_workers
+    from marljoint.sweep import RunJob, fit_to_cores
+    from marljoint.train import RunError, RunSpec, resume_spec
+
+    values = {key: value for key, (_, value) in point.items()}
+    run_dir = parent / f"seed_{seed}"
+    try:
+        if args.resume:
+            run_spec = resume_spec(run_dir, {**options, **values})
+        else:
+            run_spec = RunSpec.from_dict({**values, "seed": seed}, base=spec)
+    except RunError as exc:
+        raise RunError(f"{run_dir}: {exc}") from None
+    if engine == "ray":
+        run_spec = RunSpec.from_dict({"collection": {"backend": "local"}}, base=run_spec)
+    else:
+        run_spec = _with_auto_workers(run_spec, args, cores=cores)
+    setting_labels = {key: label for key, (label, _) in point.items()}
+    return RunJob(
+        fit_to_cores(run_spec, cores),
+        run_dir,
+        args.resume,
+        args.force,
+        cores,
+        setting_labels,
+        bool(getattr(args, "trust_snapshot", False)),
+    )
+
+
+def _check_before_start(jobs: list[Any], args: argparse.Namespace) -> None:
+    """Refuses an env that cannot be found and a directory that holds a run before any run starts (one line, as
+    for a single run), rather than as the same failure of every run."""
+    from marljoint.envs_registry import resolve_env
+    from marljoint.train import RunError, holds_run
+
+    taken = [job.run_dir for job in jobs if holds_run(job.run_dir)]
+    if taken and not (args.resume or args.force):
+        raise RunError(
+            f"{taken[0]} already holds a run ({len(taken)} of the {len(jobs)} run directories do); pass --resume "
+            "to continue them, --force to overwrite them, or choose another --out"
+        )
+
+    checked = set()
+    for job in jobs:
+        if (job.spec.env, repr(dict(job.spec.env_kwargs))) not in checked:
+            checked.add((job.spec.env, repr(dict(job.spec.env_kwargs))))
+            resolve_env(job.spec.env, dict(job.spec.env_kwargs))
+
+
+def _report(outcome: Any, quiet: bool) -> None:
+    from marljoint.sweep import LOG_FILE
+
+    run_dir = outcome.job.run_dir
+    if outcome.interrupted:
+        sys.stderr.write(f"marljoint: {run_dir} {outcome.error}\n")
+    elif not outcome.ok:
+        sys.stderr.write(f"marljoint: {run_dir} failed: {outcome.error} (log: {run_dir / LOG_FILE})\n")
+        sys.stderr.flush()
+    elif not quiet:
+        print(f"{run_dir}  final mean episode return {outcome.final_return:.4g}  ({outcome.seconds:.1f} s)", flush=True)
+
+
+def _seeds_summary(out: Path, outcomes: list[Any], quiet: bool) -> None:
+    from marljoint.evaluate import confidence_interval
+
+    finals = [o.final_return for o in outcomes if o.ok]
+    if quiet or not finals:
+        return
+    mean, half = confidence_interval(finals)
+    print(f"{out}  {len(finals)} seeds: final mean episode return {mean:.4g} ± {half:.3g} (95% CI)")
+
+
+def _sweep_summary(out: Path, outcomes: list[Any], quiet: bool) -> None:
+    from marljoint.plotting import PlottingUnavailable
+    from marljoint.sweep import SWEEP_CSV, SWEEP_PLOT, format_table, plot_sweep, summarize, write_sweep_csv
+
+    rows = summarize(outcomes)
+    files = [write_sweep_csv(out / SWEEP_CSV, rows)]
+    try:
+        files.append(plot_sweep(out / SWEEP_PLOT, rows, title=str(out)))
+    except PlottingUnavailable:
+        pass  # the CSV holds the same numbers
+    if not quiet:
+        print(format_table(rows))
+        print("  ".join(str(path) for path in files))
+
+
+def _status(outcomes: list[Any], command: str) -> int:
+    stopped = [o.interrupted for o in outcomes if o.interrupted]
+    if stopped:
+        sys.stderr.write(
+            f"marljoint {command}: interrupted; each stopped run is checkpointed and continues with marljoint train "
+            "--out RUN_DIR --resume (or the same command with --resume, once every run has started)\n"
+        )
+        return max(stopped)
+    failed = sum(not o.ok for o in outcomes)
+    if failed:
+        others = "; the others finished" if failed < len(outcomes) else ""
+        sys.stderr.write(f"marljoint: {failed} of {len(outcomes)} runs failed{others}\n")
+        return FAILED
+    return 0
+
+
+def register(subparsers: Any) -> None:
+    """Adds ``marljoint tune``: the options of ``marljoint train`` plus ``--param`` and ``--trials``."""
+    from marljoint.cli import _add_train
+
+    holder = _TuneParser(subparsers)
+    _add_train(holder)
+    parser = holder.parser
+    parser.add_argument(
+        "--param",
+        metavar="KEY=RANGE",
+        action="append",
+        type=_param_range,
+        required=True,
+        help="a setting to search (repeatable): KEY=LOW:HIGH (uniform), KEY=log:LOW:HIGH, KEY=int:LOW:HIGH, "
+        "e.g. --param learning_rate=log:1e-4:1e-2 --param ent_coef=0:0.05",
+    )
+    parser.add_argument("--trials", metavar="N", type=positive_int, default=10, help="settings to try (default 10)")
+
+
+class _TuneParser:
+    """Stands in for the subcommand table so that ``marljoint train``'s options are added to ``tune`` as well."""
+
+    def __init__(self, subparsers: Any) -> None:
+        self.subparsers = subparsers
+        self.parser: Any = None
+
+    def add_parser(self, name: str, **kwargs: Any) -> Any:
+        self.parser = self.subparsers.add_parser(
+            "tune",
+            help='search settings with Optuna for the best final return (pip install "marljoint[tune]")',
+            description="Search settings with Optuna: each trial trains the seeds (--seeds, default 0) with the "
+            "values it draws into OUT/trial_<k>/seed_<S> and scores their mean final return, which the search "
+            "maximises. Takes every option of marljoint train. Prints one line per trial and the best, and writes "
+            "OUT/tune.csv.",
+        )
+        return self.parser
+
+
+def _param_range(text: str) -> Any:
+    from marljoint.tune import ParamRange
+
+    try:
+        return ParamRange.parse(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _tune(args: argparse.Namespace, spec: Any, options: dict[str, Any], seeds: list[int]) -> int:
+    """``marljoint tune``: an Optuna study over ``--param`` maximising the seeds' mean final return."""
+    from marljoint.train import RunError
+    from marljoint.tune import OptunaUnavailable, require_optuna
+
+    if args.resume or args.sweep:
+        raise RunError("marljoint tune draws its own settings and starts fresh; drop --resume and --sweep")
+    _checked_axes([(p.key, []) for p in args.param], options, args, "--param")
+    try:
+        optuna = require_optuna()
+    except OptunaUnavailable as exc:
+        raise RunError(str(exc)) from None
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    out = _out(args, spec)
+    parallel, cores, engine = _sharing(args, len(seeds))
+    study = optuna.create_study(direction="maximize", sampler=optuna.samplers.TPESampler(seed=seeds[0]))
+    failures: list[Any] = []
+
+    def objective(trial: Any) -> float:
+        point = {p.key: (f"{value:.4g}", value) for p in args.param for value in [p.suggest(trial)]}
+        parent = out / f"trial_{trial.number}"
+        jobs = [_job(args, spec, options, point, parent, seed, cores, engine) for seed in seeds]
+        from marljoint.sweep import run_jobs, summarize
+
+        outcomes = run_jobs(jobs, parallel, on_done=lambda o: _report(o, True), engine=engine)
+        failures.extend(o for o in outcomes if not o.ok)
+        row = summarize(outcomes)[0]
+        if not args.quiet:
+            shown = ", ".join(f"{k}={label}" for k, (label, _) in point.items())
+            print(
+                f"trial {trial.number}: {shown}  final mean episode return {row.mean:.4g} ± {row.ci95:.3g} (n={row.n})",
+                flush=True,
+            )
+        return row.mean if row.n else math.nan
+
+    study.optimize(objective, n_trials=args.trials)
+    _tune_summary(out, study, args)
+    return FAILED if failures else 0
+
+
+def _tune_summary(out: Path, study: Any, args: argparse.Namespace) -> None:
+    import csv
+
+    keys = [p.key for p in args.param]
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / "tune.csv", "w", newline="", encoding="utf-8") as file:
+        writer = csv.writer(file)
+        writer.writerow(["trial", *keys, "final_return_mean"])
+        for trial in study.trials:
+            value = trial.value if trial.value is not None else math.nan
+            writer.writerow([trial.number, *(trial.params.get(k) for k in keys), value])
+    finished = [t for t in study.trials if t.value is not None and math.isfinite(t.value)]
+    if args.quiet or not finished:
+        return
+    best = max(finished, key=lambda t: t.value)
+    shown = " ".join(f"--set {k}={best.params[k]:.4g}" for k in keys)
+    print(f"best: trial {best.number}, final mean episode return {best.value:.4g}: {shown}")
+    print(out / "tune.csv")

@@ -107,22 +107,29 @@ class RunOutcome:
 
 
 def parallel_runs(runs: int, jobs: int | None = None, cores: int | None = None) -> int:
-    """Runs to train at a time: ``jobs``, or every usable core (:func:`marljoint.threads.usable_cores`); never more
-    than the runs.
+    """Runs to train at a time: ``jobs``; by default every run at once while there are at most twice as many runs
+    as usable cores (:func:`marljoint.threads.usable_cores`), else one run per core. Never more than the runs.
+
+    Runs of one command are alike, so sharing the cores among all of them ends them together, at their total work
+    divided by the cores; training them in rounds of one per core leaves a last round with idle cores (3 runs on 2
+    cores: 2 run-lengths in rounds, 1.5 shared). Beyond twice the cores, the memory of that many processes outweighs
+    the shorter tail, and rounds of one run per core keep it bounded.
 
     Raises:
         ValueError: for ``runs`` or ``jobs`` below 1.
 
     Example:
-        >>> parallel_runs(3, cores=2), parallel_runs(3, jobs=1, cores=2), parallel_runs(2, cores=16)
-        (2, 1, 2)
+        >>> parallel_runs(3, cores=2), parallel_runs(5, cores=2), parallel_runs(3, jobs=1, cores=2)
+        (3, 2, 1)
     """
     if runs < 1:
         raise ValueError(f"runs must be at least 1, got {runs}")
     if jobs is not None and jobs < 1:
         raise ValueError(f"jobs must be a positive integer, got {jobs}; give --jobs 1 to train one run at a time")
-    wanted = (usable_cores() if cores is None else cores) if jobs is None else jobs
-    return min(runs, wanted)
+    if jobs is None:
+        cores = usable_cores() if cores is None else cores
+        jobs = runs if runs <= 2 * cores else cores
+    return min(runs, jobs)
 
 
 def cores_per_run(parallel: int, cores: int | None = None) -> int:

@@ -217,7 +217,8 @@ def test_sweep_values_are_read_as_set_reads_them():
 
 
 def test_runs_at_a_time_and_their_share_of_the_cores():
-    assert parallel_runs(3, cores=2) == 2 and parallel_runs(1, cores=16) == 1 and parallel_runs(5, jobs=4) == 4
+    assert parallel_runs(3, cores=2) == 3 and parallel_runs(5, cores=2) == 2 and parallel_runs(1, cores=16) == 1
+    assert parallel_runs(5, jobs=4) == 4 and parallel_runs(40, cores=16) == 16 and parallel_runs(32, cores=16) == 32
     assert cores_per_run(2, cores=16) == 8 and cores_per_run(4, cores=2) == 1
     with pytest.raises(ValueError, match=r"jobs must be a positive integer, got 0; give --jobs 1"):
         parallel_runs(3, jobs=0)

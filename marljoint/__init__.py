@@ -30,6 +30,7 @@ from marljoint.env import (
 from marljoint.policies import JointPolicy
 from marljoint.ppo import (
     AuxOutput,
+    DivergenceError,
     Iteration,
     JointMultiAgentTrainer,
     JointRollout,
@@ -71,6 +72,7 @@ __all__ = [
     "BlankImageWarning",
     "CollectionConfig",
     "Collector",
+    "DivergenceError",
     "GroupSpec",
     "Iteration",
     "JointEnv",

@@ -28,10 +28,18 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from marljoint import _toml
-from marljoint.checkpoint import CheckpointError, atomic_torch_save, list_checkpoints, load_checkpoint, save_checkpoint
+from marljoint.checkpoint import (
+    CheckpointError,
+    atomic_torch_save,
+    list_checkpoints,
+    load_checkpoint,
+    non_finite_weights,
+    save_checkpoint,
+)
 from marljoint.envs_registry import EnvSpecError, ResolvedEnv, resolve_env, supersuit_wrappers, wrapped_factory
 from marljoint.errors import RunError, RunInterrupted
 from marljoint.ppo.config import LEGACY_KEYS, JointTrainerConfig, as_saved
+from marljoint.ppo.divergence import DivergenceError
 
 __all__ = [
     "CHECKPOINT_DIR",
@@ -46,6 +54,7 @@ __all__ = [
     "build_trainer",
     "load_run_spec",
     "make_env",
+    "refuse_diverged",
     "resume_spec",
     "train_run",
 ]
@@ -497,6 +506,8 @@ def train_run(
     Raises:
         RunError: for an unusable run directory, a corrupted checkpoint, or an env that cannot be built.
         RunInterrupted: after SIGINT or SIGTERM.
+        DivergenceError: a loss, gradient or parameter became non-finite; the diverged state is not saved and the
+            newest checkpoint, the last good one, is kept (the message names it).
     """
     stream = stream if stream is not None else sys.stderr
     run_dir = Path(run_dir)
@@ -596,6 +607,8 @@ class _Loop:
                         f"Continue with: marljoint train --out {self.run_dir} --resume",
                         143 if stops.signal_name == "SIGTERM" else 130,
                     )
+        except DivergenceError as exc:
+            raise exc.with_note(self._kept(last_saved)) from None
         except KeyboardInterrupt:
             raise RunInterrupted(
                 f"interrupted at iteration {trainer.iteration}; the newest checkpoint is from iteration "
@@ -608,6 +621,15 @@ class _Loop:
             if self._eval_env is not None:
                 self._eval_env.close()
             trainer.close()
+
+    def _kept(self, last_saved: int) -> str:
+        """Which checkpoint holds the last good weights after a divergence (the diverged state is never saved)."""
+        if self.log is None:
+            return "nothing was written"
+        paths = list_checkpoints(self.run_dir / CHECKPOINT_DIR)
+        if not paths:
+            return f"no checkpoint was written, {self.run_dir} keeps the metrics of the iterations before"
+        return f"{paths[-1]} (iteration {last_saved}) holds the last good weights and was kept"
 
     def _iteration(self, total: int, clock: float) -> dict[str, Any]:
         trainer = self.trainer
@@ -716,15 +738,36 @@ def _say(stream: TextIO, enabled: bool, text: str) -> None:
         stream.flush()
 
 
+def refuse_diverged(trainer_state: Any, path: Path) -> None:
+    """Refuses a checkpoint whose networks or value normaliser hold a NaN or an infinity, naming the file and the
+    parameter (a policy with such weights acts nonsense, and an evaluation would play until its step limit).
+
+    Raises:
+        RunError: naming ``path``, the parameter and what to use instead.
+    """
+    weights = (
+        {k: trainer_state.get(k) for k in ("policies", "value_normalizer")} if isinstance(trainer_state, dict) else {}
+    )
+    found = non_finite_weights(weights)
+    if found is not None:
+        name, value = found
+        raise RunError(
+            f"checkpoint {path} holds non-finite weights ({name} is {value}): the run diverged before it was saved; "
+            "use an earlier checkpoint (--checkpoint FILE) or train again with a lower learning_rate"
+        )
+
+
 def _latest_checkpoint(run_dir: Path) -> dict[str, Any] | None:
     paths = list_checkpoints(run_dir / CHECKPOINT_DIR)
     if not paths:
         return None
     try:
-        return load_checkpoint(paths[-1])
+        checkpoint = load_checkpoint(paths[-1])
     except CheckpointError as exc:
         hint = f"; delete it to resume from {paths[-2].name}" if len(paths) > 1 else ""
         raise RunError(f"{exc}{hint}") from None
+    refuse_diverged(checkpoint.get("trainer"), paths[-1])
+    return checkpoint
 
 
 def _save(

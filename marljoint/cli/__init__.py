@@ -569,9 +569,10 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     from marljoint.distributed import RayUnavailable
     from marljoint.envs_registry import EnvSpecError
     from marljoint.plotting import PlottingUnavailable
+    from marljoint.ppo.divergence import DivergenceError
     from marljoint.train import RunError
 
-    errors = (RunError, CheckpointError, EnvSpecError, PlottingUnavailable, RayUnavailable)
+    errors = (RunError, CheckpointError, EnvSpecError, PlottingUnavailable, RayUnavailable, DivergenceError)
     return (*errors, MemoryError, OSError, ValueError)
 
 

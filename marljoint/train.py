@@ -52,6 +52,8 @@ __all__ = [
     "RunResult",
     "RunSpec",
     "build_trainer",
+    "check_memory",
+    "check_minibatch",
     "load_run_spec",
     "make_env",
     "refuse_diverged",
@@ -334,6 +336,18 @@ def _normal(value: Any) -> Any:
     return value
 
 
+def _env_factory(spec: RunSpec, **extra_kwargs: Any) -> Any:
+    """The factory of one copy of the run's env, wrappers applied."""
+    try:
+        resolved: ResolvedEnv = resolve_env(spec.env, dict(spec.env_kwargs))
+    except EnvSpecError as exc:
+        raise RunError(str(exc)) from None
+    try:
+        return wrapped_factory(resolved.env_fn(**extra_kwargs), supersuit_wrappers(spec.wrappers))
+    except Exception as exc:  # env constructors raise anything for bad keyword arguments
+        raise RunError(f"env {spec.env!r} with kwargs {dict(spec.env_kwargs)} cannot be built: {exc}") from None
+
+
 def make_env(spec: RunSpec, num_envs: int | None = None, seed: int | None = None, **extra_kwargs: Any) -> Any:
     """Builds the JointEnv of a run: the env its collection backend collects from
     (:meth:`~marljoint.collect.CollectionConfig.make_env`: worker processes for ``"subprocess"``).
@@ -347,12 +361,8 @@ def make_env(spec: RunSpec, num_envs: int | None = None, seed: int | None = None
     Raises:
         RunError: if the env cannot be resolved or built (naming the env and the reason).
     """
+    factory = _env_factory(spec, **extra_kwargs)
     try:
-        resolved: ResolvedEnv = resolve_env(spec.env, dict(spec.env_kwargs))
-    except EnvSpecError as exc:
-        raise RunError(str(exc)) from None
-    try:
-        factory = wrapped_factory(resolved.env_fn(**extra_kwargs), supersuit_wrappers(spec.wrappers))
         return spec.trainer.collection.make_env(
             factory,
             num_envs=spec.trainer.num_envs if num_envs is None else num_envs,
@@ -360,6 +370,78 @@ def make_env(spec: RunSpec, num_envs: int | None = None, seed: int | None = None
         )
     except Exception as exc:  # env constructors raise anything for bad keyword arguments
         raise RunError(f"env {spec.env!r} with kwargs {dict(spec.env_kwargs)} cannot be built: {exc}") from None
+
+
+def check_minibatch(config: JointTrainerConfig) -> None:
+    """Refuses a ``minibatch_size`` larger than the rows of an update (a minibatch can only hold them all).
+
+    Raises:
+        RunError: naming both numbers and the fix.
+    """
+    rows = config.batch_rows
+    if config.num_minibatches is None and config.minibatch_size > rows:
+        raise RunError(
+            f"minibatch_size = {config.minibatch_size} is more than the {rows} rows of an update (rollout_steps "
+            f"{config.rollout_steps} x num_envs {config.num_envs}); set minibatch_size to at most {rows}, raise "
+            "rollout_steps or num_envs, or set num_minibatches instead"
+        )
+
+
+LONG_BUILD_SECONDS = 30.0
+"""Building the env copies is announced when one copy's build time says it will take longer than this."""
+
+
+def check_memory(spec: RunSpec, stream: TextIO | None = None) -> Any:
+    """Refuses a run whose rollout storage, update and env copies would not fit in the memory available, before
+    the env copies are built: one copy is built, measured and closed (:mod:`marljoint.memory`). A build of the copies
+    expected to take longer than :data:`LONG_BUILD_SECONDS` is announced on ``stream``.
+
+    Returns:
+        The :class:`~marljoint.memory.MemoryEstimate`.
+
+    Raises:
+        RunError: with the estimate, the memory available and the fix; or if the env cannot be built.
+    """
+    from marljoint.collect.config import CollectionConfig
+    from marljoint.memory import estimate_memory, measure_env_copy
+
+    local = dataclasses.replace(spec, trainer=spec.trainer.replace(collection=CollectionConfig()))
+    probe = make_env(local, num_envs=1)
+    try:
+        joint_spec = probe.spec
+    finally:
+        probe.close()
+    try:
+        per_copy, seconds = measure_env_copy(_env_factory(spec), seed=spec.trainer.seed)
+    except Exception:  # the copy above was built and reset by the adapter: the estimate goes without its size
+        per_copy, seconds = 0, 0.0
+    estimate = estimate_memory(joint_spec, spec.trainer, per_copy)
+    _refuse_oversized(estimate, spec.trainer)
+    copies = spec.trainer.num_envs
+    if stream is not None and seconds * copies > LONG_BUILD_SECONDS:
+        expected = f"about {seconds * copies:.0f} s ({seconds * 1e3:.1f} ms each)"
+        _say(stream, True, f"building {copies:,} env copies: {expected}")
+    return estimate
+
+
+def _refuse_oversized(estimate: Any, config: JointTrainerConfig) -> None:
+    from marljoint.memory import available_device_memory, available_memory, format_bytes
+
+    parts = (
+        f"rollout storage {config.rollout_steps} steps x {config.num_envs:,} env copies: "
+        f"{format_bytes(estimate.rollout)}, update {format_bytes(estimate.update)}, {config.num_envs:,} env copies at "
+        f"{format_bytes(estimate.per_copy)} each: {format_bytes(estimate.env_copies)}"
+    )
+    fix = "lower num_envs or rollout_steps (or shrink the observations, e.g. with --wrap resize_v1:x_size=...)"
+    for needed, free, where in (
+        (estimate.host, available_memory(), "memory"),
+        (estimate.device, available_device_memory(estimate.on_device), f"free memory on {estimate.on_device}"),
+    ):
+        if free is not None and needed > free:
+            raise RunError(
+                f"this run needs about {format_bytes(needed)} ({parts}) but only {format_bytes(free)} of {where} is "
+                f"available; {fix}"
+            )
 
 
 def build_trainer(spec: RunSpec, env: Any) -> Any:
@@ -513,6 +595,9 @@ def train_run(
     run_dir = Path(run_dir)
     started = time.perf_counter()
     checkpoint = _check_run_dir(run_dir, resume, force)
+    if not resume:  # a resumed run already trained with its sizes
+        check_minibatch(spec.trainer)
+    check_memory(spec, stream if progress else None)
     env = make_env(spec)
     try:
         trainer = build_trainer(spec, env)

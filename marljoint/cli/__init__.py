@@ -22,6 +22,7 @@ from marljoint.cli.args import seed as _seed
 from marljoint.cli.args import setting as _setting
 from marljoint.cli.args import workers_or_auto as _workers_or_auto
 from marljoint.cli.args import wrapper as _wrapper
+from marljoint.cli.settings import command_line_settings, config_overrides
 from marljoint.presets import PRESETS, get_preset
 
 __all__ = ["build_parser", "main"]
@@ -239,26 +240,7 @@ def _add_train(subparsers: Any) -> None:
 def _train(args: argparse.Namespace) -> int:
     from marljoint.train import RunError, RunSpec, read_config_file, resume_spec, train_run
 
-    options = {
-        "env": args.env,
-        "env_kwargs": args.env_kwargs,
-        "wrappers": args.wrap,
-        "total_steps": args.total_steps,
-        "num_envs": args.num_envs,
-        "seed": args.seed,
-        "redundancy": args.redundancy,
-        "redundancy_coef": args.redundancy_coef,
-        "checkpoint_every": args.checkpoint_every,
-        "keep_checkpoints": args.keep_checkpoints,
-        "eval_every": args.eval_every,
-        "eval_episodes": args.eval_episodes,
-        "wandb_project": args.wandb,
-        "learning_rate": args.learning_rate,
-        "rollout_steps": args.rollout_steps,
-        "device": args.device,
-        "recurrent": args.recurrent,
-    }
-    options = {**dict(args.set), **{k: v for k, v in options.items() if v is not None}}
+    options = command_line_settings(args)
     if args.env_workers is not None:
         if args.ray or args.ray_address is not None or args.num_workers is not None:
             raise RunError(
@@ -297,14 +279,18 @@ def _train(args: argparse.Namespace) -> int:
         spec = _with_auto_workers(resume_spec(args.out, options), args)
     else:
         values = _preset_values(args.preset) if args.preset is not None else {}
+        overrides = None
         if args.config is not None:
-            values.update(read_config_file(args.config))
+            file_values = read_config_file(args.config)
+            values.update(file_values)
+            overrides = config_overrides(args.config, file_values, options)
         values.update(options)
         if "env" in values and "env_kwargs" not in values:
             values["env_kwargs"] = {}
         spec = _with_auto_workers(RunSpec.from_dict(values), args)
         if spec.redundancy is None and args.redundancy_coef is not None:
             raise RunError("--redundancy-coef needs --redundancy KIND (xcorr, cka or hsic)")
+        _say_overrides(args, overrides)
         if args.seeds:
             return _train_seeds(args, spec, options)
     out = args.out if args.out is not None else _default_out(spec)
@@ -312,6 +298,12 @@ def _train(args: argparse.Namespace) -> int:
     if not args.quiet:
         print(f"{result.run_dir}  final mean episode return {result.final_return:.4g}  ({result.seconds:.1f} s)")
     return 0
+
+
+def _say_overrides(args: argparse.Namespace, line: str | None) -> None:
+    """The one line naming the --config values the command line changes (on standard error, as the run's notes)."""
+    if line is not None and not args.quiet:
+        sys.stderr.write(line + "\n")
 
 
 def _with_auto_workers(spec: Any, args: argparse.Namespace) -> Any:

@@ -416,7 +416,7 @@ def check_memory(spec: RunSpec, stream: TextIO | None = None) -> Any:
     except Exception:  # the copy above was built and reset by the adapter: the estimate goes without its size
         per_copy, seconds = 0, 0.0
     estimate = estimate_memory(joint_spec, spec.trainer, per_copy)
-    _refuse_oversized(estimate, spec.trainer)
+    _refuse_oversized(estimate, spec.trainer, joint_spec.num_agents)
     copies = spec.trainer.num_envs
     if stream is not None and seconds * copies > LONG_BUILD_SECONDS:
         expected = f"about {seconds * copies:.0f} s ({seconds * 1e3:.1f} ms each)"
@@ -424,23 +424,23 @@ def check_memory(spec: RunSpec, stream: TextIO | None = None) -> Any:
     return estimate
 
 
-def _refuse_oversized(estimate: Any, config: JointTrainerConfig) -> None:
+def _refuse_oversized(estimate: Any, config: JointTrainerConfig, agents: int) -> None:
     from marljoint.memory import available_device_memory, available_memory, format_bytes
 
+    copies = config.num_envs
     parts = (
-        f"rollout storage {config.rollout_steps} steps x {config.num_envs:,} env copies: "
-        f"{format_bytes(estimate.rollout)}, update {format_bytes(estimate.update)}, {config.num_envs:,} env copies at "
-        f"{format_bytes(estimate.per_copy)} each: {format_bytes(estimate.env_copies)}"
+        f"the rollout storage of {config.rollout_steps} steps x {copies:,} env copies x {agents} agents needs "
+        f"{format_bytes(estimate.rollout)}, the update {format_bytes(estimate.update)}, the {copies:,} env copies "
+        f"{format_bytes(estimate.env_copies)} ({format_bytes(estimate.per_copy)} each)"
     )
-    fix = "lower num_envs or rollout_steps (or shrink the observations, e.g. with --wrap resize_v1:x_size=...)"
+    fix = "lower rollout_steps or num_envs (or shrink the observations, e.g. with --wrap resize_v1:x_size=...)"
     for needed, free, where in (
         (estimate.host, available_memory(), "memory"),
         (estimate.device, available_device_memory(estimate.on_device), f"free memory on {estimate.on_device}"),
     ):
         if free is not None and needed > free:
             raise RunError(
-                f"this run needs about {format_bytes(needed)} ({parts}) but only {format_bytes(free)} of {where} is "
-                f"available; {fix}"
+                f"{parts}: about {format_bytes(needed)} of {where}, but only {format_bytes(free)} is available; {fix}"
             )
 
 

@@ -51,8 +51,7 @@ def command_line_settings(args: argparse.Namespace) -> dict[str, Any]:
     for key, value in args.set:
         if key in settings and not same_value(key, settings[key], value):
             raise RunError(
-                f"--set {key}={_show(settings[key])} and --set {key}={_show(value)} give {key} two values; "
-                "give it once"
+                f"--set {key}={_show(settings[key])} and --set {key}={_show(value)} give {key} two values; give it once"
             )
         settings[key] = value
     for key, (flag, attribute) in DEDICATED_OPTIONS.items():

@@ -72,7 +72,9 @@ def test_a_parameter_made_infinite_by_a_step_is_caught_after_the_update():
         for optimizer in unit.optimizers():
             for group in optimizer.param_groups:
                 group["lr"] = math.inf
-    with pytest.raises(DivergenceError, match=r"at iteration 1: parameter \S+ of network agent_0\+agent_1 is (nan|-?inf)"):
+    with pytest.raises(
+        DivergenceError, match=r"at iteration 1: parameter \S+ of network agent_0\+agent_1 is (nan|-?inf)"
+    ):
         trainer.iterate()
     assert trainer.iteration == 0  # the iteration did not complete
 

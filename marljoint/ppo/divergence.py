@@ -52,9 +52,9 @@ class DivergenceError(FloatingPointError):
 
 
 def all_finite(values: Sequence[torch.Tensor]) -> bool:
-    """Whether every element of ``values`` (tensors of any shape, on one device) is finite, read with one sync."""
-    flat = torch.cat([v.detach().reshape(-1).float() for v in values])
-    return bool(torch.isfinite(flat).all())
+    """Whether every element of ``values`` (floating-point tensors of any shape, on one device) is finite, read
+    with one sync."""
+    return bool(torch.isfinite(torch.cat([v.detach().reshape(-1) for v in values])).all())
 
 
 def first_non_finite(named: Iterable[tuple[str, torch.Tensor]]) -> tuple[str, float] | None:

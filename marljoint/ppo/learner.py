@@ -306,6 +306,8 @@ class Learner:
         Raises:
             ValueError: for a rollout whose shapes disagree, an ``active`` of the wrong length, or an aux loss
                 that is not a finite scalar.
+            DivergenceError: a minibatch's loss or a gradient is not finite (raised before any optimizer steps on
+                it), or a parameter is not finite after the epochs; names the metric and the agent or network.
         """
         rollout.validate()
         if rollout.spec.agents != self.spec.agents:

@@ -63,6 +63,9 @@ def command_line_settings(args: argparse.Namespace) -> dict[str, Any]:
                 f"--set {key}={_show(settings[key])} and {flag} {_show(value)} give {key} two values; keep one"
             )
         settings[key] = value
+    if args.seeds and "seed" in settings:
+        seeds = " ".join(str(seed) for seed in args.seeds)
+        raise RunError(f"--set seed={_show(settings['seed'])} and --seeds {seeds} give seed two values; keep one")
     if "collection" in settings and any(getattr(args, name) not in (None, False) for name in _COLLECTION_OPTIONS):
         raise RunError(
             f"--set collection={_show(settings['collection'])} and --env-workers/--ray/--num-workers both choose "

@@ -127,6 +127,10 @@ CASES = {
         [*TRAIN, "--out", "{new}", "--set", "env_kwargs={obs_dim = 3}", "--env-kwargs", '{"obs_dim": 5}'],
         '--set env_kwargs={"obs_dim":3} and --env-kwargs {"obs_dim":5} give env_kwargs two values',
     ),
+    "set-seed-and-seeds": (
+        [*TRAIN, "--out", "{new}", "--set", "seed=4", "--seeds", "1", "2"],
+        "--set seed=4 and --seeds 1 2 give seed two values",
+    ),
     "set-collection-and-env-workers": (
         [*TRAIN, "--out", "{new}", "--set", 'collection={backend = "local"}', "--env-workers", "2"],
         "both choose how to collect",

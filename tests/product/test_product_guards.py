@@ -111,6 +111,10 @@ CASES = {
         [*TRAIN, "--out", "{new}", "--set", "learning_rate=inf"],
         "learning_rate must be finite",
     ),
+    "diverging-in-the-first-iteration": (
+        [*TRAIN, "--out", "{new}", "--set", "learning_rate=1e30"],
+        "training diverged at iteration 1",
+    ),
     "minibatch-above-the-batch": (
         [*TRAIN, "--out", "{new}", "--set", "rollout_steps=32", "--set", "minibatch_size=100000"],
         "minibatch_size = 100000 is more than the 64 rows of an update",

@@ -31,6 +31,7 @@ from marljoint.env import (
 from marljoint.policies import JointPolicy
 from marljoint.ppo import (
     AuxOutput,
+    DivergenceError,
     Iteration,
     JointMultiAgentTrainer,
     JointRollout,
@@ -94,6 +95,7 @@ __all__ = [
     "BlankImageWarning",
     "CollectionConfig",
     "Collector",
+    "DivergenceError",
     "EnvCopyError",
     "GroupSpec",
     "Iteration",

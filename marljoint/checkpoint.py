@@ -27,6 +27,7 @@ __all__ = [
     "checkpoint_path",
     "list_checkpoints",
     "load_checkpoint",
+    "non_finite_weights",
     "save_checkpoint",
 ]
 
@@ -174,3 +175,30 @@ def save_checkpoint(
         for old in list_checkpoints(directory)[:-keep]:
             old.unlink(missing_ok=True)
     return path
+
+
+def non_finite_weights(state: Any, prefix: str = "") -> tuple[str, float] | None:
+    """The first floating-point tensor or array in a (nested) checkpoint state that holds a NaN or an infinity, as
+    ``(its dotted path, the value)``, or ``None`` when every one is finite.
+
+    A run that diverged must not be acted with: a NaN policy never ends an episode it could end by acting, so
+    evaluating it would play until its step limit.
+
+    Example:
+        >>> non_finite_weights({"policies": [{"w": torch.tensor([1.0, float("inf")])}]})
+        ('policies.0.w', inf)
+    """
+    if isinstance(state, dict):
+        items: Any = state.items()
+    elif isinstance(state, (list, tuple)):
+        items = enumerate(state)
+    else:
+        array = state.detach().cpu().numpy() if isinstance(state, torch.Tensor) and state.is_floating_point() else state
+        if isinstance(array, np.ndarray) and array.dtype.kind == "f" and not np.isfinite(array).all():
+            return prefix, float(array[~np.isfinite(array)].reshape(-1)[0])
+        return None
+    for key, value in items:
+        found = non_finite_weights(value, f"{prefix}.{key}" if prefix else str(key))
+        if found is not None:
+            return found
+    return None

@@ -18,7 +18,7 @@ import numpy as np
 from marljoint.checkpoint import CheckpointError, list_checkpoints, load_checkpoint
 from marljoint.collect.config import CollectionConfig
 from marljoint.episodes import play_episodes
-from marljoint.train import CHECKPOINT_DIR, RunError, RunSpec, build_trainer, load_run_spec, make_env
+from marljoint.train import CHECKPOINT_DIR, RunError, RunSpec, build_trainer, load_run_spec, make_env, refuse_diverged
 
 __all__ = [
     "EvalResult",
@@ -178,6 +178,7 @@ def load_run(
         state = load_checkpoint(path)
     except CheckpointError as exc:
         raise RunError(str(exc)) from None
+    refuse_diverged(state.get("trainer", state), path)
     # In-process copies on the CPU: a GIF reads frames from the first copy, acting needs no workers, and a run
     # trained on a GPU loads anywhere.
     trainer_config = spec.trainer.replace(collection=CollectionConfig(), num_envs=num_envs, device="cpu")

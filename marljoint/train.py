@@ -29,11 +29,19 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from marljoint import _toml
-from marljoint.checkpoint import CheckpointError, atomic_torch_save, list_checkpoints, load_checkpoint, save_checkpoint
+from marljoint.checkpoint import (
+    CheckpointError,
+    atomic_torch_save,
+    list_checkpoints,
+    load_checkpoint,
+    non_finite_weights,
+    save_checkpoint,
+)
 from marljoint.env.base import EnvCopyError
 from marljoint.envs_registry import EnvSpecError, ResolvedEnv, resolve_env, supersuit_wrappers, wrapped_factory
 from marljoint.errors import EnvFailure, RunError, RunInterrupted, unwritable_file_error
 from marljoint.ppo.config import LEGACY_KEYS, JointTrainerConfig, as_saved
+from marljoint.ppo.divergence import DivergenceError
 from marljoint.runlock import LOCK_FILE, RunLock
 from marljoint.trust import SnapshotTrustError
 
@@ -49,8 +57,11 @@ __all__ = [
     "RunResult",
     "RunSpec",
     "build_trainer",
+    "check_memory",
+    "check_minibatch",
     "load_run_spec",
     "make_env",
+    "refuse_diverged",
     "resume_spec",
     "train_run",
 ]
@@ -335,6 +346,18 @@ def _normal(value: Any) -> Any:
     return value
 
 
+def _env_factory(spec: RunSpec, **extra_kwargs: Any) -> Any:
+    """The factory of one copy of the run's env, wrappers applied."""
+    try:
+        resolved: ResolvedEnv = resolve_env(spec.env, dict(spec.env_kwargs))
+    except EnvSpecError as exc:
+        raise RunError(str(exc)) from None
+    try:
+        return wrapped_factory(resolved.env_fn(**extra_kwargs), supersuit_wrappers(spec.wrappers))
+    except Exception as exc:  # env constructors raise anything for bad keyword arguments
+        raise RunError(f"env {spec.env!r} with kwargs {dict(spec.env_kwargs)} cannot be built: {exc}") from None
+
+
 def make_env(spec: RunSpec, num_envs: int | None = None, seed: int | None = None, **extra_kwargs: Any) -> Any:
     """Builds the JointEnv of a run: the env its collection backend collects from
     (:meth:`~marljoint.collect.CollectionConfig.make_env`: worker processes for ``"subprocess"``).
@@ -348,12 +371,8 @@ def make_env(spec: RunSpec, num_envs: int | None = None, seed: int | None = None
     Raises:
         RunError: if the env cannot be resolved or built (naming the env and the reason).
     """
+    factory = _env_factory(spec, **extra_kwargs)
     try:
-        resolved: ResolvedEnv = resolve_env(spec.env, dict(spec.env_kwargs))
-    except EnvSpecError as exc:
-        raise RunError(str(exc)) from None
-    try:
-        factory = wrapped_factory(resolved.env_fn(**extra_kwargs), supersuit_wrappers(spec.wrappers))
         return spec.trainer.collection.make_env(
             factory,
             num_envs=spec.trainer.num_envs if num_envs is None else num_envs,
@@ -361,6 +380,78 @@ def make_env(spec: RunSpec, num_envs: int | None = None, seed: int | None = None
         )
     except Exception as exc:  # env constructors raise anything for bad keyword arguments
         raise RunError(f"env {spec.env!r} with kwargs {dict(spec.env_kwargs)} cannot be built: {exc}") from None
+
+
+def check_minibatch(config: JointTrainerConfig) -> None:
+    """Refuses a ``minibatch_size`` larger than the rows of an update (a minibatch can only hold them all).
+
+    Raises:
+        RunError: naming both numbers and the fix.
+    """
+    rows = config.batch_rows
+    if config.num_minibatches is None and config.minibatch_size > rows:
+        raise RunError(
+            f"minibatch_size = {config.minibatch_size} is more than the {rows} rows of an update (rollout_steps "
+            f"{config.rollout_steps} x num_envs {config.num_envs}); set minibatch_size to at most {rows}, raise "
+            "rollout_steps or num_envs, or set num_minibatches instead"
+        )
+
+
+LONG_BUILD_SECONDS = 30.0
+"""Building the env copies is announced when one copy's build time says it will take longer than this."""
+
+
+def check_memory(spec: RunSpec, stream: TextIO | None = None) -> Any:
+    """Refuses a run whose rollout storage, update and env copies would not fit in the memory available, before
+    the env copies are built: one copy is built, measured and closed (:mod:`marljoint.memory`). A build of the copies
+    expected to take longer than :data:`LONG_BUILD_SECONDS` is announced on ``stream``.
+
+    Returns:
+        The :class:`~marljoint.memory.MemoryEstimate`.
+
+    Raises:
+        RunError: with the estimate, the memory available and the fix; or if the env cannot be built.
+    """
+    from marljoint.collect.config import CollectionConfig
+    from marljoint.memory import estimate_memory, measure_env_copy
+
+    local = dataclasses.replace(spec, trainer=spec.trainer.replace(collection=CollectionConfig()))
+    probe = make_env(local, num_envs=1)
+    try:
+        joint_spec = probe.spec
+    finally:
+        probe.close()
+    try:
+        per_copy, seconds = measure_env_copy(_env_factory(spec), seed=spec.trainer.seed)
+    except Exception:  # the copy above was built and reset by the adapter: the estimate goes without its size
+        per_copy, seconds = 0, 0.0
+    estimate = estimate_memory(joint_spec, spec.trainer, per_copy)
+    _refuse_oversized(estimate, spec.trainer, joint_spec.num_agents)
+    copies = spec.trainer.num_envs
+    if stream is not None and seconds * copies > LONG_BUILD_SECONDS:
+        expected = f"about {seconds * copies:.0f} s ({seconds * 1e3:.1f} ms each)"
+        _say(stream, True, f"building {copies:,} env copies: {expected}")
+    return estimate
+
+
+def _refuse_oversized(estimate: Any, config: JointTrainerConfig, agents: int) -> None:
+    from marljoint.memory import available_device_memory, available_memory, format_bytes
+
+    copies = config.num_envs
+    parts = (
+        f"the rollout storage of {config.rollout_steps} steps x {copies:,} env copies x {agents} agents needs "
+        f"{format_bytes(estimate.rollout)}, the update {format_bytes(estimate.update)}, the {copies:,} env copies "
+        f"{format_bytes(estimate.env_copies)} ({format_bytes(estimate.per_copy)} each)"
+    )
+    fix = "lower rollout_steps or num_envs (or shrink the observations, e.g. with --wrap resize_v1:x_size=...)"
+    for needed, free, where in (
+        (estimate.host, available_memory(), "memory"),
+        (estimate.device, available_device_memory(estimate.on_device), f"free memory on {estimate.on_device}"),
+    ):
+        if free is not None and needed > free:
+            raise RunError(
+                f"{parts}: about {format_bytes(needed)} of {where}, but only {format_bytes(free)} is available; {fix}"
+            )
 
 
 def build_trainer(spec: RunSpec, env: Any) -> Any:
@@ -516,6 +607,8 @@ def train_run(
         RunLocked: another process (or thread) is writing ``run_dir``.
         RunInterrupted: after SIGINT or SIGTERM.
         EnvFailure: the env raised in ``reset()`` or ``step()``.
+        DivergenceError: a loss, gradient or parameter became non-finite; the diverged state is not saved and the
+            newest checkpoint, the last good one, is kept (the message names it).
     """
     with RunLock(run_dir):
         return _train_locked(
@@ -538,6 +631,9 @@ def _train_locked(
     stream = stream if stream is not None else sys.stderr
     started = time.perf_counter()
     checkpoint = _check_run_dir(run_dir, resume, force)
+    if not resume:  # a resumed run already trained with its sizes
+        check_minibatch(spec.trainer)
+    check_memory(spec, stream if progress else None)
     env = make_env(spec)
     try:
         trainer = build_trainer(spec, env)
@@ -668,6 +764,8 @@ class _Loop:
                     )
         except EnvCopyError as exc:
             raise self._env_failure(exc, clock, last_saved) from exc
+        except DivergenceError as exc:
+            raise exc.with_note(self._kept(last_saved)) from None
         except KeyboardInterrupt:
             raise RunInterrupted(
                 f"interrupted at iteration {trainer.iteration}; the newest checkpoint is from iteration "
@@ -680,6 +778,15 @@ class _Loop:
             if self._eval_env is not None:
                 self._eval_env.close()
             trainer.close()
+
+    def _kept(self, last_saved: int) -> str:
+        """Which checkpoint holds the last good weights after a divergence (the diverged state is never saved)."""
+        if self.log is None:
+            return "nothing was written"
+        paths = list_checkpoints(self.run_dir / CHECKPOINT_DIR)
+        if not paths:
+            return f"no checkpoint was written, {self.run_dir} keeps the metrics of the iterations before"
+        return f"{paths[-1]} (iteration {last_saved}) holds the last good weights and was kept"
 
     def _iteration(self, total: int, clock: float) -> dict[str, Any]:
         trainer = self.trainer
@@ -823,15 +930,36 @@ def _say(stream: TextIO, enabled: bool, text: str) -> None:
         stream.flush()
 
 
+def refuse_diverged(trainer_state: Any, path: Path) -> None:
+    """Refuses a checkpoint whose networks or value normaliser hold a NaN or an infinity, naming the file and the
+    parameter (a policy with such weights acts nonsense, and an evaluation would play until its step limit).
+
+    Raises:
+        RunError: naming ``path``, the parameter and what to use instead.
+    """
+    weights = (
+        {k: trainer_state.get(k) for k in ("policies", "value_normalizer")} if isinstance(trainer_state, dict) else {}
+    )
+    found = non_finite_weights(weights)
+    if found is not None:
+        name, value = found
+        raise RunError(
+            f"checkpoint {path} holds non-finite weights ({name} is {value}): the run diverged before it was saved; "
+            "use an earlier checkpoint (--checkpoint FILE) or train again with a lower learning_rate"
+        )
+
+
 def _latest_checkpoint(run_dir: Path) -> dict[str, Any] | None:
     paths = list_checkpoints(run_dir / CHECKPOINT_DIR)
     if not paths:
         return None
     try:
-        return load_checkpoint(paths[-1])
+        checkpoint = load_checkpoint(paths[-1])
     except CheckpointError as exc:
         hint = f"; delete it to resume from {paths[-2].name}" if len(paths) > 1 else ""
         raise RunError(f"{exc}{hint}") from None
+    refuse_diverged(checkpoint.get("trainer"), paths[-1])
+    return checkpoint
 
 
 def _save(

@@ -22,6 +22,7 @@ from marljoint.cli.args import seed as _seed
 from marljoint.cli.args import setting as _setting
 from marljoint.cli.args import workers_or_auto as _workers_or_auto
 from marljoint.cli.args import wrapper as _wrapper
+from marljoint.cli.settings import command_line_settings, config_overrides
 from marljoint.cli.sweep import add_options as add_several_runs_options
 from marljoint.cli.sweep import several_runs
 from marljoint.presets import PRESETS, get_preset
@@ -249,26 +250,7 @@ def _add_train(subparsers: Any) -> None:
 def _train(args: argparse.Namespace) -> int:
     from marljoint.train import RunError, RunSpec, read_config_file, resume_spec
 
-    options = {
-        "env": args.env,
-        "env_kwargs": args.env_kwargs,
-        "wrappers": args.wrap,
-        "total_steps": args.total_steps,
-        "num_envs": args.num_envs,
-        "seed": args.seed,
-        "redundancy": args.redundancy,
-        "redundancy_coef": args.redundancy_coef,
-        "checkpoint_every": args.checkpoint_every,
-        "keep_checkpoints": args.keep_checkpoints,
-        "eval_every": args.eval_every,
-        "eval_episodes": args.eval_episodes,
-        "wandb_project": args.wandb,
-        "learning_rate": args.learning_rate,
-        "rollout_steps": args.rollout_steps,
-        "device": args.device,
-        "recurrent": args.recurrent,
-    }
-    options = {**dict(args.set), **{k: v for k, v in options.items() if v is not None}}
+    options = command_line_settings(args)
     if args.env_workers is not None:
         if args.ray or args.ray_address is not None or args.num_workers is not None:
             raise RunError(
@@ -312,14 +294,18 @@ def _train(args: argparse.Namespace) -> int:
             return _train_one(spec, args.out, args)
     else:
         values = _preset_values(args.preset) if args.preset is not None else {}
+        overrides = None
         if args.config is not None:
-            values.update(read_config_file(args.config))
+            file_values = read_config_file(args.config)
+            values.update(file_values)
+            overrides = config_overrides(args.config, file_values, options)
         values.update(options)
         if "env" in values and "env_kwargs" not in values:
             values["env_kwargs"] = {}
         spec = _with_auto_workers(RunSpec.from_dict(values), args)
         if spec.redundancy is None and args.redundancy_coef is not None:
             raise RunError("--redundancy-coef needs --redundancy KIND (xcorr, cka or hsic)")
+        _say_overrides(args, overrides)
         if several_runs(args):
             return _train_seeds(args, spec, options)
     return _train_one(spec, args.out if args.out is not None else _default_out(spec), args)
@@ -334,6 +320,12 @@ def _train_one(spec: Any, out: Path, args: argparse.Namespace) -> int:
     if not args.quiet:
         print(f"{result.run_dir}  final mean episode return {result.final_return:.4g}  ({result.seconds:.1f} s)")
     return 0
+
+
+def _say_overrides(args: argparse.Namespace, line: str | None) -> None:
+    """The one line naming the --config values the command line changes (on standard error, as the run's notes)."""
+    if line is not None and not args.quiet:
+        sys.stderr.write(line + "\n")
 
 
 def _with_auto_workers(spec: Any, args: argparse.Namespace, cores: int | None = None) -> Any:
@@ -600,9 +592,18 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     from marljoint.env import EnvCopyError
     from marljoint.envs_registry import EnvSpecError
     from marljoint.plotting import PlottingUnavailable
+    from marljoint.ppo.divergence import DivergenceError
     from marljoint.train import RunError
 
-    errors = (RunError, CheckpointError, EnvSpecError, PlottingUnavailable, RayUnavailable, EnvCopyError)
+    errors = (
+        RunError,
+        CheckpointError,
+        EnvSpecError,
+        PlottingUnavailable,
+        RayUnavailable,
+        EnvCopyError,
+        DivergenceError,
+    )
     return (*errors, MemoryError, OSError, ValueError)
 
 

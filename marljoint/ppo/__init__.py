@@ -6,6 +6,7 @@ from marljoint.collect.rollout import JointRollout
 from marljoint.policies.normalizer import RunningNormalizer
 from marljoint.ppo.config import JointTrainerConfig
 from marljoint.ppo.derived import derive_settings, derive_threads, gamma_for_episodes
+from marljoint.ppo.divergence import DivergenceError
 from marljoint.ppo.gae import compute_gae
 from marljoint.ppo.learner import Learner, NetworkUnit
 from marljoint.ppo.losses import (
@@ -21,6 +22,7 @@ from marljoint.ppo.trainer import Iteration, JointMultiAgentTrainer, JointStats
 __all__ = [
     "AuxFn",
     "AuxOutput",
+    "DivergenceError",
     "Iteration",
     "JointMultiAgentTrainer",
     "JointRollout",

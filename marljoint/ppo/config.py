@@ -166,12 +166,14 @@ class JointTrainerConfig:
         _positive("max_grad_norm", self.max_grad_norm, "use math.inf to disable clipping")
         if self.learning_rate is not None:
             _positive("learning_rate", self.learning_rate, "e.g. 3e-4, or None to derive it from the env")
+            _finite("learning_rate", self.learning_rate, "e.g. 3e-4: an infinite step makes every parameter NaN")
         _positive("adam_eps", self.adam_eps, "e.g. 1e-5")
         _non_negative("vf_coef", self.vf_coef)
         if self.ent_coef is not None:
             _non_negative("ent_coef", self.ent_coef)
         if self.critic_lr is not None:
             _positive("critic_lr", self.critic_lr, "or None to train the critic with learning_rate")
+            _finite("critic_lr", self.critic_lr, "e.g. 1e-3: an infinite step makes every parameter NaN")
             if self.share_trunk and not self.centralized_critic:
                 raise ValueError(
                     f"critic_lr={self.critic_lr} steps the critic's own parameters, but share_trunk=True gives the "
@@ -378,6 +380,11 @@ def _positive_int(name: str, value: Any) -> None:
 def _positive(name: str, value: Any, hint: str) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
         raise ValueError(f"{name} must be > 0, got {value!r} ({hint})")
+
+
+def _finite(name: str, value: float, hint: str) -> None:
+    if math.isinf(value):
+        raise ValueError(f"{name} must be finite, got {value!r} ({hint})")
 
 
 def _non_negative(name: str, value: Any) -> None:

@@ -24,6 +24,7 @@ from marljoint.policies.actor_critic import PolicyOutput
 from marljoint.policies.joint import JointPolicy
 from marljoint.policies.normalizer import RunningNormalizer
 from marljoint.ppo.config import JointTrainerConfig
+from marljoint.ppo.divergence import DivergenceError, all_finite, first_non_finite, non_finite_parameter
 from marljoint.ppo.gae import compute_gae
 from marljoint.ppo.losses import explained_variance, masked_mean, normalize_advantages, policy_loss, value_loss
 from marljoint.ppo.sequences import SequenceChunks, chunk_rows, pad_row
@@ -305,6 +306,8 @@ class Learner:
         Raises:
             ValueError: for a rollout whose shapes disagree, an ``active`` of the wrong length, or an aux loss
                 that is not a finite scalar.
+            DivergenceError: a minibatch's loss or a gradient is not finite (raised before any optimizer steps on
+                it), or a parameter is not finite after the epochs; names the metric and the agent or network.
         """
         rollout.validate()
         if rollout.spec.agents != self.spec.agents:
@@ -320,6 +323,10 @@ class Learner:
         self.joint_policy.train()
         active_on_device = active_mask.to(self.device)
         self._epochs(batch, totals, call_aux, active_mask, active_on_device)
+        # Losses and gradients were checked before every step; a finite step can still overflow a parameter.
+        found = non_finite_parameter(self._networks())
+        if found is not None:
+            raise DivergenceError(*found)
         # After the epochs: the rollout was collected and trained on with one set of observation statistics, and
         # the next one is collected with statistics that include it.
         rows = rollout.steps * rollout.num_envs
@@ -359,7 +366,7 @@ class Learner:
                 if cfg.target_kl is not None and _too_far(loss.pg.approx_kl[active_on_device], cfg.target_kl):
                     # The policy already moved too far on these rows: stop before stepping on them.
                     return
-                totals.add(loss, self._step(loss.joint, active_mask))
+                totals.add(loss, self._step(loss, active_mask))
 
     def _minibatch_shape(self, batch: _Batch) -> tuple[int, int]:
         """``(units, size)``: the update's rows (feed-forward) or sequence chunks (recurrent), and how many of them
@@ -515,21 +522,47 @@ class Learner:
             joint = joint + aux.loss
         return _MinibatchLoss(joint, pg, vl, ent, aux)
 
-    def _step(self, joint: torch.Tensor, active_mask: torch.Tensor) -> dict[str, torch.Tensor]:
-        """One backward, then each network clipped and the active agents' optimizers stepped; returns the
-        ``"<part>/<network>"`` gradient norms before clipping."""
+    def _step(self, loss: _MinibatchLoss, active_mask: torch.Tensor) -> dict[str, torch.Tensor]:
+        """One backward, then each network clipped and, when the loss and every gradient norm are finite, the
+        active agents' optimizers stepped; returns the ``"<part>/<network>"`` gradient norms before clipping.
+
+        Raises:
+            DivergenceError: before any optimizer steps, when the loss or a gradient is not finite.
+        """
         for unit in self.units:
             unit.zero_grad()
-        joint.backward()
+        loss.joint.backward()
         norms_by_key = {}
         for unit in self.units:
             for part, norms in unit.clip(self.config.max_grad_norm).items():
                 for name, norm in zip(unit.network_names, norms):
                     norms_by_key[f"{part}/{name}"] = norm
+        # A non-finite gradient has a non-finite norm: one reduction over the norms the clipping measured anyway.
+        if not all_finite([loss.joint.reshape(1), *norms_by_key.values()]):
+            raise self._divergence(loss, norms_by_key)
+        for unit in self.units:
             unit.step(active_mask)
         for unit in self.units:
             unit.zero_grad()
         return norms_by_key
+
+    def _divergence(self, loss: _MinibatchLoss, norms: dict[str, torch.Tensor]) -> DivergenceError:
+        """The first culprit of a non-finite minibatch: a parameter (an earlier step overflowed it), a loss term of
+        an agent, the aux loss, then a gradient norm."""
+        agents = self.spec.agents
+        terms = {"policy_loss": loss.pg.loss, "value_loss": loss.value, "entropy": loss.entropy}
+        named = [
+            (f"{term} of agent {agents[i]!r}", values[i]) for term, values in terms.items() for i in range(len(agents))
+        ]
+        if loss.aux is not None:
+            named.append(("aux_loss", loss.aux.loss))
+        named += [(f"gradient norm of {key}", norm) for key, norm in norms.items()]
+        found = non_finite_parameter(self._networks()) or first_non_finite(named)
+        return DivergenceError(*(found or ("total_loss", float(loss.joint.detach()))))
+
+    def _networks(self) -> list[tuple[str, nn.Module]]:
+        """Each network with its name (its agent, or its agents joined by ``+``)."""
+        return [("+".join(unit.network_names), unit.policy) for unit in self.units]
 
     def _active_mask(self, active: Sequence[bool] | torch.Tensor | None) -> torch.Tensor:
         n = self.spec.num_agents

@@ -29,6 +29,7 @@ from marljoint.policies.normalizer import RunningNormalizer
 from marljoint.ppo.build import check_trunk_layout, critic_input_size, default_units, units_from_policies
 from marljoint.ppo.config import JointTrainerConfig
 from marljoint.ppo.derived import derive_settings, derive_threads, settings_of_policies
+from marljoint.ppo.divergence import DivergenceError
 from marljoint.ppo.learner import JointStats, Learner, NetworkUnit
 from marljoint.ppo.metrics import MetricKeys, iteration_metrics
 
@@ -249,8 +250,15 @@ class JointMultiAgentTrainer:
 
         The learner's :meth:`~marljoint.ppo.Learner.update`, where the arguments, the aux-loss call and the errors
         are described; ``rollout`` comes from :meth:`collect_rollout` (or is built by hand with the same shapes).
+
+        Raises:
+            DivergenceError: a loss or gradient became non-finite (no optimizer stepped on it), or a parameter did;
+                it names the metric and the iteration in progress (:attr:`iteration` + 1).
         """
-        return self.learner.update(rollout, aux_fn, active)
+        try:
+            return self.learner.update(rollout, aux_fn, active)
+        except DivergenceError as exc:
+            raise exc.at_iteration(self.iteration + 1) from None
 
     def set_learning_rate_scale(self, scale: float) -> None:
         """Sets every optimizer's learning rate to ``scale ×`` its own initial value (see
@@ -484,5 +492,3 @@ class JointMultiAgentTrainer:
         if state is not None and legacy is not None and "env" in state and "copy_generators" not in state:
             state = {**state, "copy_generators": legacy}
         self.collector.load_state(state)
-
-

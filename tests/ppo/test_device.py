@@ -4,7 +4,8 @@ Without a GPU, torch's ``meta`` device stands in for one: its tensors hold no da
 them with CPU tensors raises. The update runs on meta from the rollout to the optimizer step; only the final read
 of its statistics into Python numbers (impossible for data-less tensors) is replaced by a check of where they live.
 The checks that must read a value on the host in the middle of an update (an aux loss's finiteness, the target_kl
-early stop) are host reads, not device mixing; they are left out here.
+early stop, the divergence checks of the losses, gradient norms and parameters) are host reads, not device mixing;
+they are left out here (the divergence check's inputs are checked to live on the device).
 """
 
 import pytest
@@ -44,8 +45,16 @@ def test_the_update_runs_on_another_device_without_mixing(case, monkeypatch):
         return {k: ({} if isinstance(v, dict) else [] if v.dim() else 0.0) for k, v in stats.items()}
 
     monkeypatch.setattr(learner_module, "_to_host", check_instead_of_reading)
+    checked = []
+
+    def finite_on_the_device(values):
+        checked.append(all(v.device.type == "meta" for v in values))
+        return True
+
+    monkeypatch.setattr(learner_module, "all_finite", finite_on_the_device)
+    monkeypatch.setattr(learner_module, "non_finite_parameter", lambda networks: None)
     stats = learner.update(rollout.to("meta"))
-    assert stats.num_mb_steps > 0
+    assert stats.num_mb_steps > 0 and len(checked) == stats.num_mb_steps and all(checked)
     tensors = [v for k, v in read.items() if not isinstance(v, dict)]
     tensors += [v for k in ("grad_norm", "aux_metrics") for v in read[k].values() if isinstance(v, torch.Tensor)]
     assert read["grad_norm"] and all(t.device.type == "meta" for t in tensors)

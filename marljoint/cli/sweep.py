@@ -237,10 +237,15 @@ def _job(
 
 
 def _check_before_start(jobs: list[Any], args: argparse.Namespace) -> None:
-    """Refuses an env that cannot be found and a directory that holds a run before any run starts (one line, as
-    for a single run), rather than as the same failure of every run."""
+    """Refuses an env that cannot be found, a directory that another process is writing and a directory that holds
+    a run before any run starts (one line, as for a single run), rather than as the same failure of every run."""
     from marljoint.envs_registry import resolve_env
+    from marljoint.runlock import RunLock
     from marljoint.train import RunError, holds_run
+
+    for job in jobs:  # a directory being written is refused as a single run's would be (RunLocked)
+        with RunLock(job.run_dir, "marljoint train"):
+            pass
 
     taken = [job.run_dir for job in jobs if holds_run(job.run_dir)]
     if taken and not (args.resume or args.force):

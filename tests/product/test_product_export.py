@@ -38,6 +38,8 @@ def place(tmp_path_factory):
         str(config),
         "--set",
         "normalize_observations=false",
+        "--set",
+        "minibatch_size=32",
         "--out",
         str(root / "images"),
         "--quiet",

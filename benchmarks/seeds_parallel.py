@@ -2,17 +2,17 @@
 
 Times the whole command (processes, imports and all) for each ``--jobs`` value, ``1`` (one after another, in one
 process) first, and prints each time with its ratio to the first. The default compares ``--jobs 1`` with the
-default (``auto``: one run per core this process may use, at most the number of runs). It also checks that every
-seed ended with the same ``metrics.csv`` (time columns aside) in each mode: the runs beside a run do not change it.
+default (``auto``: every run at once up to twice the cores this process may use, one per core beyond). It also
+checks that every seed ended with the same ``metrics.csv`` (time columns aside) in each mode: the runs beside a run
+do not change it.
 
-The acceptance on 2 cores is a ratio of at most 0.6. Three single-core runs on two cores at two at a time take two
-rounds, so the default's ratio cannot go below 2/3 there; ``--jobs 3`` lets the operating system share the two
-cores among all three runs (1.5 rounds).
+The acceptance on 2 cores is a ratio of at most 0.6. Three single-core runs on two cores share them (1.5
+run-lengths), where rounds of one run per core (``--jobs 2``) take two.
 
 Usage::
 
     python benchmarks/seeds_parallel.py                                # simple_spread, --jobs 1 vs the default
-    python benchmarks/seeds_parallel.py --jobs 1 auto 3 --save benchmarks/results/seeds-parallel
+    python benchmarks/seeds_parallel.py --jobs 1 auto 2 --save benchmarks/results/seeds-parallel
     python benchmarks/seeds_parallel.py --env mock_v0 --total-steps 4096   # seconds, no mpe2 needed
 """
 

@@ -77,7 +77,7 @@ def metrics(out: Path, seed: int) -> list[dict[str, str]]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--env", default="mpe2.simple_spread_v3")
-    parser.add_argument("--total-steps", type=int, default=32768, help="env steps of each run (default 32,768)")
+    parser.add_argument("--total-steps", type=int, default=98304, help="env steps of each run (default 98,304)")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--jobs", nargs="+", default=["1", "auto"], help="--jobs values to time, 1 first")
     parser.add_argument("--save", type=Path, help="also write the report to DIR/<UTC date and time>.txt")

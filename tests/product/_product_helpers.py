@@ -7,7 +7,9 @@ from pathlib import Path
 
 import numpy as np
 
+from marljoint.checkpoint import list_checkpoints, load_checkpoint
 from marljoint.cli import main
+from marljoint.train import RunSpec
 from marljoint_envs import counter_v0
 
 TINY_ENV_KWARGS = {"scenario": "easy", "num_houses": 5, "num_agents": 2, "max_nights": 20}
@@ -45,6 +47,27 @@ def train_args(out: Path, config: Path, total_steps: int = 4 * 64, *extra: str) 
 def resume_args(out: Path, total_steps: int, *extra: str) -> list[str]:
     """Arguments of ``marljoint train --resume`` for a run made with :func:`train_args`."""
     return ["train", "--out", str(out), "--resume", "--total-steps", str(total_steps), "--quiet", *extra]
+
+
+def tiny_spec(total_iterations: int, **changes) -> RunSpec:
+    """A tiny bucket-brigade run of ``total_iterations`` iterations, checkpointed every second one."""
+    values = {
+        "env_kwargs": TINY_ENV_KWARGS,
+        "num_envs": 4,
+        "rollout_steps": 16,
+        "minibatch_size": 32,
+        "n_epochs": 2,
+        "hidden_sizes": [16],
+        "total_steps": total_iterations * 4 * 16,
+        "checkpoint_every": 2,
+        **changes,
+    }
+    return RunSpec.from_dict(values)
+
+
+def newest_checkpoint(run_dir: Path) -> dict:
+    """The state of ``run_dir``'s newest checkpoint."""
+    return load_checkpoint(list_checkpoints(run_dir / "checkpoints")[-1])
 
 
 def run_cli(args: list[str]) -> int:

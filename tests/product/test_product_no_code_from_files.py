@@ -9,12 +9,12 @@ import pickle
 
 import pytest
 import torch
-from _product_helpers import TINY_ENV_KWARGS, run_cli, tiny_config, train_args
+from _product_helpers import newest_checkpoint, run_cli, tiny_config, tiny_spec, train_args
 
 import marljoint
 from marljoint import JointMultiAgentTrainer
 from marljoint.checkpoint import CheckpointError, atomic_torch_save, list_checkpoints, load_checkpoint
-from marljoint.train import RunError, RunSpec, load_run_spec, make_env, train_run
+from marljoint.train import RunError, load_run_spec, make_env, train_run
 from marljoint.trust import SnapshotTrustError, resign, sign
 
 _FORMAT = "marljoint-checkpoint-v1"
@@ -140,30 +140,12 @@ def test_trust_snapshot_needs_resume(tmp_path, capsys):
     assert not (tmp_path / "new").exists()
 
 
-def _spec(total_iterations: int) -> RunSpec:
-    values = {
-        "env_kwargs": TINY_ENV_KWARGS,
-        "num_envs": 4,
-        "rollout_steps": 16,
-        "minibatch_size": 32,
-        "n_epochs": 2,
-        "hidden_sizes": [16],
-        "total_steps": total_iterations * 4 * 16,
-        "checkpoint_every": 2,
-    }
-    return RunSpec.from_dict(values)
-
-
-def _newest(run_dir):
-    return load_checkpoint(list_checkpoints(run_dir / "checkpoints")[-1])
-
-
 def test_a_foreign_but_genuine_run_resumes_bit_for_bit_only_when_trusted(tmp_path, capsys):
-    spec = _spec(4)
+    spec = tiny_spec(4)
     train_run(spec, tmp_path / "straight", progress=False)
     train_run(spec, tmp_path / "received", progress=False, stop_after=3)  # stops mid-episode, checkpoint at 2
     # As if written on another machine: the same snapshot, signed under another user's key.
-    newest = _newest(tmp_path / "received")
+    newest = newest_checkpoint(tmp_path / "received")
     _replace_snapshot(tmp_path / "received", resign(newest["env"]["env"], key=b"someone else's key 32 bytes long"))
     assert run_cli(["eval", str(tmp_path / "received"), "--episodes", "1"]) == 0  # evaluating never reads it
     capsys.readouterr()
@@ -171,7 +153,7 @@ def test_a_foreign_but_genuine_run_resumes_bit_for_bit_only_when_trusted(tmp_pat
     assert run_cli(resume) == 2
     assert "--trust-snapshot" in _one_line(capsys)
     assert run_cli([*resume, "--trust-snapshot"]) == 0
-    a, b = _newest(tmp_path / "straight"), _newest(tmp_path / "received")
+    a, b = newest_checkpoint(tmp_path / "straight"), newest_checkpoint(tmp_path / "received")
     assert a["trainer"]["iteration"] == b["trainer"]["iteration"] == 4
     for x, y in zip(a["trainer"]["policies"], b["trainer"]["policies"]):
         assert x.keys() == y.keys() and all(torch.equal(x[k], y[k]) for k in x)

@@ -11,31 +11,10 @@ import textwrap
 
 import pytest
 import torch
-from _product_helpers import TINY_ENV_KWARGS, resume_args, run_cli, tiny_config, train_args
+from _product_helpers import newest_checkpoint, resume_args, run_cli, tiny_config, tiny_spec, train_args
 
 import marljoint.checkpoint as checkpoint_module
-from marljoint.checkpoint import list_checkpoints, load_checkpoint
-from marljoint.train import RunSpec, train_run
-
-
-def _spec(total_iterations: int, **changes) -> RunSpec:
-    values = {
-        "env_kwargs": TINY_ENV_KWARGS,
-        "num_envs": 4,
-        "rollout_steps": 16,
-        "minibatch_size": 32,
-        "n_epochs": 2,
-        "hidden_sizes": [16],
-        "total_steps": total_iterations * 4 * 16,
-        "checkpoint_every": 2,
-        "anneal_lr": True,
-        **changes,
-    }
-    return RunSpec.from_dict(values)
-
-
-def _newest(run_dir):
-    return load_checkpoint(list_checkpoints(run_dir / "checkpoints")[-1])
+from marljoint.train import train_run
 
 
 def _same_parameters(a, b):
@@ -59,13 +38,13 @@ def _rows(run_dir):
 
 
 def test_n_plus_resume_plus_n_equals_2n_bit_for_bit(tmp_path):
-    spec = _spec(6)
+    spec = tiny_spec(6, anneal_lr=True)
     straight = train_run(spec, tmp_path / "straight", progress=False)
     assert straight.env_state_saved
     train_run(spec, tmp_path / "split", progress=False, stop_after=3)  # stops mid-episode
-    assert _newest(tmp_path / "split")["trainer"]["iteration"] == 2  # the last checkpoint before the stop
+    assert newest_checkpoint(tmp_path / "split")["trainer"]["iteration"] == 2  # the last checkpoint before the stop
     train_run(spec, tmp_path / "split", resume=True, progress=False)
-    a, b = _newest(tmp_path / "straight"), _newest(tmp_path / "split")
+    a, b = newest_checkpoint(tmp_path / "straight"), newest_checkpoint(tmp_path / "split")
     assert a["trainer"]["iteration"] == b["trainer"]["iteration"] == 6
     assert _same_parameters(a, b)
     assert _equal(a["trainer"]["optimizers"], b["trainer"]["optimizers"])
@@ -75,12 +54,12 @@ def test_n_plus_resume_plus_n_equals_2n_bit_for_bit(tmp_path):
 
 
 def test_a_resume_on_env_workers_continues_an_in_process_run_bit_for_bit(tmp_path):
-    spec = _spec(6)
+    spec = tiny_spec(6, anneal_lr=True)
     train_run(spec, tmp_path / "straight", progress=False)
     train_run(spec, tmp_path / "split", progress=False, stop_after=3)
     assert run_cli(["train", "--out", str(tmp_path / "split"), "--resume", "--env-workers", "2", "--quiet"]) == 0
     assert 'collection = {backend = "subprocess", workers = 2}' in (tmp_path / "split" / "config.toml").read_text()
-    a, b = _newest(tmp_path / "straight"), _newest(tmp_path / "split")
+    a, b = newest_checkpoint(tmp_path / "straight"), newest_checkpoint(tmp_path / "split")
     assert a["trainer"]["iteration"] == b["trainer"]["iteration"] == 6
     assert _same_parameters(a, b)
     assert _rows(tmp_path / "straight") == _rows(tmp_path / "split")
@@ -96,7 +75,7 @@ def test_resume_can_extend_the_budget(tmp_path, capsys):
 
 
 def test_a_failed_checkpoint_write_leaves_the_previous_one_loadable(tmp_path, monkeypatch):
-    spec = _spec(4)
+    spec = tiny_spec(4, anneal_lr=True)
     calls = {"n": 0}
     real_replace = os.replace
 
@@ -113,10 +92,10 @@ def test_a_failed_checkpoint_write_leaves_the_previous_one_loadable(tmp_path, mo
     monkeypatch.setattr(checkpoint_module.os, "replace", real_replace)
     files = sorted(p.name for p in (tmp_path / "run" / "checkpoints").iterdir())
     assert files == ["ckpt_0000002.pt"]  # no temporary file left behind, the previous checkpoint intact
-    assert _newest(tmp_path / "run")["trainer"]["iteration"] == 2
+    assert newest_checkpoint(tmp_path / "run")["trainer"]["iteration"] == 2
     train_run(spec, tmp_path / "run", resume=True, progress=False)
     train_run(spec, tmp_path / "straight", progress=False)
-    assert _same_parameters(_newest(tmp_path / "run"), _newest(tmp_path / "straight"))
+    assert _same_parameters(newest_checkpoint(tmp_path / "run"), newest_checkpoint(tmp_path / "straight"))
 
 
 _KILLED_MID_WRITE = textwrap.dedent(
@@ -152,33 +131,33 @@ def test_a_process_killed_while_writing_a_checkpoint_resumes_from_the_previous_o
     assert any(n.endswith(".tmp") for n in names)  # the half-written file, ignored
     assert run_cli(resume_args(out, 6 * 64)) == 0
     assert run_cli(train_args(tmp_path / "straight", config, 6 * 64)) == 0
-    assert _same_parameters(_newest(out), _newest(tmp_path / "straight"))
+    assert _same_parameters(newest_checkpoint(out), newest_checkpoint(tmp_path / "straight"))
     assert _rows(out) == _rows(tmp_path / "straight")
 
 
 def test_an_env_that_cannot_be_pickled_falls_back_with_a_message(tmp_path, capsys):
-    spec = _spec(2, env="_product_helpers:unpicklable_counter", env_kwargs={})
+    spec = tiny_spec(2, env="_product_helpers:unpicklable_counter", env_kwargs={}, anneal_lr=True)
     result = train_run(spec, tmp_path / "run", progress=False)
     assert not result.env_state_saved
     assert "not bit-identical" in capsys.readouterr().err
     train_run(
-        _spec(4, env="_product_helpers:unpicklable_counter", env_kwargs={}),
+        tiny_spec(4, env="_product_helpers:unpicklable_counter", env_kwargs={}, anneal_lr=True),
         tmp_path / "run",
         resume=True,
         progress=False,
     )
     assert "not bit-identical" in capsys.readouterr().err
-    assert _newest(tmp_path / "run")["trainer"]["iteration"] == 4
+    assert newest_checkpoint(tmp_path / "run")["trainer"]["iteration"] == 4
 
 
 def test_mpe2_envs_resume_bit_for_bit_despite_their_pygame_objects(tmp_path):
     pytest.importorskip("mpe2")
-    spec = _spec(4, env="mpe2.simple_spread_v3", env_kwargs={"N": 2, "max_cycles": 10}, num_envs=2)
+    spec = tiny_spec(4, env="mpe2.simple_spread_v3", env_kwargs={"N": 2, "max_cycles": 10}, num_envs=2, anneal_lr=True)
     train_run(spec, tmp_path / "straight", progress=False)
     train_run(spec, tmp_path / "split", progress=False, stop_after=3)
     result = train_run(spec, tmp_path / "split", resume=True, progress=False)
     assert result.env_state_saved
-    assert _same_parameters(_newest(tmp_path / "straight"), _newest(tmp_path / "split"))
+    assert _same_parameters(newest_checkpoint(tmp_path / "straight"), newest_checkpoint(tmp_path / "split"))
     assert _rows(tmp_path / "straight") == _rows(tmp_path / "split")
 
 
@@ -190,6 +169,6 @@ def test_ctrl_c_says_how_to_resume(tmp_path):
             raise KeyboardInterrupt
 
     with pytest.raises(RunInterrupted, match=r"interrupted at iteration 3; the newest checkpoint is from iteration 2"):
-        train_run(_spec(4), tmp_path / "run", progress=False, on_iteration=interrupt)
-    train_run(_spec(4), tmp_path / "run", resume=True, progress=False)
+        train_run(tiny_spec(4, anneal_lr=True), tmp_path / "run", progress=False, on_iteration=interrupt)
+    train_run(tiny_spec(4, anneal_lr=True), tmp_path / "run", resume=True, progress=False)
     assert [int(r["iteration"]) for r in _rows(tmp_path / "run")] == [1, 2, 3, 4]

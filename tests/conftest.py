@@ -11,6 +11,16 @@ from marljoint.trust import HOME_VARIABLE
 torch.set_num_threads(1)
 
 
+def pytest_collection_modifyitems(config, items):
+    """Skips the tests marked ``gpu`` on a machine without CUDA."""
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA device")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
 @pytest.fixture(autouse=True, scope="session")
 def snapshot_key_home(tmp_path_factory):
     """Points the snapshot key at a per-session directory (through the environment, so that env workers and the

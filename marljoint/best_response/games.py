@@ -40,6 +40,7 @@ from marljoint.best_response.population import (
     KuhnTablePolicy,
     PolicyMixture,
     normalised_weights,
+    policy_device,
 )
 
 __all__ = ["KUHN_NAMES", "KnownGame", "KuhnGame", "MatrixGame", "resolve_game"]
@@ -102,7 +103,8 @@ class KnownGame:
     def table(self, policy: PolicyLike, player: int) -> np.ndarray:
         """``player``'s table of a frozen policy, a :class:`PolicyMixture`, or an array (checked).
 
-        A policy is queried once, in one batch, on every information set (action masks allow both actions).
+        A policy is queried once, in one batch, on every information set (action masks allow both actions), on
+        the device of its network; the table comes back to the CPU.
         """
         self._check_player(player)
         if isinstance(policy, PolicyMixture):
@@ -115,7 +117,7 @@ class KnownGame:
                 f"got {type(policy).__name__} for player {player}; pass a frozen policy (with action_probs), a "
                 "PolicyMixture, or a table as a numpy array"
             )
-        observations = torch.as_tensor(self.infoset_observations(player))
+        observations = torch.as_tensor(self.infoset_observations(player)).to(policy_device(policy))
         with torch.no_grad():
             if getattr(policy, "recurrent", False):
                 states = self._infoset_states(policy, observations, player)

@@ -26,7 +26,8 @@ MEMBER_KINDS = ("uniform", "constant", "kuhn_table", "openspiel_table", "network
 
 
 def member_to_plain(policy: FrozenPolicy) -> dict[str, Any]:
-    """A population member as plain values (:func:`member_from_plain` builds it again, bit for bit).
+    """A population member as plain values (:func:`member_from_plain` builds it again, bit for bit), with a
+    network's weights as CPU tensors whatever its device.
 
     Raises:
         TypeError: for a policy of a kind outside :data:`MEMBER_KINDS` (nothing else can be stored without
@@ -61,8 +62,9 @@ def member_to_plain(policy: FrozenPolicy) -> dict[str, Any]:
     )
 
 
-def member_from_plain(plain: Mapping[str, Any]) -> FrozenPolicy:
-    """The member :func:`member_to_plain` described.
+def member_from_plain(plain: Mapping[str, Any], device: str | torch.device = "cpu") -> FrozenPolicy:
+    """The member :func:`member_to_plain` described; a network member is placed on ``device`` (tabular members
+    compute on the CPU wherever the run's networks live).
 
     Raises:
         ValueError: for a kind outside :data:`MEMBER_KINDS`.
@@ -88,5 +90,5 @@ def member_from_plain(plain: Mapping[str, Any]) -> FrozenPolicy:
         table = np.asarray(plain["table"], dtype=np.float64)
         return OpenSpielTablePolicy(str(plain["name"]), lookup, table, int(plain["player"]))
     if kind == "network":
-        return AgentPolicy(actor_critic_from_description(plain["network"]), int(plain["slot"]))
+        return AgentPolicy(actor_critic_from_description(plain["network"]), int(plain["slot"])).to(device)
     raise ValueError(f"unknown population member kind {kind!r}; a checkpoint may hold {list(MEMBER_KINDS)}")

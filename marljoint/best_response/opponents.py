@@ -15,6 +15,9 @@ recursion. Because a seat's controller is fixed for a whole episode, a seat's ro
 episode are ALL invalid, so nothing of that episode reaches another episode's advantages: the learner's
 advantages are exactly those of the episodes it played, bootstrapped as usual at the rollout end.
 
+Each member acts on the device of its network (:func:`~marljoint.best_response.population.policy_device`):
+its observations and masks go there and its actions come back to the CPU for the env.
+
 Recurrent members (an :class:`~marljoint.policies.AgentPolicy` of a recurrent network) carry their own state per
 (copy, seat): zeros when the copy's episode starts or the seat's agent appears, advanced on the seat's decisions
 only, kept while it waits or is absent, so a frozen recurrent policy plays a whole episode with its memory as it
@@ -32,7 +35,7 @@ from typing import NamedTuple, Protocol
 import numpy as np
 import torch
 
-from marljoint.best_response.population import FrozenPolicy, PolicyMixture
+from marljoint.best_response.population import FrozenPolicy, PolicyMixture, policy_device
 from marljoint.env.base import JointEnv, JointObs, JointStep
 from marljoint.policies.stack import PolicyStack
 
@@ -279,15 +282,17 @@ class PopulationEnv:
                     torch.from_numpy(places[stacked]), obs[stacked], self._generator,
                     None if mask_rows is None else mask_rows[stacked],
                 )
-                merged[g][copies[stacked], slot] = chosen.numpy().reshape(int(stacked.sum()), *action_shape)
+                merged[g][copies[stacked], slot] = chosen.cpu().numpy().reshape(int(stacked.sum()), *action_shape)
             for member in np.unique(owners[~stacked]):
                 rows = owners == member
                 policy = self.members[seat][member]
-                member_mask = None if mask_rows is None else mask_rows[rows]
+                device = policy_device(policy)
+                member_obs = obs[rows].to(device)
+                member_mask = None if mask_rows is None else mask_rows[rows].to(device)
                 if getattr(policy, "recurrent", False):
-                    chosen = self._recurrent_act(seat, int(member), policy, copies[rows], obs[rows], member_mask)
+                    chosen = self._recurrent_act(seat, int(member), policy, copies[rows], member_obs, member_mask)
                 else:
-                    chosen = policy.act(obs[rows], self._generator, member_mask)
+                    chosen = policy.act(member_obs, self._generator, member_mask)
                 merged[g][copies[rows], slot] = chosen.cpu().numpy().reshape(int(rows.sum()), *action_shape)
         return merged
 
@@ -308,7 +313,7 @@ class PopulationEnv:
         if key not in self._memory:
             self._memory[key] = policy.initial_state(self.num_envs)  # type: ignore[attr-defined]
         states = self._memory[key]
-        index = torch.from_numpy(copies)
+        index = torch.from_numpy(copies).to(states.device)
         chosen, states[index] = policy.step(  # type: ignore[attr-defined]
             obs, self._generator, mask, state=states[index]
         )
@@ -320,7 +325,7 @@ class PopulationEnv:
             return
         fresh = torch.from_numpy(step.alive & (step.reset_envs[:, None] | ~self._state.alive))
         for (seat, _), states in self._memory.items():
-            states[fresh[:, seat]] = 0.0
+            states[fresh[:, seat].to(states.device)] = 0.0
 
     def __repr__(self) -> str:
         return f"PopulationEnv({self.env!r}, members={[len(m) for m in self.members]})"

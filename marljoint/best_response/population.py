@@ -29,6 +29,7 @@ __all__ = [
     "PolicyMixture",
     "masked_head_probs",
     "normalised_weights",
+    "policy_device",
     "sample_heads",
 ]
 
@@ -50,6 +51,19 @@ class FrozenPolicy(Protocol):
     def action_probs(self, obs: torch.Tensor, mask: torch.Tensor | None = None) -> list[torch.Tensor]:
         """Per head, ``[B, n_k]`` action probabilities."""
         ...
+
+
+def policy_device(policy: object) -> torch.device:
+    """Where a frozen policy computes: the device of its parameters; the CPU for a policy without any (the
+    tabular kinds). Callers move a policy's inputs there and read its outputs back to the CPU.
+
+    Example:
+        >>> policy_device(UniformPolicy(ActionLayout("discrete", (3,), ())))
+        device(type='cpu')
+    """
+    parameters = getattr(policy, "parameters", None)
+    first = next(iter(parameters()), None) if callable(parameters) else None
+    return torch.device("cpu") if first is None else first.device
 
 
 def masked_head_probs(probs: Sequence[torch.Tensor], mask: torch.Tensor | None) -> list[torch.Tensor]:

@@ -60,11 +60,13 @@ class PolicyStack:
             if signature is None or signature != first:
                 raise ValueError(
                     f"policy {k} ({type(policy).__name__}) does not stack with policy 0: the members must be "
-                    "AgentPolicy of plain MLP networks on the CPU with the same sizes, activation, action layout "
+                    "AgentPolicy of plain MLP networks on one device with the same sizes, activation, action layout "
                     "and observation normalisation (check with PolicyStack.stackable)"
                 )
         self.size = len(policies)
         network = policies[0].network
+        self.device = next(network.parameters()).device
+        """Where the stacked weights live and the rows are computed (the members' device)."""
         self.action = network.action
         self.activation = network.encoder.activation
         rows = [(policy.network, policy.network.member_of_agent(policy.slot), policy.slot) for policy in policies]
@@ -85,19 +87,25 @@ class PolicyStack:
     @staticmethod
     def signature(policy: object) -> tuple | None:
         """What must agree for two policies to stack: their action layout, observation size, layer sizes,
-        activation, normaliser use and parameter sharing; ``None`` for a policy that cannot be stacked (not an
-        :class:`~marljoint.policies.AgentPolicy`, a CNN or recurrent network, or one off the CPU)."""
+        activation, normaliser use, parameter sharing and device; ``None`` for a policy that cannot be stacked (not
+        an :class:`~marljoint.policies.AgentPolicy`, or a CNN or recurrent network)."""
         if not isinstance(policy, AgentPolicy):
             return None
         network = policy.network
         if network.cnn is not None or network.core is not None or network.observation.kind != "flat":
             return None
-        if next(network.parameters()).device.type != "cpu":
-            return None
+        device = next(network.parameters()).device
         layers = tuple(tuple(layer.weight.shape[1:]) for layer in network.encoder.layers)
         normalised = network.obs_normalizer is not None
-        return (network.action, network.observation.size, layers, network.encoder.activation, normalised,
-                network.share_parameters)
+        return (
+            network.action,
+            network.observation.size,
+            layers,
+            network.encoder.activation,
+            normalised,
+            network.share_parameters,
+            device,
+        )
 
     @staticmethod
     def stackable(policies: Sequence[object]) -> bool:
@@ -151,7 +159,8 @@ class PolicyStack:
     def distribution(
         self, members: torch.Tensor, obs: torch.Tensor, mask: torch.Tensor | None = None
     ) -> ActionDistribution:
-        """The action distribution of each row under its own member.
+        """The action distribution of each row under its own member, computed on :attr:`device` (inputs on another
+        device are moved there).
 
         Args:
             members: ``[B]`` int64, each row's member (an index into the policies given).
@@ -167,7 +176,9 @@ class PolicyStack:
         members = torch.as_tensor(members, dtype=torch.int64)
         if members.numel() and (int(members.min()) < 0 or int(members.max()) >= self.size):
             raise IndexError(f"member indices {members.tolist()} out of range for a stack of {self.size}")
-        x = obs.reshape(len(obs), -1).to(torch.float32)
+        members = members.to(self.device)
+        mask = None if mask is None else mask.to(self.device)
+        x = obs.reshape(len(obs), -1).to(self.device, torch.float32)
         if self.norm is not None:
             mean, scale, clip = self.norm
             x = ((x - mean[members]) * scale[members]).clamp(-clip, clip)
@@ -200,7 +211,7 @@ class PolicyStack:
             deterministic: take the mode instead of sampling.
 
         Returns:
-            ``[B, *action_shape]`` actions.
+            ``[B, *action_shape]`` actions, on :attr:`device`.
         """
         dist = self.distribution(members, obs, mask)
         return dist.mode() if deterministic else dist.sample(generator)

@@ -51,7 +51,7 @@ from torch import nn
 
 from marljoint.best_response.games import KnownGame
 from marljoint.best_response.opponents import AnticipatoryAssigner, PopulationEnv
-from marljoint.best_response.oracles import GAIN_METRICS, check_gain_settings, gain_metrics
+from marljoint.best_response.oracles import GAIN_METRICS, check_gain_settings, gain_metrics, run_trainer_config
 from marljoint.best_response.reservoir import ReservoirBuffer
 from marljoint.checkpoint import atomic_torch_save, load_checkpoint
 from marljoint.collect.config import CollectionConfig
@@ -59,6 +59,7 @@ from marljoint.env.pettingzoo import PettingZooJointEnv
 from marljoint.env.spaces import ActionLayout, ObservationLayout
 from marljoint.policies.distributions import make_distribution
 from marljoint.policies.layers import StackedLinear, StackedMLP
+from marljoint.ppo.build import check_device_available
 from marljoint.ppo.config import JointTrainerConfig, as_saved, known_fields
 from marljoint.ppo.trainer import JointMultiAgentTrainer
 
@@ -111,7 +112,8 @@ class NfspConfig:
     rollouts_per_iteration: int = 10
     """Rollouts (each followed by a PPO update) per reported iteration."""
     trainer: JointTrainerConfig = field(default_factory=lambda: JointTrainerConfig(share_parameters=False))
-    """PPO settings of the best responses (``share_parameters`` is forced to False, ``seed`` derived)."""
+    """PPO settings of the best responses (``share_parameters`` is forced to False, ``seed`` derived, ``device``
+    is :attr:`device`)."""
     seed: int = 0
     """Seed of everything (networks, env, mixing draws, reservoirs, minibatches)."""
     gain_every: int = 0
@@ -122,6 +124,11 @@ class NfspConfig:
     """Env steps of best-response training per estimate (with :attr:`gain_every`)."""
     gain_episodes: int = 200
     """Episodes simulated per estimate, for the profile and for each best response (with :attr:`gain_every`)."""
+    device: str = "cpu"
+    """Torch device of every network of the run: the best responses (acting and training), the average policies
+    (acting, supervised training, tabulation). The reservoirs stay in host memory; losses, tables and exploitability
+    come back to the CPU, and ``nfsp.pt`` loads on any device. ``trainer.device`` may stay ``"cpu"`` or name the
+    same device."""
 
     def __post_init__(self) -> None:
         if isinstance(self.trainer, Mapping):
@@ -142,6 +149,7 @@ class NfspConfig:
                 "best responses would never play)"
             )
         check_gain_settings(self.gain_every, self.gain_steps, self.gain_episodes)
+        run_trainer_config(self.device, self.trainer)
         for name in ("reservoir_capacity", "sl_batch_size", "rollouts_per_iteration", "min_reservoir_size"):
             value = getattr(self, name)
             if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1:
@@ -239,6 +247,23 @@ class AveragePolicy(nn.Module):
         return -self.distribution(obs, mask).log_prob(actions).mean()
 
 
+def _on_cpu(value: Any) -> Any:
+    """``value`` with every tensor in its dicts, lists and tuples copied to the CPU (containers keep their types,
+    and a module state's ``_metadata``)."""
+    if isinstance(value, torch.Tensor):
+        return value.cpu()
+    if isinstance(value, dict):
+        out = type(value)((key, _on_cpu(item)) for key, item in value.items())
+        if hasattr(value, "_metadata"):
+            out._metadata = value._metadata  # type: ignore[attr-defined]
+        return out
+    if isinstance(value, tuple) and hasattr(value, "_fields"):
+        return type(value)(*(_on_cpu(item) for item in value))
+    if isinstance(value, (list, tuple)):
+        return type(value)(_on_cpu(item) for item in value)
+    return value
+
+
 def _derived_seed(seed: int, tag: int) -> int:
     return int(np.random.SeedSequence([int(seed) % 2**63, tag]).generate_state(1)[0])
 
@@ -260,13 +285,15 @@ class NFSP:
         history: one metrics dict per iteration (see :data:`NFSP_METRICS`).
 
     Raises:
-        ValueError: a game whose number of players differs from the env's, or Box actions.
+        ValueError: a game whose number of players differs from the env's, Box actions, or a ``device`` this machine
+            does not have.
     """
 
     def __init__(
         self, env_fn: Any, config: NfspConfig | None = None, game: KnownGame | None = None, **policy_kwargs: Any
     ) -> None:
         config = config or NfspConfig()
+        check_device_available(config.device)
         self.config = config
         self.game = game
         self.env_fn = env_fn
@@ -281,8 +308,9 @@ class NFSP:
                 "the game that matches the env"
             )
         generator = torch.Generator().manual_seed(_derived_seed(config.seed, 1))
+        # Initialised on the CPU from the run's generator: the same initial weights on every device.
         self.average_policies = [
-            AveragePolicy(spec.observations[i], spec.actions[i], config.sl_hidden_sizes, generator)
+            AveragePolicy(spec.observations[i], spec.actions[i], config.sl_hidden_sizes, generator).to(config.device)
             for i in range(self.num_players)
         ]
         self.optimizers = [
@@ -308,7 +336,7 @@ class NFSP:
             AnticipatoryAssigner(config.anticipatory, self.num_players),
             _derived_seed(config.seed, 2),
         )
-        trainer_config = config.trainer.replace(
+        trainer_config = run_trainer_config(config.device, config.trainer).replace(
             seed=_derived_seed(config.seed, 3), share_parameters=False, num_envs=self.env.num_envs
         )
         self.trainer = JointMultiAgentTrainer.from_env(self.population_env, trainer_config, **policy_kwargs)
@@ -387,7 +415,9 @@ class NFSP:
             self._gain_env = PettingZooJointEnv(
                 self.env_fn, num_envs=self.config.trainer.num_envs, seed=_derived_seed(self.config.seed, 7)
             )
-        trainer = self.config.trainer.replace(share_parameters=False, collection=CollectionConfig())
+        trainer = run_trainer_config(self.config.device, self.config.trainer).replace(
+            share_parameters=False, collection=CollectionConfig()
+        )
         return gain_metrics(
             self._gain_env,
             list(self.average_policies),
@@ -427,7 +457,7 @@ class NFSP:
         return self.history
 
     def _add_to_reservoirs(self, rollout: Any) -> None:
-        """Adds every agent's own best-response rows (its valid rows) to its reservoir."""
+        """Adds every agent's own best-response rows (its valid rows) to its reservoir (in host memory)."""
         valid = rollout.valid
         for seat in range(self.num_players):
             g, slot = self.spec.group_of(seat)
@@ -436,9 +466,9 @@ class NFSP:
                 continue
             masks = rollout.action_masks[g]
             self.reservoirs[seat].add(
-                rollout.obs[g][:, :, slot][rows],
-                rollout.actions[g][:, :, slot][rows],
-                None if masks is None else masks[:, :, slot][rows],
+                rollout.obs[g][:, :, slot][rows].cpu(),
+                rollout.actions[g][:, :, slot][rows].cpu(),
+                None if masks is None else masks[:, :, slot][rows].cpu(),
             )
 
     def _train_average_policy(self, seat: int) -> list[float]:
@@ -449,7 +479,9 @@ class NFSP:
         losses = []
         for _ in range(self.config.sl_steps_per_rollout):
             batch = reservoir.sample(self.config.sl_batch_size, self._sl_generator)
-            loss = policy.loss(batch.obs, batch.actions, batch.masks)
+            device = self.config.device
+            masks = None if batch.masks is None else batch.masks.to(device)
+            loss = policy.loss(batch.obs.to(device), batch.actions.to(device), masks)
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
@@ -494,12 +526,12 @@ class NFSP:
                 f"obs of shape {tuple(tensor.shape)} does not fit agent {self.spec.agents[seat]!r}, whose "
                 f"observations have shape {shape}; pass one observation or a batch [B, {', '.join(map(str, shape))}]"
             )
-        batch = tensor.unsqueeze(0) if single else tensor
+        batch = (tensor.unsqueeze(0) if single else tensor).to(self.config.device)
         mask_tensor = None
         if mask is not None:
             mask_tensor = torch.as_tensor(np.asarray(mask)).bool()
-            mask_tensor = mask_tensor.unsqueeze(0) if single else mask_tensor
-        probs = self.average_policies[seat].action_probs(batch, mask_tensor)
+            mask_tensor = (mask_tensor.unsqueeze(0) if single else mask_tensor).to(self.config.device)
+        probs = [p.cpu() for p in self.average_policies[seat].action_probs(batch, mask_tensor)]
         return [p[0].double().numpy() if single else p.double().numpy() for p in probs]
 
     def nash_conv(self) -> float:
@@ -527,8 +559,9 @@ class NFSP:
 
     # ------------------------------------------------------------------ persistence
     def state_dict(self) -> dict[str, Any]:
-        """Networks, optimizers, reservoirs, counters and history."""
-        return {
+        """Networks, optimizers, reservoirs, counters and history, as CPU tensors whatever :attr:`NfspConfig.device`
+        (a checkpoint of a GPU run loads on a machine without one)."""
+        state = {
             "config": self.config.to_dict(),
             "agents": list(self.spec.agents),
             "trainer": self.trainer.state_dict(),
@@ -541,6 +574,7 @@ class NFSP:
             "history": [dict(row) for row in self.history],
             "wall_time": self.wall_time,
         }
+        return state if torch.device(self.config.device).type == "cpu" else _on_cpu(state)
 
     def save(self, directory: str | Path) -> Path:
         """Writes :meth:`state_dict` to ``directory/nfsp.pt`` atomically; returns the file's path."""
@@ -549,20 +583,38 @@ class NFSP:
         return path
 
     @classmethod
-    def load(cls, directory: str | Path, env_fn: Any, game: KnownGame | None = None, **policy_kwargs: Any) -> NFSP:
+    def load(
+        cls,
+        directory: str | Path,
+        env_fn: Any,
+        game: KnownGame | None = None,
+        device: str | None = None,
+        **policy_kwargs: Any,
+    ) -> NFSP:
         """Restores a run saved by :meth:`save`.
 
         Training continues from the saved networks, reservoirs and counters; episodes that were in progress at
         the save start afresh (a PettingZoo env's state is not saved), so a continued run is not bit-identical
         to an uninterrupted one.
 
+        Args:
+            directory: the directory holding ``nfsp.pt``.
+            env_fn: the same env factory as the saved run.
+            game: the same known game, if any.
+            device: the device to continue on (:attr:`NfspConfig.device`), whichever the saved run used; the saved
+                run's when ``None``.
+            **policy_kwargs: as for the constructor.
+
         Raises:
             marljoint.checkpoint.CheckpointError: a missing or unreadable file, or one holding Python objects other
                 than tensors, arrays and plain values (which could run code), refused unread.
-            ValueError: the env's agents differ from the saved run's.
+            ValueError: the env's agents differ from the saved run's, or a ``device`` this machine does not have.
         """
         state = load_checkpoint(Path(directory) / CHECKPOINT_NAME)
-        nfsp = cls(env_fn, NfspConfig.from_dict(as_saved(state["config"])), game, **policy_kwargs)
+        config = NfspConfig.from_dict(as_saved(state["config"]))
+        if device is not None:
+            config = config.replace(device=device)
+        nfsp = cls(env_fn, config, game, **policy_kwargs)
         if list(state["agents"]) != list(nfsp.spec.agents):
             raise ValueError(
                 f"the checkpoint's agents {state['agents']} differ from this env's {list(nfsp.spec.agents)}"

@@ -42,6 +42,7 @@ __all__ = [
     "best_response_gain",
     "check_gain_settings",
     "gain_metrics",
+    "run_trainer_config",
     "warm_start_seat",
     "check_warm_start",
 ]
@@ -376,6 +377,24 @@ def check_gain_settings(every: Any, steps: Any, episodes: Any) -> None:
         raise ValueError(f"gain_steps must be a positive integer (env steps per estimate, e.g. 50000), got {steps!r}")
     if not isinstance(episodes, (int, np.integer)) or isinstance(episodes, bool) or episodes < 2:
         raise ValueError(f"gain_episodes must be an integer >= 2 (e.g. 200), got {episodes!r}")
+
+
+def run_trainer_config(device: Any, trainer: JointTrainerConfig) -> JointTrainerConfig:
+    """The PPO settings a PSRO or NFSP run builds its trainers with: ``trainer`` on the run's ``device``.
+
+    Every network of a run lives on one device, named by the run's config; the trainer's own ``device`` may stay
+    at its default (``"cpu"``) or name the same one.
+
+    Raises:
+        ValueError: ``device`` that names no torch device, or a ``trainer.device`` that names another device.
+    """
+    placed = trainer.replace(device=device)
+    if trainer.device not in ("cpu", device):
+        raise ValueError(
+            f"trainer.device={trainer.device!r} but device={device!r}: every network of the run lives on the run's "
+            f"device; set device={trainer.device!r} (the trainer follows it)"
+        )
+    return placed
 
 
 def gain_metrics(

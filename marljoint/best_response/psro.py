@@ -47,11 +47,13 @@ from marljoint.best_response.oracles import (
     check_gain_settings,
     check_warm_start,
     gain_metrics,
+    run_trainer_config,
 )
 from marljoint.best_response.population import FrozenPolicy, PolicyMixture, UniformPolicy
 from marljoint.checkpoint import atomic_torch_save, load_checkpoint
 from marljoint.collect.config import CollectionConfig
 from marljoint.env.pettingzoo import PettingZooJointEnv
+from marljoint.ppo.build import check_device_available
 from marljoint.ppo.config import JointTrainerConfig, as_saved, known_fields
 from marljoint.ppo.trainer import JointMultiAgentTrainer
 
@@ -116,8 +118,8 @@ class PsroConfig:
     br_steps: int = 50_000
     """Env steps of PPO best-response training per iteration, shared by the players' learners."""
     trainer: JointTrainerConfig = field(default_factory=lambda: JointTrainerConfig(share_parameters=False))
-    """PPO settings of the best responses (``num_envs`` copies train them); ``seed`` is set per iteration and
-    ``share_parameters`` is forced to False (one network per seat)."""
+    """PPO settings of the best responses (``num_envs`` copies train them); ``seed`` is set per iteration,
+    ``share_parameters`` is forced to False (one network per seat) and ``device`` is :attr:`device`."""
     warm_start: bool = False
     """PPO oracle: each new best response starts from its seat's newest population member (actor and critic)
     instead of fresh networks, so best responses keep improving across iterations (see ``PPOOracle``)."""
@@ -149,6 +151,12 @@ class PsroConfig:
     engine: str = "ray"
     """Who runs the tasks when ``task_split >= 1``: ``"ray"`` (Ray tasks, ``pip install "marljoint[ray]"``) or
     ``"local"`` (the same tasks one after another in this process)."""
+    device: str = "cpu"
+    """Torch device of every network of the run: the best responses while they train, the population's networks
+    as they play the meta-game simulations and are tabulated, and the initial network. Payoffs, tables and
+    exploitability come back to the CPU, and ``psro.pt`` holds CPU tensors, so a run resumes on any device.
+    ``trainer.device`` may stay ``"cpu"`` or name the same device. Ray tasks (``task_split`` with
+    ``engine="ray"``) run on the CPU only."""
 
     def __post_init__(self) -> None:
         if isinstance(self.trainer, Mapping):
@@ -173,6 +181,13 @@ class PsroConfig:
             raise ValueError(f"symmetric must be True or False, got {self.symmetric!r}")
         check_warm_start(self.warm_start, self.warm_start_policy_scale)
         check_gain_settings(self.gain_every, self.gain_steps, self.gain_episodes)
+        run_trainer_config(self.device, self.trainer)
+        if split and self.engine == "ray" and self.device != "cpu":
+            raise ValueError(
+                f"device={self.device!r} with task_split={split} and engine='ray': Ray hides the GPUs from tasks that "
+                "request none, so the tasks could not reach the device; use device='cpu' with Ray tasks, or "
+                "engine='local' (or task_split=0) to run on the device"
+            )
 
     def replace(self, **changes: Any) -> PsroConfig:
         """A copy with ``changes`` applied (validated again)."""
@@ -234,7 +249,8 @@ class PSRO:
 
     Raises:
         ValueError: an exact oracle or exact evaluation without a known game; a game whose number of players
-            differs from the env's; ``symmetric`` with seats that are not interchangeable.
+            differs from the env's; ``symmetric`` with seats that are not interchangeable; a ``device`` this
+            machine does not have.
     """
 
     def __init__(
@@ -249,7 +265,10 @@ class PSRO:
 
     # ------------------------------------------------------------------ setup
     def _setup(self, env_fn: Any, config: PsroConfig, game: KnownGame | None, policy_kwargs: dict[str, Any]) -> None:
+        check_device_available(config.device)
         self.config = config
+        self.trainer_config = run_trainer_config(config.device, config.trainer)
+        """The best responses' PPO settings on the run's device (:attr:`PsroConfig.device`)."""
         self.game = game
         self.env_fn = env_fn
         self.env = PettingZooJointEnv(env_fn, num_envs=config.trainer.num_envs, seed=config.seed)
@@ -287,7 +306,7 @@ class PSRO:
         else:
             self.oracle = PPOOracle(
                 self.env,
-                config.trainer,
+                self.trainer_config,
                 config.br_steps,
                 warm_start=config.warm_start,
                 policy_scale=config.warm_start_policy_scale,
@@ -310,7 +329,7 @@ class PSRO:
         if self.config.initial_policy == "uniform":
             initial = [UniformPolicy(self.spec.actions[seat]) for seat in range(self.num_players)]
         else:
-            trainer_config = self.config.trainer.replace(
+            trainer_config = self.trainer_config.replace(
                 seed=_derived_seed(self.config.seed, 0, 3), share_parameters=False, num_envs=self.env.num_envs
             )
             trainer = JointMultiAgentTrainer.from_env(self.env, trainer_config, **self.policy_kwargs)
@@ -475,6 +494,7 @@ class PSRO:
         env_fn: Any,
         game: KnownGame | None = None,
         config: PsroConfig | None = None,
+        device: str | None = None,
         **policy_kwargs: Any,
     ) -> PSRO:
         """Resumes a run saved by :meth:`save`.
@@ -484,22 +504,27 @@ class PSRO:
             env_fn: the same env factory as the saved run.
             game: the same known game, if any.
             config: replaces the saved config (e.g. more ``iterations``); the saved one when ``None``.
+            device: the device to continue on (:attr:`PsroConfig.device`), whichever the saved run used; the
+                config's when ``None``.
             **policy_kwargs: as for the constructor.
 
         Raises:
             marljoint.checkpoint.CheckpointError: a missing or unreadable file, or one holding pickled Python
                 objects (as written by earlier versions, or crafted to run code), which is refused unread.
-            ValueError: the env's agents differ from the saved run's.
+            ValueError: the env's agents differ from the saved run's, or a ``device`` this machine does not have.
         """
         state = load_checkpoint(Path(directory) / CHECKPOINT_NAME, _FORMER_FORMAT)
-        saved = PsroConfig.from_dict(as_saved(state["config"]))
+        config = config or PsroConfig.from_dict(as_saved(state["config"]))
+        if device is not None:
+            config = config.replace(device=device)
         psro = cls.__new__(cls)
-        psro._setup(env_fn, config or saved, game, policy_kwargs)
+        psro._setup(env_fn, config, game, policy_kwargs)
         if list(state["agents"]) != list(psro.spec.agents):
             raise ValueError(
                 f"the checkpoint's agents {state['agents']} differ from this env's {list(psro.spec.agents)}"
             )
-        populations = [[member_from_plain(member) for member in p] for p in state["populations"]]
+        place = psro.config.device
+        populations = [[member_from_plain(member, place) for member in p] for p in state["populations"]]
         psro.populations = [populations[0], populations[0]] if psro.config.symmetric else populations
         psro.meta_game = MetaGame.from_state_dict(state["meta_game"])
         psro.strategies = [np.asarray(s, dtype=np.float64) for s in state["strategies"]]
@@ -523,7 +548,7 @@ class PSRO:
         from marljoint.best_response.tasks import train_best_response
 
         steps = max(1, math.ceil(self.config.br_steps / len(learners)))
-        trainer_config = self.config.trainer.replace(collection=CollectionConfig())
+        trainer_config = self.trainer_config.replace(collection=CollectionConfig())
         calls = [
             (
                 self.env.env_fn,
@@ -632,7 +657,7 @@ class PSRO:
                 self.env_fn, num_envs=config.num_envs, seed=_derived_seed(self.config.seed, 0, 7)
             )
         policies = [self.meta_policy(seat) for seat in range(self.num_players)]
-        trainer = self.config.trainer.replace(share_parameters=False, collection=CollectionConfig())
+        trainer = self.trainer_config.replace(share_parameters=False, collection=CollectionConfig())
         return gain_metrics(
             self._gain_env,
             policies,

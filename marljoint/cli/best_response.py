@@ -362,6 +362,13 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--num-envs", type=positive_int, help="env copies of the PPO trainer")
     parser.add_argument("--learning-rate", type=positive_float, help="PPO learning rate")
     parser.add_argument(
+        "--device",
+        metavar="DEV",
+        default="cpu",
+        help="torch device of every network of the run: cpu (default), cuda, cuda:1, mps; --resume continues on "
+        "the device given here, whichever the saved run used",
+    )
+    parser.add_argument(
         "--recurrent",
         choices=RECURRENT_KINDS,
         help="recurrent best responses (a GRU or LSTM core; the frozen members carry their state through episodes)",
@@ -598,6 +605,7 @@ def _run_psro(args: argparse.Namespace) -> int:
             symmetric=args.symmetric,
             **_warm_start_settings(args.warm_start, recipe),
             seed=args.seed,
+            device=args.device,
             task_split=args.task_split,
             **_gain_settings(args, game, args.br_steps or recipe.br_steps),
         )
@@ -639,8 +647,10 @@ def _run_nfsp(args: argparse.Namespace) -> int:
         settings["anticipatory"] = args.anticipatory
     try:
         trainer = _trainer_config("nfsp", recipe.nfsp_trainer_config(), args)
-        config = NfspConfig(trainer=trainer, seed=args.seed, **settings, **_gain_settings(args, game, 50_000))
-        nfsp = NFSP.load(out, factory, game) if args.resume else NFSP(factory, config, game)
+        config = NfspConfig(
+            trainer=trainer, seed=args.seed, device=args.device, **settings, **_gain_settings(args, game, 50_000)
+        )
+        nfsp = NFSP.load(out, factory, game, device=args.device) if args.resume else NFSP(factory, config, game)
     except (ValueError, CheckpointError) as exc:
         raise _fail("nfsp", str(exc)) from None
     record = _recorder("nfsp", nfsp, out, args, args.iterations)

@@ -54,3 +54,19 @@ def test_a_resume_on_another_device_chooses_the_acting_device_again(tmp_path):
     kept = resume_spec(tmp_path / "run", {"device": "cpu", "acting_device": "cpu"})
     assert kept.trainer.acting_device == "cpu"
     assert resume_spec(tmp_path / "run", {"device": "cuda"}).trainer.acting_device == "cuda"
+
+
+def test_a_run_that_acted_on_a_gpu_loads_on_the_cpu(tmp_path):
+    from marljoint import load_run
+
+    out = tmp_path / "run"
+    assert run_cli(train_args(out, tiny_config(tmp_path), 64)) == 0
+    config = out / "config.toml"
+    text = config.read_text().replace('\ndevice = "cpu"\n', '\ndevice = "cuda"\n')
+    config.write_text(text.replace('\nacting_device = "cpu"\n', '\nacting_device = "cuda"\n'))
+    assert load_run_spec(out).trainer.acting_device == "cuda"
+    run = load_run(out)
+    try:
+        assert (run.trainer.config.device, run.trainer.config.acting_device) == ("cpu", "cpu")
+    finally:
+        run.close()

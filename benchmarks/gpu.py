@@ -12,8 +12,8 @@ copies × 64 steps unless the row says otherwise:
 * (d) simple_spread_v3 with 15 env workers (at most the cores less one), the learner on ``--device``, policy lag
   1, against the bare ceiling of as many env processes (``benchmarks/scaling.py``'s; target: at least 0.7).
 
-The whole run takes about 5 minutes on the GPU machine (one H200, 16 cores). ``--device cpu --quick`` runs every
-row on the CPU with small rollouts, to check the script anywhere.
+The whole run should take about 4 minutes on the GPU machine (one H200, 16 cores). ``--device cpu --quick``
+runs every row on the CPU with small rollouts, to check the script anywhere.
 
 Usage::
 
@@ -205,11 +205,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cuda", help="the learner's device of the measured rows (default cuda)")
     parser.add_argument("--quick", action="store_true", help="small rollouts and one epoch: a check of the script")
-    parser.add_argument("--seconds", type=float, default=None, help="timed seconds per measurement (default 15)")
+    parser.add_argument("--seconds", type=float, default=None, help="timed seconds per measurement (default 10)")
     parser.add_argument("--window", type=float, default=None, help="seconds of the bare ceiling (default 5)")
     parser.add_argument("--csv", type=Path, default=None, help="also write the figures to this CSV")
     args = parser.parse_args(argv)
-    seconds = args.seconds if args.seconds is not None else (0.5 if args.quick else 15.0)
+    seconds = args.seconds if args.seconds is not None else (0.5 if args.quick else 10.0)
     window = args.window if args.window is not None else (0.5 if args.quick else 5.0)
     limit_threads(1)
     started = time.perf_counter()

@@ -6,7 +6,7 @@
 #   bash .device-kit/run.sh bash benchmarks/device/gpu_figures.sh figures    # only some parts: tests figures scaling
 #
 # 1. tests: `pytest -m "gpu and not slow"` (bounded), then the slow gpu learning check (bounded);
-# 2. figures: benchmarks/gpu.py, every GPU acceptance figure in one table (about 5 minutes);
+# 2. figures: benchmarks/gpu.py, every GPU acceptance figure in one table (about 4 minutes);
 # 3. scaling: benchmarks/scaling.py on simple_spread_v3 with marljoint train's defaults, in the time left.
 # The CSVs and logs go to $OUT (or ./gpu_figures when it is not set). Each part is bounded by `timeout`, so a part
 # that hangs costs its own limit only; the whole stays under BUDGET seconds (default 570).
@@ -19,9 +19,9 @@ left() { echo $((budget - SECONDS)); }
 has() { [[ " $parts " == *" $1 "* ]]; }
 
 if has tests; then
-  timeout 150 python3 -m pytest tests/gpu -m "gpu and not slow" -q -p no:cacheprovider 2>&1 | tee "$out/pytest_gpu.log" | tail -25
+  timeout 120 python3 -m pytest tests/gpu -m "gpu and not slow" -q -p no:cacheprovider 2>&1 | tee "$out/pytest_gpu.log" | tail -25
   echo "pytest gpu: exit ${PIPESTATUS[0]}"
-  timeout 120 python3 -m pytest tests/gpu -m "gpu and slow" -q -p no:cacheprovider 2>&1 | tee "$out/pytest_gpu_slow.log" | tail -8
+  timeout 150 python3 -m pytest tests/gpu -m "gpu and slow" -q -p no:cacheprovider 2>&1 | tee "$out/pytest_gpu_slow.log" | tail -8
   echo "pytest gpu slow: exit ${PIPESTATUS[0]}"
 fi
 if has figures; then

@@ -186,7 +186,8 @@ def derive_acting_device(
     if work >= ACTING_WORK_THRESHOLD:
         return config.replace(acting_device=config.device), {
             "acting_device": f"{config.device}: about {work:,} multiply-adds per env step ({config.num_envs} copies), "
-            f"at least {ACTING_WORK_THRESHOLD:,}, more than one CPU core computes faster than the device"
+            f"at least {ACTING_WORK_THRESHOLD:,}: the device computes them faster than a CPU core, launches and "
+            "copies included"
         }
     return config.replace(acting_device="cpu"), {
         "acting_device": f"cpu: about {work:,} multiply-adds per env step ({config.num_envs} copies), below "

@@ -197,7 +197,7 @@ def _spread():
 
 
 LEARNING = {
-    "simple_spread": (_spread, RunSpec().trainer.replace(num_envs=16, rollout_steps=64), 15),
+    "simple_spread": (_spread, RunSpec().trainer.replace(num_envs=16, rollout_steps=64), 10),
     "memory_gru": (MEMORY, _config(num_envs=16, rollout_steps=32, minibatch_size=256, n_epochs=4, learning_rate=3e-3,
                                    rnn_hidden_size=32, bptt_length=8, hidden_sizes=(32,), recurrent="gru"), 40),
 }  # fmt: skip

@@ -126,7 +126,8 @@ class JointTrainerConfig:
     """Compute threads of the learner's process (torch's intra-op threads). ``"auto"`` (the default): the cores
     this process may use (``os.sched_getaffinity``) less those the env workers take, ``cores − workers`` (at least
     one) with ``"subprocess"`` or ``"ray"`` collection, and one when the process collects the rollouts itself
-    (``"local"``), whose env steps run on one core anyway (:func:`marljoint.threads.learner_threads`). A number
+    (``"local"``), whose env steps run on one core anyway, or when the update runs on a GPU (:attr:`device`), which
+    the process drives from one core (:func:`marljoint.threads.learner_threads`). A number
     sets exactly that many; ``None`` leaves torch's own setting. The trainer's
     :attr:`~marljoint.JointMultiAgentTrainer.config` holds the number used and
     :attr:`~marljoint.JointMultiAgentTrainer.derived` the reason. Parallel sums split their work by thread, so

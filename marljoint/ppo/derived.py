@@ -103,9 +103,9 @@ def derive_settings(spec: JointSpec, config: JointTrainerConfig) -> tuple[JointT
 
 
 def derive_threads(config: JointTrainerConfig) -> tuple[JointTrainerConfig, dict[str, str]]:
-    """Resolves ``torch_threads="auto"`` from this machine and the collection backend
-    (:func:`marljoint.threads.learner_threads`: one thread when the learner collects in-process, the cores the
-    workers leave free otherwise).
+    """Resolves ``torch_threads="auto"`` from this machine, the learner's device and the collection backend
+    (:func:`marljoint.threads.learner_threads`: one thread when the learner collects in-process or updates on a
+    GPU, the cores the workers leave free otherwise).
 
     An explicit number is kept; one above the cores this process may use is kept with a warning, since threads
     beyond the cores slow every process on them.
@@ -117,7 +117,8 @@ def derive_threads(config: JointTrainerConfig) -> tuple[JointTrainerConfig, dict
     if requested == AUTO:
         collection = config.collection
         workers = collection.workers if collection.multiprocess else 0
-        threads, reason = learner_threads(workers, collects=not collection.multiprocess)
+        accelerator = None if torch.device(config.device).type == "cpu" else config.device
+        threads, reason = learner_threads(workers, collects=not collection.multiprocess, accelerator=accelerator)
         return config.replace(torch_threads=threads), {"torch_threads": reason}
     cores = usable_cores()
     if requested is not None and requested > cores:

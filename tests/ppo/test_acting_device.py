@@ -10,10 +10,12 @@ CPU trainer, and where it was asked to copy from and to is checked.
 import pytest
 import torch
 
+import marljoint.ppo.derived
+import marljoint.threads
 from marljoint import JointMultiAgentTrainer, JointTrainerConfig, PettingZooJointEnv
 from marljoint.collect import CollectionConfig
 from marljoint.policies.joint import JointPolicy
-from marljoint.ppo.derived import ACTING_WORK_THRESHOLD, derive_acting_device
+from marljoint.ppo.derived import ACTING_WORK_THRESHOLD, derive_acting_device, derive_threads
 from marljoint_envs import mock_v0
 
 
@@ -174,3 +176,14 @@ def test_env_workers_get_the_cpu_copy_and_the_learner_its_rollout_on_its_device(
     finally:
         split.close()
         split.env.close()
+
+
+@pytest.mark.parametrize("collection", [CollectionConfig(), CollectionConfig("subprocess", 4)])
+def test_a_learner_updating_on_another_device_takes_one_thread(collection, monkeypatch):
+    monkeypatch.setattr(marljoint.ppo.derived, "usable_cores", lambda: 16)
+    monkeypatch.setattr(marljoint.threads, "usable_cores", lambda: 16)
+    config, reason = derive_threads(JointTrainerConfig(device="meta", collection=collection))
+    assert config.torch_threads == 1
+    assert reason["torch_threads"].startswith("1: the update runs on meta, which this process drives from one core")
+    on_cpu, _ = derive_threads(JointTrainerConfig(collection=collection))
+    assert on_cpu.torch_threads == (12 if collection.multiprocess else 1)

@@ -181,7 +181,9 @@ def load_run(
     refuse_diverged(state.get("trainer", state), path)
     # In-process copies on the CPU: a GIF reads frames from the first copy, acting needs no workers, and a run
     # trained on a GPU loads anywhere.
-    trainer_config = spec.trainer.replace(collection=CollectionConfig(), num_envs=num_envs, device="cpu")
+    trainer_config = spec.trainer.replace(
+        collection=CollectionConfig(), num_envs=num_envs, device="cpu", acting_device="cpu"
+    )
     spec = dataclasses.replace(spec, trainer=trainer_config)
     env = make_env(spec, num_envs=num_envs, seed=seed, **env_kwargs)
     trainer = build_trainer(spec, env)

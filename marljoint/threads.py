@@ -47,7 +47,9 @@ def usable_cores() -> int:
     return max(1, os.cpu_count() or 1)
 
 
-def learner_threads(workers: int, *, collects: bool, cores: int | None = None) -> tuple[int, str]:
+def learner_threads(
+    workers: int, *, collects: bool, cores: int | None = None, accelerator: str | None = None
+) -> tuple[int, str]:
     """The learner's compute threads under ``torch_threads="auto"``, and why.
 
     Args:
@@ -57,9 +59,12 @@ def learner_threads(workers: int, *, collects: bool, cores: int | None = None) -
         collects: whether the learner's own process steps the envs or runs the policies for them (a ``"local"``
             backend): it then takes one thread.
         cores: the cores to share (default :func:`usable_cores`).
+        accelerator: the learner's device when it is not the CPU (``"cuda"``): the update runs there, and the
+            process only drives it, on one core.
 
     Returns:
-        ``(threads, reason)``: ``1`` when the learner collects, else ``max(1, cores − workers)``.
+        ``(threads, reason)``: ``1`` when the learner collects or updates on an accelerator, else
+        ``max(1, cores − workers)``.
 
     Raises:
         ValueError: for a negative ``workers`` or ``cores`` below 1.
@@ -69,6 +74,8 @@ def learner_threads(workers: int, *, collects: bool, cores: int | None = None) -
         (1, 12)
         >>> learner_threads(0, collects=True, cores=16)[0]
         1
+        >>> learner_threads(4, collects=False, cores=16, accelerator="cuda")[0]
+        1
     """
     cores = usable_cores() if cores is None else cores
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 0:
@@ -76,6 +83,11 @@ def learner_threads(workers: int, *, collects: bool, cores: int | None = None) -
     if isinstance(cores, bool) or not isinstance(cores, int) or cores < 1:
         raise ValueError(f"cores must be a positive integer, got {cores!r}")
     plural = "s" if cores != 1 else ""
+    if accelerator is not None:
+        return 1, (
+            f"1: the update runs on {accelerator}, which this process drives from one core ({cores} core{plural} "
+            "usable; env workers take the others)"
+        )
     if collects:
         return 1, (
             f"1: this process collects the rollouts itself (its env steps use one core; {cores} core{plural} "

@@ -303,10 +303,19 @@ def load_run_spec(run_dir: str | os.PathLike[str]) -> RunSpec:
     return RunSpec.from_dict(as_saved(read_config_file(path)), base=RunSpec(env_kwargs={}))
 
 
-_RESUMABLE_CHANGES = ("total_steps", "checkpoint_every", "keep_checkpoints", "collection", "torch_threads")
-MACHINE_SETTINGS = ("torch_threads",)
-"""Settings resolved from the machine rather than the env (``torch_threads = "auto"``); ``config.toml`` holds the
-number used, so a resume, on any backend, computes with the same threads and gives the same bits."""
+_RESUMABLE_CHANGES = (
+    "total_steps",
+    "checkpoint_every",
+    "keep_checkpoints",
+    "collection",
+    "torch_threads",
+    "device",
+    "acting_device",
+)
+MACHINE_SETTINGS = ("torch_threads", "acting_device")
+"""Settings resolved from the machine rather than the env (``torch_threads = "auto"``, ``acting_device = "auto"``);
+``config.toml`` holds the value used, so a resume, on any backend, computes with the same threads and devices and
+gives the same bits."""
 
 
 def resume_spec(run_dir: str | os.PathLike[str], overrides: Mapping[str, Any] | None = None) -> RunSpec:
@@ -315,9 +324,10 @@ def resume_spec(run_dir: str | os.PathLike[str], overrides: Mapping[str, Any] | 
     Args:
         run_dir: the run directory.
         overrides: flat settings given for the resume; ``total_steps``, ``checkpoint_every``,
-            ``keep_checkpoints``, ``collection`` (the backend: the results stay the same) and ``torch_threads``
-            (the learner's threads: the training stays the same, its bits may not) may change, every other one
-            must equal the saved value.
+            ``keep_checkpoints``, ``collection`` (the backend: the results stay the same), ``torch_threads``,
+            ``device`` and ``acting_device`` (the learner's threads and devices: the training stays the same, its
+            bits may not) may change, every other one must equal the saved value. A new ``device`` without an
+            ``acting_device`` chooses the acting device again (``"auto"``).
 
     Raises:
         RunError: if the directory holds no run, or an override contradicts the saved config.
@@ -335,7 +345,10 @@ def resume_spec(run_dir: str | os.PathLike[str], overrides: Mapping[str, Any] | 
                 f"cannot resume with {key} = {value!r}: the run in {run_dir} has {key} = {current[key]!r} "
                 f"(a resume keeps the run's config; only {', '.join(_RESUMABLE_CHANGES)} may change)"
             )
-    return RunSpec.from_dict({k: v for k, v in overrides.items() if k in _RESUMABLE_CHANGES}, base=saved)
+    changes = {k: v for k, v in overrides.items() if k in _RESUMABLE_CHANGES}
+    if "device" in changes and changes["device"] != current["device"]:
+        changes.setdefault("acting_device", "auto")  # the saved one was chosen for the old device
+    return RunSpec.from_dict(changes, base=saved)
 
 
 def _normal(value: Any) -> Any:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+import itertools
 from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple
 
@@ -472,6 +474,40 @@ class JointPolicy:
             network.load_state_dict(_as_torch(state))
         if self.value_normalizer is not None:
             self.value_normalizer.load_state_dict(_as_torch(weights["value_normalizer"]))
+
+    def copy_to(self, device: torch.device | str) -> JointPolicy:
+        """An independent copy of this policy on ``device`` (the same slots and settings, its own networks and
+        value statistics), holding this policy's current weights; :meth:`copy_weights_from` refreshes it.
+
+        Example:
+            >>> from marljoint import JointMultiAgentTrainer, JointTrainerConfig, PettingZooJointEnv
+            >>> from marljoint_envs import mock_v0
+            >>> env = PettingZooJointEnv(mock_v0.parallel_env, num_envs=2, seed=0)
+            >>> policy = JointMultiAgentTrainer.from_env(env, JointTrainerConfig(num_envs=2)).joint_policy
+            >>> policy.copy_to("cpu").networks[0] is policy.networks[0]
+            False
+        """
+        where = torch.device(device)
+        # Allocated on the target first and then filled: reading a device's tensors out goes through one copy.
+        networks = [copy.deepcopy(network).to_empty(device=where) for network in self.networks]
+        normalizer = None
+        if self.value_normalizer is not None:
+            normalizer = RunningNormalizer(self.spec.num_agents, self.value_normalizer.min_var, device=where)
+        twin = JointPolicy(self.spec, networks, self.slots, self.centralized, normalizer, device=where)
+        twin.copy_weights_from(self)
+        return twin
+
+    def copy_weights_from(self, source: JointPolicy) -> None:
+        """Loads ``source``'s current weights and value statistics into this policy (a :meth:`copy_to` of it), one
+        tensor copy each, across devices."""
+        with torch.no_grad():
+            for network, origin in zip(self.networks, source.networks):
+                # Buffers kept out of the state dict (the agent one-hot codes) are copied too.
+                mine = itertools.chain(network.parameters(), network.buffers())
+                for tensor, value in zip(mine, itertools.chain(origin.parameters(), origin.buffers()), strict=True):
+                    tensor.copy_(value)
+        if self.value_normalizer is not None and source.value_normalizer is not None:
+            self.value_normalizer.load_state_dict(source.value_normalizer.state_dict())
 
     def train(self, mode: bool = True) -> None:
         """Sets every network's training mode."""

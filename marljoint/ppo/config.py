@@ -80,7 +80,16 @@ class JointTrainerConfig:
     seed: int = 0
     """Seed of every generator the trainer owns (sampling, shuffling, env resets)."""
     device: str = "cpu"
-    """Torch device of the networks and the rollout storage."""
+    """Torch device of the networks, the rollout the update reads and the update itself (the learner's device)."""
+    acting_device: str = "auto"
+    """Where the policy acts while the rollout is collected in this process: ``"cpu"`` (a CPU copy of the
+    networks, whose weights are refreshed from the learner's before every rollout; the rollout is collected on the
+    CPU and moved to :attr:`device` once per iteration), or the learner's :attr:`device` (the networks themselves
+    act there, one step at a time). ``"auto"`` (the default) chooses by the rule of
+    :func:`~marljoint.ppo.derived.derive_acting_device`: on the learner's device only where that pays (image
+    observations, or networks whose work per step is large), else on the CPU. With ``device="cpu"`` both are the
+    CPU and nothing is copied. The trainer's :attr:`~marljoint.JointMultiAgentTrainer.config` holds the device
+    chosen and :attr:`~marljoint.JointMultiAgentTrainer.derived` the reason."""
     share_parameters: bool = True
     """Agents of one group share one network (agent one-hot appended); False gives one network per agent."""
     value_normalization: bool = True
@@ -117,7 +126,8 @@ class JointTrainerConfig:
     """Compute threads of the learner's process (torch's intra-op threads). ``"auto"`` (the default): the cores
     this process may use (``os.sched_getaffinity``) less those the env workers take, ``cores − workers`` (at least
     one) with ``"subprocess"`` or ``"ray"`` collection, and one when the process collects the rollouts itself
-    (``"local"``), whose env steps run on one core anyway (:func:`marljoint.threads.learner_threads`). A number
+    (``"local"``), whose env steps run on one core anyway, or when the update runs on a GPU (:attr:`device`), which
+    the process drives from one core (:func:`marljoint.threads.learner_threads`). A number
     sets exactly that many; ``None`` leaves torch's own setting. The trainer's
     :attr:`~marljoint.JointMultiAgentTrainer.config` holds the number used and
     :attr:`~marljoint.JointMultiAgentTrainer.derived` the reason. Parallel sums split their work by thread, so
@@ -145,6 +155,7 @@ class JointTrainerConfig:
                     + (" (a string: write it without quotes in TOML)" if isinstance(value, str) else "")
                 )
         _check_device(self.device)
+        _check_acting_device(self.acting_device, self.device)
         if self.normalize_observations is not None and not isinstance(self.normalize_observations, bool):
             raise ValueError(
                 f"normalize_observations must be true, false or None (derived from the env), got "
@@ -354,7 +365,7 @@ def _widths(value: Any) -> tuple[int, ...]:
     return tuple(int(h) for h in widths)
 
 
-def _check_device(value: Any) -> None:
+def _check_device(value: Any, name: str = "device") -> None:
     """Refuses what is not a torch device string (whether the device exists is checked when a trainer is built)."""
     import torch
 
@@ -364,8 +375,23 @@ def _check_device(value: Any) -> None:
         torch.device(value)
     except (RuntimeError, TypeError, ValueError):
         raise ValueError(
-            f"device must name a torch device such as 'cpu', 'cuda' or 'cuda:1', got {value!r}"
+            f"{name} must {'be auto or ' if name == 'acting_device' else ''}name a torch device such as 'cpu', "
+            f"'cuda' or 'cuda:1', got {value!r}"
         ) from None
+
+
+def _check_acting_device(value: Any, device: str) -> None:
+    """Refuses an acting device other than ``"auto"``, ``"cpu"`` or the learner's ``device``."""
+    import torch
+
+    if value == "auto":
+        return
+    _check_device(value, name="acting_device")
+    if torch.device(value) not in (torch.device("cpu"), torch.device(device)):
+        raise ValueError(
+            f"acting_device must be 'auto', 'cpu' or the learner's device {device!r}, got {value!r}; the policy "
+            "acts either on a CPU copy of the networks or with the networks themselves"
+        )
 
 
 def _is_int(value: Any) -> bool:

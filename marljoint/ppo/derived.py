@@ -13,14 +13,18 @@ import warnings
 from collections.abc import Sequence
 from typing import Any
 
+import torch
+
 from marljoint.env.spaces import JointSpec
 from marljoint.ppo.config import JointTrainerConfig
 from marljoint.threads import AUTO, learner_threads, usable_cores
 
 __all__ = [
+    "ACTING_WORK_THRESHOLD",
     "BOX_ACTION_SETTINGS",
     "DISCRETE_ACTION_SETTINGS",
     "GAMMA_RANGE",
+    "derive_acting_device",
     "derive_settings",
     "derive_threads",
     "gamma_for_episodes",
@@ -99,9 +103,9 @@ def derive_settings(spec: JointSpec, config: JointTrainerConfig) -> tuple[JointT
 
 
 def derive_threads(config: JointTrainerConfig) -> tuple[JointTrainerConfig, dict[str, str]]:
-    """Resolves ``torch_threads="auto"`` from this machine and the collection backend
-    (:func:`marljoint.threads.learner_threads`: one thread when the learner collects in-process, the cores the
-    workers leave free otherwise).
+    """Resolves ``torch_threads="auto"`` from this machine, the learner's device and the collection backend
+    (:func:`marljoint.threads.learner_threads`: one thread when the learner collects in-process or updates on a
+    GPU, the cores the workers leave free otherwise).
 
     An explicit number is kept; one above the cores this process may use is kept with a warning, since threads
     beyond the cores slow every process on them.
@@ -113,7 +117,8 @@ def derive_threads(config: JointTrainerConfig) -> tuple[JointTrainerConfig, dict
     if requested == AUTO:
         collection = config.collection
         workers = collection.workers if collection.multiprocess else 0
-        threads, reason = learner_threads(workers, collects=not collection.multiprocess)
+        accelerator = None if torch.device(config.device).type == "cpu" else config.device
+        threads, reason = learner_threads(workers, collects=not collection.multiprocess, accelerator=accelerator)
         return config.replace(torch_threads=threads), {"torch_threads": reason}
     cores = usable_cores()
     if requested is not None and requested > cores:
@@ -124,6 +129,80 @@ def derive_threads(config: JointTrainerConfig) -> tuple[JointTrainerConfig, dict
             stacklevel=3,
         )
     return config, {}
+
+
+ACTING_WORK_THRESHOLD = 10_000_000
+"""Multiply-adds per env step (over all copies and agents) from which ``acting_device="auto"`` acts on the
+learner's device: about a millisecond of one CPU core's arithmetic, what one step's kernel launches and
+host<->device copies cost on a GPU."""
+
+
+def derive_acting_device(
+    config: JointTrainerConfig, networks: Sequence[torch.nn.Module]
+) -> tuple[JointTrainerConfig, dict[str, str]]:
+    """Resolves ``acting_device="auto"``: where the policy acts while this process collects a rollout.
+
+    Rule, in order:
+        1. the learner's device is the CPU: ``"cpu"`` (one device, nothing to copy);
+        2. env worker processes collect (``"subprocess"`` or ``"ray"``): ``"cpu"``, since the workers act on CPU
+           copies of the networks anyway; the rollout is assembled on the CPU and moved to the device once;
+        3. some network is convolutional (image observations): the learner's device, where a convolution costs a
+           fraction of its CPU time;
+        4. the work per env step, ``num_envs ×`` the multiply-adds one row of each agent costs (about the
+           parameters of that agent's networks), reaches :data:`ACTING_WORK_THRESHOLD`: the learner's device;
+        5. otherwise ``"cpu"``: a small network acting on a GPU one step at a time waits on kernel launches and
+           host<->device copies, and a CPU copy acts faster (its weights are refreshed once per rollout).
+
+    An explicit device is kept.
+
+    Args:
+        config: the configuration (its ``device``, ``num_envs`` and ``collection`` are read).
+        networks: the learner's networks (an :class:`~marljoint.policies.ActorCritic` serves ``num_agents``
+            agents, each with its own weights unless ``share_parameters``).
+
+    Returns:
+        ``(resolved config, {"acting_device": reason})``; no reason for a device given explicitly.
+
+    Example:
+        >>> small = torch.nn.Linear(16, 16)
+        >>> derive_acting_device(JointTrainerConfig(device="meta"), [small])[0].acting_device
+        'cpu'
+    """
+    if config.acting_device != "auto":
+        return config, {}
+    learner = torch.device(config.device)
+    if learner.type == "cpu":
+        return config.replace(acting_device="cpu"), {"acting_device": "cpu: the learner's device is the CPU"}
+    if config.collection.multiprocess:
+        return config.replace(acting_device="cpu"), {
+            "acting_device": "cpu: the env workers act on CPU copies of the networks; the rollout is assembled on "
+            f"the CPU and moved to {config.device} once per iteration"
+        }
+    if any(isinstance(m, torch.nn.modules.conv._ConvNd) for network in networks for m in network.modules()):
+        return config.replace(acting_device=config.device), {
+            "acting_device": f"{config.device}: the networks are convolutional, whose forward costs far less there "
+            "than on the CPU"
+        }
+    work = config.num_envs * sum(_work_per_copy(network) for network in networks)
+    if work >= ACTING_WORK_THRESHOLD:
+        return config.replace(acting_device=config.device), {
+            "acting_device": f"{config.device}: about {work:,} multiply-adds per env step ({config.num_envs} copies), "
+            f"at least {ACTING_WORK_THRESHOLD:,}: the device computes them faster than a CPU core, launches and "
+            "copies included"
+        }
+    return config.replace(acting_device="cpu"), {
+        "acting_device": f"cpu: about {work:,} multiply-adds per env step ({config.num_envs} copies), below "
+        f"{ACTING_WORK_THRESHOLD:,}: on {config.device} each step would wait on kernel launches and host-device "
+        "copies, so a CPU copy of the networks acts (its weights refreshed before every rollout)"
+    }
+
+
+def _work_per_copy(network: torch.nn.Module) -> int:
+    """Multiply-adds of one env copy through ``network``: about its parameters per agent times its agents."""
+    parameters = sum(p.numel() for p in network.parameters())
+    agents = int(getattr(network, "num_agents", 1))
+    shared = bool(getattr(network, "share_parameters", True))
+    return parameters * agents if shared else parameters
 
 
 def gamma_for_episodes(episode_limit: int | None) -> float:

@@ -26,9 +26,15 @@ from marljoint.env.check import BlankImageWarning, blank_image_agents, blank_ima
 from marljoint.policies import ActorCritic, AgentPolicy
 from marljoint.policies.joint import JointPolicy, NetworkSlot
 from marljoint.policies.normalizer import RunningNormalizer
-from marljoint.ppo.build import check_trunk_layout, critic_input_size, default_units, units_from_policies
+from marljoint.ppo.build import (
+    check_device_available,
+    check_trunk_layout,
+    critic_input_size,
+    default_units,
+    units_from_policies,
+)
 from marljoint.ppo.config import JointTrainerConfig
-from marljoint.ppo.derived import derive_settings, derive_threads, settings_of_policies
+from marljoint.ppo.derived import derive_acting_device, derive_settings, derive_threads, settings_of_policies
 from marljoint.ppo.divergence import DivergenceError
 from marljoint.ppo.learner import JointStats, Learner, NetworkUnit
 from marljoint.ppo.metrics import MetricKeys, iteration_metrics
@@ -131,12 +137,16 @@ class JointMultiAgentTrainer:
                 f"config.num_envs is {config.num_envs} but the env has {env.num_envs} copies; build the env with "
                 f"num_envs={config.num_envs}, or set num_envs={env.num_envs} in the config"
             )
+        config, acting = derive_acting_device(config, [u.policy for u in units])
+        check_device_available(config.acting_device)
+        derived = {**derived, **acting}
         self.env = env
         self.config = config
         self.derived = derived
-        """Why each setting the config left to the env (``None``) or to the machine (``torch_threads="auto"``) has
-        the value in :attr:`config`: ``{setting: reason}`` (see :func:`~marljoint.ppo.derived.derive_settings` and
-        :func:`~marljoint.ppo.derived.derive_threads`)."""
+        """Why each setting the config left to the env (``None``) or to the machine (``torch_threads="auto"``,
+        ``acting_device="auto"``) has the value in :attr:`config`: ``{setting: reason}`` (see
+        :func:`~marljoint.ppo.derived.derive_settings`, :func:`~marljoint.ppo.derived.derive_threads` and
+        :func:`~marljoint.ppo.derived.derive_acting_device`)."""
         if config.torch_threads is not None:
             torch.set_num_threads(config.torch_threads)
         self.spec = env.spec
@@ -157,7 +167,8 @@ class JointMultiAgentTrainer:
             value_normalizer=self.value_normalizer,
             device=self.device,
         )
-        """The networks of every agent, as the collectors and the learner use them."""
+        """The networks of every agent, on the learner's device."""
+        self._acting_policy: JointPolicy | None = None
         self.learner = Learner(config, self.joint_policy, units, self._generator)
         """The optimizers and the one-backward update."""
         # Collecting workers compute on one thread each, whatever the learner's count.
@@ -172,6 +183,15 @@ class JointMultiAgentTrainer:
     def policies(self) -> list[ActorCritic]:
         """The networks, one per unit (per group with ``from_env``, per agent with the constructor)."""
         return [u.policy for u in self.learner.units]
+
+    @property
+    def acting_policy(self) -> JointPolicy:
+        """The policy the collector acts with: :attr:`joint_policy` itself, or its copy on ``config.acting_device``
+        (made when first asked for, refreshed from :attr:`joint_policy` before every rollout)."""
+        if self._acting_policy is None:
+            where = torch.device(self.config.acting_device)
+            self._acting_policy = self.joint_policy if where == self.device else self.joint_policy.copy_to(where)
+        return self._acting_policy
 
     @property
     def pending_moves(self) -> JointRollout | None:
@@ -215,18 +235,27 @@ class JointMultiAgentTrainer:
     def collect_rollout(self) -> JointRollout:
         """Plays ``rollout_steps`` joint steps in every env copy with the current policies (by :attr:`collector`).
 
-        The env is reset (with ``config.seed``) on the first call; later calls continue where the last stopped.
+        The policy acts on ``config.acting_device``: with a copy of the networks there (the CPU while the learner
+        is on a GPU), the copy takes the learner's weights first, and the rollout moves to the learner's device
+        once, at the end. The env is reset (with ``config.seed``) on the first call; later calls continue where
+        the last stopped.
         In turn-based games, a move whose outcome lies beyond the rollout (its agent waits for its turn at the
         end) is ``deferred`` and carried into the next rollout (:attr:`JointRollout.carried`).
 
         Returns:
             A :class:`JointRollout` (its storage is reused by the next call: keep a copy if you need both).
         """
-        ro = self.collector.collect(self.joint_policy, self.config.rollout_steps)
+        acting = self.acting_policy
+        if acting is not self.joint_policy:
+            acting.copy_weights_from(self.joint_policy)
+        ro = self.collector.collect(acting, self.config.rollout_steps)
         self.env_steps += ro.steps * ro.num_envs
+        # The moves to carry are found where the rollout was collected: their host reads need no device sync.
         ro.carried = self._pending
         ro.deferred = None
         ro.deferred, self._pending = carry_pending_moves(ro.extended(), self.config.bootstrap_truncation)
+        if acting is not self.joint_policy:
+            ro = ro.to(self.device)  # once per iteration: the update reads it on the learner's device
         return ro
 
     def close(self) -> None:
@@ -432,7 +461,9 @@ class JointMultiAgentTrainer:
         self.env_steps = int(state["env_steps"])
         self.learner.lr_scale = float(state.get("lr_scale", 1.0))
         pending = state.get("pending_moves")
-        self._pending = None if pending is None else JointRollout(**{**pending, "spec": self.spec}).to(self.device)
+        self._pending = (
+            None if pending is None else JointRollout(**{**pending, "spec": self.spec}).to(self.config.acting_device)
+        )
 
     def save(self, path: str) -> None:
         """Writes :meth:`state_dict` to ``path`` atomically (temporary file, fsync, rename)."""

@@ -33,13 +33,3 @@ def snapshot_key_home(tmp_path_factory):
         os.environ.pop(HOME_VARIABLE, None)
     else:
         os.environ[HOME_VARIABLE] = previous
-
-
-def pytest_collection_modifyitems(config, items):
-    """Skips the tests marked ``gpu`` where torch sees no CUDA device."""
-    if torch.cuda.is_available():
-        return
-    skip = pytest.mark.skip(reason="needs a CUDA device")
-    for item in items:
-        if "gpu" in item.keywords:
-            item.add_marker(skip)

@@ -19,9 +19,9 @@ left() { echo $((budget - SECONDS)); }
 has() { [[ " $parts " == *" $1 "* ]]; }
 
 if has tests; then
-  timeout 120 python3 -m pytest tests/gpu -m "gpu and not slow" -q -p no:cacheprovider 2>&1 | tee "$out/pytest_gpu.log" | tail -25
+  timeout 120 python3 -m pytest tests -m "gpu and not slow" -q -p no:cacheprovider 2>&1 | tee "$out/pytest_gpu.log" | tail -25
   echo "pytest gpu: exit ${PIPESTATUS[0]}"
-  timeout 150 python3 -m pytest tests/gpu -m "gpu and slow" -q -p no:cacheprovider 2>&1 | tee "$out/pytest_gpu_slow.log" | tail -8
+  timeout 150 python3 -m pytest tests -m "gpu and slow" -q -p no:cacheprovider 2>&1 | tee "$out/pytest_gpu_slow.log" | tail -8
   echo "pytest gpu slow: exit ${PIPESTATUS[0]}"
 fi
 if has figures; then

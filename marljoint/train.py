@@ -304,9 +304,10 @@ def load_run_spec(run_dir: str | os.PathLike[str]) -> RunSpec:
 
 
 _RESUMABLE_CHANGES = ("total_steps", "checkpoint_every", "keep_checkpoints", "collection", "torch_threads")
-MACHINE_SETTINGS = ("torch_threads",)
-"""Settings resolved from the machine rather than the env (``torch_threads = "auto"``); ``config.toml`` holds the
-number used, so a resume, on any backend, computes with the same threads and gives the same bits."""
+MACHINE_SETTINGS = ("torch_threads", "recurrent_replay")
+"""Settings resolved from the machine rather than the env (``torch_threads = "auto"``, ``recurrent_replay = "auto"``);
+``config.toml`` holds the value used, so a resume, on any backend, computes with the same threads and the same
+replay, and gives the same bits."""
 
 
 def resume_spec(run_dir: str | os.PathLike[str], overrides: Mapping[str, Any] | None = None) -> RunSpec:

@@ -23,6 +23,7 @@ from marljoint.policies import ActorCritic, clip_member_grads_
 from marljoint.policies.actor_critic import PolicyOutput
 from marljoint.policies.joint import JointPolicy
 from marljoint.policies.normalizer import RunningNormalizer
+from marljoint.policies.recurrent import resolve_replay
 from marljoint.ppo.config import JointTrainerConfig
 from marljoint.ppo.divergence import DivergenceError, all_finite, first_non_finite, non_finite_parameter
 from marljoint.ppo.gae import compute_gae
@@ -249,6 +250,9 @@ class Learner:
         self.units = list(units)
         """Each network with its optimizers (:class:`NetworkUnit`), in the policy's network order."""
         self._generator = generator
+        self.recurrent_replay = resolve_replay(config.recurrent_replay, self.device)[0]
+        """How a recurrent update replays its chunks: ``"cells"`` or ``"fused"`` (the config's setting, with
+        ``"auto"`` resolved for the learner's device)."""
         self.lr_scale = 1.0
         self.decoupled = bool(config.collection.policy_lag)
         """Whether an update centres PPO's trust region on the weights it starts from and reweights the rows by
@@ -466,6 +470,7 @@ class Learner:
             [s[first] for s in seq.states],
             steps(seq.starts),
             steps(seq.advance),
+            replay=self.recurrent_replay,
         )
         return idx, outputs
 

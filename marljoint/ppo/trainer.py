@@ -28,7 +28,7 @@ from marljoint.policies.joint import JointPolicy, NetworkSlot
 from marljoint.policies.normalizer import RunningNormalizer
 from marljoint.ppo.build import check_trunk_layout, critic_input_size, default_units, units_from_policies
 from marljoint.ppo.config import JointTrainerConfig
-from marljoint.ppo.derived import derive_settings, derive_threads, settings_of_policies
+from marljoint.ppo.derived import derive_replay, derive_settings, derive_threads, settings_of_policies
 from marljoint.ppo.divergence import DivergenceError
 from marljoint.ppo.learner import JointStats, Learner, NetworkUnit
 from marljoint.ppo.metrics import MetricKeys, iteration_metrics
@@ -93,7 +93,8 @@ class JointMultiAgentTrainer:
         config, derived = settings_of_policies(config, policies)
         config, from_env = derive_settings(env.spec, config)
         config, threads = derive_threads(config)
-        derived = {**derived, **from_env, **threads}
+        config, replay = derive_replay(config)
+        derived = {**derived, **from_env, **threads, **replay}
         units = units_from_policies(env.spec, config, policies, optimizers, critic_optimizers)
         self._setup(env, config, units, derived)
 
@@ -117,7 +118,8 @@ class JointMultiAgentTrainer:
         """
         config, derived = derive_settings(env.spec, config or JointTrainerConfig())
         config, threads = derive_threads(config)
-        derived = {**derived, **threads}
+        config, replay = derive_replay(config)
+        derived = {**derived, **threads, **replay}
         trainer = cls.__new__(cls)
         trainer._setup(env, config, default_units(env.spec, config, **policy_kwargs), derived)
         return trainer
@@ -134,9 +136,10 @@ class JointMultiAgentTrainer:
         self.env = env
         self.config = config
         self.derived = derived
-        """Why each setting the config left to the env (``None``) or to the machine (``torch_threads="auto"``) has
-        the value in :attr:`config`: ``{setting: reason}`` (see :func:`~marljoint.ppo.derived.derive_settings` and
-        :func:`~marljoint.ppo.derived.derive_threads`)."""
+        """Why each setting the config left to the env (``None``) or to the machine (``torch_threads="auto"``,
+        ``recurrent_replay="auto"``) has the value in :attr:`config`: ``{setting: reason}`` (see
+        :func:`~marljoint.ppo.derived.derive_settings`, :func:`~marljoint.ppo.derived.derive_threads` and
+        :func:`~marljoint.ppo.derived.derive_replay`)."""
         if config.torch_threads is not None:
             torch.set_num_threads(config.torch_threads)
         self.spec = env.spec

@@ -430,8 +430,9 @@ class Learner:
         seq = SequenceChunks(
             rows=chunks,
             length=self.config.chunk_length,
-            states=[pad_row(s.reshape(rows, *s.shape[2:])) for s in rollout.states],
-            starts=pad_row(rollout.starts.reshape(rows, n), True),
+            # The stored states come with the rollout, from wherever it acted; the replay runs on the learner's device.
+            states=[pad_row(s.reshape(rows, *s.shape[2:]).to(self.device)) for s in rollout.states],
+            starts=pad_row(rollout.starts.reshape(rows, n).to(self.device), True),
             advance=pad_row((rollout.alive & rollout.acting).reshape(rows, n), False),
         )
         return _Batch(

@@ -491,7 +491,7 @@ def resolve_replay(setting: str, device: torch.device | str) -> tuple[str, str]:
             "every chunk and one fused GRU/LSTM kernel per member replays a whole chunk"
         )
     return "cells", (
-        f"cells: the learner runs on {kind}, where the stacked cells are as fast as the fused kernel and compute "
+        f"cells: the learner runs on {kind}, where the stacked cells are faster than the fused kernel and compute "
         "exactly the bits the rollout acted with"
     )
 

@@ -32,6 +32,47 @@ RECURRENT_KINDS: tuple[str, ...] = ("gru", "lstm")
 
 _GATES = {"gru": 3, "lstm": 4}
 
+RECURRENT_REPLAYS: tuple[str, ...] = ("auto", "cells", "fused")
+"""How the update replays a recurrent chunk: ``"cells"`` steps the stacked cells through it (one autograd node per
+chunk, the bits the rollout computes), ``"fused"`` runs torch's fused GRU/LSTM kernel (cuDNN on a GPU) once per
+member over the chunk's episode segments, ``"auto"`` picks fused on CUDA and cells elsewhere."""
+
+
+def resolve_replay(setting: str, device: torch.device | str) -> tuple[str, str]:
+    """The replay ``setting`` resolves to on ``device``, and why.
+
+    Args:
+        setting: one of :data:`RECURRENT_REPLAYS`.
+        device: the learner's device.
+
+    Returns:
+        ``("cells" | "fused", reason)``.
+
+    Raises:
+        ValueError: for a ``setting`` outside :data:`RECURRENT_REPLAYS`.
+
+    Example:
+        >>> resolve_replay("auto", "cpu")[0], resolve_replay("auto", "cuda:0")[0], resolve_replay("fused", "cpu")[0]
+        ('cells', 'fused', 'fused')
+    """
+    if setting not in RECURRENT_REPLAYS:
+        raise ValueError(
+            f"recurrent_replay must be one of {list(RECURRENT_REPLAYS)}, got {setting!r}; 'auto' picks the fused "
+            "kernel on CUDA and the cells elsewhere"
+        )
+    if setting != "auto":
+        return setting, f"{setting}: set explicitly"
+    kind = torch.device(device).type
+    if kind == "cuda":
+        return "fused", (
+            "fused: the learner runs on CUDA, where stepping the cells costs kernel launches at every step of "
+            "every chunk and one fused GRU/LSTM kernel per member replays a whole chunk"
+        )
+    return "cells", (
+        f"cells: the learner runs on {kind}, where the stacked cells are faster than the fused kernel and compute "
+        "exactly the bits the rollout acted with"
+    )
+
 
 class StackedRecurrentCell(nn.Module):
     """M independent GRU or LSTM cells.
@@ -452,48 +493,6 @@ def _hidden_weight_grads(hidden: torch.Tensor, grad_gates: torch.Tensor) -> tupl
         grad_gates.transpose(0, 1).reshape(members, -1, grad_gates.shape[-1]),
     )
     return grad_weight, grad_gates.sum(dim=(0, 2))
-
-
-RECURRENT_REPLAYS: tuple[str, ...] = ("auto", "cells", "fused")
-"""How the update replays a recurrent chunk: ``"cells"`` steps the stacked cells through it (one autograd node per
-chunk, the bits the rollout computes), ``"fused"`` runs torch's fused GRU/LSTM kernel (cuDNN on a GPU) once per
-member over the chunk's episode segments, ``"auto"`` picks fused on CUDA and cells elsewhere."""
-
-
-def resolve_replay(setting: str, device: torch.device | str) -> tuple[str, str]:
-    """The replay ``setting`` resolves to on ``device``, and why.
-
-    Args:
-        setting: one of :data:`RECURRENT_REPLAYS`.
-        device: the learner's device.
-
-    Returns:
-        ``("cells" | "fused", reason)``.
-
-    Raises:
-        ValueError: for a ``setting`` outside :data:`RECURRENT_REPLAYS`.
-
-    Example:
-        >>> resolve_replay("auto", "cpu")[0], resolve_replay("auto", "cuda:0")[0], resolve_replay("fused", "cpu")[0]
-        ('cells', 'fused', 'fused')
-    """
-    if setting not in RECURRENT_REPLAYS:
-        raise ValueError(
-            f"recurrent_replay must be one of {list(RECURRENT_REPLAYS)}, got {setting!r}; 'auto' picks the fused "
-            "kernel on CUDA and the cells elsewhere"
-        )
-    if setting != "auto":
-        return setting, f"{setting}: set explicitly"
-    kind = torch.device(device).type
-    if kind == "cuda":
-        return "fused", (
-            "fused: the learner runs on CUDA, where stepping the cells costs kernel launches at every step of "
-            "every chunk and one fused GRU/LSTM kernel per member replays a whole chunk"
-        )
-    return "cells", (
-        f"cells: the learner runs on {kind}, where the stacked cells are faster than the fused kernel and compute "
-        "exactly the bits the rollout acted with"
-    )
 
 
 class _Segments(NamedTuple):

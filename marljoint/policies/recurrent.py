@@ -176,8 +176,8 @@ class StackedRecurrentCell(nn.Module):
                 through that step (an absent agent, or a player waiting for its turn). Its output is still
                 computed, from the kept state.
             replay: ``"cells"`` (the stacked cells step through the chunk: the rollout's bits) or ``"fused"``
-                (torch's fused kernel over the chunk's segments, equal up to rounding; an LSTM row that keeps a
-                cell memory through a step it does not advance makes the whole call use the cells).
+                (torch's fused kernel over the chunk's segments cut at every reset, the steps a row does not
+                advance left out of them; equal up to rounding).
 
         Returns:
             ``(outputs [L, M, B, h], the state after the last step [M, B, state_size])``.
@@ -260,11 +260,12 @@ def _replay_with(
     starts: torch.Tensor,
     advance: torch.Tensor | None,
 ) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """:func:`_fused_replay` or :func:`_replay`, as ``replay`` says (the cells where the fused kernel cannot)."""
+    """:func:`_fused_replay` or :func:`_replay`, as ``replay`` says."""
     if replay not in ("cells", "fused"):
         raise ValueError(f"replay must be 'cells' or 'fused' (resolve 'auto' with resolve_replay), got {replay!r}")
-    fused = _fused_replay(cells, xs, states, starts, advance) if replay == "fused" else None
-    return _replay(cells, xs, states, starts, advance) if fused is None else fused
+    if replay == "fused":
+        return _fused_replay(cells, xs, states, starts, advance)
+    return _replay(cells, xs, states, starts, advance)
 
 
 def _replay(
@@ -583,13 +584,10 @@ def _fused_replay(
     states: list[torch.Tensor],
     starts: torch.Tensor,
     advance: torch.Tensor | None,
-) -> list[tuple[torch.Tensor, torch.Tensor]] | None:
+) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """:func:`_replay` with torch's fused kernels: the chunk's rows cut into segments at every reset, the steps a
-    row does not advance left out of them, one packed kernel call per member. ``None`` when some LSTM row keeps,
-    through a step it does not advance, a cell memory the chunk made (the kernel returns no memory per step)."""
+    row does not advance left out of them, one packed kernel call per member."""
     segments = _segments(starts, advance)
-    if segments.keeps_memory and any(c.kind == "lstm" for c in cells):
-        return None
     return [_fused_cell(c, x, s, segments) for c, x, s in zip(cells, xs, states)]
 
 
@@ -608,20 +606,28 @@ def _fused_cell(
     )
     state_rows = state.reshape(rows, -1)
     initial = state_rows[segments.row] * segments.from_state.unsqueeze(1).to(state.dtype)
-    outputs, finals, first = [], [], 0
+    # An LSTM step that does not advance needs the cell memory its row kept, which the kernel does not return.
+    wants_memory = cell.kind == "lstm" and segments.keeps_memory
+    outputs, finals, memories, first = [], [], [], 0
     for member, size in enumerate(segments.per_member):
         if size:
             end = first + size
             out, final = _fused_member(cell, member, padded[first:end], initial[first:end], segments.lengths[first:end])
             outputs.append(out)
             finals.append(final)
+            if wants_memory:
+                memories.append(_lstm_memories(cell, member, padded[first:end], initial[first:end], out))
             first = end
-    flat_out = flat_x.new_zeros(rows * length, h)
+    flat_state = flat_out = flat_x.new_zeros(rows * length, h)
     if count:
-        out_all = torch.cat(outputs)
-        flat_out = flat_out.index_put((segments.index,), out_all[segments.segment, segments.place])
+        flat_state = flat_out = flat_out.index_put((segments.index,), _at_steps(outputs, segments))
+    if wants_memory:
+        flat_memory = torch.zeros_like(flat_out).index_put((segments.index,), _at_steps(memories, segments))
+        flat_state = torch.cat((flat_out, flat_memory), dim=1)
+    elif cell.kind == "lstm":
+        flat_state = torch.cat((flat_out, torch.zeros_like(flat_out)), dim=1)
     if segments.holds:
-        held = _held_outputs(cell, flat_x, state_rows, flat_out, segments)
+        held = _held_outputs(cell, flat_x, state_rows, flat_state, segments)
         flat_out = torch.where(segments.advancing.unsqueeze(1), flat_out, held)
     final_rows = state_rows
     if count:
@@ -632,22 +638,25 @@ def _fused_cell(
     return outputs_lmb, final_rows.reshape(members, batch, -1)
 
 
+def _at_steps(per_member: list[torch.Tensor], segments: _Segments) -> torch.Tensor:
+    """``[P, ·]``: the values of the advancing steps, in position order, from per-member ``[G_m, L', ·]``."""
+    return torch.cat(per_member)[segments.segment, segments.place]
+
+
 def _held_outputs(
     cell: StackedRecurrentCell,
     flat_x: torch.Tensor,
     state_rows: torch.Tensor,
-    flat_out: torch.Tensor,
+    flat_state: torch.Tensor,
     segments: _Segments,
 ) -> torch.Tensor:
     """``[R × L, h]``: every step's output computed by one cell step from the state its row holds before it (the
-    steps that do not advance take theirs from here). The state after a row's last advancing step is that step's
-    output ``h`` (a GRU's whole state); an LSTM reaches here only where that state was reset since."""
+    steps that do not advance take theirs from here), where ``flat_state`` ``[R × L, S]`` is the state after each
+    advancing step (an LSTM's memory is needed, and there, only where :attr:`_Segments.keeps_memory`)."""
     rows, length = segments.previous.shape
     previous = segments.previous.reshape(-1)
     row_of = torch.arange(rows, device=previous.device).repeat_interleave(length)
-    made = flat_out[row_of * length + previous.clamp(min=0)]
-    if cell.kind == "lstm":
-        made = torch.cat((made, torch.zeros_like(made)), dim=1)
+    made = flat_state[row_of * length + previous.clamp(min=0)]
     before = torch.where((previous >= 0).unsqueeze(1), made, state_rows[row_of])
     before = before * (~segments.reset.reshape(-1)).unsqueeze(1).to(before.dtype)
     members = cell.members
@@ -692,3 +701,31 @@ def _fused_member(
         PackedSequence(out, packed.batch_sizes, order, back), batch_first=True, total_length=x.shape[1]
     )
     return unpacked, final.index_select(0, back)
+
+
+def _lstm_memories(
+    cell: StackedRecurrentCell, member: int, x: torch.Tensor, initial: torch.Tensor, out: torch.Tensor
+) -> torch.Tensor:
+    """``[G, L', h]``: an LSTM's cell memory after every step of member ``member``'s segments, from their inputs
+    ``x`` ``[G, L', in]``, initial states ``[G, 2h]`` and the kernel's outputs ``out`` ``[G, L', h]``.
+
+    The gates are recomputed in two batched products (each step's hidden input is the previous output); the
+    recurrence ``c_t = f_t c_(t-1) + i_t g_t`` is then linear and runs as a parallel prefix scan, log2 L' rounds of
+    whole-tensor operations rather than L' steps. Positions past a segment's length hold values nothing reads.
+    """
+    h = cell.hidden_size
+    hidden_before = torch.cat((initial[:, None, :h], out[:, :-1]), dim=1)
+    gates = torch.addmm(cell.bias_ih[member], x.reshape(-1, x.shape[-1]), cell.weight_ih[member]) + torch.addmm(
+        cell.bias_hh[member], hidden_before.reshape(-1, h), cell.weight_hh[member]
+    )
+    i, f, g, _ = gates.reshape(*x.shape[:2], -1).split(h, dim=-1)
+    decay = torch.sigmoid(f)
+    memory = torch.sigmoid(i) * torch.tanh(g)
+    memory = torch.cat((memory[:, :1] + decay[:, :1] * initial[:, None, h:], memory[:, 1:]), dim=1)
+    shift = 1
+    while shift < x.shape[1]:
+        # After this round each step holds the recurrence over the 2·shift steps up to it.
+        memory = torch.cat((memory[:, :shift], memory[:, shift:] + decay[:, shift:] * memory[:, :-shift]), dim=1)
+        decay = torch.cat((decay[:, :shift], decay[:, shift:] * decay[:, :-shift]), dim=1)
+        shift *= 2
+    return memory

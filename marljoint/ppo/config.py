@@ -138,8 +138,8 @@ class JointTrainerConfig:
     """How the update replays each chunk through the recurrent cores (with :attr:`recurrent`). ``"cells"``: the
     stacked GRU/LSTM cells step through the chunk, computing exactly the bits the rollout acted with. ``"fused"``:
     torch's fused GRU/LSTM kernel (cuDNN on a GPU) runs each member's segments of the chunk (cut at every episode
-    start) in one call, the same function up to rounding, which spares a GPU several kernel launches per step;
-    an LSTM whose agents skip steps mid-chunk (turn-based games, absent agents) is still replayed by the cells.
+    start, the steps an agent does not advance left out) in one call, the same function up to rounding, which
+    spares a GPU several kernel launches per step.
     ``"auto"`` (the default): fused when :attr:`device` is CUDA, the cells elsewhere. The trainer's
     :attr:`~marljoint.JointMultiAgentTrainer.config` holds the choice and
     :attr:`~marljoint.JointMultiAgentTrainer.derived` the reason."""

@@ -512,8 +512,9 @@ class _Segments(NamedTuple):
         reset_after: ``[R]`` bool, an episode starts after that step (the final state is zero).
         lengths: ``[G]`` (CPU) the segments' lengths.
         per_member: the number of segments of each member.
-        advancing: ``[R × L]`` bool, the step advances its row.
-        holds: some step does not advance (its output comes from the state it keeps).
+        held: ``[H]`` flat position of every step that does not advance (its output comes from the state its row
+            keeps), in position order.
+        held_per_member: the number of those steps of each member.
         keeps_memory: some step that does not advance keeps a state an earlier step of the chunk made (an LSTM's
             cell memory there is not among the fused kernel's outputs).
     """
@@ -529,8 +530,8 @@ class _Segments(NamedTuple):
     reset_after: torch.Tensor
     lengths: torch.Tensor
     per_member: list[int]
-    advancing: torch.Tensor
-    holds: bool
+    held: torch.Tensor
+    held_per_member: list[int]
     keeps_memory: bool
 
 
@@ -558,8 +559,10 @@ def _segments(starts: torch.Tensor, advance: torch.Tensor | None) -> _Segments:
     lengths = torch.bincount(segment, minlength=firsts.shape[0])
     per_member = torch.bincount(torch.div(firsts, length * batch, rounding_mode="floor"), minlength=members)
     holding = ~adv
-    flags = torch.stack((holding.any(), (holding & ~reset & (previous >= 0)).any())).long()
-    sizes = torch.cat((per_member, flags, lengths)).cpu()
+    held = holding.reshape(-1).nonzero().squeeze(1)
+    held_per_member = torch.bincount(torch.div(held, length * batch, rounding_mode="floor"), minlength=members)
+    keeps_memory = (holding & ~reset & (previous >= 0)).any().reshape(1).long()
+    sizes = torch.cat((per_member, held_per_member, keeps_memory, lengths)).cpu()
     return _Segments(
         index=index,
         segment=segment,
@@ -570,11 +573,11 @@ def _segments(starts: torch.Tensor, advance: torch.Tensor | None) -> _Segments:
         reset=reset,
         last_segment=torch.where(last >= 0, segment_of.view(rows, length).gather(1, last_at).squeeze(1), -1),
         reset_after=started[:, -1] > torch.where(last >= 0, started.gather(1, last_at).squeeze(1), 0),
-        lengths=sizes[members + 2 :],
+        lengths=sizes[2 * members + 1 :],
         per_member=sizes[:members].tolist(),
-        advancing=adv.reshape(-1),
-        holds=bool(sizes[members]),
-        keeps_memory=bool(sizes[members + 1]),
+        held=held,
+        held_per_member=sizes[members : 2 * members].tolist(),
+        keeps_memory=bool(sizes[2 * members]),
     )
 
 
@@ -626,9 +629,8 @@ def _fused_cell(
         flat_state = torch.cat((flat_out, flat_memory), dim=1)
     elif cell.kind == "lstm":
         flat_state = torch.cat((flat_out, torch.zeros_like(flat_out)), dim=1)
-    if segments.holds:
-        held = _held_outputs(cell, flat_x, state_rows, flat_state, segments)
-        flat_out = torch.where(segments.advancing.unsqueeze(1), flat_out, held)
+    if segments.held.shape[0]:
+        flat_out = flat_out.index_put((segments.held,), _held_outputs(cell, flat_x, state_rows, flat_state, segments))
     final_rows = state_rows
     if count:
         last = segments.last_segment
@@ -650,20 +652,32 @@ def _held_outputs(
     flat_state: torch.Tensor,
     segments: _Segments,
 ) -> torch.Tensor:
-    """``[R × L, h]``: every step's output computed by one cell step from the state its row holds before it (the
-    steps that do not advance take theirs from here), where ``flat_state`` ``[R × L, S]`` is the state after each
-    advancing step (an LSTM's memory is needed, and there, only where :attr:`_Segments.keeps_memory`)."""
-    rows, length = segments.previous.shape
-    previous = segments.previous.reshape(-1)
-    row_of = torch.arange(rows, device=previous.device).repeat_interleave(length)
-    made = flat_state[row_of * length + previous.clamp(min=0)]
-    before = torch.where((previous >= 0).unsqueeze(1), made, state_rows[row_of])
-    before = before * (~segments.reset.reshape(-1)).unsqueeze(1).to(before.dtype)
-    members = cell.members
-    x_mm = flat_x.reshape(members, -1, flat_x.shape[-1])
-    gates_x = torch.baddbmm(cell.bias_ih.unsqueeze(1), x_mm, cell.weight_ih)
-    out, _ = cell._cell(gates_x, before.reshape(members, -1, before.shape[-1]))
-    return out.reshape(rows * length, -1)
+    """``[H, h]``: the outputs of the steps that do not advance, each one cell step from the state its row keeps
+    there (one product per member), where ``flat_state`` ``[R × L, S]`` is the state after each advancing step (an
+    LSTM's memory is needed, and there, only where :attr:`_Segments.keeps_memory`)."""
+    length = segments.previous.shape[1]
+    held = segments.held
+    row = torch.div(held, length, rounding_mode="floor")
+    previous = segments.previous.reshape(-1)[held]
+    made = flat_state[row * length + previous.clamp(min=0)]
+    before = torch.where((previous >= 0).unsqueeze(1), made, state_rows[row])
+    before = before * (~segments.reset.reshape(-1)[held]).unsqueeze(1).to(before.dtype)
+    outputs, first = [], 0
+    for member, size in enumerate(segments.held_per_member):
+        if size:
+            end = first + size
+            gates_x = torch.addmm(cell.bias_ih[member], flat_x[held[first:end]], cell.weight_ih[member])
+            out, _ = _cell(
+                cell.kind,
+                cell.hidden_size,
+                gates_x.unsqueeze(0),
+                before[first:end].unsqueeze(0),
+                cell.weight_hh[member : member + 1],
+                cell.bias_hh[member : member + 1],
+            )
+            outputs.append(out[0])
+            first = end
+    return torch.cat(outputs)
 
 
 def _fused_member(

@@ -123,6 +123,26 @@ def test_players_taking_turns_through_a_long_chunk_keep_their_memory_between_tur
     torch.testing.assert_close(results["fused"][0], results["cells"][0], rtol=0, atol=1e-5)
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (cuDNN's fused kernels)")
+@pytest.mark.parametrize("kind", ["gru", "lstm"])
+def test_the_cudnn_replay_computes_what_the_cells_compute(kind, monkeypatch):
+    # cuDNN may compute an RNN's products in TF32 by default; the comparison is of the same function in fp32.
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
+    generator = torch.Generator().manual_seed(5)
+    cells = [StackedRecurrentCell(3, IN, HIDDEN, kind, generator=generator).cuda() for _ in range(2)]
+    starts, advance = _pattern("skips", 3, generator)
+    xs, states = _inputs(cells, 3, generator)
+    xs = [x.detach().cuda().requires_grad_() for x in xs]
+    states = [s.detach().cuda().requires_grad_() for s in states]
+    by_cells, cells_grads = _replayed(cells, "cells", xs, states, starts.cuda(), advance.cuda())
+    fused, fused_grads = _replayed(cells, "fused", xs, states, starts.cuda(), advance.cuda())
+    for (out_a, final_a), (out_b, final_b) in zip(fused, by_cells):
+        torch.testing.assert_close(out_a, out_b, rtol=0, atol=1e-5)
+        torch.testing.assert_close(final_a, final_b, rtol=0, atol=1e-5)
+    for a, b in zip(fused_grads, cells_grads):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-4)
+
+
 def test_unknown_replays_are_refused():
     cell = StackedRecurrentCell(1, IN, HIDDEN, "gru")
     starts = torch.zeros(LENGTH, 1, BATCH, dtype=torch.bool)
@@ -177,7 +197,12 @@ def test_the_trainer_resolves_auto_and_says_why():
 
 @pytest.mark.parametrize(
     ("env_fn", "kind", "sharing"),
-    [(MEMORY, "gru", True), (MEMORY, "lstm", False), (kuhn_poker_v0.env, "gru", False)],
+    [
+        (MEMORY, "gru", True),
+        (MEMORY, "lstm", False),
+        (kuhn_poker_v0.env, "gru", False),
+        (kuhn_poker_v0.env, "lstm", True),
+    ],
 )
 def test_training_with_the_fused_replay_follows_the_cells(env_fn, kind, sharing):
     losses = {}

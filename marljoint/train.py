@@ -303,7 +303,14 @@ def load_run_spec(run_dir: str | os.PathLike[str]) -> RunSpec:
     return RunSpec.from_dict(as_saved(read_config_file(path)), base=RunSpec(env_kwargs={}))
 
 
-_RESUMABLE_CHANGES = ("total_steps", "checkpoint_every", "keep_checkpoints", "collection", "torch_threads")
+_RESUMABLE_CHANGES = (
+    "total_steps",
+    "checkpoint_every",
+    "keep_checkpoints",
+    "collection",
+    "torch_threads",
+    "recurrent_replay",
+)
 MACHINE_SETTINGS = ("torch_threads", "recurrent_replay")
 """Settings resolved from the machine rather than the env (``torch_threads = "auto"``, ``recurrent_replay = "auto"``);
 ``config.toml`` holds the value used, so a resume, on any backend, computes with the same threads and the same

@@ -10,7 +10,7 @@ import torch
 from marljoint import JointMultiAgentTrainer, JointTrainerConfig, PettingZooJointEnv
 from marljoint.policies.recurrent import RECURRENT_REPLAYS, StackedRecurrentCell, resolve_replay
 from marljoint_envs import kuhn_poker_v0, memory_v0, mock_v0
-from tests.product._product_helpers import run_cli, tiny_config, train_args
+from tests.product._product_helpers import resume_args, run_cli, tiny_config, train_args
 
 LENGTH, BATCH, IN, HIDDEN = 7, 4, 5, 6
 
@@ -226,6 +226,13 @@ def test_config_toml_holds_the_resolved_replay_and_its_reason(tmp_path):
     text = (tmp_path / "run" / "config.toml").read_text()
     assert 'recurrent_replay = "cells"' in text
     assert "derived from this machine (cells: the learner runs on cpu" in text
+
+
+def test_a_run_resumes_with_the_other_replay(tmp_path):
+    config = tiny_config(tmp_path, 'recurrent = "lstm"\n')
+    assert run_cli(train_args(tmp_path / "run", config, 2 * 64)) == 0
+    assert run_cli(resume_args(tmp_path / "run", 4 * 64, "--set", "recurrent_replay=fused")) == 0
+    assert 'recurrent_replay = "fused"' in (tmp_path / "run" / "config.toml").read_text()
 
 
 def test_mock_env_replays_fused_with_agents_of_every_group():

@@ -536,8 +536,9 @@ class _Segments(NamedTuple):
 
 
 def _segments(starts: torch.Tensor, advance: torch.Tensor | None) -> _Segments:
-    """Cuts the rows of a chunk (``starts`` and ``advance`` ``[L, M, B]``) into :class:`_Segments`, with tensor
-    operations and one transfer of the segment lengths to the CPU (which the packed kernel call needs)."""
+    """Cuts the rows of a chunk (``starts`` and ``advance`` ``[L, M, B]``) into :class:`_Segments` with tensor
+    operations; the device is waited for three times a replay (two ``nonzero`` and one transfer of the sizes to the
+    CPU, which the packed kernel call needs), not at every step."""
     length, members, batch = starts.shape
     rows = members * batch
     st = starts.permute(1, 2, 0).reshape(rows, length)

@@ -311,11 +311,12 @@ _RESUMABLE_CHANGES = (
     "torch_threads",
     "device",
     "acting_device",
+    "recurrent_replay",
 )
-MACHINE_SETTINGS = ("torch_threads", "acting_device")
-"""Settings resolved from the machine rather than the env (``torch_threads = "auto"``, ``acting_device = "auto"``);
-``config.toml`` holds the value used, so a resume, on any backend, computes with the same threads and devices and
-gives the same bits."""
+MACHINE_SETTINGS = ("torch_threads", "acting_device", "recurrent_replay")
+"""Settings resolved from the machine rather than the env (``torch_threads``, ``acting_device`` and
+``recurrent_replay`` set to ``"auto"``); ``config.toml`` holds the value used, so a resume, on any backend, computes
+with the same threads, devices and replay, and gives the same bits."""
 
 
 def resume_spec(run_dir: str | os.PathLike[str], overrides: Mapping[str, Any] | None = None) -> RunSpec:
@@ -325,9 +326,10 @@ def resume_spec(run_dir: str | os.PathLike[str], overrides: Mapping[str, Any] | 
         run_dir: the run directory.
         overrides: flat settings given for the resume; ``total_steps``, ``checkpoint_every``,
             ``keep_checkpoints``, ``collection`` (the backend: the results stay the same), ``torch_threads``,
-            ``device`` and ``acting_device`` (the learner's threads and devices: the training stays the same, its
-            bits may not) may change, every other one must equal the saved value. A new ``device`` without an
-            ``acting_device`` chooses the acting device again (``"auto"``).
+            ``device``, ``acting_device`` and ``recurrent_replay`` (the learner's threads, devices and kernels: the
+            training stays the same, its bits may not) may change, every other one must equal the saved value. A
+            new ``device`` chooses the acting device and the recurrent replay again (``"auto"``) unless they are
+            given too.
 
     Raises:
         RunError: if the directory holds no run, or an override contradicts the saved config.
@@ -347,7 +349,8 @@ def resume_spec(run_dir: str | os.PathLike[str], overrides: Mapping[str, Any] | 
             )
     changes = {k: v for k, v in overrides.items() if k in _RESUMABLE_CHANGES}
     if "device" in changes and changes["device"] != current["device"]:
-        changes.setdefault("acting_device", "auto")  # the saved one was chosen for the old device
+        changes.setdefault("acting_device", "auto")  # the saved ones were chosen for the old device
+        changes.setdefault("recurrent_replay", "auto")
     return RunSpec.from_dict(changes, base=saved)
 
 

@@ -199,7 +199,9 @@ class LocalCollector:
         self._memory.to(policy.device)
         shapes = [(ro.steps, *h.shape) for h in self._memory.hidden]
         if ro.states is None or [tuple(x.shape) for x in ro.states] != shapes:
-            ro.states = tuple(torch.zeros(shape, device=policy.device) for shape in shapes)
+            # The states are rollout storage: they live with the rollout, which the acting policy's device need
+            # not be (the hidden states it steps follow the policy instead, above).
+            ro.states = tuple(torch.zeros(shape, device=ro.alive.device) for shape in shapes)
             ro.starts = torch.zeros_like(ro.alive)
         return self._memory
 

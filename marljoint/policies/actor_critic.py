@@ -321,6 +321,8 @@ class ActorCritic(nn.Module):
         starts: torch.Tensor,
         advance: torch.Tensor | None = None,
         critic_obs: torch.Tensor | None = None,
+        *,
+        replay: str = "cells",
     ) -> PolicyOutput:
         """Replays a sequence chunk of a recurrent network from its initial state (truncated BPTT).
 
@@ -334,13 +336,15 @@ class ActorCritic(nn.Module):
             advance: ``[L, B, n_g]`` bool, False where an agent's state stays as it is (absent, or waiting for its
                 turn); ``None``: every agent advances at every step.
             critic_obs: ``[L, B, n_g, critic_input_size]`` with a centralised critic.
+            replay: how the cores replay the chunk: ``"cells"`` or ``"fused"``
+                (:meth:`marljoint.policies.recurrent.StackedRecurrentCell.forward_sequence`).
 
         Returns:
             A :class:`PolicyOutput` with head ``[L, B, n_g, ·]``, values ``[L, B, n_g]``, features
             ``[L, B, n_g, d]`` and the state after the last step ``[B, n_g, S]``.
 
         Raises:
-            ValueError: for a feed-forward network, or shapes that disagree.
+            ValueError: for a feed-forward network, shapes that disagree, or an unknown ``replay``.
         """
         if self.core is None:
             raise ValueError("forward_sequence replays a recurrent network; this one is feed-forward (recurrent=None)")
@@ -375,7 +379,7 @@ class ActorCritic(nn.Module):
             cores.append(self.critic_core)
             inputs.append(sequence(hidden))
             states.append(critic_state)
-        replayed = StackedRecurrentCell.forward_sequences(cores, inputs, states, starts_mm, advance_mm)
+        replayed = StackedRecurrentCell.forward_sequences(cores, inputs, states, starts_mm, advance_mm, replay=replay)
         features, actor_state = rows_of(replayed[0][0]), replayed[0][1]
         if len(replayed) > 1:
             hidden, critic_state = rows_of(replayed[1][0]), replayed[1][1]

@@ -207,6 +207,8 @@ class JointPolicy:
         states: Sequence[torch.Tensor],
         starts: torch.Tensor,
         advance: torch.Tensor,
+        *,
+        replay: str = "cells",
     ) -> list[PolicyOutput]:
         """Replays sequence chunks of a recurrent policy (truncated BPTT); outputs flattened to ``L × B`` rows.
 
@@ -216,6 +218,8 @@ class JointPolicy:
             states: per group, ``[B, n_g, S_g]``, the states before each chunk's first step.
             starts: ``[L, B, N]`` bool, the agent's state is reset before that step.
             advance: ``[L, B, N]`` bool, the agent's state advances through that step.
+            replay: ``"cells"`` or ``"fused"``: how the recurrent cores replay the chunks
+                (:meth:`~marljoint.policies.ActorCritic.forward_sequence`).
 
         Returns:
             One :class:`~marljoint.policies.PolicyOutput` per network with fields over ``L × B`` rows in
@@ -238,6 +242,7 @@ class JointPolicy:
                 starts[:, :, agents],
                 advance[:, :, agents],
                 critic_obs,
+                replay=replay,
             )
             outputs.append(PolicyOutput(*(x.reshape(rows, *x.shape[2:]) for x in out[:3]), state=out.state))
         return outputs

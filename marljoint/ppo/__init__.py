@@ -5,7 +5,7 @@ from marljoint.auxiliary import AuxFn, AuxOutput
 from marljoint.collect.rollout import JointRollout
 from marljoint.policies.normalizer import RunningNormalizer
 from marljoint.ppo.config import JointTrainerConfig
-from marljoint.ppo.derived import derive_settings, derive_threads, gamma_for_episodes
+from marljoint.ppo.derived import derive_replay, derive_settings, derive_threads, gamma_for_episodes
 from marljoint.ppo.divergence import DivergenceError
 from marljoint.ppo.gae import compute_gae
 from marljoint.ppo.learner import Learner, NetworkUnit
@@ -33,6 +33,7 @@ __all__ = [
     "PolicyLossTerms",
     "RunningNormalizer",
     "compute_gae",
+    "derive_replay",
     "derive_settings",
     "derive_threads",
     "gamma_for_episodes",

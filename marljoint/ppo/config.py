@@ -144,6 +144,15 @@ class JointTrainerConfig:
     """Steps per sequence chunk of truncated BPTT (with :attr:`recurrent`), from 1 to ``rollout_steps``; a
     minibatch holds whole chunks, ``max(1, minibatch_size // bptt_length)`` of them. ``None``: the whole rollout
     (``rollout_steps``)."""
+    recurrent_replay: str = "auto"
+    """How the update replays each chunk through the recurrent cores (with :attr:`recurrent`). ``"cells"``: the
+    stacked GRU/LSTM cells step through the chunk, computing exactly the bits the rollout acted with. ``"fused"``:
+    torch's fused GRU/LSTM kernel (cuDNN on a GPU) runs each member's segments of the chunk (cut at every episode
+    start, the steps an agent does not advance left out) in one call, the same function up to rounding, which
+    spares a GPU several kernel launches per step.
+    ``"auto"`` (the default): fused when :attr:`device` is CUDA, the cells elsewhere. The trainer's
+    :attr:`~marljoint.JointMultiAgentTrainer.config` holds the choice and
+    :attr:`~marljoint.JointMultiAgentTrainer.derived` the reason."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "hidden_sizes", _widths(self.hidden_sizes))
@@ -210,8 +219,13 @@ class JointTrainerConfig:
         self._check_recurrent()
 
     def _check_recurrent(self) -> None:
-        from marljoint.policies.recurrent import RECURRENT_KINDS
+        from marljoint.policies.recurrent import RECURRENT_KINDS, RECURRENT_REPLAYS
 
+        if self.recurrent_replay not in RECURRENT_REPLAYS:
+            raise ValueError(
+                f"recurrent_replay must be one of {list(RECURRENT_REPLAYS)}, got {self.recurrent_replay!r}; 'auto' "
+                "picks the fused GRU/LSTM kernel on CUDA and the stacked cells elsewhere"
+            )
         if self.recurrent is not None and self.recurrent not in RECURRENT_KINDS:
             raise ValueError(
                 f"recurrent must be one of {list(RECURRENT_KINDS)} (the recurrent cell) or None (feed-forward), "

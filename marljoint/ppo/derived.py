@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from marljoint.env.spaces import JointSpec
+from marljoint.policies.recurrent import resolve_replay
 from marljoint.ppo.config import JointTrainerConfig
 from marljoint.threads import AUTO, learner_threads, usable_cores
 
@@ -25,6 +26,7 @@ __all__ = [
     "DISCRETE_ACTION_SETTINGS",
     "GAMMA_RANGE",
     "derive_acting_device",
+    "derive_replay",
     "derive_settings",
     "derive_threads",
     "gamma_for_episodes",
@@ -203,6 +205,21 @@ def _work_per_copy(network: torch.nn.Module) -> int:
     agents = int(getattr(network, "num_agents", 1))
     shared = bool(getattr(network, "share_parameters", True))
     return parameters * agents if shared else parameters
+
+
+def derive_replay(config: JointTrainerConfig) -> tuple[JointTrainerConfig, dict[str, str]]:
+    """Resolves ``recurrent_replay="auto"`` of a recurrent config from its device
+    (:func:`marljoint.policies.recurrent.resolve_replay`): the fused GRU/LSTM kernel on CUDA, where stepping the
+    cells is bound by kernel launches, the cells elsewhere (the bits the rollout acted with).
+
+    Returns:
+        ``(resolved config, {"recurrent_replay": reason})``; no reason for a value given explicitly or a
+        feed-forward config (whose setting stays as given, unused).
+    """
+    if config.recurrent is None or config.recurrent_replay != "auto":
+        return config, {}
+    replay, reason = resolve_replay(config.recurrent_replay, config.device)
+    return config.replace(recurrent_replay=replay), {"recurrent_replay": reason}
 
 
 def gamma_for_episodes(episode_limit: int | None) -> float:

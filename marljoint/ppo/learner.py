@@ -23,6 +23,7 @@ from marljoint.policies import ActorCritic, clip_member_grads_
 from marljoint.policies.actor_critic import PolicyOutput
 from marljoint.policies.joint import JointPolicy
 from marljoint.policies.normalizer import RunningNormalizer
+from marljoint.policies.recurrent import resolve_replay
 from marljoint.ppo.config import JointTrainerConfig
 from marljoint.ppo.divergence import DivergenceError, all_finite, first_non_finite, non_finite_parameter
 from marljoint.ppo.gae import compute_gae
@@ -249,6 +250,9 @@ class Learner:
         self.units = list(units)
         """Each network with its optimizers (:class:`NetworkUnit`), in the policy's network order."""
         self._generator = generator
+        self.recurrent_replay = resolve_replay(config.recurrent_replay, self.device)[0]
+        """How a recurrent update replays its chunks: ``"cells"`` or ``"fused"`` (the config's setting, with
+        ``"auto"`` resolved for the learner's device)."""
         self.lr_scale = 1.0
         self.decoupled = bool(config.collection.policy_lag)
         """Whether an update centres PPO's trust region on the weights it starts from and reweights the rows by
@@ -426,8 +430,9 @@ class Learner:
         seq = SequenceChunks(
             rows=chunks,
             length=self.config.chunk_length,
-            states=[pad_row(s.reshape(rows, *s.shape[2:])) for s in rollout.states],
-            starts=pad_row(rollout.starts.reshape(rows, n), True),
+            # The stored states come with the rollout, from wherever it acted; the replay runs on the learner's device.
+            states=[pad_row(s.reshape(rows, *s.shape[2:]).to(self.device)) for s in rollout.states],
+            starts=pad_row(rollout.starts.reshape(rows, n).to(self.device), True),
             advance=pad_row((rollout.alive & rollout.acting).reshape(rows, n), False),
         )
         return _Batch(
@@ -466,6 +471,7 @@ class Learner:
             [s[first] for s in seq.states],
             steps(seq.starts),
             steps(seq.advance),
+            replay=self.recurrent_replay,
         )
         return idx, outputs
 

@@ -34,7 +34,13 @@ from marljoint.ppo.build import (
     units_from_policies,
 )
 from marljoint.ppo.config import JointTrainerConfig
-from marljoint.ppo.derived import derive_acting_device, derive_settings, derive_threads, settings_of_policies
+from marljoint.ppo.derived import (
+    derive_acting_device,
+    derive_replay,
+    derive_settings,
+    derive_threads,
+    settings_of_policies,
+)
 from marljoint.ppo.divergence import DivergenceError
 from marljoint.ppo.learner import JointStats, Learner, NetworkUnit
 from marljoint.ppo.metrics import MetricKeys, iteration_metrics
@@ -99,7 +105,8 @@ class JointMultiAgentTrainer:
         config, derived = settings_of_policies(config, policies)
         config, from_env = derive_settings(env.spec, config)
         config, threads = derive_threads(config)
-        derived = {**derived, **from_env, **threads}
+        config, replay = derive_replay(config)
+        derived = {**derived, **from_env, **threads, **replay}
         units = units_from_policies(env.spec, config, policies, optimizers, critic_optimizers)
         self._setup(env, config, units, derived)
 
@@ -123,7 +130,8 @@ class JointMultiAgentTrainer:
         """
         config, derived = derive_settings(env.spec, config or JointTrainerConfig())
         config, threads = derive_threads(config)
-        derived = {**derived, **threads}
+        config, replay = derive_replay(config)
+        derived = {**derived, **threads, **replay}
         trainer = cls.__new__(cls)
         trainer._setup(env, config, default_units(env.spec, config, **policy_kwargs), derived)
         return trainer
@@ -144,9 +152,9 @@ class JointMultiAgentTrainer:
         self.config = config
         self.derived = derived
         """Why each setting the config left to the env (``None``) or to the machine (``torch_threads="auto"``,
-        ``acting_device="auto"``) has the value in :attr:`config`: ``{setting: reason}`` (see
-        :func:`~marljoint.ppo.derived.derive_settings`, :func:`~marljoint.ppo.derived.derive_threads` and
-        :func:`~marljoint.ppo.derived.derive_acting_device`)."""
+        ``acting_device="auto"``, ``recurrent_replay="auto"``) has the value in :attr:`config`: ``{setting: reason}``
+        (see :func:`~marljoint.ppo.derived.derive_settings`, :func:`~marljoint.ppo.derived.derive_threads`,
+        :func:`~marljoint.ppo.derived.derive_acting_device` and :func:`~marljoint.ppo.derived.derive_replay`)."""
         if config.torch_threads is not None:
             torch.set_num_threads(config.torch_threads)
         self.spec = env.spec

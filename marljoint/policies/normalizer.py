@@ -117,8 +117,9 @@ class ObservationNormalizer(nn.Module):
     like its weights, untouched. The statistics are buffers (float64, exact parallel merge) of the owning network:
     they are saved in its ``state_dict``, copied with it to env workers and frozen policies, and loaded back with
     it. The learner calls :meth:`update` after each PPO update on that rollout's observations, so every rollout is
-    collected, and then trained on, with one set of statistics (the PPO ratio starts at exactly 1). Before the first
-    update the statistics are the identity (mean 0, variance 1).
+    collected, and then trained on, with one set of statistics: the PPO ratio starts at 1 up to float32 rounding
+    (not exactly 1, since the acting forward, a numpy path or another batch shape, rounds differently from the
+    update's). Before the first update the statistics are the identity (mean 0, variance 1).
 
     Example:
         >>> norm = ObservationNormalizer(2)

@@ -353,8 +353,8 @@ class Learner:
         cfg = self.config
         units, size = self._minibatch_shape(batch)
         if batch.sequences is None and cfg.num_minibatches is None:
-            # As many minibatches as the config's rows make (a turn-based rollout's carried rows can make one more,
-            # left out: the count runs and checkpoints have always used).
+            # As many minibatches as the config's rows make. A turn-based rollout's carried rows can make one more,
+            # which is left out so that the number of steps per epoch is the config's, whatever a rollout carries.
             count = cfg.minibatches_per_epoch
         else:
             full = math.ceil(units / size) if cfg.num_minibatches is None else min(cfg.num_minibatches, units)

@@ -39,8 +39,9 @@ class CollectionConfig:
     workers collect rollout k + 1 with the weights of update k − 1 while the learner computes update k
     (multi-process backends only). The learner then runs decoupled PPO: the clipped ratio is taken against the
     log-probs of the weights the update starts from (the proximal policy), and each row's clipped surrogate is
-    multiplied by the unclipped importance weight ``π_prox / π_behaviour``, where ``π_behaviour`` is the log-prob
-    stored in the rollout. The schedule is fixed, so runs stay seeded and bit-identical across backends and resume."""
+    multiplied by the unclipped importance weight ``π_prox / π_behaviour``, ``π_behaviour`` coming from the
+    log-probs stored in the rollout. The schedule is fixed, so runs stay seeded and bit-identical across backends
+    and resume."""
 
     balance: bool = False
     """Hand env copies from slow workers to fast ones by their measured speed (multi-process backends;

@@ -21,7 +21,7 @@ class CollectionConfig:
 
     Example:
         >>> CollectionConfig(backend="subprocess", workers=2)
-        CollectionConfig(backend='subprocess', workers=2)
+        CollectionConfig(backend='subprocess', workers=2, policy_lag=0, balance=False)
     """
 
     backend: str = "local"

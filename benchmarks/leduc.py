@@ -66,7 +66,7 @@ def build(method: str, seed: int, changes: tuple[dict[str, Any], dict[str, Any]]
     ``changes`` (from :func:`parse_changes`) on top."""
     from marljoint.best_response import NFSP, PSRO, NfspConfig, PsroConfig
     from marljoint.cli.best_response import auto_meta_solver, env_factory, recipe_for
-    from marljoint.envs_registry import known_game
+    from marljoint.run.registry import known_game
 
     recipe = recipe_for(GAME)
     factory = env_factory(GAME, {})
@@ -147,7 +147,7 @@ def cfr_plus_anchor(seconds: float = 1.0) -> tuple[float, int]:
 
 def report(path: Path) -> str:
     """The markdown table of a summary CSV: per method and checkpoint, the mean over seeds ± 95% CI."""
-    from marljoint.evaluate import confidence_interval
+    from marljoint.run.evaluate import confidence_interval
 
     with path.open(newline="") as f:
         rows = list(csv.DictReader(f))

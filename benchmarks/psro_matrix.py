@@ -17,7 +17,7 @@ import torch
 
 from marljoint.best_response import PSRO, PsroConfig
 from marljoint.cli.best_response import env_factory, recipe_for, write_metrics_csv
-from marljoint.envs_registry import known_game
+from marljoint.run.registry import known_game
 
 
 def main() -> None:

@@ -16,11 +16,9 @@ import pathlib
 
 ROOT = pathlib.Path(__file__).resolve().parents[1] / "marljoint"
 
-# Modules of the product layer: the command line, run directories and the registries of envs and games.
-PRODUCT = {
-    "cli", "train", "envs_registry", "evaluate", "episodes", "errors", "presets", "plotting", "runlog", "checkpoint",
-    "_toml",
-}
+# Packages of the product layer: the command line (cli) over runs, their directories and the registries of envs and
+# games (run).
+PRODUCT = {"cli", "run"}
 
 FORBIDDEN = {
     "env": (

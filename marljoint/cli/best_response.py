@@ -36,10 +36,10 @@ from marljoint.best_response.games import KnownGame
 from marljoint.best_response.meta_solvers import META_SOLVERS
 from marljoint.cli.args import non_negative_int, positive_float, positive_int, seed
 from marljoint.env.openspiel import OPENSPIEL_PREFIX
-from marljoint.envs_registry import known_game
 from marljoint.policies.recurrent import RECURRENT_KINDS
 from marljoint.ppo.config import JointTrainerConfig
-from marljoint.runlock import RunLock
+from marljoint.run.lock import RunLock
+from marljoint.run.registry import known_game
 
 __all__ = [
     "register",
@@ -57,7 +57,7 @@ BUNDLED_ENVS = ("kuhn_poker_v0", "matrix_game_v0", "bucket_brigade_v0")
 
 
 def _train_defaults() -> dict[str, Any]:
-    from marljoint.train import DEFAULT_TRAINER
+    from marljoint.run.train import DEFAULT_TRAINER
 
     return dict(DEFAULT_TRAINER)
 
@@ -235,7 +235,7 @@ def env_factory(env_name: str, env_kwargs: Mapping[str, Any]) -> Callable[[], An
         ValueError: an env that does not resolve, keyword arguments the env rejects (one env is built here to
             check), or an env with fewer than two agents (best responses need opponents).
     """
-    from marljoint.envs_registry import resolve_env
+    from marljoint.run.registry import resolve_env
 
     kwargs = dict(env_kwargs)
     if env_name == "kuhn_poker_v0":

@@ -18,7 +18,7 @@ from marljoint.best_response.kuhn import KUHN_INFOSETS  # noqa: E402
 from marljoint.best_response.openspiel_game import OpenSpielGame  # noqa: E402
 from marljoint.env import openspiel_shimmy  # noqa: E402
 from marljoint.env.openspiel import openspiel_env  # noqa: E402
-from marljoint.envs_registry import EnvSpecError, known_game, resolve_env  # noqa: E402
+from marljoint.run.registry import EnvSpecError, known_game, resolve_env  # noqa: E402
 
 
 # ------------------------------------------------------------------ the env

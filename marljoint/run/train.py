@@ -28,7 +28,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from marljoint import _toml
 from marljoint.checkpoint import (
     CheckpointError,
     atomic_torch_save,
@@ -38,11 +37,12 @@ from marljoint.checkpoint import (
     save_checkpoint,
 )
 from marljoint.env.base import EnvCopyError
-from marljoint.envs_registry import EnvSpecError, ResolvedEnv, resolve_env, supersuit_wrappers, wrapped_factory
-from marljoint.errors import EnvFailure, RunError, RunInterrupted, unwritable_file_error
 from marljoint.ppo.config import LEGACY_KEYS, JointTrainerConfig, as_saved
 from marljoint.ppo.divergence import DivergenceError
-from marljoint.runlock import LOCK_FILE, RunLock
+from marljoint.run import _toml
+from marljoint.run.errors import EnvFailure, RunError, RunInterrupted, unwritable_file_error
+from marljoint.run.lock import LOCK_FILE, RunLock
+from marljoint.run.registry import EnvSpecError, ResolvedEnv, resolve_env, supersuit_wrappers, wrapped_factory
 from marljoint.trust import SnapshotTrustError
 
 __all__ = [
@@ -419,17 +419,17 @@ LONG_BUILD_SECONDS = 30.0
 
 def check_memory(spec: RunSpec, stream: TextIO | None = None) -> Any:
     """Refuses a run whose rollout storage, update and env copies would not fit in the memory available, before
-    the env copies are built: one copy is built, measured and closed (:mod:`marljoint.memory`). A build of the copies
-    expected to take longer than :data:`LONG_BUILD_SECONDS` is announced on ``stream``.
+    the env copies are built: one copy is built, measured and closed (:mod:`marljoint.run.memory`). A build of the
+    copies expected to take longer than :data:`LONG_BUILD_SECONDS` is announced on ``stream``.
 
     Returns:
-        The :class:`~marljoint.memory.MemoryEstimate`.
+        The :class:`~marljoint.run.memory.MemoryEstimate`.
 
     Raises:
         RunError: with the estimate, the memory available and the fix; or if the env cannot be built.
     """
     from marljoint.collect.config import CollectionConfig
-    from marljoint.memory import estimate_memory, measure_env_copy
+    from marljoint.run.memory import estimate_memory, measure_env_copy
 
     local = dataclasses.replace(spec, trainer=spec.trainer.replace(collection=CollectionConfig()))
     probe = make_env(local, num_envs=1)
@@ -451,7 +451,7 @@ def check_memory(spec: RunSpec, stream: TextIO | None = None) -> Any:
 
 
 def _refuse_oversized(estimate: Any, config: JointTrainerConfig, agents: int) -> None:
-    from marljoint.memory import available_device_memory, available_memory, format_bytes
+    from marljoint.run.memory import available_device_memory, available_memory, format_bytes
 
     copies = config.num_envs
     parts = (
@@ -594,9 +594,9 @@ def train_run(
 ) -> RunResult:
     """Trains according to ``spec`` and writes the run directory.
 
-    The run holds :class:`~marljoint.runlock.RunLock` on ``run_dir`` from start to end, taken before anything
+    The run holds :class:`~marljoint.run.lock.RunLock` on ``run_dir`` from start to end, taken before anything
     there is read or written: a second writer (another run, a ``force``, a ``resume``) is refused with
-    :class:`~marljoint.runlock.RunLocked`. Nothing else is written, and with ``force`` nothing is deleted, until the
+    :class:`~marljoint.run.lock.RunLocked`. Nothing else is written, and with ``force`` nothing is deleted, until the
     env and the trainer are built and the first iteration has run: a run that fails to start leaves the directory
     as it was. SIGINT (Ctrl-C) and SIGTERM (a cluster's pre-emption) stop the run after the iteration in progress,
     with a checkpoint, and raise :class:`RunInterrupted` saying how to resume; a second Ctrl-C stops at once. An
@@ -731,7 +731,7 @@ class _Loop:
                     path.unlink(missing_ok=True)
 
     def _open_log(self) -> None:
-        from marljoint import runlog
+        from marljoint.run import runlog
 
         wandb = None
         if self.spec.wandb_project is not None:
@@ -744,7 +744,7 @@ class _Loop:
             self.log = runlog.MetricsLog(self.run_dir, keep_until=keep_until, wandb=wandb)
 
     def run(self, stop_after: int | None, on_iteration: Any, stops: _StopRequests) -> None:
-        from marljoint import runlog
+        from marljoint.run import runlog
 
         trainer, spec = self.trainer, self.spec
         total = iterations_for(spec)
@@ -825,7 +825,7 @@ class _Loop:
     def _evaluate(self) -> dict[str, float]:
         """Greedy returns on the same fresh episodes every time; the trainer's generator is left as it was."""
         from marljoint.collect.config import CollectionConfig
-        from marljoint.episodes import play_episodes
+        from marljoint.run.episodes import play_episodes
 
         trainer, spec = self.trainer, self.spec
         seed = (spec.trainer.seed + 1_000_003) % 2**63
@@ -1035,7 +1035,7 @@ def _restore(
 
 
 def _write_curve(run_dir: Path, stream: TextIO, verbose: bool) -> None:
-    from marljoint import plotting
+    from marljoint.run import plotting
 
     try:
         plotting.plot_learning_curve(run_dir, run_dir / CURVE_FILE)

@@ -17,8 +17,16 @@ import numpy as np
 
 from marljoint.checkpoint import CheckpointError, list_checkpoints, load_checkpoint
 from marljoint.collect.config import CollectionConfig
-from marljoint.episodes import play_episodes
-from marljoint.train import CHECKPOINT_DIR, RunError, RunSpec, build_trainer, load_run_spec, make_env, refuse_diverged
+from marljoint.run.episodes import play_episodes
+from marljoint.run.train import (
+    CHECKPOINT_DIR,
+    RunError,
+    RunSpec,
+    build_trainer,
+    load_run_spec,
+    make_env,
+    refuse_diverged,
+)
 
 __all__ = [
     "EvalResult",

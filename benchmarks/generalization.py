@@ -375,7 +375,7 @@ def report(path: Path) -> str:
 
 def seeds_cell(values: list[float], number: Callable[[float], str]) -> str:
     """A table cell of per-seed results: ``mean ± 95% CI (seeds)`` (no CI for one seed, ``–`` for none)."""
-    from marljoint.run.evaluate import confidence_interval
+    from marljoint.run.stats import confidence_interval
 
     if not values:
         return "–"
@@ -397,7 +397,7 @@ def plot(path: Path, out: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from marljoint.run.evaluate import confidence_interval
+    from marljoint.run.stats import confidence_interval
 
     with path.open(newline="") as f:
         rows = list(csv.DictReader(f))

@@ -26,8 +26,9 @@ from typing import Any
 import numpy as np
 
 from marljoint import JointMultiAgentTrainer, make_joint_env
-from marljoint.run.evaluate import confidence_interval, play_episodes
+from marljoint.run.episodes import play_episodes
 from marljoint.run.presets import PRESETS, get_preset
+from marljoint.run.stats import confidence_interval
 
 
 def run(

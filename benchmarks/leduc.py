@@ -147,7 +147,7 @@ def cfr_plus_anchor(seconds: float = 1.0) -> tuple[float, int]:
 
 def report(path: Path) -> str:
     """The markdown table of a summary CSV: per method and checkpoint, the mean over seeds ± 95% CI."""
-    from marljoint.run.evaluate import confidence_interval
+    from marljoint.run.stats import confidence_interval
 
     with path.open(newline="") as f:
         rows = list(csv.DictReader(f))

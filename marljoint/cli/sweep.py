@@ -275,7 +275,7 @@ def _report(outcome: Any, quiet: bool) -> None:
 
 
 def _seeds_summary(out: Path, outcomes: list[Any], quiet: bool) -> None:
-    from marljoint.run.evaluate import confidence_interval
+    from marljoint.run.stats import confidence_interval
 
     finals = [o.final_return for o in outcomes if o.ok]
     if quiet or not finals:

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from marljoint.ppo.config import JointTrainerConfig
-from marljoint.run.train import DEFAULT_TRAINER
+from marljoint.run.train import DEFAULT_TRAINER, RunSpec
 
 __all__ = ["PRESETS", "Preset", "get_preset"]
 
@@ -77,7 +77,6 @@ class Preset:
         """
         from marljoint.env.pettingzoo import PettingZooJointEnv
         from marljoint.ppo.derived import derive_settings
-        from marljoint.run.train import RunSpec
 
         env = PettingZooJointEnv(self.env_fn(), num_envs=1)
         try:

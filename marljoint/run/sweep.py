@@ -28,6 +28,9 @@ from pathlib import Path
 from typing import Any
 
 from marljoint.run.lock import RunLock, RunLocked
+from marljoint.run.plotting import PlottingUnavailable
+from marljoint.run.stats import confidence_interval
+from marljoint.run.train import RunInterrupted, train_run
 from marljoint.threads import AUTO, learner_threads, limit_threads, usable_cores
 
 __all__ = [
@@ -245,7 +248,6 @@ def run_job(job: RunJob) -> RunOutcome:
 
 def _run_locked(job: RunJob, started: float) -> RunOutcome:
     """:func:`run_job` once the run directory is locked."""
-    from marljoint.run.train import RunInterrupted, train_run
 
     log = _RunLog(Path(job.run_dir) / LOG_FILE, append=job.resume)
     try:
@@ -278,7 +280,6 @@ def _child(job: RunJob, pipe: Any) -> None:
 
 def _run_stoppable(job: RunJob) -> RunOutcome:
     """:func:`run_job` in a process of its own, an interrupted run being an outcome too."""
-    from marljoint.run.train import RunInterrupted
 
     limit_threads(job.cores)
     try:
@@ -421,7 +422,6 @@ class SweepRow:
 
 def summarize(outcomes: Sequence[RunOutcome]) -> list[SweepRow]:
     """One row per setting (in the order of first appearance): mean ± 95% CI of the final return over its runs."""
-    from marljoint.run.evaluate import confidence_interval
 
     groups: dict[tuple[tuple[str, str], ...], list[RunOutcome]] = {}
     for outcome in outcomes:
@@ -471,7 +471,6 @@ def plot_sweep(path: str | Path, rows: Sequence[SweepRow], title: str | None = N
     Raises:
         marljoint.run.plotting.PlottingUnavailable: without matplotlib.
     """
-    from marljoint.run.plotting import PlottingUnavailable
 
     try:
         import matplotlib

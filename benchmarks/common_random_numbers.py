@@ -25,7 +25,7 @@ import torch
 from marljoint import PettingZooJointEnv
 from marljoint.best_response.opponents import simulate_profiles
 from marljoint.best_response.population import ConstantPolicy, UniformPolicy
-from marljoint.cli.best_response import env_factory
+from marljoint.run.recipes import env_factory
 
 PROFILES = np.array([[0, 0], [1, 0], [2, 0], [0, 1], [1, 1], [2, 1]])
 """Every (first-seat policy, second-seat policy) pair."""

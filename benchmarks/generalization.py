@@ -128,7 +128,7 @@ def train_marljoint(
     """marljoint's plain defaults (``marljoint train``'s, without a preset), with ``changes`` (``--set``) applied;
     returns (the trainer, seconds)."""
     from marljoint import JointMultiAgentTrainer, PettingZooJointEnv
-    from marljoint.train import RunSpec
+    from marljoint.run.train import RunSpec
 
     # The defaults marljoint train uses (DEFAULT_TRAINER), with a candidate change when one is measured.
     config = RunSpec().trainer.replace(seed=seed, **(changes or {}))
@@ -294,7 +294,7 @@ def run_one(
             m: functools.partial(evaluate_marljoint, trainer, task, m == "greedy") for m in ("greedy", "sampled")
         }
     elif method == "sb3":
-        from marljoint.train import DEFAULT_TRAINER
+        from marljoint.run.train import DEFAULT_TRAINER
 
         model, seconds = train_sb3(task, seed, steps, DEFAULT_TRAINER["num_envs"])
         actors = {
@@ -375,7 +375,7 @@ def report(path: Path) -> str:
 
 def seeds_cell(values: list[float], number: Callable[[float], str]) -> str:
     """A table cell of per-seed results: ``mean ± 95% CI (seeds)`` (no CI for one seed, ``–`` for none)."""
-    from marljoint.evaluate import confidence_interval
+    from marljoint.run.stats import confidence_interval
 
     if not values:
         return "–"
@@ -397,7 +397,7 @@ def plot(path: Path, out: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from marljoint.evaluate import confidence_interval
+    from marljoint.run.stats import confidence_interval
 
     with path.open(newline="") as f:
         rows = list(csv.DictReader(f))

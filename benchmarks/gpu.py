@@ -38,8 +38,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from throughput import ENVS, bare_env_rate_processes  # noqa: E402  (the sibling benchmark's envs and ceiling)
 
 from marljoint import CollectionConfig, JointMultiAgentTrainer, JointTrainerConfig, limit_threads  # noqa: E402
+from marljoint.run.train import RunSpec  # noqa: E402
 from marljoint.threads import usable_cores  # noqa: E402
-from marljoint.train import RunSpec  # noqa: E402
 from marljoint_envs import memory_v0  # noqa: E402
 
 DEFAULTS: dict[str, Any] = {"num_envs": 64, "rollout_steps": 64}

@@ -26,8 +26,9 @@ from typing import Any
 import numpy as np
 
 from marljoint import JointMultiAgentTrainer, make_joint_env
-from marljoint.evaluate import confidence_interval, play_episodes
-from marljoint.presets import PRESETS, get_preset
+from marljoint.run.episodes import play_episodes
+from marljoint.run.presets import PRESETS, get_preset
+from marljoint.run.stats import confidence_interval
 
 
 def run(
@@ -43,7 +44,7 @@ def run(
     on the preset's env instead of the preset's settings (the row's preset reads ``<preset>:defaults``)."""
     preset = get_preset(preset_name)
     if defaults:
-        from marljoint.train import RunSpec
+        from marljoint.run.train import RunSpec
 
         config = RunSpec().trainer.replace(seed=seed, **overrides)
     else:

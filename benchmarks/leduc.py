@@ -1,7 +1,7 @@
 """PSRO and NFSP on Leduc poker (``openspiel:leduc_poker``), with OpenSpiel's exact exploitability against wall time.
 
 Methods, each for ``--seconds`` of wall time per seed (the settings ``marljoint psro`` / ``marljoint nfsp`` use for
-an OpenSpiel game, ``marljoint.cli.best_response.recipe_for``):
+an OpenSpiel game, ``marljoint.run.recipes.recipe_for``):
 
 * ``psro-sim``: PSRO with PPO best responses, meta-game payoffs simulated (as OpenSpiel's own PSRO anchor was run);
 * ``psro-exact``: the same, with exact meta-game payoffs from OpenSpiel's game tree;
@@ -65,8 +65,8 @@ def build(method: str, seed: int, changes: tuple[dict[str, Any], dict[str, Any]]
     """The PSRO or NFSP run of ``method`` on Leduc, with the command line's settings for an OpenSpiel game and
     ``changes`` (from :func:`parse_changes`) on top."""
     from marljoint.best_response import NFSP, PSRO, NfspConfig, PsroConfig
-    from marljoint.cli.best_response import auto_meta_solver, env_factory, recipe_for
-    from marljoint.envs_registry import known_game
+    from marljoint.run.recipes import auto_meta_solver, env_factory, recipe_for
+    from marljoint.run.registry import known_game
 
     recipe = recipe_for(GAME)
     factory = env_factory(GAME, {})
@@ -110,7 +110,7 @@ def run_one(
     changes: tuple[dict[str, Any], dict[str, Any]] = ({}, {}),
 ) -> list[dict[str, Any]]:
     """Runs one (method, seed) for ``seconds`` and returns its summary rows."""
-    from marljoint.cli.best_response import write_metrics_csv
+    from marljoint.run.recipes import write_metrics_csv
 
     run = build(method, seed, changes)
     directory = out / method / f"seed{seed}"
@@ -147,7 +147,7 @@ def cfr_plus_anchor(seconds: float = 1.0) -> tuple[float, int]:
 
 def report(path: Path) -> str:
     """The markdown table of a summary CSV: per method and checkpoint, the mean over seeds ± 95% CI."""
-    from marljoint.evaluate import confidence_interval
+    from marljoint.run.stats import confidence_interval
 
     with path.open(newline="") as f:
         rows = list(csv.DictReader(f))

@@ -1,6 +1,6 @@
 """NFSP on Kuhn poker: exact exploitability of the average policies against wall time.
 
-Settings: the ``kuhn_poker_v0`` recipe of ``marljoint.cli.best_response``: PPO best responses on 128 env
+Settings: the ``kuhn_poker_v0`` recipe of ``marljoint.run.recipes``: PPO best responses on 128 env
 copies (lr 1e-3, entropy coefficient 0.1), η = 0.3, 8 supervised steps of the average policies per rollout on
 reservoirs of the best responses' own actions. Each seed writes
 ``OUT/seed<k>/metrics.csv``; the summary gives, per seed, the wall time at which exploitability first fell
@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 
 from marljoint.best_response import NFSP, KuhnGame, NfspConfig
-from marljoint.cli.best_response import env_factory, recipe_for, write_metrics_csv
+from marljoint.run.recipes import env_factory, recipe_for, write_metrics_csv
 
 
 def main() -> None:

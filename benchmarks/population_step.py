@@ -28,8 +28,8 @@ import torch
 
 from marljoint import JointMultiAgentTrainer, PettingZooJointEnv
 from marljoint.best_response.opponents import MetaStrategyAssigner, PopulationEnv, simulate_profiles
-from marljoint.cli.best_response import env_factory, recipe_for
 from marljoint.policies import AgentPolicy, PolicyStack
+from marljoint.run.recipes import env_factory, recipe_for
 
 
 def members_of(env: PettingZooJointEnv, game: str, count: int, seat: int = 1) -> list[AgentPolicy]:

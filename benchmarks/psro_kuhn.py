@@ -1,6 +1,6 @@
 """PSRO on Kuhn poker: exact exploitability of the meta-mixture against wall time.
 
-PPO best responses use the ``kuhn_poker_v0`` recipe of ``marljoint.cli.best_response`` (128 env copies,
+PPO best responses use the ``kuhn_poker_v0`` recipe of ``marljoint.run.recipes`` (128 env copies,
 8-step rollouts, one 64-unit layer, γ = 1, lr 1e-2, 40 000 env steps per iteration shared by both players); the
 meta-game is evaluated exactly from the game tree and solved by ``nash``. Each seed writes
 ``OUT/seed<k>/metrics.csv``; the summary gives, per seed, the wall time at which exploitability first fell
@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 from marljoint.best_response import PSRO, KuhnGame, PsroConfig
-from marljoint.cli.best_response import env_factory, recipe_for, write_metrics_csv
+from marljoint.run.recipes import env_factory, recipe_for, write_metrics_csv
 
 
 def first_time_below(history: list[dict[str, Any]], threshold: float) -> float:

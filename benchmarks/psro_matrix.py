@@ -1,6 +1,6 @@
 """PSRO with PPO best responses on matrix games: exact exploitability per iteration.
 
-Settings: the ``matrix_game_v0`` recipe of ``marljoint.cli.best_response`` (64 env copies, 4-step rollouts
+Settings: the ``matrix_game_v0`` recipe of ``marljoint.run.recipes`` (64 env copies, 4-step rollouts
 of one-step episodes, 4 096 env steps per iteration), exact meta-game evaluation, the ``nash`` meta-solver.
 
 Usage::
@@ -16,8 +16,8 @@ from pathlib import Path
 import torch
 
 from marljoint.best_response import PSRO, PsroConfig
-from marljoint.cli.best_response import env_factory, recipe_for, write_metrics_csv
-from marljoint.envs_registry import known_game
+from marljoint.run.recipes import env_factory, recipe_for, write_metrics_csv
+from marljoint.run.registry import known_game
 
 
 def main() -> None:

@@ -47,8 +47,8 @@ from throughput import (  # noqa: E402  (the sibling benchmark's bare-env loops 
 )
 
 from marljoint import CollectionConfig, JointMultiAgentTrainer, JointTrainerConfig, limit_threads  # noqa: E402
+from marljoint.run.train import RunSpec  # noqa: E402
 from marljoint.threads import usable_cores  # noqa: E402
-from marljoint.train import RunSpec  # noqa: E402
 
 SHAPES: dict[str, dict[str, Any]] = {
     "defaults": {"num_envs": 64, "rollout_steps": 64},
@@ -56,7 +56,7 @@ SHAPES: dict[str, dict[str, Any]] = {
         "num_envs": 8, "rollout_steps": 128, "n_epochs": 4, "num_minibatches": 4, "learning_rate": 1e-3,
     },
 }
-"""Each shape's changes to ``marljoint train``'s defaults (:class:`~marljoint.train.RunSpec`'s trainer)."""
+"""Each shape's changes to ``marljoint train``'s defaults (:class:`~marljoint.run.train.RunSpec`'s trainer)."""
 
 
 @dataclass

@@ -41,13 +41,13 @@ from marljoint.ppo import (
     derive_settings,
     gamma_for_episodes,
 )
-from marljoint.runlock import RunLock, RunLocked
+from marljoint.run.lock import RunLock, RunLocked
 from marljoint.threads import auto_workers, learner_threads, limit_threads, usable_cores
 from marljoint.trust import SnapshotTrustError
 
 if TYPE_CHECKING:  # pragma: no cover
-    from marljoint.evaluate import TrainedRun
-    from marljoint.export import ExportResult
+    from marljoint.run.evaluate import TrainedRun
+    from marljoint.run.export import ExportResult
 
 __version__ = "0.1.0"
 
@@ -59,14 +59,14 @@ def load_run(
     seed: int | None = None,
     **env_kwargs: Any,
 ) -> TrainedRun:
-    """A trained ``marljoint train`` run, ready to act (:func:`marljoint.evaluate.load_run`: the networks of its
+    """A trained ``marljoint train`` run, ready to act (:func:`marljoint.run.evaluate.load_run`: the networks of its
     newest checkpoint over ``num_envs`` in-process copies of its env, on the CPU).
 
     Returns:
-        A :class:`~marljoint.evaluate.TrainedRun` with ``act(obs)``, ``agent_policy(agent)``, ``env`` and
+        A :class:`~marljoint.run.evaluate.TrainedRun` with ``act(obs)``, ``agent_policy(agent)``, ``env`` and
         ``close()``.
     """
-    from marljoint.evaluate import load_run as _load_run
+    from marljoint.run.evaluate import load_run as _load_run
 
     return _load_run(run_dir, checkpoint, num_envs=num_envs, seed=seed, **env_kwargs)
 
@@ -77,14 +77,14 @@ def export_run(
     out: str | os.PathLike[str] | None = None,
     checkpoint: str | os.PathLike[str] | None = None,
 ) -> ExportResult:
-    """Writes a trained run's greedy acting policies as standalone files (:func:`marljoint.export.export_run`):
+    """Writes a trained run's greedy acting policies as standalone files (:func:`marljoint.run.export.export_run`):
     TorchScript ``.pt`` (torch alone) or ONNX ``.onnx`` (onnxruntime), one per agent group, with a JSON manifest
     (``docs/export.md`` gives the inputs and outputs).
 
     Returns:
-        A :class:`~marljoint.export.ExportResult` with ``directory``, ``files`` and ``manifest``.
+        A :class:`~marljoint.run.export.ExportResult` with ``directory``, ``files`` and ``manifest``.
     """
-    from marljoint.export import export_run as _export_run
+    from marljoint.run.export import export_run as _export_run
 
     return _export_run(run_dir, format, out=out, checkpoint=checkpoint)
 

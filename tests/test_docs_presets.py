@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from marljoint.presets import PRESETS
+from marljoint.run.presets import PRESETS
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "learning.md"
 

@@ -16,8 +16,8 @@ import torch
 from marljoint import export_run, load_run
 from marljoint.cli import main
 from marljoint.env.spaces import ActionLayout, GroupSpec, ObservationLayout
-from marljoint.export import GreedyPolicy, greedy_policies
 from marljoint.policies import ActorCritic
+from marljoint.run.export import GreedyPolicy, greedy_policies
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -323,9 +323,9 @@ def test_the_docs_examples_run(runs):
 
 def test_the_modules_examples_run():
     import marljoint.cli.export
-    import marljoint.export
+    import marljoint.run.export
 
-    for module in (marljoint.export, marljoint.cli.export):
+    for module in (marljoint.run.export, marljoint.cli.export):
         assert doctest.testmod(module).failed == 0
 
 

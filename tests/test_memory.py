@@ -2,8 +2,9 @@
 
 import pytest
 
-from marljoint import JointTrainerConfig, PettingZooJointEnv, memory
+from marljoint import JointTrainerConfig, PettingZooJointEnv
 from marljoint.collect.rollout import storage_bytes
+from marljoint.run import memory
 from marljoint_envs import mock_v0
 
 

@@ -4,7 +4,7 @@ import functools
 import os
 
 from marljoint import JointMultiAgentTrainer, JointTrainerConfig, PettingZooJointEnv
-from marljoint.episodes import play_episodes
+from marljoint.run.episodes import play_episodes
 from marljoint_envs import memory_v0
 
 total_steps = int(os.environ.get("MARLJOINT_TUTORIAL_STEPS", 40_000))

@@ -12,7 +12,7 @@ matrix game  ``[n_p]`` mixed strategy       expected payoffs by ``einsum``, best
 ============ ============================== ============================================================
 
 Games are passed in as objects; this package never looks a bundled env up. The product layer maps a bundled
-env's name to its game (:func:`marljoint.envs_registry.known_game`); :func:`resolve_game` accepts a game object,
+env's name to its game (:func:`marljoint.run.registry.known_game`); :func:`resolve_game` accepts a game object,
 Kuhn poker's name, or a list of payoff arrays.
 """
 
@@ -313,7 +313,7 @@ def resolve_game(game: Any) -> KnownGame:
         raise ValueError(
             f"unknown game {game!r}; pass 'kuhn_poker', 'openspiel:<game>', a list of payoff arrays, or a KnownGame "
             "(a bundled matrix "
-            f"game by name: marljoint.envs_registry.known_game('matrix_game_v0', {{'game': {game!r}}}))"
+            f"game by name: marljoint.run.registry.known_game('matrix_game_v0', {{'game': {game!r}}}))"
         )
     if isinstance(game, (list, tuple)):
         return MatrixGame(game)

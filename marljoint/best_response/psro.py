@@ -278,7 +278,7 @@ class PSRO:
         if config.oracle == "exact" and game is None:
             raise ValueError(
                 "oracle='exact' needs the env's known game tree; pass game=KuhnGame() or MatrixGame(...) (see "
-                "marljoint.envs_registry.known_game), or use oracle='ppo'"
+                "marljoint.run.registry.known_game), or use oracle='ppo'"
             )
         if config.evaluation == "exact" and game is None:
             raise ValueError(

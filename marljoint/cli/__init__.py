@@ -25,8 +25,8 @@ from marljoint.cli.args import wrapper as _wrapper
 from marljoint.cli.settings import command_line_settings, config_overrides
 from marljoint.cli.sweep import add_options as add_several_runs_options
 from marljoint.cli.sweep import several_runs
-from marljoint.presets import PRESETS, get_preset
-from marljoint.runlock import RunLock
+from marljoint.run.lock import RunLock
+from marljoint.run.presets import PRESETS, get_preset
 
 __all__ = ["build_parser", "main"]
 
@@ -43,7 +43,7 @@ class _Parser(argparse.ArgumentParser):
 
 def _add_train(subparsers: Any) -> None:
     from marljoint.redundancy.functional import REDUNDANCY_KINDS
-    from marljoint.train import DEFAULT_ENV, DEFAULT_ENV_KWARGS, DEFAULT_TOTAL_STEPS, DEFAULT_TRAINER
+    from marljoint.run.train import DEFAULT_ENV, DEFAULT_ENV_KWARGS, DEFAULT_TOTAL_STEPS, DEFAULT_TRAINER
 
     p = subparsers.add_parser(
         "train",
@@ -248,7 +248,7 @@ def _add_train(subparsers: Any) -> None:
 
 
 def _train(args: argparse.Namespace) -> int:
-    from marljoint.train import RunError, RunSpec, read_config_file, resume_spec
+    from marljoint.run.train import RunError, RunSpec, read_config_file, resume_spec
 
     options = command_line_settings(args)
     if args.env_workers is not None:
@@ -312,7 +312,7 @@ def _train(args: argparse.Namespace) -> int:
 
 
 def _train_one(spec: Any, out: Path, args: argparse.Namespace) -> int:
-    from marljoint.train import train_run
+    from marljoint.run.train import train_run
 
     result = train_run(
         spec, out, resume=args.resume, force=args.force, progress=not args.quiet, trust_snapshot=args.trust_snapshot
@@ -334,8 +334,8 @@ def _with_auto_workers(spec: Any, args: argparse.Namespace, cores: int | None = 
     update was measured to learn as lag 0 does, unless ``--policy-lag`` says otherwise)."""
     if args.env_workers != "auto":
         return spec
+    from marljoint.run.train import RunSpec
     from marljoint.threads import auto_workers
-    from marljoint.train import RunSpec
 
     workers = auto_workers(spec.trainer.num_envs, cores)
     if workers == 0:  # one core: the learner collects in-process
@@ -424,7 +424,7 @@ def _add_eval(subparsers: Any) -> None:
 
 
 def _eval(args: argparse.Namespace) -> int:
-    from marljoint.evaluate import evaluate_run
+    from marljoint.run.evaluate import evaluate_run
 
     result = evaluate_run(
         args.run_dir,
@@ -498,7 +498,7 @@ def _add_plot(subparsers: Any) -> None:
 
 
 def _plot(args: argparse.Namespace) -> int:
-    from marljoint.plotting import plot_runs
+    from marljoint.run.plotting import plot_runs
 
     out = plot_runs(
         args.run_dirs, args.out, metric=args.metric, x=args.x, window=args.window, labels=args.labels, title=args.title
@@ -562,7 +562,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stderr.write(f"marljoint {args.command}: interrupted\n")
         return 130
     except _user_errors() as exc:
-        from marljoint.train import RunInterrupted
+        from marljoint.run.train import RunInterrupted
 
         if isinstance(exc, RunInterrupted):
             sys.stderr.write(f"marljoint {args.command}: {_one_line(exc)}\n")
@@ -590,10 +590,10 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     from marljoint.checkpoint import CheckpointError
     from marljoint.distributed import RayUnavailable
     from marljoint.env import EnvCopyError
-    from marljoint.envs_registry import EnvSpecError
-    from marljoint.plotting import PlottingUnavailable
     from marljoint.ppo.divergence import DivergenceError
-    from marljoint.train import RunError
+    from marljoint.run.plotting import PlottingUnavailable
+    from marljoint.run.registry import EnvSpecError
+    from marljoint.run.train import RunError
 
     errors = (
         RunError,

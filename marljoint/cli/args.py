@@ -96,7 +96,7 @@ def json_object(text: str) -> dict[str, Any]:
 def setting(text: str) -> tuple[str, Any]:
     """``KEY=VALUE`` with the value read as TOML (``3e-4``, ``[128, 128]``, ``true``, ``{backend = "ray"}``); a
     value that is not TOML is taken as a string (``device=cuda``). The key is checked with the other settings."""
-    from marljoint import _toml
+    from marljoint.run import _toml
 
     key, sep, raw = text.partition("=")
     key, raw = key.strip(), raw.strip()
@@ -112,7 +112,7 @@ def setting(text: str) -> tuple[str, Any]:
 def wrapper(text: str) -> str | dict[str, Any]:
     """``NAME`` or ``NAME:KEY=VALUE,KEY=VALUE`` of a SuperSuit wrapper (``resize_v1:x_size=84,y_size=84``), values
     read as TOML; the name is checked with the other settings."""
-    from marljoint import _toml
+    from marljoint.run import _toml
 
     name, _, rest = text.partition(":")
     name = name.strip()

@@ -50,7 +50,7 @@ def register(subparsers: Any) -> None:
 
 
 def _export(args: argparse.Namespace) -> int:
-    from marljoint.export import export_run
+    from marljoint.run.export import export_run
 
     result = export_run(args.run_dir, args.format, out=args.out, checkpoint=args.checkpoint)
     if not args.quiet:

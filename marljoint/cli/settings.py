@@ -45,7 +45,7 @@ def command_line_settings(args: argparse.Namespace) -> dict[str, Any]:
         RunError: a setting given twice with different values (two ``--set`` of one key, or a ``--set`` and the
             option of the same setting), naming both and their values.
     """
-    from marljoint.errors import RunError
+    from marljoint.run.errors import RunError
 
     settings: dict[str, Any] = {}
     for key, value in args.set:

@@ -1,6 +1,6 @@
 """Several runs from one command: ``marljoint train --seeds ...``, ``--sweep KEY=V1,V2,...`` and ``marljoint tune``.
 
-The runs train side by side (:mod:`marljoint.sweep`); the terminal shows one line per finished run and a summary.
+The runs train side by side (:mod:`marljoint.run.sweep`); the terminal shows one line per finished run and a summary.
 A failed run is reported in one line on standard error, the others finish, and the command exits with status 1.
 """
 
@@ -95,7 +95,7 @@ def several_runs(args: argparse.Namespace) -> bool:
     """
     many = bool(args.seeds) or bool(getattr(args, "sweep", None)) or args.command == "tune"
     if not many and getattr(args, "jobs", None) is not None:
-        from marljoint.train import RunError
+        from marljoint.run.train import RunError
 
         raise RunError("--jobs N sets how many runs of --seeds or --sweep train at a time; add --seeds S [S ...]")
     return many
@@ -112,7 +112,7 @@ def train_many(args: argparse.Namespace, spec: Any, options: dict[str, Any]) -> 
     Returns:
         0, or :data:`FAILED` when some run failed.
     """
-    from marljoint.train import RunError
+    from marljoint.run.train import RunError
 
     seeds = list(args.seeds or [0 if args.seed is None else args.seed])
     if len(set(seeds)) != len(seeds):
@@ -129,7 +129,7 @@ def train_many(args: argparse.Namespace, spec: Any, options: dict[str, Any]) -> 
         for seed in seeds
     ]
     _check_before_start(jobs, args)
-    from marljoint.sweep import run_jobs
+    from marljoint.run.sweep import run_jobs
 
     outcomes = run_jobs(jobs, parallel, on_done=lambda outcome: _report(outcome, args.quiet), engine=engine)
     if args.sweep:
@@ -150,7 +150,7 @@ def _checked_axes(
 ) -> list[Any]:
     """The ``--sweep`` (or ``--param``) axes, refused when they repeat a key, vary the seed, or vary a key that is
     set another way."""
-    from marljoint.train import RunError, RunSpec
+    from marljoint.run.train import RunError, RunSpec
 
     known = set(RunSpec().to_dict())
     seen: set[str] = set()
@@ -169,8 +169,8 @@ def _checked_axes(
 
 
 def _grid_points(axes: list[Any]) -> list[dict[str, tuple[str, Any]]]:
-    from marljoint.sweep import grid
-    from marljoint.train import RunError
+    from marljoint.run.sweep import grid
+    from marljoint.run.train import RunError
 
     points = grid(axes)
     names = [_point_dir(point) for point in points]
@@ -186,7 +186,7 @@ def _point_dir(point: dict[str, tuple[str, Any]]) -> str:
 
 def _sharing(args: argparse.Namespace, runs: int) -> tuple[int, int, str]:
     """``(runs at a time, cores per run, engine)``: Ray tasks with ``--ray``, else processes of this machine."""
-    from marljoint.sweep import cores_per_run, parallel_runs
+    from marljoint.run.sweep import cores_per_run, parallel_runs
 
     if args.ray or args.ray_address is not None or args.num_workers is not None:
         # Ray schedules the tasks on its own CPUs; each run collects in its task's process on one core.
@@ -208,8 +208,8 @@ def _job(
     """The job of one seed at one point of the grid, in ``parent/seed_<S>``, its threads sized to its share of the
     cores."""
     from marljoint.cli import _with_auto_workers
-    from marljoint.sweep import RunJob, fit_to_cores
-    from marljoint.train import RunError, RunSpec, resume_spec
+    from marljoint.run.sweep import RunJob, fit_to_cores
+    from marljoint.run.train import RunError, RunSpec, resume_spec
 
     values = {key: value for key, (_, value) in point.items()}
     run_dir = parent / f"seed_{seed}"
@@ -239,9 +239,9 @@ def _job(
 def _check_before_start(jobs: list[Any], args: argparse.Namespace) -> None:
     """Refuses an env that cannot be found, a directory that another process is writing and a directory that holds
     a run before any run starts (one line, as for a single run), rather than as the same failure of every run."""
-    from marljoint.envs_registry import resolve_env
-    from marljoint.runlock import RunLock
-    from marljoint.train import RunError, holds_run
+    from marljoint.run.lock import RunLock
+    from marljoint.run.registry import resolve_env
+    from marljoint.run.train import RunError, holds_run
 
     for job in jobs:  # a directory being written is refused as a single run's would be (RunLocked)
         with RunLock(job.run_dir, "marljoint train"):
@@ -262,7 +262,7 @@ def _check_before_start(jobs: list[Any], args: argparse.Namespace) -> None:
 
 
 def _report(outcome: Any, quiet: bool) -> None:
-    from marljoint.sweep import LOG_FILE
+    from marljoint.run.sweep import LOG_FILE
 
     run_dir = outcome.job.run_dir
     if outcome.interrupted:
@@ -275,7 +275,7 @@ def _report(outcome: Any, quiet: bool) -> None:
 
 
 def _seeds_summary(out: Path, outcomes: list[Any], quiet: bool) -> None:
-    from marljoint.evaluate import confidence_interval
+    from marljoint.run.stats import confidence_interval
 
     finals = [o.final_return for o in outcomes if o.ok]
     if quiet or not finals:
@@ -285,8 +285,8 @@ def _seeds_summary(out: Path, outcomes: list[Any], quiet: bool) -> None:
 
 
 def _sweep_summary(out: Path, outcomes: list[Any], quiet: bool) -> None:
-    from marljoint.plotting import PlottingUnavailable
-    from marljoint.sweep import SWEEP_CSV, SWEEP_PLOT, format_table, plot_sweep, summarize, write_sweep_csv
+    from marljoint.run.plotting import PlottingUnavailable
+    from marljoint.run.sweep import SWEEP_CSV, SWEEP_PLOT, format_table, plot_sweep, summarize, write_sweep_csv
 
     rows = summarize(outcomes)
     files = [write_sweep_csv(out / SWEEP_CSV, rows)]
@@ -354,7 +354,7 @@ class _TuneParser:
 
 
 def _param_range(text: str) -> Any:
-    from marljoint.tune import ParamRange
+    from marljoint.run.tune import ParamRange
 
     try:
         return ParamRange.parse(text)
@@ -364,8 +364,8 @@ def _param_range(text: str) -> Any:
 
 def _tune(args: argparse.Namespace, spec: Any, options: dict[str, Any], seeds: list[int]) -> int:
     """``marljoint tune``: an Optuna study over ``--param`` maximising the seeds' mean final return."""
-    from marljoint.train import RunError
-    from marljoint.tune import OptunaUnavailable, require_optuna
+    from marljoint.run.train import RunError
+    from marljoint.run.tune import OptunaUnavailable, require_optuna
 
     if args.resume or args.sweep:
         raise RunError("marljoint tune draws its own settings and starts fresh; drop --resume and --sweep")
@@ -384,7 +384,7 @@ def _tune(args: argparse.Namespace, spec: Any, options: dict[str, Any], seeds: l
         point = {p.key: (f"{value:.4g}", value) for p in args.param for value in [p.suggest(trial)]}
         parent = out / f"trial_{trial.number}"
         jobs = [_job(args, spec, options, point, parent, seed, cores, engine) for seed in seeds]
-        from marljoint.sweep import run_jobs, summarize
+        from marljoint.run.sweep import run_jobs, summarize
 
         outcomes = run_jobs(jobs, parallel, on_done=lambda o: _report(o, True), engine=engine)
         failures.extend(o for o in outcomes if not o.ok)

@@ -5,7 +5,8 @@ import csv
 
 import pytest
 
-from marljoint.cli.best_response import RECIPES, register
+from marljoint.cli.best_response import register
+from marljoint.run.recipes import RECIPES
 
 
 def parse(argv):
@@ -175,7 +176,7 @@ def test_nfsp_resumes_and_refuses_to_overwrite(tmp_path, capsys):
 
 
 def test_warm_start_flag_takes_a_policy_scale_or_off_and_defaults_to_the_recipe(tmp_path, capsys):
-    from marljoint.cli.best_response import OPENSPIEL_RECIPE, recipe_for
+    from marljoint.run.recipes import OPENSPIEL_RECIPE, recipe_for
 
     base = ["psro", "--env", "kuhn_poker_v0", "--out", str(tmp_path / "x")]
     assert parse(base).warm_start is None  # the recipe decides

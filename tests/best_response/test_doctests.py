@@ -7,6 +7,7 @@ import pytest
 
 MODULES = [
     "marljoint.cli.best_response",
+    "marljoint.run.recipes",
     *(f"marljoint.best_response.{name}" for name in ("exploitability", "meta_game", "nfsp", "psro", "reservoir")),
 ]
 

@@ -18,7 +18,7 @@ from marljoint.best_response.kuhn import (
     tables_from_policy,
 )
 from marljoint.best_response.population import ConstantPolicy, KuhnTablePolicy, PolicyMixture, UniformPolicy
-from marljoint.envs_registry import known_game
+from marljoint.run.registry import known_game
 from marljoint_envs import kuhn_poker_v0, matrix_game_v0
 
 

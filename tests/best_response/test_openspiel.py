@@ -18,7 +18,7 @@ from marljoint.best_response.kuhn import KUHN_INFOSETS  # noqa: E402
 from marljoint.best_response.openspiel_game import OpenSpielGame  # noqa: E402
 from marljoint.env import openspiel_shimmy  # noqa: E402
 from marljoint.env.openspiel import openspiel_env  # noqa: E402
-from marljoint.envs_registry import EnvSpecError, known_game, resolve_env  # noqa: E402
+from marljoint.run.registry import EnvSpecError, known_game, resolve_env  # noqa: E402
 
 
 # ------------------------------------------------------------------ the env
@@ -328,7 +328,7 @@ def test_psro_exact_on_openspiels_kuhn_reaches_the_bundled_kuhns_figure_and_expo
 
 def test_openspiel_games_solve_ppo_meta_games_with_prd_and_exact_ones_with_nash(tmp_path):
     from marljoint.checkpoint import load_checkpoint
-    from marljoint.cli.best_response import OPENSPIEL_RECIPE, RECIPES, auto_meta_solver
+    from marljoint.run.recipes import OPENSPIEL_RECIPE, RECIPES, auto_meta_solver
 
     assert auto_meta_solver(OPENSPIEL_RECIPE, 2) == "prd"
     assert auto_meta_solver(OPENSPIEL_RECIPE, 2, "exact") == "nash"  # the double oracle keeps an exact solver

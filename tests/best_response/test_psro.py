@@ -8,7 +8,7 @@ from marljoint import JointTrainerConfig
 from marljoint.best_response import PSRO, PSRO_METRICS, PsroConfig
 from marljoint.best_response.games import KuhnGame
 from marljoint.best_response.population import UniformPolicy
-from marljoint.envs_registry import known_game
+from marljoint.run.registry import known_game
 from marljoint_envs import bucket_brigade_v0, kuhn_poker_v0, matrix_game_v0
 
 SMALL_PPO = JointTrainerConfig(

@@ -4,7 +4,7 @@ import pytest
 
 from marljoint import JointTrainerConfig
 from marljoint.collect import CollectionConfig
-from marljoint.train import RunSpec, load_run_spec, write_config
+from marljoint.run.train import RunSpec, load_run_spec, write_config
 
 
 @pytest.mark.parametrize(

@@ -4,8 +4,8 @@ import pytest
 
 from marljoint import PettingZooJointEnv
 from marljoint.collect import RayCollector
-from marljoint.envs_registry import EnvSpecError, supersuit_wrappers
-from marljoint.train import RunError, RunSpec
+from marljoint.run.registry import EnvSpecError, supersuit_wrappers
+from marljoint.run.train import RunError, RunSpec
 from marljoint_envs import counter_v0, mock_v0
 
 

@@ -23,7 +23,7 @@ from marljoint import CollectionConfig, JointMultiAgentTrainer, JointTrainerConf
 from marljoint.checkpoint import list_checkpoints, load_checkpoint
 from marljoint.cli import main
 from marljoint.redundancy import RedundancyPenalty
-from marljoint.train import RunSpec, load_run_spec
+from marljoint.run.train import RunSpec, load_run_spec
 from marljoint_envs import identity_v0, kuhn_poker_v0, memory_v0, mock_v0, variable_agents_v0
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "env"))

@@ -5,8 +5,8 @@ import pytest
 pytest.importorskip("mpe2")
 
 from marljoint import JointMultiAgentTrainer, make_joint_env  # noqa: E402
-from marljoint.evaluate import play_episodes  # noqa: E402
-from marljoint.presets import get_preset  # noqa: E402
+from marljoint.run.evaluate import play_episodes  # noqa: E402
+from marljoint.run.presets import get_preset  # noqa: E402
 
 DO_NOTHING = -23.5  # mean per-agent return of a policy that never moves (max_cycles=25, local_ratio=0.5)
 

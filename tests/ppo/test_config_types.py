@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from marljoint import JointMultiAgentTrainer, JointTrainerConfig, PettingZooJointEnv
-from marljoint.train import RunError, RunSpec, read_config_file
+from marljoint.run.train import RunError, RunSpec, read_config_file
 from marljoint_envs import mock_v0
 
 

@@ -75,7 +75,7 @@ def test_the_derived_values_train_exactly_as_the_same_values_given(action_type, 
 
 
 def test_marljoint_train_writes_the_derived_values_with_their_reasons(tmp_path):
-    from marljoint.train import RunSpec, load_run_spec, train_run
+    from marljoint.run.train import RunSpec, load_run_spec, train_run
 
     spec = RunSpec.from_dict(
         {

@@ -100,7 +100,7 @@ def test_the_derived_value_trains_exactly_as_the_same_value_given():
 
 
 def test_config_toml_holds_the_derived_gamma_and_a_resumed_run_keeps_it(tmp_path):
-    from marljoint.train import RunSpec, load_run_spec, train_run
+    from marljoint.run.train import RunSpec, load_run_spec, train_run
 
     spec = RunSpec.from_dict(
         {

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from marljoint import JointMultiAgentTrainer, JointTrainerConfig, PettingZooJointEnv
-from marljoint.train import RunSpec
+from marljoint.run.train import RunSpec
 from marljoint_envs import mock_v0
 
 

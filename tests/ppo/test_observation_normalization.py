@@ -196,7 +196,7 @@ def test_workers_collect_with_the_learners_statistics_bit_identically():
 
 
 def test_config_toml_holds_the_derived_value_with_its_reason_and_old_runs_load_without_it(tmp_path):
-    from marljoint.train import RunSpec, load_run_spec, train_run
+    from marljoint.run.train import RunSpec, load_run_spec, train_run
 
     spec = RunSpec.from_dict(
         {

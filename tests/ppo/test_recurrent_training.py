@@ -166,7 +166,7 @@ def test_unsupported_combinations_and_bad_settings_are_refused():
 
 
 def test_acting_carries_each_agents_state_through_an_episode():
-    from marljoint.episodes import play_episodes
+    from marljoint.run.episodes import play_episodes
 
     trainer = make(recurrent="gru")
     # trained as long as the solving test above (after 40 iterations the greedy return can still be 0.9)
@@ -273,7 +273,7 @@ def test_worker_collection_of_a_turn_based_game_gives_the_bits_of_one_process_an
 
 
 def test_marljoint_train_checks_chunks_against_its_own_default_rollout():
-    from marljoint.train import DEFAULT_TRAINER, RunError, RunSpec
+    from marljoint.run.train import DEFAULT_TRAINER, RunError, RunSpec
 
     steps = DEFAULT_TRAINER["rollout_steps"]
     assert RunSpec.from_dict({"recurrent": "gru", "bptt_length": steps}).trainer.chunk_length == steps

@@ -9,7 +9,7 @@ import numpy as np
 
 from marljoint.checkpoint import list_checkpoints, load_checkpoint
 from marljoint.cli import main
-from marljoint.train import RunSpec
+from marljoint.run.train import RunSpec
 from marljoint_envs import counter_v0
 
 TINY_ENV_KWARGS = {"scenario": "easy", "num_houses": 5, "num_agents": 2, "max_nights": 20}

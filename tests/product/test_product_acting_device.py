@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from _product_helpers import resume_args, run_cli, tiny_config, train_args
 
-from marljoint.train import load_run_spec
+from marljoint.run.train import load_run_spec
 
 
 def test_config_toml_holds_the_acting_device_and_why(tmp_path):
@@ -44,7 +44,7 @@ def test_a_bad_acting_device_gets_one_line_and_exit_2(value, message, tmp_path, 
 def test_a_resume_on_another_device_chooses_the_acting_device_again(tmp_path):
     from _product_helpers import tiny_spec
 
-    from marljoint.train import resume_spec, write_config
+    from marljoint.run.train import resume_spec, write_config
 
     (tmp_path / "run").mkdir()
     spec = tiny_spec(2, device="cuda", acting_device="cuda")

@@ -157,7 +157,7 @@ def test_several_seeds_in_one_command_and_their_plot_with_a_confidence_band(tmp_
 
 
 def test_supersuit_wrappers_from_the_command_line(tmp_path, capsys):
-    from marljoint.train import load_run_spec, make_env
+    from marljoint.run.train import load_run_spec, make_env
 
     out = tmp_path / "r"
     args = ["train", "--env", "mpe2.simple_spread_v3", "--env-kwargs", '{"N": 2, "max_cycles": 10}']

@@ -174,8 +174,8 @@ def test_no_command_prints_help(capsys):
 
 def test_preset_fills_the_run_settings_and_options_override_it(tmp_path):
     from marljoint.cli import _preset_values
-    from marljoint.presets import PRESETS, get_preset
-    from marljoint.train import RunSpec
+    from marljoint.run.presets import PRESETS, get_preset
+    from marljoint.run.train import RunSpec
 
     values = _preset_values("bucket_brigade")
     values.update({"total_steps": 512, "num_envs": 2})
@@ -201,7 +201,7 @@ def test_worker_options_without_workers(capsys, tmp_path, option, match):
 
 
 def test_balance_with_env_workers_is_written_to_the_config(tmp_path):
-    from marljoint.train import load_run_spec
+    from marljoint.run.train import load_run_spec
 
     out = tmp_path / "run"
     args = ["train", "--env", "counter_v0", "--num-envs", "4", "--total-steps", "64", "--rollout-steps", "8"]

@@ -23,8 +23,8 @@ from _product_helpers import run_cli
 
 from marljoint import EnvCopyError, PettingZooJointEnv, SubprocessJointEnv
 from marljoint.checkpoint import list_checkpoints
-from marljoint.errors import EnvFailure
-from marljoint.train import RunSpec, train_run
+from marljoint.run.errors import EnvFailure
+from marljoint.run.train import RunSpec, train_run
 
 ROOT = Path(__file__).resolve().parents[2]
 ENV = "_faulty_envs:faulty_mock"

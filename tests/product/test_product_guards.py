@@ -10,10 +10,10 @@ import pytest
 from _product_helpers import run_cli
 from pettingzoo.utils.wrappers import BaseParallelWrapper
 
-from marljoint import memory
 from marljoint.checkpoint import atomic_torch_save, list_checkpoints, load_checkpoint, non_finite_weights
-from marljoint.errors import RunError
-from marljoint.evaluate import load_run
+from marljoint.run import memory
+from marljoint.run.errors import RunError
+from marljoint.run.evaluate import load_run
 from marljoint_envs import mock_v0
 
 HUGE_REWARD = 3e38

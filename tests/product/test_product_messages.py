@@ -12,8 +12,8 @@ import pytest
 from _product_helpers import rendering_counter, run_cli
 
 from marljoint import PettingZooJointEnv
-from marljoint.errors import RunError, unwritable_file_error
-from marljoint.evaluate import pad_frames, write_video
+from marljoint.run.errors import RunError, unwritable_file_error
+from marljoint.run.evaluate import pad_frames, write_video
 from marljoint_envs import kuhn_poker_v0
 
 TRAIN = ["train", "--env", "mock_v0", "--quiet", "--total-steps", "64", "--num-envs", "2", "--rollout-steps", "16"]
@@ -211,8 +211,8 @@ def _no_space(*args, **kwargs):
 
 
 WRITERS = {
-    "config.toml": ("marljoint.train", "write_config"),
-    "metrics.csv": ("marljoint.runlog.MetricsLog", "log"),
+    "config.toml": ("marljoint.run.train", "write_config"),
+    "metrics.csv": ("marljoint.run.runlog.MetricsLog", "log"),
     "checkpoints": ("marljoint.checkpoint", "atomic_torch_save"),
 }
 
@@ -232,14 +232,14 @@ def test_a_full_disk_names_the_file_and_the_fix_and_leaves_no_run(written, tmp_p
 
 
 def test_a_full_disk_when_drawing_the_curve_keeps_the_trained_run(tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr("marljoint.plotting.plot_learning_curve", _no_space)
+    monkeypatch.setattr("marljoint.run.plotting.plot_learning_curve", _no_space)
     out = tmp_path / "run"
     _fails(capsys, [*TRAIN, "--out", str(out)], f"cannot write {out / 'learning_curve.png'}: No space left")
     assert list((out / "checkpoints").glob("ckpt_*.pt"))  # the checkpoints written before stay
 
 
 def test_a_full_disk_mid_run_keeps_the_checkpoints_written(tmp_path, capsys, monkeypatch):
-    from marljoint import runlog
+    from marljoint.run import runlog
 
     original, rows = runlog.MetricsLog.log, []
 
@@ -279,7 +279,7 @@ def test_other_os_errors_while_writing_are_not_reworded(tmp_path, capsys, monkey
     def broken(*args, **kwargs):
         raise OSError(errno.EIO, "Input/output error")
 
-    monkeypatch.setattr("marljoint.train.write_config", broken)
+    monkeypatch.setattr("marljoint.run.train.write_config", broken)
     line = _fails(capsys, [*TRAIN, "--out", str(tmp_path / "run")], "Input/output error")
     assert "choose another --out" not in line
     assert not (tmp_path / "run").exists()

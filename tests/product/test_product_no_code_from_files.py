@@ -14,7 +14,7 @@ from _product_helpers import newest_checkpoint, run_cli, tiny_config, tiny_spec,
 import marljoint
 from marljoint import JointMultiAgentTrainer
 from marljoint.checkpoint import CheckpointError, atomic_torch_save, list_checkpoints, load_checkpoint
-from marljoint.train import RunError, load_run_spec, make_env, train_run
+from marljoint.run.train import RunError, load_run_spec, make_env, train_run
 from marljoint.trust import SnapshotTrustError, resign, sign
 
 _FORMAT = "marljoint-checkpoint-v1"

@@ -12,7 +12,7 @@ import pytest
 from _product_helpers import resume_args, run_cli, tiny_config, train_args
 
 from marljoint.checkpoint import list_checkpoints
-from marljoint.train import RunInterrupted, RunSpec, train_run
+from marljoint.run.train import RunInterrupted, RunSpec, train_run
 
 
 def _snapshot(directory):

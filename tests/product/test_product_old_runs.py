@@ -12,7 +12,7 @@ import numpy as np
 from _product_helpers import run_cli
 
 from marljoint.collect import CollectionConfig
-from marljoint.train import load_run_spec
+from marljoint.run.train import load_run_spec
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "run_before_collection_layer"
 

@@ -23,8 +23,8 @@ import pytest
 from _product_helpers import run_cli
 
 from marljoint import RunLock, RunLocked
-from marljoint.runlock import LOCK_FILE
-from marljoint.train import RunError, RunSpec, train_run
+from marljoint.run.lock import LOCK_FILE
+from marljoint.run.train import RunError, RunSpec, train_run
 
 ROOT = Path(__file__).resolve().parents[2]
 ITERATION = 32  # env steps per iteration: 2 copies x 16 steps

@@ -9,10 +9,10 @@ import subprocess
 import pytest
 import torch
 
-from marljoint import _toml
 from marljoint.checkpoint import list_checkpoints, load_checkpoint, save_checkpoint
 from marljoint.cli import main
-from marljoint.envs_registry import BUNDLED_ENVS, EnvSpecError, resolve_env
+from marljoint.run import _toml
+from marljoint.run.registry import BUNDLED_ENVS, EnvSpecError, resolve_env
 
 
 def test_bundled_name():

@@ -14,7 +14,7 @@ import torch
 from _product_helpers import newest_checkpoint, resume_args, run_cli, tiny_config, tiny_spec, train_args
 
 import marljoint.checkpoint as checkpoint_module
-from marljoint.train import train_run
+from marljoint.run.train import train_run
 
 
 def _same_parameters(a, b):
@@ -162,7 +162,7 @@ def test_mpe2_envs_resume_bit_for_bit_despite_their_pygame_objects(tmp_path):
 
 
 def test_ctrl_c_says_how_to_resume(tmp_path):
-    from marljoint.train import RunInterrupted
+    from marljoint.run.train import RunInterrupted
 
     def interrupt(row):
         if row["iteration"] == 3:

@@ -8,7 +8,7 @@ from _product_helpers import run_cli, tiny_config, train_args
 
 from marljoint import JointMultiAgentTrainer, JointTrainerConfig, PettingZooJointEnv
 from marljoint.checkpoint import CheckpointError, atomic_torch_save, list_checkpoints, load_checkpoint
-from marljoint.train import load_run_spec, make_env
+from marljoint.run.train import load_run_spec, make_env
 from marljoint_envs import mock_v0
 
 MARKER = []
@@ -72,7 +72,7 @@ def test_atomic_save_output_is_what_load_reads(tmp_path):
 
 def test_load_run_acts_with_the_newest_checkpoint_and_names_what_is_missing(tmp_path):
     import marljoint
-    from marljoint.train import RunError
+    from marljoint.run.train import RunError
 
     out = tmp_path / "run"
     assert run_cli(train_args(out, tiny_config(tmp_path), 2 * 64)) == 0

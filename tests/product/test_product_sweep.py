@@ -14,7 +14,7 @@ import torch
 
 from marljoint.checkpoint import list_checkpoints, load_checkpoint
 from marljoint.cli.sweep import sweep_axis
-from marljoint.sweep import (
+from marljoint.run.sweep import (
     LOG_FILE,
     RunJob,
     SweepRow,
@@ -25,8 +25,8 @@ from marljoint.sweep import (
     run_jobs,
     summarize,
 )
-from marljoint.train import RunSpec
-from marljoint.tune import ParamRange
+from marljoint.run.train import RunSpec
+from marljoint.run.tune import ParamRange
 from tests.product._product_helpers import run_cli
 
 # mock_v0 ends an episode every 8 steps, so every tiny run has a final return.
@@ -81,7 +81,7 @@ def test_a_seed_is_bit_identical_alone_one_after_another_and_side_by_side(tmp_pa
 def test_env_workers_auto_sizes_each_run_to_its_share_of_the_cores(tmp_path, monkeypatch):
     # 8 cores, 2 runs at a time: each run has 4, so 3 env workers and 1 learner thread (alone: 4 workers, one per
     # env copy, and 4 threads).
-    for module in ("marljoint.sweep", "marljoint.threads"):
+    for module in ("marljoint.run.sweep", "marljoint.threads"):
         monkeypatch.setattr(f"{module}.usable_cores", lambda: 8)
     out = tmp_path / "seeds"
     args = _train(out, "--num-envs", "4", "--seeds", "0", "1", "--jobs", "2", "--env-workers", "auto", "--quiet")
@@ -240,7 +240,7 @@ def test_run_jobs_refuses_an_unknown_engine_and_no_parallelism():
 def test_the_table_counts_failed_runs_apart():
     spec = RunSpec()
     jobs = [RunJob(spec, Path(f"r{k}"), setting={"lr": lr}) for k, lr in enumerate(["1", "1", "2"])]
-    from marljoint.sweep import RunOutcome
+    from marljoint.run.sweep import RunOutcome
 
     rows = summarize([RunOutcome(jobs[0], 1.0, 0.0), RunOutcome(jobs[1], math.nan, 0.0, "boom"),
                       RunOutcome(jobs[2], 3.0, 0.0)])  # fmt: skip
@@ -307,8 +307,8 @@ def test_tune_refuses_a_parameter_also_given_and_names_the_extra_without_optuna(
 def test_the_examples_in_the_docstrings_hold():
     import doctest
 
-    import marljoint.sweep
-    import marljoint.tune
+    import marljoint.run.sweep
+    import marljoint.run.tune
 
-    for module in (marljoint.sweep, marljoint.tune):
+    for module in (marljoint.run.sweep, marljoint.run.tune):
         assert doctest.testmod(module).failed == 0

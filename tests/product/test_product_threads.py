@@ -11,8 +11,8 @@ from _product_helpers import resume_args, run_cli, tiny_config, train_args
 
 import marljoint.ppo.derived
 import marljoint.threads
+from marljoint.run.train import load_run_spec
 from marljoint.threads import THREAD_ENV_VARS
-from marljoint.train import load_run_spec
 
 
 @pytest.fixture(autouse=True)

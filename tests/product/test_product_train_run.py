@@ -13,11 +13,12 @@ import numpy as np
 import pytest
 from _product_helpers import TINY_ENV_KWARGS, run_cli, tiny_config, train_args
 
-from marljoint import _toml
 from marljoint.collect import CollectionConfig
-from marljoint.evaluate import confidence_interval, evaluate_run
-from marljoint.runlog import Progress, read_metrics
-from marljoint.train import RunSpec, load_run_spec, train_run
+from marljoint.run import _toml
+from marljoint.run.evaluate import evaluate_run
+from marljoint.run.runlog import Progress, read_metrics
+from marljoint.run.stats import confidence_interval
+from marljoint.run.train import RunSpec, load_run_spec, train_run
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 

@@ -46,7 +46,7 @@ def _install_extras() -> set[str]:
 
 
 def _requirements(extras: set[str]) -> list[str]:
-    from marljoint import _toml
+    from marljoint.run import _toml
 
     optional = _toml.loads(PYPROJECT.read_text())["project"]["optional-dependencies"]
     return [req for extra in extras for req in optional[extra]]
@@ -54,7 +54,7 @@ def _requirements(extras: set[str]) -> list[str]:
 
 def _needed(env: str) -> tuple[str, str | None] | None:
     """(package, extra) the README's install must hold for ``env``; None for bundled envs."""
-    from marljoint.envs_registry import BUNDLED_ENVS
+    from marljoint.run.registry import BUNDLED_ENVS
 
     if env in BUNDLED_ENVS:
         return None

@@ -18,7 +18,7 @@ from marljoint import PettingZooJointEnv
 from marljoint.best_response.opponents import mixture_profiles, simulate_profiles
 from marljoint.best_response.oracles import PPOOracle
 from marljoint.best_response.population import PolicyMixture, UniformPolicy
-from marljoint.cli.best_response import env_factory, recipe_for
+from marljoint.run.recipes import env_factory, recipe_for
 
 EPISODES = 200
 Z_95 = 1.959964

@@ -6,7 +6,7 @@ beat them (``spread``), the defaults with a centralised critic on speaker-listen
 bucket brigade scenarios.
 
 Example:
-    >>> from marljoint.presets import get_preset
+    >>> from marljoint.run.presets import get_preset
     >>> preset = get_preset("spread")
     >>> preset.env_name
     'mpe2.simple_spread_v3'
@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from marljoint.ppo.config import JointTrainerConfig
-from marljoint.train import DEFAULT_TRAINER
+from marljoint.run.train import DEFAULT_TRAINER, RunSpec
 
 __all__ = ["PRESETS", "Preset", "get_preset"]
 
@@ -77,7 +77,6 @@ class Preset:
         """
         from marljoint.env.pettingzoo import PettingZooJointEnv
         from marljoint.ppo.derived import derive_settings
-        from marljoint.train import RunSpec
 
         env = PettingZooJointEnv(self.env_fn(), num_envs=1)
         try:

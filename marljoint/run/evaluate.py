@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 import re
 import subprocess
@@ -17,14 +16,22 @@ import numpy as np
 
 from marljoint.checkpoint import CheckpointError, list_checkpoints, load_checkpoint
 from marljoint.collect.config import CollectionConfig
-from marljoint.episodes import play_episodes
-from marljoint.train import CHECKPOINT_DIR, RunError, RunSpec, build_trainer, load_run_spec, make_env, refuse_diverged
+from marljoint.run.episodes import play_episodes
+from marljoint.run.stats import confidence_interval
+from marljoint.run.train import (
+    CHECKPOINT_DIR,
+    RunError,
+    RunSpec,
+    build_trainer,
+    load_run_spec,
+    make_env,
+    refuse_diverged,
+)
 
 __all__ = [
     "EvalResult",
     "VIDEO_BLOCK",
     "TrainedRun",
-    "confidence_interval",
     "evaluate_run",
     "load_run",
     "pad_frames",
@@ -79,27 +86,6 @@ class EvalResult:
         if self.video is not None:
             lines.append(f"video written to {self.video}")
         return "\n".join(lines)
-
-
-def confidence_interval(values: Sequence[float] | np.ndarray) -> tuple[float, float]:
-    """Mean and half-width of the two-sided 95% Student-t confidence interval (half-width ``nan`` for n < 2).
-
-    Example:
-        >>> mean, half = confidence_interval([1.0, 2.0, 3.0])
-        >>> mean, round(half, 3)
-        (2.0, 2.484)
-    """
-    values = np.asarray(values, dtype=np.float64)
-    n = len(values)
-    if n == 0:
-        return math.nan, math.nan
-    mean = float(values.mean())
-    if n < 2:
-        return mean, math.nan
-    from scipy import stats
-
-    half = float(stats.t.ppf(0.975, n - 1) * values.std(ddof=1) / math.sqrt(n))
-    return mean, half
 
 
 def _checkpoint_file(run_dir: Path, checkpoint: str | os.PathLike[str] | None) -> Path:

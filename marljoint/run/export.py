@@ -31,11 +31,12 @@ from gymnasium import spaces
 from torch import nn
 
 from marljoint.env.spaces import GroupSpec
-from marljoint.errors import RunError
 from marljoint.policies.actor_critic import ActorCritic
 from marljoint.policies.joint import JointPolicy
 from marljoint.policies.layers import tanh
 from marljoint.policies.recurrent import StackedRecurrentCell
+from marljoint.run.errors import RunError
+from marljoint.run.evaluate import load_run
 
 __all__ = [
     "EXPORT_FORMATS",
@@ -411,7 +412,6 @@ def export_run(
             damaged checkpoint, or a policy that cannot be exported yet (image observations, an activation other
             than tanh).
     """
-    from marljoint.evaluate import load_run
 
     if format not in EXPORT_FORMATS:
         raise RunError(f"unknown export format {format!r}; choose one of {', '.join(EXPORT_FORMATS)}")

@@ -28,7 +28,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from marljoint import _toml
 from marljoint.checkpoint import (
     CheckpointError,
     atomic_torch_save,
@@ -38,11 +37,14 @@ from marljoint.checkpoint import (
     save_checkpoint,
 )
 from marljoint.env.base import EnvCopyError
-from marljoint.envs_registry import EnvSpecError, ResolvedEnv, resolve_env, supersuit_wrappers, wrapped_factory
-from marljoint.errors import EnvFailure, RunError, RunInterrupted, unwritable_file_error
 from marljoint.ppo.config import LEGACY_KEYS, JointTrainerConfig, as_saved
 from marljoint.ppo.divergence import DivergenceError
-from marljoint.runlock import LOCK_FILE, RunLock
+from marljoint.run import _toml, memory, plotting, runlog
+from marljoint.run.episodes import play_episodes
+from marljoint.run.errors import EnvFailure, RunError, RunInterrupted, unwritable_file_error
+from marljoint.run.lock import LOCK_FILE, RunLock
+from marljoint.run.memory import format_bytes
+from marljoint.run.registry import EnvSpecError, ResolvedEnv, resolve_env, supersuit_wrappers, wrapped_factory
 from marljoint.trust import SnapshotTrustError
 
 __all__ = [
@@ -419,17 +421,16 @@ LONG_BUILD_SECONDS = 30.0
 
 def check_memory(spec: RunSpec, stream: TextIO | None = None) -> Any:
     """Refuses a run whose rollout storage, update and env copies would not fit in the memory available, before
-    the env copies are built: one copy is built, measured and closed (:mod:`marljoint.memory`). A build of the copies
-    expected to take longer than :data:`LONG_BUILD_SECONDS` is announced on ``stream``.
+    the env copies are built: one copy is built, measured and closed (:mod:`marljoint.run.memory`). A build of the
+    copies expected to take longer than :data:`LONG_BUILD_SECONDS` is announced on ``stream``.
 
     Returns:
-        The :class:`~marljoint.memory.MemoryEstimate`.
+        The :class:`~marljoint.run.memory.MemoryEstimate`.
 
     Raises:
         RunError: with the estimate, the memory available and the fix; or if the env cannot be built.
     """
     from marljoint.collect.config import CollectionConfig
-    from marljoint.memory import estimate_memory, measure_env_copy
 
     local = dataclasses.replace(spec, trainer=spec.trainer.replace(collection=CollectionConfig()))
     probe = make_env(local, num_envs=1)
@@ -438,10 +439,10 @@ def check_memory(spec: RunSpec, stream: TextIO | None = None) -> Any:
     finally:
         probe.close()
     try:
-        per_copy, seconds = measure_env_copy(_env_factory(spec), seed=spec.trainer.seed)
+        per_copy, seconds = memory.measure_env_copy(_env_factory(spec), seed=spec.trainer.seed)
     except Exception:  # the copy above was built and reset by the adapter: the estimate goes without its size
         per_copy, seconds = 0, 0.0
-    estimate = estimate_memory(joint_spec, spec.trainer, per_copy)
+    estimate = memory.estimate_memory(joint_spec, spec.trainer, per_copy)
     _refuse_oversized(estimate, spec.trainer, joint_spec.num_agents)
     copies = spec.trainer.num_envs
     if stream is not None and seconds * copies > LONG_BUILD_SECONDS:
@@ -451,8 +452,6 @@ def check_memory(spec: RunSpec, stream: TextIO | None = None) -> Any:
 
 
 def _refuse_oversized(estimate: Any, config: JointTrainerConfig, agents: int) -> None:
-    from marljoint.memory import available_device_memory, available_memory, format_bytes
-
     copies = config.num_envs
     parts = (
         f"the rollout storage of {config.rollout_steps} steps x {copies:,} env copies x {agents} agents needs "
@@ -461,8 +460,8 @@ def _refuse_oversized(estimate: Any, config: JointTrainerConfig, agents: int) ->
     )
     fix = "lower rollout_steps or num_envs (or shrink the observations, e.g. with --wrap resize_v1:x_size=...)"
     for needed, free, where in (
-        (estimate.host, available_memory(), "memory"),
-        (estimate.device, available_device_memory(estimate.on_device), f"free memory on {estimate.on_device}"),
+        (estimate.host, memory.available_memory(), "memory"),
+        (estimate.device, memory.available_device_memory(estimate.on_device), f"free memory on {estimate.on_device}"),
     ):
         if free is not None and needed > free:
             raise RunError(
@@ -594,9 +593,9 @@ def train_run(
 ) -> RunResult:
     """Trains according to ``spec`` and writes the run directory.
 
-    The run holds :class:`~marljoint.runlock.RunLock` on ``run_dir`` from start to end, taken before anything
+    The run holds :class:`~marljoint.run.lock.RunLock` on ``run_dir`` from start to end, taken before anything
     there is read or written: a second writer (another run, a ``force``, a ``resume``) is refused with
-    :class:`~marljoint.runlock.RunLocked`. Nothing else is written, and with ``force`` nothing is deleted, until the
+    :class:`~marljoint.run.lock.RunLocked`. Nothing else is written, and with ``force`` nothing is deleted, until the
     env and the trainer are built and the first iteration has run: a run that fails to start leaves the directory
     as it was. SIGINT (Ctrl-C) and SIGTERM (a cluster's pre-emption) stop the run after the iteration in progress,
     with a checkpoint, and raise :class:`RunInterrupted` saying how to resume; a second Ctrl-C stops at once. An
@@ -731,8 +730,6 @@ class _Loop:
                     path.unlink(missing_ok=True)
 
     def _open_log(self) -> None:
-        from marljoint import runlog
-
         wandb = None
         if self.spec.wandb_project is not None:
             try:
@@ -744,8 +741,6 @@ class _Loop:
             self.log = runlog.MetricsLog(self.run_dir, keep_until=keep_until, wandb=wandb)
 
     def run(self, stop_after: int | None, on_iteration: Any, stops: _StopRequests) -> None:
-        from marljoint import runlog
-
         trainer, spec = self.trainer, self.spec
         total = iterations_for(spec)
         display = runlog.Progress(
@@ -825,7 +820,6 @@ class _Loop:
     def _evaluate(self) -> dict[str, float]:
         """Greedy returns on the same fresh episodes every time; the trainer's generator is left as it was."""
         from marljoint.collect.config import CollectionConfig
-        from marljoint.episodes import play_episodes
 
         trainer, spec = self.trainer, self.spec
         seed = (spec.trainer.seed + 1_000_003) % 2**63
@@ -1035,8 +1029,6 @@ def _restore(
 
 
 def _write_curve(run_dir: Path, stream: TextIO, verbose: bool) -> None:
-    from marljoint import plotting
-
     try:
         plotting.plot_learning_curve(run_dir, run_dir / CURVE_FILE)
     except plotting.PlottingUnavailable as exc:

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import numpy as np
 
-from marljoint.runlog import METRICS_FILE, read_metrics
+from marljoint.run.runlog import METRICS_FILE, read_metrics
+from marljoint.run.stats import confidence_interval
 
 __all__ = ["PlottingUnavailable", "image_path", "plot_learning_curve", "plot_runs", "run_group", "smooth"]
 
@@ -61,8 +62,6 @@ def run_group(run_dir: str | os.PathLike[str]) -> list[Path]:
 
 def _group_series(members: Sequence[Path], metric: str, x: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(x, mean, half-width of the 95% CI)`` over a group's runs, on the rows they all have."""
-    from marljoint.evaluate import confidence_interval
-
     series = [_series(m, metric, x) for m in members]
     length = min(len(xs) for xs, _ in series)
     xs = np.asarray(series[0][0][:length], dtype=np.float64)

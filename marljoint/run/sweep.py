@@ -27,7 +27,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from marljoint.runlock import RunLock, RunLocked
+from marljoint.run.lock import RunLock, RunLocked
+from marljoint.run.plotting import PlottingUnavailable
+from marljoint.run.stats import confidence_interval
+from marljoint.run.train import RunInterrupted, train_run
 from marljoint.threads import AUTO, learner_threads, limit_threads, usable_cores
 
 __all__ = [
@@ -62,14 +65,15 @@ class RunJob:
     """One training run to do: its spec, its directory, and how to treat a run already there.
 
     Attributes:
-        spec: the run (a :class:`marljoint.train.RunSpec`, with ``torch_threads`` resolved for its share of the cores).
+        spec: the run (a :class:`marljoint.run.train.RunSpec`, with ``torch_threads`` resolved for its share of the
+            cores).
         run_dir: its run directory.
         resume: continue the run in ``run_dir``.
         force: replace a run already in ``run_dir``.
         cores: the cores the run may compute on (its process's thread pools are sized to them).
         setting: the swept settings of the run (empty for plain seeds), as ``{key: label}``.
         trust_snapshot: on resume, restore an env snapshot signed under another user's key (a run you received
-            and trust; see :func:`marljoint.train.train_run`).
+            and trust; see :func:`marljoint.run.train.train_run`).
     """
 
     spec: Any
@@ -148,7 +152,7 @@ def fit_to_cores(spec: Any, cores: int) -> Any:
     its env workers leave free otherwise. An explicit number is kept.
 
     Args:
-        spec: a :class:`marljoint.train.RunSpec`.
+        spec: a :class:`marljoint.run.train.RunSpec`.
         cores: the cores the run may use.
     """
     if spec.trainer.torch_threads != AUTO:
@@ -176,7 +180,7 @@ def run_jobs(
 
     Raises:
         ValueError: for an unknown engine or ``parallel`` below 1.
-        marljoint.train.RunInterrupted: when a run trained in this process is stopped by Ctrl-C or SIGTERM.
+        marljoint.run.train.RunInterrupted: when a run trained in this process is stopped by Ctrl-C or SIGTERM.
     """
     if engine not in ("process", "ray"):
         raise ValueError(f"engine={engine!r} is not one of ['process', 'ray']")
@@ -228,7 +232,7 @@ def run_job(job: RunJob) -> RunOutcome:
         The outcome; a run that raises is a failed outcome (the traceback is in the log), except an interrupted one.
 
     Raises:
-        marljoint.train.RunInterrupted: the run was stopped by Ctrl-C or SIGTERM (it is checkpointed).
+        marljoint.run.train.RunInterrupted: the run was stopped by Ctrl-C or SIGTERM (it is checkpointed).
     """
     started = time.perf_counter()
     # The lock comes first: a second writer is refused before this run's log touches the directory.
@@ -244,7 +248,6 @@ def run_job(job: RunJob) -> RunOutcome:
 
 def _run_locked(job: RunJob, started: float) -> RunOutcome:
     """:func:`run_job` once the run directory is locked."""
-    from marljoint.train import RunInterrupted, train_run
 
     log = _RunLog(Path(job.run_dir) / LOG_FILE, append=job.resume)
     try:
@@ -277,7 +280,6 @@ def _child(job: RunJob, pipe: Any) -> None:
 
 def _run_stoppable(job: RunJob) -> RunOutcome:
     """:func:`run_job` in a process of its own, an interrupted run being an outcome too."""
-    from marljoint.train import RunInterrupted
 
     limit_threads(job.cores)
     try:
@@ -341,7 +343,7 @@ def _process_context() -> Any:
     if "forkserver" not in multiprocessing.get_all_start_methods():
         return multiprocessing.get_context("spawn")
     context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(["torch", "marljoint.train", "marljoint.sweep"])
+    context.set_forkserver_preload(["torch", "marljoint.run.train", "marljoint.run.sweep"])
     return context
 
 
@@ -420,7 +422,6 @@ class SweepRow:
 
 def summarize(outcomes: Sequence[RunOutcome]) -> list[SweepRow]:
     """One row per setting (in the order of first appearance): mean ± 95% CI of the final return over its runs."""
-    from marljoint.evaluate import confidence_interval
 
     groups: dict[tuple[tuple[str, str], ...], list[RunOutcome]] = {}
     for outcome in outcomes:
@@ -468,9 +469,8 @@ def plot_sweep(path: str | Path, rows: Sequence[SweepRow], title: str | None = N
     """Draws each setting's mean final return with its 95% CI as an error bar, one setting per tick.
 
     Raises:
-        marljoint.plotting.PlottingUnavailable: without matplotlib.
+        marljoint.run.plotting.PlottingUnavailable: without matplotlib.
     """
-    from marljoint.plotting import PlottingUnavailable
 
     try:
         import matplotlib

@@ -1,6 +1,6 @@
 """One writer per run directory: an operating-system lock held for a run's whole life.
 
-``marljoint train``, ``psro`` and ``nfsp`` (and :func:`~marljoint.train.train_run`) take :class:`RunLock` on their
+``marljoint train``, ``psro`` and ``nfsp`` (and :func:`~marljoint.run.train.train_run`) take :class:`RunLock` on their
 run directory before they create, clear or read anything in it for a resume. A second writer is refused at once
 with :class:`RunLocked`, naming the process that holds the directory. The lock is the kernel's (``flock`` on POSIX,
 ``msvcrt.locking`` on Windows), so it goes away with the process that held it, however that process ends: a run
@@ -18,7 +18,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from marljoint.errors import RunError
+from marljoint.run.errors import RunError
 
 __all__ = ["LOCK_FILE", "RunLock", "RunLocked"]
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from marljoint.errors import RunError
+from marljoint.run.errors import RunError
 
 __all__ = ["play_episodes"]
 

@@ -13,6 +13,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from marljoint.cli.args import USAGE_ERROR
 from marljoint.cli.args import integer as _int
 from marljoint.cli.args import json_object as _json_object
 from marljoint.cli.args import non_negative_float as _non_negative_float
@@ -30,7 +31,6 @@ from marljoint.run.presets import PRESETS, get_preset
 
 __all__ = ["build_parser", "main"]
 
-USAGE_ERROR = 2
 """Exit status for bad input (the same as argparse's)."""
 
 
@@ -546,8 +546,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     parser = build_parser()
     args = parser.parse_args(argv)
-    # Our commands set `handler`; the best-response commands set `func`.
-    handler = getattr(args, "handler", None) or getattr(args, "func", None)
+    handler = getattr(args, "handler", None)
     if handler is None:
         parser.print_help(sys.stderr)
         return USAGE_ERROR

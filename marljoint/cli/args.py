@@ -7,7 +7,11 @@ import json
 import math
 from typing import Any
 
+USAGE_ERROR = 2
+"""The exit status of every command's bad input (argparse's own)."""
+
 __all__ = [
+    "USAGE_ERROR",
     "integer",
     "json_object",
     "non_negative_float",

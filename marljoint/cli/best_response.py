@@ -1,7 +1,7 @@
 """The ``marljoint psro`` and ``marljoint nfsp`` subcommands.
 
 :func:`register` adds both to an ``argparse`` subparsers object; each subcommand stores its handler in
-``args.func``, to be called as ``args.func(args)``: it returns the exit status 0, and on bad input writes one line
+``args.handler``, to be called as ``args.handler(args)``: it returns the exit status 0, and on bad input writes one line
 ``marljoint <command>: error: ...`` to standard error and raises :class:`CommandError` (a ``SystemExit`` with
 status 2, whose text is that line). Both write ``DIR/metrics.csv`` (one row per
 iteration, rewritten after every iteration; columns as in ``PSRO_METRICS`` / ``NFSP_METRICS``) and a checkpoint
@@ -28,7 +28,7 @@ from typing import Any
 
 from marljoint.best_response.games import KnownGame
 from marljoint.best_response.meta_solvers import META_SOLVERS
-from marljoint.cli.args import non_negative_int, positive_float, positive_int, seed
+from marljoint.cli.args import USAGE_ERROR, non_negative_int, positive_float, positive_int, seed
 from marljoint.env.openspiel import OPENSPIEL_PREFIX
 from marljoint.policies.recurrent import RECURRENT_KINDS
 from marljoint.ppo.config import JointTrainerConfig
@@ -44,7 +44,7 @@ _FIRST_COLUMNS = ("iteration", "wall_time", "exploitability")
 def register(subparsers: Any) -> None:
     """Adds the ``psro`` and ``nfsp`` subcommands to an ``argparse`` subparsers object.
 
-    Each sets ``func`` (call ``args.func(args)``; returns 0).
+    Each sets ``handler`` (call ``args.handler(args)``; returns 0).
     """
     psro = subparsers.add_parser(
         "psro",
@@ -87,7 +87,7 @@ def register(subparsers: Any) -> None:
         'process; needs pip install "marljoint[ray]"; --num-workers is its older name)',
     )
     psro.add_argument("--ray-address", help="join this Ray cluster for the tasks (default: start a local one)")
-    psro.set_defaults(func=run_psro)
+    psro.set_defaults(handler=run_psro)
 
     nfsp = subparsers.add_parser(
         "nfsp",
@@ -97,7 +97,7 @@ def register(subparsers: Any) -> None:
     _add_common(nfsp)
     nfsp.add_argument("--iterations", type=positive_int, help="stop after this many iterations")
     nfsp.add_argument("--anticipatory", type=float, help="η, the probability of playing the best response")
-    nfsp.set_defaults(func=run_nfsp)
+    nfsp.set_defaults(handler=run_nfsp)
 
 
 def _add_common(parser: argparse.ArgumentParser) -> None:
@@ -152,7 +152,6 @@ class CommandError(SystemExit):
         return self.message
 
 
-USAGE_ERROR = 2
 
 
 def _fail(command: str, message: str) -> CommandError:

@@ -17,7 +17,7 @@ def parse(argv):
 
 def run(argv):
     args = parse(argv)
-    return args.func(args)
+    return args.handler(args)
 
 
 def read_rows(path):

@@ -311,7 +311,7 @@ def run(argv):
     parser = argparse.ArgumentParser(prog="marljoint")
     register(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(argv)
-    return args.func(args)
+    return args.handler(args)
 
 
 def test_psro_exact_on_openspiels_kuhn_reaches_the_bundled_kuhns_figure_and_exports_its_policy(tmp_path):

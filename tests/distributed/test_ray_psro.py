@@ -126,7 +126,7 @@ def test_marljoint_psro_num_workers_runs_ray_tasks_and_saves_the_split(tmp_path)
         register(parser.add_subparsers(dest="command", required=True))
         argv = ["psro", "--env", "matrix_game_v0", "--env-kwargs", '{"game": "biased_rps"}', "--iterations", "2"]
         args = parser.parse_args([*argv, "--br-steps", "256", "--num-envs", "8", "--out", str(out), *extra])
-        assert args.func(args) == 0
+        assert args.handler(args) == 0
         with (out / "metrics.csv").open() as f:
             return [(row["exploitability"], row["meta_nash_conv"]) for row in csv.DictReader(f)]
 

@@ -41,6 +41,17 @@ __all__ = ["register", "CommandError"]
 _FIRST_COLUMNS = ("iteration", "wall_time", "exploitability")
 
 
+class _DeprecatedTaskSplit(argparse.Action):
+    """``psro --num-workers K``: still sets ``--task-split K``, with one line saying to use that name."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any, option: Any = None):
+        sys.stderr.write(
+            "marljoint psro: --num-workers is deprecated here (in marljoint train it means Ray rollout workers); "
+            f"use --task-split {values}\n"
+        )
+        setattr(namespace, self.dest, values)
+
+
 def register(subparsers: Any) -> None:
     """Adds the ``psro`` and ``nfsp`` subcommands to an ``argparse`` subparsers object.
 
@@ -78,13 +89,20 @@ def register(subparsers: Any) -> None:
     )
     psro.add_argument(
         "--task-split",
-        "--num-workers",
         dest="task_split",
         metavar="K",
         type=non_negative_int,
         default=0,
         help="split each iteration into Ray tasks: one per best response and K meta-game chunks (default 0: one "
-        'process; needs pip install "marljoint[ray]"; --num-workers is its older name)',
+        'process; needs pip install "marljoint[ray]")',
+    )
+    psro.add_argument(  # `marljoint train --num-workers` means Ray rollout workers: one meaning per flag name
+        "--num-workers",
+        dest="task_split",
+        metavar="K",
+        type=non_negative_int,
+        action=_DeprecatedTaskSplit,
+        help="deprecated spelling of --task-split",
     )
     psro.add_argument("--ray-address", help="join this Ray cluster for the tasks (default: start a local one)")
     psro.set_defaults(handler=run_psro)

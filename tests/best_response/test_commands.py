@@ -115,7 +115,7 @@ def test_bad_input_gives_one_line_errors(tmp_path, capsys, argv, message):
     ("argv", "message"),
     [
         (["psro", "--env", "kuhn_poker_v0", "--iterations", "0"], "argument --iterations: must be a positive integer"),
-        (["psro", "--env", "kuhn_poker_v0", "--num-workers", "-2"], "argument --task-split/--num-workers: must be an"),
+        (["psro", "--env", "kuhn_poker_v0", "--num-workers", "-2"], "argument --num-workers: must be an"),
         (["psro", "--env", "kuhn_poker_v0", "--seconds", "-1"], "argument --seconds: must be a finite number"),
         (["psro", "--env", "kuhn_poker_v0", "--br-steps", "0"], "argument --br-steps: must be a positive integer"),
         (["nfsp", "--env", "kuhn_poker_v0", "--seed", "-1"], "argument --seed: a seed must be an integer from 0"),
@@ -197,3 +197,14 @@ def test_warm_start_flag_takes_a_policy_scale_or_off_and_defaults_to_the_recipe(
     assert [float(r["br_warm_started"]) for r in rows[1:]] == [0.0, 2.0]
     assert run(["psro", "--env", "kuhn_poker_v0", *argv, "--out", str(tmp_path / "off")]) == 0
     assert "br_warm_started" not in read_rows(tmp_path / "off" / "metrics.csv")[0]
+
+
+def test_psro_num_workers_is_a_deprecated_spelling_of_task_split(capsys):
+    args = parse(["psro", "--env", "kuhn_poker_v0", "--out", "o", "--num-workers", "3"])
+    assert args.task_split == 3
+    assert capsys.readouterr().err == (
+        "marljoint psro: --num-workers is deprecated here (in marljoint train it means Ray rollout workers); "
+        "use --task-split 3\n"
+    )
+    assert parse(["psro", "--env", "kuhn_poker_v0", "--out", "o", "--task-split", "2"]).task_split == 2
+    assert capsys.readouterr().err == ""

@@ -130,7 +130,7 @@ def test_marljoint_psro_num_workers_runs_ray_tasks_and_saves_the_split(tmp_path)
         with (out / "metrics.csv").open() as f:
             return [(row["exploitability"], row["meta_nash_conv"]) for row in csv.DictReader(f)]
 
-    rows = run_cli(tmp_path / "ray", "--num-workers", "2")
+    rows = run_cli(tmp_path / "ray", "--task-split", "2")
     assert len(rows) == 3
     config = PSRO.load(tmp_path / "ray", biased_rps).config
     assert config.task_split == 2 and config.engine == "ray"

@@ -51,7 +51,13 @@ from torch import nn
 
 from marljoint.best_response.games import KnownGame
 from marljoint.best_response.opponents import AnticipatoryAssigner, PopulationEnv
-from marljoint.best_response.oracles import GAIN_METRICS, check_gain_settings, gain_metrics, run_trainer_config
+from marljoint.best_response.oracles import (
+    GAIN_METRICS,
+    check_gain_settings,
+    gain_metrics,
+    run_trainer_config,
+    with_saved_defaults,
+)
 from marljoint.best_response.reservoir import ReservoirBuffer
 from marljoint.checkpoint import atomic_torch_save, load_checkpoint
 from marljoint.collect.config import CollectionConfig
@@ -60,7 +66,7 @@ from marljoint.env.spaces import ActionLayout, ObservationLayout
 from marljoint.policies.distributions import make_distribution
 from marljoint.policies.layers import StackedLinear, StackedMLP
 from marljoint.ppo.build import check_device_available
-from marljoint.ppo.config import JointTrainerConfig, as_saved, known_fields
+from marljoint.ppo.config import JointTrainerConfig, known_fields
 from marljoint.ppo.trainer import JointMultiAgentTrainer
 
 __all__ = ["NFSP", "NfspConfig", "AveragePolicy", "NFSP_METRICS"]
@@ -611,7 +617,7 @@ class NFSP:
             ValueError: the env's agents differ from the saved run's, or a ``device`` this machine does not have.
         """
         state = load_checkpoint(Path(directory) / CHECKPOINT_NAME)
-        config = NfspConfig.from_dict(as_saved(state["config"]))
+        config = NfspConfig.from_dict(with_saved_defaults(state["config"]))
         if device is not None:
             config = config.replace(device=device)
         nfsp = cls(env_fn, config, game, **policy_kwargs)

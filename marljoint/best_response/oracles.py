@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -43,6 +43,7 @@ __all__ = [
     "check_gain_settings",
     "gain_metrics",
     "run_trainer_config",
+    "with_saved_defaults",
     "warm_start_seat",
     "check_warm_start",
 ]
@@ -413,3 +414,22 @@ def gain_metrics(
         "best_response_gain": float(gain.nash_conv) / players,
         "best_response_gain_ci": float(gain.nash_conv_half_width) / players,
     }
+
+
+_SAVED_BEFORE = {"normalize_observations": False}
+"""Trainer settings that PSRO and NFSP checkpoints saved before they existed lack, with the value those runs
+trained with (no observation normalisation, whatever the env)."""
+
+
+def with_saved_defaults(config: Mapping[str, Any]) -> dict[str, Any]:
+    """A saved PSRO/NFSP config with its ``trainer`` table completed by the settings it predates, so an old run
+    resumes as it ran.
+
+    Example:
+        >>> with_saved_defaults({"iterations": 3, "trainer": {"seed": 1}})
+        {'iterations': 3, 'trainer': {'normalize_observations': False, 'seed': 1}}
+    """
+    trainer = config.get("trainer")
+    if isinstance(trainer, Mapping):
+        return {**config, "trainer": {**_SAVED_BEFORE, **trainer}}
+    return {**_SAVED_BEFORE, **config}

@@ -48,13 +48,14 @@ from marljoint.best_response.oracles import (
     check_warm_start,
     gain_metrics,
     run_trainer_config,
+    with_saved_defaults,
 )
 from marljoint.best_response.population import FrozenPolicy, PolicyMixture, UniformPolicy
 from marljoint.checkpoint import atomic_torch_save, load_checkpoint
 from marljoint.collect.config import CollectionConfig
 from marljoint.env.pettingzoo import PettingZooJointEnv
 from marljoint.ppo.build import check_device_available
-from marljoint.ppo.config import JointTrainerConfig, as_saved, known_fields
+from marljoint.ppo.config import JointTrainerConfig, known_fields
 from marljoint.ppo.trainer import JointMultiAgentTrainer
 
 __all__ = ["PSRO", "PsroConfig", "PSRO_METRICS"]
@@ -514,7 +515,7 @@ class PSRO:
             ValueError: the env's agents differ from the saved run's, or a ``device`` this machine does not have.
         """
         state = load_checkpoint(Path(directory) / CHECKPOINT_NAME, _FORMER_FORMAT)
-        config = config or PsroConfig.from_dict(as_saved(state["config"]))
+        config = config or PsroConfig.from_dict(with_saved_defaults(state["config"]))
         if device is not None:
             config = config.replace(device=device)
         psro = cls.__new__(cls)

@@ -127,33 +127,3 @@ class CollectionConfig:
             f"collection must be a CollectionConfig, a table such as {{backend = \"subprocess\", workers = 2}} or a "
             f"backend name, got {value!r}"
         )
-
-
-def from_legacy(values: Mapping[str, Any], base: CollectionConfig) -> CollectionConfig:
-    """The collection described by the settings of older configs: ``vector_mode`` (``"sync"``/``"subprocess"``)
-    with ``num_env_workers``, and ``num_workers`` (Ray actors, 0 for none), applied on top of ``base``.
-
-    Raises:
-        ValueError: for an unknown ``vector_mode``, or Ray workers combined with subprocess stepping.
-    """
-    mode = values.get("vector_mode")
-    ray_workers = values.get("num_workers", 0)
-    if mode not in (None, "sync", "subprocess"):
-        raise ValueError(f"vector_mode must be 'sync' or 'subprocess', got {mode!r}")
-    if not isinstance(ray_workers, int) or isinstance(ray_workers, bool) or ray_workers < 0:
-        raise ValueError(f"num_workers must be an integer >= 0 (0: no Ray workers), got {ray_workers!r}")
-    if ray_workers > 0 and mode == "subprocess":
-        raise ValueError(
-            f"num_workers={ray_workers} (Ray rollout workers) cannot be combined with vector_mode='subprocess'; "
-            "choose one collection backend"
-        )
-    env_workers = values.get("num_env_workers")
-    if ray_workers > 0:
-        return CollectionConfig("ray", ray_workers)
-    if mode == "subprocess":
-        return CollectionConfig("subprocess", 2 if env_workers is None else env_workers)
-    if mode == "sync" or "num_workers" in values:
-        return CollectionConfig("local", base.workers)
-    if env_workers is not None and base.backend == "subprocess":
-        return base.replace(workers=env_workers)
-    return base

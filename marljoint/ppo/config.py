@@ -8,9 +8,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from marljoint.collect.config import CollectionConfig, from_legacy
+from marljoint.collect.config import CollectionConfig
 
-__all__ = ["LEGACY_KEYS", "SAVED_BEFORE", "JointTrainerConfig", "as_saved"]
+__all__ = ["JointTrainerConfig"]
 
 
 @dataclass(frozen=True)
@@ -281,10 +281,14 @@ class JointTrainerConfig:
         return count
 
     def replace(self, **changes: Any) -> JointTrainerConfig:
-        """Returns a copy with ``changes`` applied (validated again); the collection settings of older configs
-        (:data:`LEGACY_KEYS`) are translated into :attr:`collection`. ``minibatch_size`` given without
-        ``num_minibatches`` means minibatches of that many rows, so it clears :attr:`num_minibatches`."""
-        changes = _translate_legacy(changes, self.collection)
+        """Returns a copy with ``changes`` applied (validated again). ``minibatch_size`` given without
+        ``num_minibatches`` means minibatches of that many rows, so it clears :attr:`num_minibatches`.
+
+        Raises:
+            ValueError: for an invalid value, or the collection settings of older configs (``vector_mode``,
+                ``num_env_workers``, ``num_workers``, ``extra``), naming :attr:`collection` instead.
+        """
+        _refuse_older_keys(changes)
         if "minibatch_size" in changes and "num_minibatches" not in changes:
             changes["num_minibatches"] = None
         return dataclasses.replace(self, **changes)
@@ -298,48 +302,35 @@ class JointTrainerConfig:
 
     @classmethod
     def from_dict(cls, values: Mapping[str, Any]) -> JointTrainerConfig:
-        """Builds a config from a mapping of field names, rejecting unknown keys; the settings of older configs
-        (:data:`LEGACY_KEYS`: ``vector_mode``, ``num_env_workers``, ``num_workers``, ``extra``) still load.
+        """Builds a config from a mapping of field names, rejecting unknown keys (a run's older ``config.toml`` is
+        read into this format by :mod:`marljoint.run.migrations`).
 
         Raises:
-            ValueError: naming the unknown keys and listing the valid ones.
+            ValueError: naming the unknown keys and listing the valid ones; for the collection settings of older
+                configs (``vector_mode``, ``num_env_workers``, ``num_workers``, ``extra``), naming
+                :attr:`collection` instead.
         """
-        return cls(**known_fields(cls, _translate_legacy(values, CollectionConfig())))
+        _refuse_older_keys(values)
+        return cls(**known_fields(cls, values))
 
 
-LEGACY_KEYS = ("vector_mode", "num_env_workers", "num_workers", "extra")
-"""Settings of older configs that still load: the three collection knobs, now :attr:`JointTrainerConfig.collection`
-(``vector_mode="subprocess"`` with ``num_env_workers=K`` is ``backend="subprocess", workers=K``; ``num_workers=K``
-is ``backend="ray", workers=K``), and ``extra``, which nothing read."""
+_OLDER_COLLECTION_KEYS = ("vector_mode", "num_env_workers", "num_workers", "extra")
 
 
-SAVED_BEFORE = {"normalize_observations": False}
-"""Settings that configs saved before they existed lack, with the value those runs trained with (a run saved
-before observation normalisation had none, whatever its env)."""
+def _refuse_older_keys(values: Mapping[str, Any]) -> None:
+    """Raises for the collection settings of older configs, naming the field that replaced them.
 
-
-def as_saved(values: Mapping[str, Any]) -> dict[str, Any]:
-    """A saved trainer config (a run's flat ``config.toml``, or a PSRO/NFSP config holding one as ``trainer``)
-    with the settings it predates (:data:`SAVED_BEFORE`) set to the values it trained with, so an old run resumes
-    as it ran."""
-    trainer = values.get("trainer")
-    if isinstance(trainer, Mapping):
-        return {**values, "trainer": {**SAVED_BEFORE, **trainer}}
-    return {**SAVED_BEFORE, **values}
-
-
-def _translate_legacy(values: Mapping[str, Any], collection: CollectionConfig) -> dict[str, Any]:
-    """``values`` with the :data:`LEGACY_KEYS` replaced by the ``collection`` they describe."""
-    values = dict(values)
-    legacy = {key: values.pop(key) for key in LEGACY_KEYS if key in values}
-    legacy.pop("extra", None)
-    if legacy:
-        if "collection" in values:
-            raise ValueError(
-                f"{sorted(legacy)} are the older names of the collection settings; give collection alone"
-            )
-        values["collection"] = from_legacy(legacy, collection)
-    return values
+    Raises:
+        ValueError: naming the older keys given, :attr:`JointTrainerConfig.collection` and the fix.
+    """
+    older = sorted(key for key in _OLDER_COLLECTION_KEYS if key in values)
+    if older:
+        raise ValueError(
+            f"{older} are no JointTrainerConfig fields: the collection settings are the field collection; give "
+            'e.g. collection=CollectionConfig(backend="subprocess", workers=4) (vector_mode="subprocess" with '
+            'num_env_workers=4) or collection=CollectionConfig(backend="ray", workers=4) (num_workers=4), and '
+            "drop extra"
+        )
 
 
 def known_fields(cls: type, values: Mapping[str, Any]) -> dict[str, Any]:

@@ -164,7 +164,6 @@ class JointMultiAgentTrainer:
         self.value_normalizer = RunningNormalizer(n, device=self.device) if config.value_normalization else None
         # Moves of the last rollout whose outcome lies in the next one (turn-based games), or None.
         self._pending: JointRollout | None = None
-        self._legacy_copy_generators: list[Any] | None = None
         if config.centralized_critic:
             critic_input_size(self.spec)
         self.joint_policy = JointPolicy(
@@ -462,9 +461,6 @@ class JointMultiAgentTrainer:
         if self.value_normalizer is not None and state["value_normalizer"] is not None:
             self.value_normalizer.load_state_dict(state["value_normalizer"])
         self._generator.set_state(state["generator"])
-        # Checkpoints written before the collector's state held the noise generators keep them here: the next
-        # load_env_state hands them to the collector (whichever backend it is).
-        self._legacy_copy_generators = state.get("copy_generators")
         self.iteration = int(state["iteration"])
         self.env_steps = int(state["env_steps"])
         self.learner.lr_scale = float(state.get("lr_scale", 1.0))
@@ -527,7 +523,4 @@ class JointMultiAgentTrainer:
             state = trusted_state(state)
         if state is None:
             self._pending = None
-        legacy = self._legacy_copy_generators
-        if state is not None and legacy is not None and "env" in state and "copy_generators" not in state:
-            state = {**state, "copy_generators": legacy}
         self.collector.load_state(state)

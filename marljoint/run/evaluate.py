@@ -16,6 +16,7 @@ import numpy as np
 
 from marljoint.checkpoint import CheckpointError, list_checkpoints, load_checkpoint
 from marljoint.collect.config import CollectionConfig
+from marljoint.run import migrations
 from marljoint.run.episodes import play_episodes
 from marljoint.run.stats import confidence_interval
 from marljoint.run.train import (
@@ -161,7 +162,7 @@ def load_run(
     spec = load_run_spec(run_dir)
     path = _checkpoint_file(run_dir, checkpoint)
     try:
-        state = load_checkpoint(path)
+        state = migrations.migrate_checkpoint(load_checkpoint(path))
     except CheckpointError as exc:
         raise RunError(str(exc)) from None
     refuse_diverged(state.get("trainer", state), path)

@@ -37,9 +37,9 @@ from marljoint.checkpoint import (
     save_checkpoint,
 )
 from marljoint.env.base import EnvCopyError
-from marljoint.ppo.config import LEGACY_KEYS, JointTrainerConfig, as_saved
+from marljoint.ppo.config import JointTrainerConfig
 from marljoint.ppo.divergence import DivergenceError
-from marljoint.run import _toml, memory, plotting, runlog
+from marljoint.run import _toml, memory, migrations, plotting, runlog
 from marljoint.run.episodes import play_episodes
 from marljoint.run.errors import EnvFailure, RunError, RunInterrupted, unwritable_file_error
 from marljoint.run.lock import LOCK_FILE, RunLock
@@ -197,7 +197,11 @@ class RunSpec:
         base = base or cls()
         run_names = [f.name for f in dataclasses.fields(cls) if f.name != "trainer"]
         trainer_names = [f.name for f in dataclasses.fields(JointTrainerConfig)]
-        accepted = {*trainer_names, *LEGACY_KEYS}  # the older collection settings still load
+        try:
+            values = migrations.migrate_collection_keys(values, base.trainer.collection)
+        except ValueError as exc:
+            raise RunError(f"invalid trainer setting: {exc}") from None
+        accepted = set(trainer_names)
         unknown = sorted(set(values) - set(run_names) - accepted)
         if unknown:
             raise RunError(
@@ -260,9 +264,7 @@ def read_config_file(path: str | os.PathLike[str]) -> dict[str, Any]:
         raise RunError(f"config file {path} is not valid TOML: {exc}") from None
 
 
-def write_config(
-    spec: RunSpec, path: str | os.PathLike[str], derived: Mapping[str, str] | None = None
-) -> None:
+def write_config(spec: RunSpec, path: str | os.PathLike[str], derived: Mapping[str, str] | None = None) -> None:
     """Writes ``spec`` as TOML (``env_kwargs`` as a JSON string when TOML cannot hold them).
 
     Args:
@@ -302,7 +304,7 @@ def load_run_spec(run_dir: str | os.PathLike[str]) -> RunSpec:
     path = Path(run_dir) / CONFIG_FILE
     if not path.is_file():
         raise RunError(f"{run_dir} is not a marljoint run directory (no {CONFIG_FILE})")
-    return RunSpec.from_dict(as_saved(read_config_file(path)), base=RunSpec(env_kwargs={}))
+    return RunSpec.from_dict(migrations.migrate_saved_config(read_config_file(path)), base=RunSpec(env_kwargs={}))
 
 
 _RESUMABLE_CHANGES = (
@@ -845,8 +847,15 @@ class _Loop:
         run = {"best_eval_return": self.best_eval}
         with _writing(self.run_dir / CHECKPOINT_DIR):
             self.env_state_saved = _save(
-                self.trainer, self.run_dir, self.spec, seconds, self.agent_steps, self.env_state_saved and with_env,
-                self.stream, run, best,
+                self.trainer,
+                self.run_dir,
+                self.spec,
+                seconds,
+                self.agent_steps,
+                self.env_state_saved and with_env,
+                self.stream,
+                run,
+                best,
             )
 
     def _env_failure(self, exc: EnvCopyError, clock: float, last_saved: int) -> EnvFailure:
@@ -969,7 +978,7 @@ def _latest_checkpoint(run_dir: Path) -> dict[str, Any] | None:
         hint = f"; delete it to resume from {paths[-2].name}" if len(paths) > 1 else ""
         raise RunError(f"{exc}{hint}") from None
     refuse_diverged(checkpoint.get("trainer"), paths[-1])
-    return checkpoint
+    return migrations.migrate_checkpoint(checkpoint)
 
 
 def _save(

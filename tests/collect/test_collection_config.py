@@ -1,9 +1,11 @@
-"""CollectionConfig: one choice of backend and workers; the collection settings of older configs still load."""
+"""CollectionConfig: one choice of backend and workers; the collection settings of older config files still load
+(through the run layer's migrations), and the trainer config refuses them, naming collection."""
 
 import pytest
 
 from marljoint import JointTrainerConfig
 from marljoint.collect import CollectionConfig
+from marljoint.run.errors import RunError
 from marljoint.run.train import RunSpec, load_run_spec, write_config
 
 
@@ -18,9 +20,11 @@ from marljoint.run.train import RunSpec, load_run_spec, write_config
     ],
 )
 def test_the_settings_of_older_configs_load_as_a_collection(old, expected):
-    assert JointTrainerConfig.from_dict(old).collection == expected
-    assert JointTrainerConfig().replace(**old).collection == expected
     assert RunSpec.from_dict(old).trainer.collection == expected
+    with pytest.raises(ValueError, match=r"are no JointTrainerConfig fields: the collection settings are the field"):
+        JointTrainerConfig.from_dict(old)
+    with pytest.raises(ValueError, match=r"give e\.g\. collection=CollectionConfig\(backend="):
+        JointTrainerConfig().replace(**old)
 
 
 def test_an_old_run_directory_loads_and_is_rewritten_in_the_new_form(tmp_path):
@@ -61,5 +65,5 @@ def test_bad_collection_settings_are_refused(value, match):
 
 
 def test_old_and_new_names_together_are_refused():
-    with pytest.raises(ValueError, match=r"\['num_workers'\] are the older names of the collection settings"):
-        JointTrainerConfig.from_dict({"num_workers": 2, "collection": {"backend": "ray"}})
+    with pytest.raises(RunError, match=r"\['num_workers'\] are the older names of the collection settings"):
+        RunSpec.from_dict({"num_workers": 2, "collection": {"backend": "ray"}})

@@ -9,6 +9,7 @@ from rollout_checks import FIELDS
 from marljoint import JointMultiAgentTrainer, JointTrainerConfig, PettingZooJointEnv
 from marljoint.collect import CollectionConfig
 from marljoint.env import SubprocessJointEnv
+from marljoint.run.migrations import migrate_checkpoint
 from marljoint_envs import kuhn_poker_v0, variable_agents_v0
 
 BACKENDS = {
@@ -87,16 +88,17 @@ def test_a_state_of_another_number_of_copies_is_refused():
 @pytest.mark.parametrize("resumed_with", ["local", "subprocess-3"])
 def test_an_old_checkpoint_with_the_noise_generators_in_the_trainer_state_resumes_on_any_backend(resumed_with):
     # Older checkpoints kept the in-process noise generators in state_dict()["copy_generators"] and the env alone
-    # in env_state(): load_env_state hands them to whichever collector resumes.
+    # in env_state(): the run layer's migration moves them into the env state, for whichever collector resumes.
     first = _trainer(variable_agents_v0.parallel_env, BACKENDS["local"])
     first.update(first.collect_rollout())
     state, env_state = first.state_dict(), first.env_state()
     state["copy_generators"] = env_state.pop("copy_generators")
     expected = _rollout(first)
+    checkpoint = migrate_checkpoint({"trainer": state, "env": env_state})
     second = _trainer(variable_agents_v0.parallel_env, BACKENDS[resumed_with])
     try:
-        second.load_state_dict(state)
-        second.load_env_state(env_state)
+        second.load_state_dict(checkpoint["trainer"])
+        second.load_env_state(checkpoint["env"])
         again = _rollout(second)
     finally:
         second.env.close()

@@ -11,6 +11,7 @@ from rollout_checks import FIELDS, assert_same_parameters, assert_same_rollout
 
 from marljoint import EnvCopyError, JointMultiAgentTrainer, JointTrainerConfig, PettingZooJointEnv
 from marljoint.collect import CollectionConfig, RayCollector, WorkerLostError, split_copies
+from marljoint.run.migrations import migrate_collection_keys
 from marljoint.trust import SnapshotTrustError, sign
 from marljoint_envs import kuhn_poker_v0, mock_v0, variable_agents_v0
 
@@ -284,7 +285,7 @@ def test_an_env_without_a_factory_is_refused():
 )
 def test_bad_legacy_ray_settings_are_refused(changes, match):
     with pytest.raises(ValueError, match=match):
-        JointTrainerConfig.from_dict(changes)
+        migrate_collection_keys(changes)
 
 
 def test_workers_are_separate_processes():

@@ -5,8 +5,9 @@ import functools
 import numpy as np
 import pytest
 
-from marljoint import JointTrainerConfig, PettingZooJointEnv, SubprocessJointEnv
+from marljoint import PettingZooJointEnv, SubprocessJointEnv
 from marljoint.env import check_joint_env, make_joint_env, random_actions
+from marljoint.run.migrations import migrate_collection_keys
 from marljoint.trust import SnapshotTrustError, sign
 from marljoint_envs import counter_v0, kuhn_poker_v0, variable_agents_v0
 
@@ -60,7 +61,7 @@ def test_bad_arguments():
     with pytest.raises(ValueError, match="vector_mode must be 'sync' or 'subprocess'"):
         make_joint_env(counter_v0.parallel_env, 2, vector_mode="threads")
     with pytest.raises(ValueError, match="vector_mode must be 'sync' or 'subprocess'"):
-        JointTrainerConfig.from_dict({"vector_mode": "threads"})
+        migrate_collection_keys({"vector_mode": "threads"})
     env = SubprocessJointEnv(counter_v0.parallel_env, num_envs=2, num_workers=1)
     try:
         with pytest.raises(RuntimeError, match="before reset"):

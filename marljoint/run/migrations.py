@@ -1,0 +1,129 @@
+"""Older run and checkpoint formats, read into the current one: the only module that knows them.
+
+Each function converts one kind of older content (a ``config.toml``'s settings, a checkpoint's state) into what the
+current code writes, so the core classes (:class:`~marljoint.JointTrainerConfig`, the trainer) read the current
+format alone. The run layer applies them on read; content already in the current format passes through unchanged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from marljoint.collect.config import CollectionConfig
+
+__all__ = [
+    "COLLECTION_KEYS",
+    "SAVED_BEFORE",
+    "collection_from_keys",
+    "migrate_checkpoint",
+    "migrate_collection_keys",
+    "migrate_saved_config",
+]
+
+COLLECTION_KEYS = ("vector_mode", "num_env_workers", "num_workers", "extra")
+"""Settings of older configs, now :attr:`JointTrainerConfig.collection`: ``vector_mode="subprocess"`` with
+``num_env_workers=K`` is ``backend="subprocess", workers=K``; ``num_workers=K`` is ``backend="ray", workers=K``;
+``extra`` was read by nothing and is dropped."""
+
+SAVED_BEFORE = {"normalize_observations": False}
+"""Settings that configs saved before they existed lack, with the value those runs trained with (a run saved
+before observation normalisation had none, whatever its env)."""
+
+
+def migrate_collection_keys(values: Mapping[str, Any], base: CollectionConfig | None = None) -> dict[str, Any]:
+    """Flat config settings with the older collection keys (:data:`COLLECTION_KEYS`) replaced by the
+    ``collection`` table they describe.
+
+    Args:
+        values: run and trainer settings (a ``config.toml``'s top level).
+        base: the collection the older keys apply on top of (the default collection when ``None``).
+
+    Returns:
+        A new dict: ``values`` unchanged when it holds none of the older keys; else without them, and with
+        ``collection`` as a table (``{"backend": ..., "workers": ...}``) unless only ``extra`` was given.
+
+    Raises:
+        ValueError: if the older keys come together with ``collection``, or describe no valid collection.
+
+    Example:
+        >>> migrate_collection_keys({"vector_mode": "subprocess", "num_env_workers": 4, "gamma": 0.9})
+        {'gamma': 0.9, 'collection': {'backend': 'subprocess', 'workers': 4}}
+    """
+    out = dict(values)
+    older = {key: out.pop(key) for key in COLLECTION_KEYS if key in out}
+    older.pop("extra", None)
+    if older:
+        if "collection" in out:
+            raise ValueError(f"{sorted(older)} are the older names of the collection settings; give collection alone")
+        out["collection"] = collection_from_keys(older, base or CollectionConfig()).to_dict()
+    return out
+
+
+def collection_from_keys(values: Mapping[str, Any], base: CollectionConfig) -> CollectionConfig:
+    """The collection described by the settings of older configs: ``vector_mode`` (``"sync"``/``"subprocess"``)
+    with ``num_env_workers``, and ``num_workers`` (Ray actors, 0 for none), applied on top of ``base``.
+
+    Raises:
+        ValueError: for an unknown ``vector_mode``, or Ray workers combined with subprocess stepping.
+    """
+    mode = values.get("vector_mode")
+    ray_workers = values.get("num_workers", 0)
+    if mode not in (None, "sync", "subprocess"):
+        raise ValueError(f"vector_mode must be 'sync' or 'subprocess', got {mode!r}")
+    if not isinstance(ray_workers, int) or isinstance(ray_workers, bool) or ray_workers < 0:
+        raise ValueError(f"num_workers must be an integer >= 0 (0: no Ray workers), got {ray_workers!r}")
+    if ray_workers > 0 and mode == "subprocess":
+        raise ValueError(
+            f"num_workers={ray_workers} (Ray rollout workers) cannot be combined with vector_mode='subprocess'; "
+            "choose one collection backend"
+        )
+    env_workers = values.get("num_env_workers")
+    if ray_workers > 0:
+        return CollectionConfig("ray", ray_workers)
+    if mode == "subprocess":
+        return CollectionConfig("subprocess", 2 if env_workers is None else env_workers)
+    if mode == "sync" or "num_workers" in values:
+        return CollectionConfig("local", base.workers)
+    if env_workers is not None and base.backend == "subprocess":
+        return base.replace(workers=env_workers)
+    return base
+
+
+def migrate_saved_config(values: Mapping[str, Any]) -> dict[str, Any]:
+    """A saved trainer config (a run's flat ``config.toml``, or a config holding one as ``trainer``) with the
+    settings it predates (:data:`SAVED_BEFORE`) set to the values it trained with, so an old run resumes as it ran.
+
+    Example:
+        >>> migrate_saved_config({"gamma": 0.9})
+        {'normalize_observations': False, 'gamma': 0.9}
+    """
+    trainer = values.get("trainer")
+    if isinstance(trainer, Mapping):
+        return {**values, "trainer": {**SAVED_BEFORE, **trainer}}
+    return {**SAVED_BEFORE, **values}
+
+
+def migrate_checkpoint(checkpoint: Mapping[str, Any]) -> dict[str, Any]:
+    """A ``marljoint train`` checkpoint (``{"trainer", "env", "env_state_saved", "run"}``) in the current layout.
+
+    Checkpoints written before the collector's state held the env copies' noise generators kept them in the
+    trainer's state as ``copy_generators``; they move into the env state, where the collector restores them
+    (whichever backend it is), exactly as they were.
+
+    Example:
+        >>> migrate_checkpoint({"trainer": {"copy_generators": ["g"]}, "env": {"env": b""}})
+        {'trainer': {}, 'env': {'env': b'', 'copy_generators': ['g']}}
+    """
+    out = dict(checkpoint)
+    trainer = out.get("trainer")
+    if not isinstance(trainer, Mapping) or "copy_generators" not in trainer:
+        return out
+    trainer = dict(trainer)
+    generators = trainer.pop("copy_generators")
+    out["trainer"] = trainer
+    env = out.get("env")
+    # Only an in-process or subprocess env state took them; a state holding its own keeps those.
+    if isinstance(env, Mapping) and generators is not None and "env" in env and "copy_generators" not in env:
+        out["env"] = {**env, "copy_generators": generators}
+    return out

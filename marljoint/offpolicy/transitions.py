@@ -1,0 +1,74 @@
+"""Joint transitions from the env adapter's steps: what each agent saw, did and sees next."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+
+from marljoint.env.base import JointObs, JointStep
+from marljoint.env.spaces import JointSpec
+from marljoint.offpolicy.replay import JointTransitions
+
+__all__ = ["joint_transitions"]
+
+
+def joint_transitions(
+    spec: JointSpec, before: JointObs, actions: Sequence[np.ndarray], step: JointStep
+) -> JointTransitions:
+    """The E joint transitions of one env step.
+
+    An agent whose episode ended on the step (terminated or truncated) has its final observation as next
+    observation; a terminated agent is absent from the next state (nothing bootstrapped from it), a truncated one
+    present in it (bootstrapped, with all actions legal since the env does not report its final mask). In
+    turn-based games an agent decides in the next state only on its own turn.
+
+    Args:
+        spec: the env's agents and groups.
+        before: the observations the actions were chosen on.
+        actions: per group ``[E, n_g]`` int64, the actions played.
+        step: the env's outcome.
+
+    Returns:
+        :class:`JointTransitions` of E rows, on the CPU.
+    """
+    ended = step.terminated | step.truncated
+    reset = step.reset_envs[:, None]
+    next_present = step.truncated | (~step.terminated & ~reset & step.alive)
+    final_acting = np.ones_like(ended) if step.final_waiting is None else ~step.final_waiting
+    next_deciding = next_present & np.where(ended, final_acting, step.acting)
+    num_envs = ended.shape[0]
+    all_actions = np.zeros((num_envs, spec.num_agents), np.int64)
+    obs, next_obs, next_masks = [], [], []
+    for g, group in enumerate(spec.groups):
+        columns = list(group.agent_indices)
+        all_actions[:, columns] = actions[g]
+        obs.append(_flat(before.obs[g]))
+        shape = (num_envs, len(columns)) + (1,) * (step.obs[g].ndim - 2)
+        next_obs.append(_flat(np.where(ended[:, columns].reshape(shape), step.final_obs[g], step.obs[g])))
+        mask = step.action_masks[g]
+        fresh = (ended[:, columns] | reset)[..., None]
+        allowed = np.ones((num_envs, len(columns), group.action.mask_size), bool)
+        next_masks.append(torch.from_numpy(allowed if mask is None else np.where(fresh, allowed, mask)))
+    return JointTransitions(
+        obs=tuple(obs),
+        actions=torch.from_numpy(all_actions),
+        rewards=torch.from_numpy(np.array(step.rewards, np.float32)),  # a copy: the env reuses its arrays
+        terminated=torch.from_numpy(step.terminated.copy()),
+        truncated=torch.from_numpy(step.truncated.copy()),
+        alive=torch.from_numpy(before.alive.copy()),
+        deciding=torch.from_numpy(before.alive & before.acting),
+        next_obs=tuple(next_obs),
+        next_masks=tuple(next_masks),
+        next_present=torch.from_numpy(next_present),
+        next_deciding=torch.from_numpy(next_deciding),
+    )
+
+
+def _flat(obs: np.ndarray) -> torch.Tensor:
+    """``[E, n_g, *shape]`` → float32 ``[E, n_g, F]`` (a copy: the env may reuse its arrays)."""
+    flat = np.asarray(obs).reshape(obs.shape[0], obs.shape[1], -1)
+    if flat.dtype == np.uint8:
+        return torch.from_numpy(flat.astype(np.float32) / np.float32(255.0))
+    return torch.from_numpy(flat.astype(np.float32, copy=True))

@@ -28,6 +28,7 @@ from marljoint.env import (
     episode_limit,
     make_joint_env,
 )
+from marljoint.offpolicy import OffPolicyConfig, OffPolicyTrainer
 from marljoint.policies import JointPolicy
 from marljoint.ppo import (
     AuxOutput,
@@ -111,6 +112,8 @@ __all__ = [
     "JointTrainerConfig",
     "LocalCollector",
     "ObservationLayout",
+    "OffPolicyConfig",
+    "OffPolicyTrainer",
     "PettingZooJointEnv",
     "RunLock",
     "RunLocked",

@@ -119,6 +119,13 @@ def _add_train(subparsers: Any) -> None:
     )
     p.add_argument("--device", metavar="DEV", help="torch device of the networks: cpu (default), cuda, cuda:1, mps")
     p.add_argument(
+        "--algorithm",
+        choices=["mappo", "ippo", "vdn", "qmix"],
+        help="mappo/ippo: PPO with/without the centralised critic; vdn/qmix: value decomposition trained off-policy "
+        "(Discrete actions; --set offpolicy={...} tunes it; see docs/value_decomposition.md). Default: PPO as "
+        "centralized_critic says",
+    )
+    p.add_argument(
         "--recurrent",
         choices=["gru", "lstm"],
         help="give every network a recurrent core (hidden states per agent and env copy, truncated BPTT); "

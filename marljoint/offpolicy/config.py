@@ -57,8 +57,9 @@ class OffPolicyConfig:
     """Joint transitions per gradient step."""
     learning_starts: int = 1_000
     """Joint transitions stored before the first gradient step."""
-    updates_per_iteration: int = 4
-    """Gradient steps after each iteration's collection."""
+    updates_per_iteration: int | None = None
+    """Gradient steps after each iteration's collection; ``None``: one per 16 stored transitions
+    (:attr:`updates`), so each transition is sampled about ``batch_size / 16`` times whatever the iteration's size."""
     double_q: bool = True
     """Double-Q targets: the online networks choose the next action, the target networks value it."""
     target_update: str = "polyak"
@@ -91,8 +92,10 @@ class OffPolicyConfig:
         for name, allowed in _CHOICES.items():
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name} must be one of {list(allowed)}, got {getattr(self, name)!r}")
-        for name in ("num_envs", "rollout_steps", "buffer_size", "batch_size", "updates_per_iteration"):
+        for name in ("num_envs", "rollout_steps", "buffer_size", "batch_size"):
             _positive_int(name, getattr(self, name))
+        if self.updates_per_iteration is not None:
+            _positive_int("updates_per_iteration", self.updates_per_iteration)
         for name in ("target_update_interval", "mixer_embed_dim", "hypernet_hidden"):
             _positive_int(name, getattr(self, name))
         for name in ("learning_starts", "exploration_steps"):
@@ -127,6 +130,13 @@ class OffPolicyConfig:
     def transitions_per_iteration(self) -> int:
         """Joint transitions stored per iteration: ``rollout_steps × num_envs``."""
         return self.rollout_steps * self.num_envs
+
+    @property
+    def updates(self) -> int:
+        """Gradient steps per iteration: ``updates_per_iteration``, or one per 16 transitions stored."""
+        if self.updates_per_iteration is not None:
+            return self.updates_per_iteration
+        return max(1, self.transitions_per_iteration // 16)
 
     def replace(self, **changes: Any) -> OffPolicyConfig:
         """A copy with ``changes`` applied (validated again)."""

@@ -5,7 +5,15 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["double_q_values", "masked_max", "td_targets", "team_rewards"]
+__all__ = [
+    "decode_actions",
+    "double_q_values",
+    "encode_actions",
+    "joint_action_mask",
+    "masked_max",
+    "td_targets",
+    "team_rewards",
+]
 
 
 def _legal(mask: torch.Tensor | None, q: torch.Tensor) -> torch.Tensor | None:
@@ -106,3 +114,48 @@ def td_targets(rewards: torch.Tensor, continues: torch.Tensor, next_q_tot: torch
         ``[B]``, without gradient.
     """
     return (rewards + gamma * continues * next_q_tot).detach()
+
+
+def joint_action_mask(mask: torch.Tensor, nvec: tuple[int, ...]) -> torch.Tensor:
+    """Per-head masks ``[..., sum(nvec)]`` as the mask of the product space ``[..., prod(nvec)]``: a combination
+    is legal when every head's choice is (a head with no legal choice counts all legal, as the adapter says).
+
+    Example:
+        >>> joint_action_mask(torch.tensor([True, False, True, True, False]), (2, 3)).tolist()
+        [True, True, False, False, False, False]
+    """
+    if len(nvec) == 1:
+        return mask
+    joint = None
+    for head in torch.split(mask, list(nvec), dim=-1):
+        head = head | ~head.any(-1, keepdim=True)
+        joint = head if joint is None else (joint.unsqueeze(-1) & head.unsqueeze(-2)).flatten(-2)
+    return joint
+
+
+def encode_actions(actions: torch.Tensor, nvec: tuple[int, ...]) -> torch.Tensor:
+    """Factored actions ``[..., K]`` as indices of the product space ``[...]`` (the first head most significant);
+    a Discrete action (``K = 1``) is its own index.
+
+    Example:
+        >>> encode_actions(torch.tensor([1, 2]), (2, 3))
+        tensor(5)
+    """
+    index = torch.zeros(actions.shape[:-1], dtype=torch.int64)
+    for k, size in enumerate(nvec):
+        index = index * size + actions[..., k]
+    return index
+
+
+def decode_actions(index: torch.Tensor, nvec: tuple[int, ...]) -> torch.Tensor:
+    """Indices of the product space ``[...]`` as factored actions ``[..., K]`` (inverse of :func:`encode_actions`).
+
+    Example:
+        >>> decode_actions(torch.tensor(5), (2, 3))
+        tensor([1, 2])
+    """
+    heads = []
+    for size in reversed(nvec):
+        heads.append(index % size)
+        index = torch.div(index, size, rounding_mode="floor")
+    return torch.stack(heads[::-1], -1)

@@ -135,7 +135,7 @@ class OffPolicyTrainer:
         )
 
     def update(self, aux_fn: AuxFn | None = None) -> dict[str, float]:
-        """``updates_per_iteration`` gradient steps once ``learning_starts`` transitions are stored.
+        """:attr:`~OffPolicyConfig.updates` gradient steps once ``learning_starts`` transitions are stored.
 
         Returns:
             The last step's statistics (empty before learning starts), with ``gradient_steps``.
@@ -143,7 +143,7 @@ class OffPolicyTrainer:
         stats: dict[str, float] = {}
         if self.buffer is None or len(self.buffer) < max(self.config.learning_starts, 1):
             return {"gradient_steps": float(self.gradient_steps)}
-        for _ in range(self.config.updates_per_iteration):
+        for _ in range(self.config.updates):
             stats = self.gradient_step(aux_fn)
         return {**stats, "gradient_steps": float(self.gradient_steps)}
 

@@ -9,6 +9,7 @@ import torch
 
 from marljoint.env.base import JointObs, JointStep
 from marljoint.env.spaces import JointSpec
+from marljoint.offpolicy.functional import encode_actions, joint_action_mask
 from marljoint.offpolicy.replay import JointTransitions
 
 __all__ = ["joint_transitions"]
@@ -27,7 +28,8 @@ def joint_transitions(
     Args:
         spec: the env's agents and groups.
         before: the observations the actions were chosen on.
-        actions: per group ``[E, n_g]`` int64, the actions played.
+        actions: per group ``[E, n_g]`` (Discrete) or ``[E, n_g, K]`` (MultiDiscrete) int64, the actions played;
+            stored as indices of the product of the heads' choices.
         step: the env's outcome.
 
     Returns:
@@ -43,14 +45,18 @@ def joint_transitions(
     obs, next_obs, next_masks = [], [], []
     for g, group in enumerate(spec.groups):
         columns = list(group.agent_indices)
-        all_actions[:, columns] = actions[g]
+        nvec = group.action.nvec
+        played = torch.as_tensor(np.asarray(actions[g], np.int64))
+        all_actions[:, columns] = (played if group.action.kind == "discrete" else encode_actions(played, nvec)).numpy()
         obs.append(_flat(before.obs[g]))
         shape = (num_envs, len(columns)) + (1,) * (step.obs[g].ndim - 2)
         next_obs.append(_flat(np.where(ended[:, columns].reshape(shape), step.final_obs[g], step.obs[g])))
         mask = step.action_masks[g]
-        fresh = (ended[:, columns] | reset)[..., None]
-        allowed = np.ones((num_envs, len(columns), group.action.mask_size), bool)
-        next_masks.append(torch.from_numpy(allowed if mask is None else np.where(fresh, allowed, mask)))
+        allowed = torch.ones((num_envs, len(columns), int(np.prod(nvec))), dtype=torch.bool)
+        if mask is not None:
+            fresh = torch.from_numpy(ended[:, columns] | reset)[..., None]
+            allowed = torch.where(fresh, allowed, joint_action_mask(torch.from_numpy(mask.copy()), nvec))
+        next_masks.append(allowed)
     return JointTransitions(
         obs=tuple(obs),
         actions=torch.from_numpy(all_actions),

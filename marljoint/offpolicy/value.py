@@ -14,26 +14,47 @@ from marljoint.env.base import JointObs
 from marljoint.env.spaces import JointSpec
 from marljoint.offpolicy.config import OffPolicyConfig
 from marljoint.offpolicy.exploration import explore, linear_schedule
-from marljoint.offpolicy.functional import double_q_values, td_targets, team_rewards
+from marljoint.offpolicy.functional import (
+    decode_actions,
+    double_q_values,
+    joint_action_mask,
+    td_targets,
+    team_rewards,
+)
 from marljoint.offpolicy.mixers import QmixMixer, VdnMixer
 from marljoint.offpolicy.replay import JointTransitions
 from marljoint.offpolicy.targets import TargetNetworks
 from marljoint.policies.layers import StackedLinear, StackedMLP
 
-__all__ = ["GroupQNetwork", "ValueDecomposition", "check_discrete", "flat_obs"]
+__all__ = ["MAX_JOINT_ACTIONS", "GroupQNetwork", "ValueDecomposition", "check_categorical", "flat_obs", "num_actions"]
+
+MAX_JOINT_ACTIONS = 4096
+"""The most combinations a MultiDiscrete agent may have: its utility has one output per combination."""
 
 
-def check_discrete(spec: JointSpec, algorithm: str) -> None:
-    """Refuses agents whose actions are not one Discrete choice (value methods take a max over actions).
+def num_actions(nvec: Sequence[int]) -> int:
+    """Outputs of a utility over the product of the heads' choices."""
+    return int(np.prod(nvec))
+
+
+def check_categorical(spec: JointSpec, algorithm: str) -> None:
+    """Refuses agents whose actions a value method cannot enumerate: Box actions, and MultiDiscrete spaces of more
+    than :data:`MAX_JOINT_ACTIONS` combinations (the maximum is over every combination).
 
     Raises:
-        ValueError: naming the agent, its action kind and the fix.
+        ValueError: naming the agent, its action space and the fix.
     """
     for agent, layout in zip(spec.agents, spec.actions):
-        if layout.kind != "discrete":
+        if layout.kind == "box":
             raise ValueError(
-                f"{algorithm} needs Discrete actions, but agent {agent!r} acts in a {layout.kind} space; train it "
-                "with --algorithm mappo or ippo"
+                f"{algorithm} needs Discrete or MultiDiscrete actions, but agent {agent!r} acts in a Box space; "
+                "train it with --algorithm mappo or ippo"
+            )
+        if num_actions(layout.nvec) > MAX_JOINT_ACTIONS:
+            raise ValueError(
+                f"{algorithm} enumerates every action combination, but agent {agent!r} has "
+                f"{num_actions(layout.nvec)} (MultiDiscrete {list(layout.nvec)}, at most {MAX_JOINT_ACTIONS}); "
+                "train it with --algorithm mappo or ippo"
             )
 
 
@@ -105,11 +126,16 @@ class ValueDecomposition:
     """
 
     def __init__(self, spec: JointSpec, config: OffPolicyConfig, generator: torch.Generator) -> None:
-        check_discrete(spec, config.algorithm)
+        check_categorical(spec, config.algorithm)
         self.spec, self.config = spec, config
         self.groups = [
             GroupQNetwork(
-                g.size, g.observation.size, g.action.mask_size, config.hidden_sizes, config.share_parameters, generator
+                g.size,
+                g.observation.size,
+                num_actions(g.action.nvec),
+                config.hidden_sizes,
+                config.share_parameters,
+                generator,
             )
             for g in spec.groups
         ]
@@ -147,16 +173,19 @@ class ValueDecomposition:
             greedy: take each agent's legal maximum.
 
         Returns:
-            Per group, ``[E, n_g]`` int64 actions for ``env.step``.
+            Per group, ``[E, n_g]`` (Discrete) or ``[E, n_g, K]`` (MultiDiscrete) int64 actions for ``env.step``.
         """
         mode = "greedy" if greedy else self.config.exploration
         value = self.exploration_value(env_steps)
         actions = []
-        for g, network in enumerate(self.groups):
+        for g, (network, group) in enumerate(zip(self.groups, self.spec.groups)):
             q, _ = network(flat_obs(obs.obs[g]))
             mask = obs.action_masks[g]
-            mask_t = None if mask is None else torch.as_tensor(mask)
-            actions.append(explore(q, mask_t, mode, value, generators).numpy())
+            legal = None if mask is None else joint_action_mask(torch.as_tensor(mask), group.action.nvec)
+            chosen = explore(q, legal, mode, value, generators)
+            if group.action.kind == "multidiscrete":
+                chosen = decode_actions(chosen, group.action.nvec)
+            actions.append(chosen.numpy())
         return actions
 
     def _scatter(self, per_group: Sequence[torch.Tensor], batch: int) -> torch.Tensor:

@@ -44,6 +44,7 @@ from marljoint.run.episodes import play_episodes
 from marljoint.run.errors import EnvFailure, RunError, RunInterrupted, unwritable_file_error
 from marljoint.run.lock import LOCK_FILE, RunLock
 from marljoint.run.memory import format_bytes
+from marljoint.run.offpolicy import VALUE_ALGORITHMS, build_offpolicy_trainer, check_algorithm, with_algorithm_defaults
 from marljoint.run.registry import EnvSpecError, ResolvedEnv, resolve_env, supersuit_wrappers, wrapped_factory
 from marljoint.trust import SnapshotTrustError
 
@@ -138,6 +139,12 @@ class RunSpec:
     ``WANDB_MODE=offline`` without network). ``None``: CSV and TensorBoard only."""
     trainer: JointTrainerConfig = field(default_factory=lambda: JointTrainerConfig(**DEFAULT_TRAINER))
     """The trainer's hyperparameters."""
+    algorithm: str | None = None
+    """``mappo`` or ``ippo`` (PPO with or without ``centralized_critic``), or ``vdn`` or ``qmix`` (value
+    decomposition, trained off-policy); ``None``: PPO as ``centralized_critic`` says."""
+    offpolicy: Mapping[str, Any] = field(default_factory=dict)
+    """The value runs' own settings (:class:`~marljoint.offpolicy.OffPolicyConfig` fields other than those of the
+    run: ``[offpolicy]`` in ``config.toml``)."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.env, str) or not self.env:
@@ -167,6 +174,10 @@ class RunSpec:
             self.penalty()
         elif not isinstance(self.redundancy_coef, (int, float)) or isinstance(self.redundancy_coef, bool):
             raise RunError(f"redundancy_coef must be a number, got {self.redundancy_coef!r}")
+        if not isinstance(self.offpolicy, Mapping):
+            raise RunError(f"offpolicy must be a table of settings, got {self.offpolicy!r}")
+        object.__setattr__(self, "offpolicy", dict(self.offpolicy))
+        check_algorithm(self.algorithm, self.trainer, self.offpolicy)
 
     def penalty(self) -> Any:
         """The redundancy penalty (an ``aux_fn``), or ``None``."""
@@ -184,6 +195,9 @@ class RunSpec:
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "trainer"}
         out["env_kwargs"] = dict(self.env_kwargs)
         out["wrappers"] = [w if isinstance(w, str) else dict(w) for w in self.wrappers]
+        for name in ("algorithm", "offpolicy"):  # PPO runs as configured write neither
+            if not out[name]:
+                del out[name]
         out.update(self.trainer.to_dict())
         return out
 
@@ -195,6 +209,7 @@ class RunSpec:
             RunError: for unknown keys (listing the valid ones) or invalid values (naming the field).
         """
         base = base or cls()
+        values = with_algorithm_defaults(values)
         run_names = [f.name for f in dataclasses.fields(cls) if f.name != "trainer"]
         trainer_names = [f.name for f in dataclasses.fields(JointTrainerConfig)]
         try:
@@ -472,8 +487,12 @@ def _refuse_oversized(estimate: Any, config: JointTrainerConfig, agents: int) ->
 
 
 def build_trainer(spec: RunSpec, env: Any) -> Any:
-    """The :class:`~marljoint.JointMultiAgentTrainer` of a run, on ``env``."""
+    """The :class:`~marljoint.JointMultiAgentTrainer` of a run, on ``env`` (the off-policy trainer of a vdn or qmix
+    run)."""
     from marljoint.ppo.trainer import JointMultiAgentTrainer
+
+    if spec.algorithm in VALUE_ALGORITHMS:
+        return build_offpolicy_trainer(spec, env)
 
     try:
         return JointMultiAgentTrainer.from_env(env, spec.trainer)

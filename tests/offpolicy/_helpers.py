@@ -6,7 +6,14 @@ from marljoint import PettingZooJointEnv
 from marljoint.offpolicy import OffPolicyConfig, OffPolicyTrainer
 from marljoint_envs import mock_v0
 
-TINY = {"num_envs": 2, "rollout_steps": 4, "batch_size": 16, "learning_starts": 16, "hidden_sizes": (16,)}
+TINY = {
+    "num_envs": 2,
+    "rollout_steps": 4,
+    "batch_size": 16,
+    "learning_starts": 16,
+    "hidden_sizes": (16,),
+    "updates_per_iteration": 4,
+}
 
 
 def mock_env(num_envs: int = 2, seed: int = 0) -> PettingZooJointEnv:

@@ -112,5 +112,7 @@ def test_value_methods_refuse_non_discrete_actions():
     from marljoint_envs import identity_v0
 
     spec = PettingZooJointEnv(functools.partial(identity_v0.parallel_env, action_type="box"), num_envs=1).spec
-    with pytest.raises(ValueError, match="qmix needs Discrete actions, but agent 'agent_0' acts in a box space"):
+    with pytest.raises(
+        ValueError, match="qmix needs Discrete or MultiDiscrete actions, but agent .agent_0. acts in a Box space"
+    ):
         ValueDecomposition(spec, OffPolicyConfig(algorithm="qmix"), torch.Generator())

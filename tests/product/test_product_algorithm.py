@@ -1,0 +1,121 @@
+"""marljoint train --algorithm: value-decomposition runs (vdn, qmix) train, resume and evaluate through the same
+run directory as PPO runs; mappo and ippo name PPO's critic setting; bad values give one line and exit 2."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from _product_helpers import newest_checkpoint, run_cli, train_args
+
+from marljoint.checkpoint import list_checkpoints
+from marljoint.run.train import RunSpec, load_run_spec
+
+TINY_VALUE = "rollout_steps = 16\nhidden_sizes = [16]\ncheckpoint_every = 2\n[offpolicy]\nlearning_starts = 64\nbatch_size = 32\n"
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """One finished tiny qmix run on bucket_brigade_v0 (MultiDiscrete actions), 4 iterations of 4 x 16 steps."""
+    root = tmp_path_factory.mktemp("algorithm")
+    config = root / "value.toml"
+    config.write_text(TINY_VALUE)
+    assert run_cli(train_args(root / "qmix", config, 4 * 64, "--algorithm", "qmix")) == 0
+    return root, config
+
+
+def test_a_qmix_run_writes_its_settings_metrics_and_checkpoints(runs):
+    root, _ = runs
+    spec = load_run_spec(root / "qmix")
+    assert spec.algorithm == "qmix" and spec.offpolicy == {"learning_starts": 64, "batch_size": 32}
+    assert len(list_checkpoints(root / "qmix" / "checkpoints")) == 2
+    header = (root / "qmix" / "metrics.csv").read_text().splitlines()[0].split(",")
+    assert "offpolicy/td_loss" in header and "exploration" in header
+    state = newest_checkpoint(root / "qmix")["trainer"]
+    assert state["buffer"]["size"] == 4 * 64 and state["config"]["algorithm"] == "qmix"
+
+
+def test_a_value_run_resumes_bit_identically(runs, tmp_path):
+    root, config = runs
+    half = tmp_path / "half"
+    assert run_cli(train_args(half, config, 2 * 64, "--algorithm", "qmix")) == 0
+    assert run_cli(["train", "--out", str(half), "--resume", "--total-steps", str(4 * 64), "--quiet"]) == 0
+    straight, resumed = newest_checkpoint(root / "qmix")["trainer"], newest_checkpoint(half)["trainer"]
+    for key in ("algorithm", "buffer", "generator", "env_steps", "gradient_steps"):
+        assert _same(straight[key], resumed[key]), key
+
+
+def _same(a, b):
+    import torch
+
+    if isinstance(a, torch.Tensor):
+        return torch.equal(a, b)
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    return a == b
+
+
+def test_eval_of_a_value_run_acts_greedily_on_q(runs, capsys):
+    root, _ = runs
+    assert run_cli(["eval", str(root / "qmix"), "--episodes", "2", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["episodes"] == 2 and result["deterministic"] is True
+
+
+def test_a_vdn_run_on_discrete_actions(tmp_path):
+    args = ["train", "--env", "mock_v0", "--algorithm", "vdn", "--num-envs", "2", "--rollout-steps", "8"]
+    args += ["--total-steps", "64", "--set", "offpolicy={learning_starts=16, batch_size=8}", "--quiet"]
+    assert run_cli([*args, "--out", str(tmp_path / "vdn")]) == 0
+    assert load_run_spec(tmp_path / "vdn").algorithm == "vdn"
+
+
+def test_mappo_and_ippo_name_the_critic_setting():
+    assert RunSpec.from_dict({"algorithm": "mappo"}).trainer.centralized_critic is True
+    assert RunSpec.from_dict({"algorithm": "ippo"}).trainer.centralized_critic is False
+    assert "algorithm" not in RunSpec().to_dict() and "offpolicy" not in RunSpec().to_dict()
+
+
+TRAIN = ["train", "--env", "mock_v0", "--quiet", "--total-steps", "64", "--num-envs", "2"]
+BAD = {
+    "unknown": (["--algorithm", "dqn"], "argument --algorithm: invalid choice: 'dqn'"),
+    "mappo-without-critic": (
+        ["--algorithm", "mappo", "--set", "centralized_critic=false"],
+        "algorithm 'mappo' trains a centralised critic, but centralized_critic=false; drop one",
+    ),
+    "run-setting-in-table": (
+        ["--algorithm", "vdn", "--set", "offpolicy={gamma=0.5}"],
+        "offpolicy.gamma is a setting of the run itself; set gamma at the top level",
+    ),
+    "unknown-table-key": (
+        ["--algorithm", "qmix", "--set", "offpolicy={batch_sz=5}"],
+        "unknown offpolicy setting(s) ['batch_sz']; valid keys: ['adam_eps', 'batch_size'",
+    ),
+    "bad-table-value": (
+        ["--algorithm", "qmix", "--set", "offpolicy={exploration='ucb'}"],
+        "offpolicy: exploration must be one of ['epsilon', 'boltzmann'], got 'ucb'",
+    ),
+    "table-without-value-algorithm": (
+        ["--set", "offpolicy={batch_size=5}"],
+        "offpolicy settings need algorithm = 'vdn' or 'qmix'; set algorithm or drop them",
+    ),
+    "not-a-table": (["--algorithm", "vdn", "--set", "offpolicy=3"], "offpolicy must be a table of settings, got 3"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_bad_algorithm_settings_give_one_line_and_exit_2(case, tmp_path, capsys):
+    extra, message = BAD[case]
+    assert run_cli([*TRAIN, "--out", str(tmp_path / "run"), *extra]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err and message in err, err
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_box_env_is_refused_by_value_methods(tmp_path, capsys):
+    args = ["train", "--env", "identity_v0", "--env-kwargs", '{"action_type": "box"}', "--algorithm", "vdn"]
+    assert run_cli([*args, "--out", str(tmp_path / "run"), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "vdn needs Discrete or MultiDiscrete actions, but agent 'agent_0' acts in a Box space" in err
+    assert err.count("\n") == 1

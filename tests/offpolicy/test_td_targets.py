@@ -17,6 +17,7 @@ from marljoint.offpolicy import (
     td_targets,
     team_rewards,
 )
+from marljoint.offpolicy.functional import decode_actions, encode_actions, joint_action_mask
 from marljoint_envs import counter_v0
 
 
@@ -116,3 +117,19 @@ def test_value_methods_refuse_non_discrete_actions():
         ValueError, match="qmix needs Discrete or MultiDiscrete actions, but agent .agent_0. acts in a Box space"
     ):
         ValueDecomposition(spec, OffPolicyConfig(algorithm="qmix"), torch.Generator())
+
+
+def test_factored_actions_map_to_and_from_the_product_space():
+    nvec = (3, 2, 2)
+    actions = torch.tensor([[0, 0, 0], [2, 1, 1], [1, 0, 1]])
+    index = encode_actions(actions, nvec)
+    assert index.tolist() == [0, 11, 5]
+    assert torch.equal(decode_actions(index, nvec), actions)
+
+
+def test_the_product_mask_allows_a_combination_only_when_every_head_allows_its_choice():
+    mask = torch.tensor([[True, False, True, True, False]])  # head 0: {0, 2} of 3; head 1: {0} of 2
+    joint = joint_action_mask(mask, (3, 2))
+    assert joint.tolist() == [[True, False, False, False, True, False]]
+    blocked = torch.tensor([[False, False, False, True, True]])  # a head with no legal choice counts all legal
+    assert joint_action_mask(blocked, (3, 2)).all()

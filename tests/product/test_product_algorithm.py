@@ -11,7 +11,10 @@ from _product_helpers import newest_checkpoint, run_cli, train_args
 from marljoint.checkpoint import list_checkpoints
 from marljoint.run.train import RunSpec, load_run_spec
 
-TINY_VALUE = "rollout_steps = 16\nhidden_sizes = [16]\ncheckpoint_every = 2\n[offpolicy]\nlearning_starts = 64\nbatch_size = 32\n"
+TINY_VALUE = "\n".join(
+    ["rollout_steps = 16", "hidden_sizes = [16]", "checkpoint_every = 2", "[offpolicy]", "learning_starts = 64"]
+    + ["batch_size = 32", ""]
+)
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,144 @@
+"""Value decomposition against PPO: VDN and QMIX beside marljoint's PPO defaults at the same env steps.
+
+For every env (simple_spread from mpe2, bucket_brigade bundled), method (``vdn``, ``qmix``: the off-policy trainer
+with its defaults; ``ppo``: ``marljoint train``'s plain defaults; ``random``) and seed, it trains for the same budget
+of env steps (one joint step of one env copy), then plays the same fresh episodes greedily (200 by default; the
+random policy samples uniformly). Each finished run is one CSV row in ``--out`` (a run already there is not
+trained again, so the benchmark resumes); ``--report`` prints the table (mean over seeds ± 95% CI).
+
+Usage::
+
+    python benchmarks/offpolicy_learning.py --out benchmarks/results/offpolicy/runs.csv            # everything
+    python benchmarks/offpolicy_learning.py --envs bucket_brigade --methods vdn --seeds 0 --steps 50000 \
+        --out benchmarks/results/offpolicy/runs.csv
+    python benchmarks/offpolicy_learning.py --report --out benchmarks/results/offpolicy/runs.csv
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import functools
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import generalization as suite  # noqa: E402  (the suite's envs, evaluation and table helpers)
+
+ENVS = ("simple_spread", "bucket_brigade")
+METHODS = ("vdn", "qmix", "ppo", "random")
+FIELDS = ("env", "method", "seed", "env_steps", "train_seconds", "episodes", "return_mean", "return_std")
+
+
+def train_value(name: str, algorithm: str, seed: int, env_steps: int, changes: dict[str, Any]) -> tuple[Any, float]:
+    """The off-policy trainer with its defaults (``changes`` applied); returns (the trainer, seconds)."""
+    from marljoint import PettingZooJointEnv
+    from marljoint.offpolicy import OffPolicyConfig, OffPolicyTrainer
+
+    config = OffPolicyConfig(algorithm=algorithm, seed=seed, **changes)
+    env = PettingZooJointEnv(suite.SUITE[name].factory, num_envs=config.num_envs, seed=seed)
+    trainer = OffPolicyTrainer(env, config)
+    start = time.perf_counter()
+    trainer.train(env_steps)
+    seconds = time.perf_counter() - start
+    env.close()
+    return trainer, seconds
+
+
+def run_one(name: str, method: str, seed: int, env_steps: int, episodes: int, changes: dict[str, Any]) -> dict:
+    """Trains one (env, method, seed) and evaluates it greedily on the suite's fixed evaluation episodes."""
+    task = suite.SUITE[name]
+    base_seed = 1_000_000
+    seconds, trained = 0.0, env_steps
+    if method in ("vdn", "qmix"):
+        trainer, seconds = train_value(name, method, seed, env_steps, changes)
+        returns = suite.evaluate_marljoint(trainer, task, True, episodes, base_seed)
+    elif method == "ppo":
+        trainer, seconds = suite.train_marljoint(task, seed, env_steps)
+        returns = suite.evaluate_marljoint(trainer, task, True, episodes, base_seed)
+    else:
+        trained = 0
+        returns = suite.evaluate(task, suite.random_actor(seed), episodes, base_seed)
+    return {
+        "env": name,
+        "method": method,
+        "seed": seed,
+        "env_steps": trained,
+        "train_seconds": round(seconds, 1),
+        "episodes": episodes,
+        "return_mean": float(returns.mean()),
+        "return_std": float(returns.std()),
+    }
+
+
+def done_runs(path: Path) -> set[tuple[str, str, int, int]]:
+    if not path.is_file():
+        return set()
+    with path.open(newline="") as f:
+        return {(r["env"], r["method"], int(r["seed"]), int(r["env_steps"])) for r in csv.DictReader(f)}
+
+
+def append(path: Path, row: dict[str, Any]) -> None:
+    new = not path.is_file()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a", newline="") as f:
+        writer = csv.DictWriter(f, FIELDS)
+        if new:
+            writer.writeheader()
+        writer.writerow(row)
+
+
+def report(path: Path) -> str:
+    """The markdown table: per env and budget, each method's greedy return (mean ± 95% CI over seeds)."""
+    with path.open(newline="") as f:
+        rows = list(csv.DictReader(f))
+    lines = ["| env | env steps | VDN | QMIX | PPO (defaults) | random |", "|---|---|---|---|---|---|"]
+    budgets = sorted({(r["env"], int(r["env_steps"])) for r in rows if r["method"] != "random"})
+    for name, steps in budgets:
+        cells = []
+        for method in METHODS[:3]:
+            key = (name, method, steps)
+            values = [float(r["return_mean"]) for r in rows if (r["env"], r["method"], int(r["env_steps"])) == key]
+            cells.append(suite.seeds_cell(values, suite._number))
+        randoms = [float(r["return_mean"]) for r in rows if (r["env"], r["method"]) == (name, "random")]
+        cells.append(suite._number(float(np.mean(randoms))) if randoms else "–")
+        lines.append(f"| {name} | {steps:,} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--envs", nargs="+", default=list(ENVS), choices=list(ENVS))
+    parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    parser.add_argument("--steps", type=int, default=200_000, help="env steps of every training run")
+    parser.add_argument("--episodes", type=int, default=200, help="greedy evaluation episodes")
+    parser.add_argument("--set", nargs="*", default=[], help="OffPolicyConfig changes, key=value (TOML values)")
+    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/offpolicy/runs.csv"))
+    parser.add_argument("--report", action="store_true", help="print the table of --out and stop")
+    args = parser.parse_args()
+    if args.report:
+        print(report(args.out))
+        return
+    from marljoint.threads import limit_threads
+
+    limit_threads(1)
+    changes = suite.parse_changes(args.set)
+    done = done_runs(args.out)
+    for name in args.envs:
+        for method in args.methods:
+            for seed in args.seeds:
+                steps = 0 if method == "random" else args.steps
+                if (name, method, seed, steps) in done:
+                    continue
+                row = run_one(name, method, seed, steps, args.episodes, changes)
+                append(args.out, row)
+                print(functools.reduce(lambda a, b: f"{a} {b}", (f"{k}={v}" for k, v in row.items())), flush=True)
+
+
+if __name__ == "__main__":
+    main()

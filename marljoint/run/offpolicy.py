@@ -70,6 +70,11 @@ def check_algorithm(algorithm: str | None, trainer: Any, table: Mapping[str, Any
     if algorithm not in ALGORITHMS:
         raise RunError(f"algorithm must be one of {list(ALGORITHMS)}, got {algorithm!r}")
     if algorithm in VALUE_ALGORITHMS:
+        if trainer.recurrent is not None:
+            raise RunError(
+                f"{algorithm} trains feed-forward utilities, but recurrent={trainer.recurrent!r}; drop recurrent or "
+                "use --algorithm mappo or ippo"
+            )
         offpolicy_config(algorithm, trainer, table)
         return
     if table:

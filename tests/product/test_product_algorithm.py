@@ -38,6 +38,17 @@ def test_a_qmix_run_writes_its_settings_metrics_and_checkpoints(runs):
     assert state["buffer"]["size"] == 4 * 64 and state["config"]["algorithm"] == "qmix"
 
 
+def test_every_metric_of_a_value_run_is_documented(runs):
+    import re
+    from pathlib import Path
+
+    root, _ = runs
+    page = (Path(__file__).resolve().parents[2] / "docs" / "value_decomposition.md").read_text()
+    header = (root / "qmix" / "metrics.csv").read_text().splitlines()[0].split(",")
+    names = {re.sub(r"/\d+$", "/<k>", re.sub(r"/agent_\d+$", "/<agent>", name)) for name in header}
+    assert not [name for name in sorted(names) if f"`{name}`" not in page]
+
+
 def test_a_value_run_resumes_bit_identically(runs, tmp_path):
     root, config = runs
     half = tmp_path / "half"
@@ -102,6 +113,10 @@ BAD = {
     "table-without-value-algorithm": (
         ["--set", "offpolicy={batch_size=5}"],
         "offpolicy settings need algorithm = 'vdn' or 'qmix'; set algorithm or drop them",
+    ),
+    "recurrent": (
+        ["--algorithm", "qmix", "--recurrent", "gru"],
+        "qmix trains feed-forward utilities, but recurrent='gru'; drop recurrent",
     ),
     "not-a-table": (["--algorithm", "vdn", "--set", "offpolicy=3"], "offpolicy must be a table of settings, got 3"),
 }

@@ -129,9 +129,10 @@ def main() -> None:
     limit_threads(1)
     changes = suite.parse_changes(args.set)
     done = done_runs(args.out)
-    for name in args.envs:
-        for method in args.methods:
-            for seed in args.seeds:
+    # Seed-major: every (env, method) gets its first seed before any gets its second.
+    for seed in args.seeds:
+        for name in args.envs:
+            for method in args.methods:
                 steps = 0 if method == "random" else args.steps
                 if (name, method, seed, steps) in done:
                     continue

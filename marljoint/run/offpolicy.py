@@ -75,6 +75,12 @@ def check_algorithm(algorithm: str | None, trainer: Any, table: Mapping[str, Any
                 f"{algorithm} trains feed-forward utilities, but recurrent={trainer.recurrent!r}; drop recurrent or "
                 "use --algorithm mappo or ippo"
             )
+        collection = trainer.collection
+        if collection.backend == "ray" or collection.policy_lag or collection.balance:
+            raise RunError(
+                f"{algorithm} steps its env copies in this process or in worker processes (--env-workers K); "
+                "drop --ray, --policy-lag and --balance"
+            )
         offpolicy_config(algorithm, trainer, table)
         return
     if table:

@@ -78,8 +78,9 @@ def test_eval_of_a_value_run_acts_greedily_on_q(runs, capsys):
     assert result["episodes"] == 2 and result["deterministic"] is True
 
 
-def test_a_vdn_run_on_discrete_actions(tmp_path):
+def test_a_vdn_run_on_discrete_actions_with_env_workers(tmp_path):
     args = ["train", "--env", "mock_v0", "--algorithm", "vdn", "--num-envs", "2", "--rollout-steps", "8"]
+    args += ["--env-workers", "2"]
     args += ["--total-steps", "64", "--set", "offpolicy={learning_starts=16, batch_size=8}", "--quiet"]
     assert run_cli([*args, "--out", str(tmp_path / "vdn")]) == 0
     assert load_run_spec(tmp_path / "vdn").algorithm == "vdn"
@@ -117,6 +118,10 @@ BAD = {
     "recurrent": (
         ["--algorithm", "qmix", "--recurrent", "gru"],
         "qmix trains feed-forward utilities, but recurrent='gru'; drop recurrent",
+    ),
+    "ray": (
+        ["--algorithm", "vdn", "--ray", "--num-workers", "2"],
+        "vdn steps its env copies in this process or in worker processes (--env-workers K); drop --ray",
     ),
     "not-a-table": (["--algorithm", "vdn", "--set", "offpolicy=3"], "offpolicy must be a table of settings, got 3"),
 }

@@ -59,3 +59,25 @@ def test_bad_settings_name_the_field_and_the_value(changes, message):
 def test_the_trainer_refuses_an_env_of_another_size():
     with pytest.raises(ValueError, match="the env has 2 copies but num_envs=4; build the env with num_envs=4"):
         tiny_trainer(mock_env(2), num_envs=4)
+
+
+@pytest.mark.parametrize("algorithm", ["vdn", "qmix"])
+def test_agents_that_leave_and_join_and_heterogeneous_groups_train(algorithm):
+    import functools
+
+    from marljoint import PettingZooJointEnv
+    from marljoint_envs import variable_agents_v0
+
+    from ._helpers import tiny_trainer
+
+    # variable_agents_v0: reward = own action (1 is best), agent_1 dies early, agent_2 joins late.
+    env_fn = functools.partial(variable_agents_v0.parallel_env, episode_length=4, death_step=2, join_step=1)
+    trainer = tiny_trainer(PettingZooJointEnv(env_fn, num_envs=2, seed=0), algorithm=algorithm)
+    rows = trainer.train(64)
+    assert rows[-1]["offpolicy/gradient_steps"] > 0
+    assert not trainer.buffer.storage.deciding[: len(trainer.buffer), 2].all()  # agent_2 absent at first
+    speaker_listener = pytest.importorskip("mpe2.simple_speaker_listener_v4")
+    listener = PettingZooJointEnv(functools.partial(speaker_listener.parallel_env, max_cycles=5), num_envs=2, seed=0)
+    trainer = tiny_trainer(listener, algorithm=algorithm)
+    assert len(trainer.algorithm.groups) == 2  # speaker and listener: different spaces, one network each
+    assert trainer.train(32)[-1]["offpolicy/gradient_steps"] > 0

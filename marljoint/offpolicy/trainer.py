@@ -197,6 +197,9 @@ class OffPolicyTrainer:
         }
         for i, agent in enumerate(self.spec.agents):
             row[f"episode_return/{agent}"] = float(returns[:, i].mean()) if len(returns) else float("nan")
+        stats = dict(stats)
+        # The auxiliary loss's own metrics keep their names (redundancy/...), as in a PPO run's log.
+        row.update({k: float(v) for k, v in stats.pop("aux_metrics", {}).items()})
         row.update({f"offpolicy/{k}": float(v) for k, v in stats.items()})
         return row
 

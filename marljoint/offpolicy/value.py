@@ -203,7 +203,7 @@ class ValueDecomposition:
 
         Returns:
             ``(joint scalar loss, stats)`` with stats ``td_loss``, ``q_taken``, ``td_target``, ``aux_loss``,
-            ``total_loss`` and the aux function's metrics.
+            ``total_loss`` and, with ``aux_fn``, ``aux_metrics`` (the aux function's metrics, by their names).
         """
         rows = batch.actions.shape[0]
         chosen, features = [], []
@@ -229,7 +229,7 @@ class ValueDecomposition:
             aux = aux_fn(by_agent, batch.alive)
             aux_loss, metrics = (aux.loss, dict(aux.metrics)) if isinstance(aux, AuxOutput) else (aux, {})
             total = total + aux_loss
-            stats.update(metrics, aux_loss=float(aux_loss.detach()))
+            stats.update(aux_metrics=metrics, aux_loss=float(aux_loss.detach()))
         stats["total_loss"] = float(total.detach())
         return total, stats
 

@@ -86,6 +86,15 @@ def test_a_vdn_run_on_discrete_actions_with_env_workers(tmp_path):
     assert load_run_spec(tmp_path / "vdn").algorithm == "vdn"
 
 
+def test_a_value_run_with_the_redundancy_penalty_logs_it(tmp_path):
+    args = ["train", "--env", "mock_v0", "--algorithm", "qmix", "--num-envs", "2", "--rollout-steps", "8"]
+    args += ["--total-steps", "48", "--set", "offpolicy={learning_starts=16, batch_size=8}", "--quiet"]
+    assert run_cli([*args, "--redundancy", "cka", "--out", str(tmp_path / "run")]) == 0
+    lines = (tmp_path / "run" / "metrics.csv").read_text().splitlines()
+    last = dict(zip(lines[0].split(","), lines[-1].split(",")))
+    assert float(last["offpolicy/aux_loss"]) != 0.0 and "redundancy/cka" in last
+
+
 def test_mappo_and_ippo_name_the_critic_setting():
     assert RunSpec.from_dict({"algorithm": "mappo"}).trainer.centralized_critic is True
     assert RunSpec.from_dict({"algorithm": "ippo"}).trainer.centralized_critic is False

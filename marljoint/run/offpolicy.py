@@ -113,6 +113,26 @@ class OffPolicyRun:
     def __getattr__(self, name: str) -> Any:
         return getattr(self.trainer, name)
 
+    @property
+    def joint_policy(self) -> Any:
+        """Refused: a value run acts with its utilities, not with PPO's policy networks.
+
+        Raises:
+            RunError: saying what to use instead.
+        """
+        raise RunError(
+            f"a {self.trainer.config.algorithm} run acts greedily on its Q networks and has no policy networks to "
+            "export or hand out per agent; use marljoint eval, or load_run(run_dir).act(obs) from Python"
+        )
+
+    def agent_policy(self, agent: int | str) -> Any:
+        """Refused, as :attr:`joint_policy`.
+
+        Raises:
+            RunError: saying what to use instead.
+        """
+        return self.joint_policy
+
 
 def build_offpolicy_trainer(spec: Any, env: Any) -> OffPolicyRun:
     """The off-policy trainer of a value run (``spec.algorithm`` vdn or qmix) on ``env``.

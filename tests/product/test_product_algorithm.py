@@ -78,6 +78,26 @@ def test_eval_of_a_value_run_acts_greedily_on_q(runs, capsys):
     assert result["episodes"] == 2 and result["deterministic"] is True
 
 
+def test_exporting_a_value_run_is_refused_in_one_line(runs, tmp_path, capsys):
+    root, _ = runs
+    assert run_cli(["export", str(root / "qmix"), "--out", str(tmp_path / "exported")]) == 2
+    err = capsys.readouterr().err
+    assert "a qmix run acts greedily on its Q networks and has no policy networks to export" in err
+    assert err.count("\n") == 1 and not (tmp_path / "exported").exists()
+
+
+def test_load_run_acts_greedily_with_a_value_run(runs):
+    from marljoint import load_run
+
+    root, _ = runs
+    run = load_run(root / "qmix", num_envs=2)
+    try:
+        actions = run.act(run.env.reset(seed=0))
+        assert actions[0].shape == (2, 2, 3)  # 2 copies x 2 agents x MultiDiscrete [house, mode, signal]
+    finally:
+        run.close()
+
+
 def test_a_vdn_run_on_discrete_actions_with_env_workers(tmp_path):
     args = ["train", "--env", "mock_v0", "--algorithm", "vdn", "--num-envs", "2", "--rollout-steps", "8"]
     args += ["--env-workers", "2"]

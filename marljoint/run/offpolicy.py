@@ -6,8 +6,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import torch
+
 from marljoint.offpolicy import OffPolicyConfig, OffPolicyTrainer
 from marljoint.run.errors import RunError
+from marljoint.threads import learner_threads
 
 __all__ = ["ALGORITHMS", "VALUE_ALGORITHMS", "OffPolicyRun", "build_offpolicy_trainer", "check_algorithm"]
 
@@ -75,6 +78,8 @@ def check_algorithm(algorithm: str | None, trainer: Any, table: Mapping[str, Any
                 f"{algorithm} trains feed-forward utilities, but recurrent={trainer.recurrent!r}; drop recurrent or "
                 "use --algorithm mappo or ippo"
             )
+        if trainer.device != "cpu":
+            raise RunError(f"{algorithm} trains on the CPU, got device={trainer.device!r}; drop --device")
         collection = trainer.collection
         if collection.backend == "ray" or collection.policy_lag or collection.balance:
             raise RunError(
@@ -141,6 +146,9 @@ def build_offpolicy_trainer(spec: Any, env: Any) -> OffPolicyRun:
         RunError: for settings or an env the algorithm cannot train (e.g. non-Discrete actions).
     """
     config = offpolicy_config(spec.algorithm, spec.trainer, spec.offpolicy)
+    # The process acts at every env step, so more compute threads would only spin (the PPO runs' rule).
+    threads = spec.trainer.torch_threads
+    torch.set_num_threads(threads if isinstance(threads, int) else learner_threads(0, collects=True)[0])
     try:
         return OffPolicyRun(OffPolicyTrainer(env, config), spec.trainer)
     except ValueError as exc:

@@ -152,6 +152,7 @@ BAD = {
         ["--algorithm", "vdn", "--ray", "--num-workers", "2"],
         "vdn steps its env copies in this process or in worker processes (--env-workers K); drop --ray",
     ),
+    "device": (["--algorithm", "qmix", "--device", "cuda"], "qmix trains on the CPU, got device='cuda'; drop --device"),
     "not-a-table": (["--algorithm", "vdn", "--set", "offpolicy=3"], "offpolicy must be a table of settings, got 3"),
 }
 

@@ -81,3 +81,18 @@ def test_agents_that_leave_and_join_and_heterogeneous_groups_train(algorithm):
     trainer = tiny_trainer(listener, algorithm=algorithm)
     assert len(trainer.algorithm.groups) == 2  # speaker and listener: different spaces, one network each
     assert trainer.train(32)[-1]["offpolicy/gradient_steps"] > 0
+
+
+def test_turn_based_games_store_one_deciding_agent_per_move():
+    from marljoint import PettingZooJointEnv
+    from marljoint_envs import kuhn_poker_v0
+
+    from ._helpers import tiny_trainer
+
+    trainer = tiny_trainer(PettingZooJointEnv(kuhn_poker_v0.env, num_envs=2, seed=0), algorithm="qmix")
+    assert trainer.train(48)[-1]["offpolicy/gradient_steps"] > 0
+    stored = trainer.buffer.storage
+    size = len(trainer.buffer)
+    assert (stored.deciding[:size].sum(-1) == 1).all()  # one player moves per joint step
+    assert stored.alive[:size].all()  # the waiting player is present: its rewards count for the team
+    assert (stored.next_deciding[:size].sum(-1) <= 1).all()

@@ -54,8 +54,10 @@ def run_one(name: str, method: str, seed: int, env_steps: int, episodes: int, ch
     task = suite.SUITE[name]
     base_seed = 1_000_000
     seconds, trained = 0.0, env_steps
+    label = method
     if method in ("vdn", "qmix"):
         trainer, seconds = train_value(name, method, seed, env_steps, changes)
+        label = suite.variant_label(changes).replace("marljoint", method)
         returns = suite.evaluate_marljoint(trainer, task, True, episodes, base_seed)
     elif method == "ppo":
         trainer, seconds = suite.train_marljoint(task, seed, env_steps)
@@ -65,7 +67,7 @@ def run_one(name: str, method: str, seed: int, env_steps: int, episodes: int, ch
         returns = suite.evaluate(task, suite.random_actor(seed), episodes, base_seed)
     return {
         "env": name,
-        "method": method,
+        "method": label,
         "seed": seed,
         "env_steps": trained,
         "train_seconds": round(seconds, 1),
@@ -96,11 +98,13 @@ def report(path: Path) -> str:
     """The markdown table: per env and budget, each method's greedy return (mean ± 95% CI over seeds)."""
     with path.open(newline="") as f:
         rows = list(csv.DictReader(f))
-    lines = ["| env | env steps | VDN | QMIX | PPO (defaults) | random |", "|---|---|---|---|---|---|"]
+    present = {r["method"] for r in rows} - {"ppo", "random"}
+    methods = [m for m in ("vdn", "qmix") if m in present] + sorted(present - {"vdn", "qmix"}) + ["ppo"]
+    lines = ["| env | env steps | " + " | ".join(methods) + " | random |", "|---" * (len(methods) + 3) + "|"]
     budgets = sorted({(r["env"], int(r["env_steps"])) for r in rows if r["method"] != "random"})
     for name, steps in budgets:
         cells = []
-        for method in METHODS[:3]:
+        for method in methods:
             key = (name, method, steps)
             values = [float(r["return_mean"]) for r in rows if (r["env"], r["method"], int(r["env_steps"])) == key]
             cells.append(suite.seeds_cell(values, suite._number))
@@ -134,7 +138,10 @@ def main() -> None:
         for name in args.envs:
             for method in args.methods:
                 steps = 0 if method == "random" else args.steps
-                if (name, method, seed, steps) in done:
+                label = (
+                    suite.variant_label(changes).replace("marljoint", method) if method in ("vdn", "qmix") else method
+                )
+                if (name, label, seed, steps) in done:
                     continue
                 row = run_one(name, method, seed, steps, args.episodes, changes)
                 append(args.out, row)

@@ -246,7 +246,7 @@ class ValueDecomposition:
             next_values.append(double_q_values(chooser, target_next, batch.next_masks[g], True))
         next_state = torch.cat([o.reshape(rows, -1) for o in batch.next_obs], -1)
         next_tot = target_mixer(self._scatter(next_values, rows), batch.next_deciding, next_state)
-        rewards = team_rewards(batch.rewards, batch.alive, self.config.team_reward)
+        rewards = team_rewards(batch.rewards, batch.alive, self.config.team_reward) * self.config.reward_scale
         return td_targets(rewards, batch.next_present.any(-1), next_tot, self.config.gamma)
 
     def update_targets(self) -> None:

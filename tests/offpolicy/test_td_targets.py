@@ -107,6 +107,8 @@ def test_vdn_targets_by_hand_with_termination_truncation_masks_and_dead_agents()
     assert targets.tolist() == [2.0, 3.0]
     terminal = batch._replace(next_present=torch.zeros_like(batch.next_present))
     assert algorithm.targets_of(terminal).tolist() == [1.5, 2.0]
+    algorithm.config = algorithm.config.replace(reward_scale=0.5)  # scales the reward, not the bootstrap
+    assert algorithm.targets_of(batch).tolist() == [1.25, 2.0]
 
 
 def test_value_methods_refuse_non_discrete_actions():

@@ -185,6 +185,15 @@ def _add_train(subparsers: Any) -> None:
         "--eval-episodes", metavar="M", type=_positive_int, help="episodes of each evaluation (default 10)"
     )
     p.add_argument(
+        "--exploitability-every",
+        metavar="K",
+        type=_positive_int,
+        help="measure the current policies' exploitability every K iterations (exploit/... columns): exactly for "
+        "Kuhn poker, matrix games and small OpenSpiel games (also writing openspiel_policy.json where the game has "
+        "an OpenSpiel form), else approximately with PPO best responses in two-player envs; the least exploitable "
+        "checkpoint is kept as checkpoints/best.pt",
+    )
+    p.add_argument(
         "--wandb",
         metavar="PROJECT",
         help='also log to this Weights & Biases project (pip install "marljoint[wandb]"; WANDB_MODE=offline '

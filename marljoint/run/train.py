@@ -39,7 +39,7 @@ from marljoint.checkpoint import (
 from marljoint.env.base import EnvCopyError
 from marljoint.ppo.config import JointTrainerConfig
 from marljoint.ppo.divergence import DivergenceError
-from marljoint.run import _toml, memory, migrations, plotting, runlog
+from marljoint.run import _toml, exploitability, memory, migrations, plotting, runlog
 from marljoint.run.episodes import play_episodes
 from marljoint.run.errors import EnvFailure, RunError, RunInterrupted, unwritable_file_error
 from marljoint.run.lock import LOCK_FILE, RunLock
@@ -133,6 +133,16 @@ class RunSpec:
     without it."""
     eval_episodes: int = 10
     """Episodes of each evaluation during training."""
+    exploitability_every: int | None = None
+    """Measure the exploitability of the current policies every K iterations (and after the last): exactly for a
+    known game (Kuhn poker, a matrix game, a tabulable OpenSpiel game), else, in a two-player env, approximately
+    with best responses of ``exploitability_steps`` env steps; logged as the ``exploit/...`` columns, and the least
+    exploitable checkpoint kept as ``checkpoints/best.pt`` (:mod:`marljoint.run.exploitability`). ``None``: only at
+    evaluations, and only for a known game."""
+    exploitability_steps: int = 20_000
+    """Env steps of PPO best-response training per approximate measure (envs without a known game)."""
+    exploitability_episodes: int = 200
+    """Episodes of each estimate of an approximate measure (the profile, and each best response)."""
     wandb_project: str | None = None
     """Also log every metrics row to this Weights & Biases project (``pip install "marljoint[wandb]"``; set
     ``WANDB_MODE=offline`` without network). ``None``: CSV and TensorBoard only."""
@@ -161,6 +171,12 @@ class RunSpec:
         if self.eval_every is not None:
             _positive_int("eval_every", self.eval_every)
         _positive_int("eval_episodes", self.eval_episodes)
+        if self.exploitability_every is not None:
+            _positive_int("exploitability_every", self.exploitability_every)
+        _positive_int("exploitability_steps", self.exploitability_steps)
+        _positive_int("exploitability_episodes", self.exploitability_episodes)
+        if self.exploitability_episodes < 2:
+            raise RunError("exploitability_episodes must be at least 2 (a confidence interval needs two), got 1")
         if self.wandb_project is not None and (not isinstance(self.wandb_project, str) or not self.wandb_project):
             raise RunError(f"wandb_project must be a project name, got {self.wandb_project!r}")
         if self.redundancy is not None:
@@ -659,6 +675,7 @@ def _train_locked(
             restored = _restore(trainer, checkpoint, stream, run_dir, trust_snapshot)
             loop.clock_offset, loop.agent_steps, loop.env_state_saved = restored
             loop.best_eval = float(checkpoint["run"].get("best_eval_return", -math.inf))
+            loop.tracker.restore(checkpoint["run"])
         with _StopRequests() as stops:
             try:
                 loop.run(stop_after, on_iteration, stops)
@@ -692,6 +709,12 @@ class _Loop:
         self.logged = 0
         """The last iteration whose metrics row is written."""
         self.best_eval = -math.inf
+        from marljoint.collect.config import CollectionConfig
+
+        local = dataclasses.replace(spec, trainer=spec.trainer.replace(collection=CollectionConfig()))
+        self.tracker = exploitability.build_tracker(
+            spec, trainer.spec.num_agents, lambda copies, seed: make_env(local, num_envs=copies, seed=seed)
+        )
         self._eval_env: Any = None
         self._new_best = False
         self.created = False
@@ -790,6 +813,7 @@ class _Loop:
                 self.log.close()
             if self._eval_env is not None:
                 self._eval_env.close()
+            self.tracker.close()
             trainer.close()
 
     def _kept(self, last_saved: int) -> str:
@@ -806,10 +830,15 @@ class _Loop:
         rollout, stats, seconds = trainer.iterate(total, aux_fn=self.aux_fn)
         metrics = trainer.iteration_metrics(rollout, stats, seconds)
         every = self.spec.eval_every
-        if every is not None and (trainer.iteration % every == 0 or trainer.iteration >= total):
+        evaluated = every is not None and (trainer.iteration % every == 0 or trainer.iteration >= total)
+        if evaluated:
             metrics.update(self._evaluate())
+        if self.tracker.due(trainer.iteration, total, evaluated):
+            metrics.update(self.tracker.measure(trainer, trainer.iteration))
+        self._new_best = self._new_best or self.tracker.take_new_best()
         if self.log is None:
             self._open()
+        self.tracker.export(self.run_dir)
         self.agent_steps += metrics["agent_steps"]
         row = _row(metrics, self.clock_offset + time.perf_counter() - clock, self.agent_steps)
         with _writing(self.log.path):
@@ -836,15 +865,16 @@ class _Loop:
             trainer.generator.set_state(generator)
         mean = float(returns.mean())
         if mean > self.best_eval:
-            self.best_eval, self._new_best = mean, True
+            self.best_eval, self._new_best = mean, not self.tracker.decides_best
         out = {"eval/episode_return_mean": mean, "eval/best_episode_return_mean": self.best_eval}
         for agent, value in zip(trainer.spec.agents, returns.mean(axis=0)):
             out[f"eval/episode_return/{agent}"] = float(value)
+        out.update(self.tracker.evaluate(trainer, self._eval_env, spec.eval_episodes, seed))
         return out
 
     def _save(self, clock: float, best: bool = False, with_env: bool = True) -> None:
         seconds = self.clock_offset + time.perf_counter() - clock
-        run = {"best_eval_return": self.best_eval}
+        run = {"best_eval_return": self.best_eval, **self.tracker.state()}
         with _writing(self.run_dir / CHECKPOINT_DIR):
             self.env_state_saved = _save(
                 self.trainer,

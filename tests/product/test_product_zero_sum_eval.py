@@ -145,3 +145,15 @@ def test_exploitability_every_without_a_measure_names_the_env_and_the_fix(tmp_pa
 def test_exploitability_settings_are_checked(changes, message):
     with pytest.raises(RunError, match=message):
         RunSpec.from_dict(changes)
+
+
+def test_the_new_columns_are_documented(kuhn_run):
+    from pathlib import Path
+
+    from marljoint.run.exploitability import EXPLOITABILITY_METRICS
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "metrics.md").read_text()
+    documented = set(re.findall(r"^\| `([^`]+)` \|", text, flags=re.MULTILINE))
+    written = [c for c in _rows(kuhn_run)[0] if c.startswith(("exploit/", "eval/vs_random"))]
+    assert {re.sub(r"/player_\d$", "/<agent>", c) for c in written} <= documented
+    assert set(EXPLOITABILITY_METRICS) <= documented

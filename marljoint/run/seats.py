@@ -20,7 +20,7 @@ from marljoint.run.errors import RunError
 from marljoint.run.evaluate import TrainedRun, load_run
 from marljoint.run.exploitability import game_facts, seat_returns, uniform_references
 from marljoint.run.stats import confidence_interval
-from marljoint.run.train import CONFIG_FILE
+from marljoint.run.train import CONFIG_FILE, load_run_spec
 
 __all__ = ["RANDOM", "SeatEvaluation", "evaluate_seats"]
 
@@ -99,6 +99,9 @@ def evaluate_seats(
         RunError: a reference that is none of the above, a run of another env, or references for a game that does
             not have two players.
     """
+    spec = load_run_spec(run_dir)
+    if not against and not game_facts(spec.env, spec.env_kwargs, spec.wrappers, 2).zero_sum:
+        return None  # decided before the run's env and networks are built
     run = load_run(run_dir, checkpoint, num_envs=min(episodes, 8), seed=seed)
     try:
         agents = tuple(run.trainer.spec.agents)

@@ -563,7 +563,8 @@ class SacAlgorithm(nn.Module):
 
     @staticmethod
     def _normal(like: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-        return torch.randn(like.shape, generator=generator, dtype=like.dtype, device=like.device)
+        # Drawn where the generator lives (a CPU generator can drive networks on another device).
+        return torch.randn(like.shape, generator=generator, dtype=like.dtype, device=generator.device).to(like.device)
 
     def _encode(self, actions: torch.Tensor) -> torch.Tensor:
         """``[B, N, k]`` the critics' view of buffer actions: one-hot (Discrete) or rescaled to ``[-1, 1]`` (Box)."""

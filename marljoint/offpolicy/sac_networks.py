@@ -110,7 +110,8 @@ def gumbel_softmax_straight_through(
     Returns:
         ``[..., A]`` one-hot rows (exactly 0 or 1 in the forward pass).
     """
-    uniform = torch.rand(logits.shape, generator=generator, dtype=logits.dtype, device=logits.device)
+    uniform = torch.rand(logits.shape, generator=generator, dtype=logits.dtype, device=generator.device)
+    uniform = uniform.to(logits.device)  # a CPU generator can drive networks on another device
     gumbel = -torch.log(-torch.log(uniform.clamp(min=torch.finfo(logits.dtype).tiny)))
     perturbed = masked_log_softmax(logits, mask) + gumbel
     soft = masked_log_softmax(perturbed / temperature, mask).exp()

@@ -57,6 +57,11 @@ def register(subparsers: Any) -> None:
 
     Each sets ``handler`` (call ``args.handler(args)``; returns 0).
     """
+    _add_psro(subparsers)
+    _add_nfsp(subparsers)
+
+
+def _add_psro(subparsers: Any) -> None:
     psro = subparsers.add_parser(
         "psro",
         help="PSRO: populations of best responses and an empirical meta-game",
@@ -107,6 +112,8 @@ def register(subparsers: Any) -> None:
     psro.add_argument("--ray-address", help="join this Ray cluster for the tasks (default: start a local one)")
     psro.set_defaults(handler=run_psro)
 
+
+def _add_nfsp(subparsers: Any) -> None:
     nfsp = subparsers.add_parser(
         "nfsp",
         help="NFSP: PPO best responses and supervised average policies",

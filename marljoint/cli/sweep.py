@@ -140,9 +140,9 @@ def train_many(args: argparse.Namespace, spec: Any, options: dict[str, Any]) -> 
 
 
 def _out(args: argparse.Namespace, spec: Any) -> Path:
-    from marljoint.cli import _default_out
+    from marljoint.run.rundir import default_run_dir
 
-    return Path(args.out) if args.out is not None else _default_out(spec)
+    return Path(args.out) if args.out is not None else default_run_dir(spec)
 
 
 def _checked_axes(
@@ -207,7 +207,7 @@ def _job(
 ) -> Any:
     """The job of one seed at one point of the grid, in ``parent/seed_<S>``, its threads sized to its share of the
     cores."""
-    from marljoint.cli import _with_auto_workers
+    from marljoint.run.collection import with_auto_workers
     from marljoint.run.sweep import RunJob, fit_to_cores
     from marljoint.run.train import RunError, RunSpec, resume_spec
 
@@ -222,8 +222,8 @@ def _job(
         raise RunError(f"{run_dir}: {exc}") from None
     if engine == "ray":
         run_spec = RunSpec.from_dict({"collection": {"backend": "local"}}, base=run_spec)
-    else:
-        run_spec = _with_auto_workers(run_spec, args, cores=cores)
+    elif args.env_workers == "auto":
+        run_spec = with_auto_workers(run_spec, args.policy_lag, args.balance, cores)
     setting_labels = {key: label for key, (label, _) in point.items()}
     return RunJob(
         fit_to_cores(run_spec, cores),

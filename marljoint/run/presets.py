@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from marljoint.ppo.config import JointTrainerConfig
-from marljoint.run.train import DEFAULT_TRAINER, RunSpec
+from marljoint.run.defaults import DEFAULT_TRAINER
+from marljoint.run.train import RunSpec
 
 __all__ = ["PRESETS", "Preset", "get_preset"]
 
@@ -64,6 +65,16 @@ class Preset:
     def config(self, **overrides: Any) -> JointTrainerConfig:
         """The preset's :class:`JointTrainerConfig`, with ``overrides`` applied (validated)."""
         return JointTrainerConfig(**{**dict(self.config_kwargs), **overrides})
+
+    def run_values(self) -> dict[str, Any]:
+        """The preset as run settings (``config.toml`` keys): env, env_kwargs, total_steps and its trainer fields
+        at the top level."""
+        return {
+            "env": self.env_name,
+            "env_kwargs": dict(self.env_kwargs),
+            "total_steps": self.total_steps,
+            **dict(self.config_kwargs),
+        }
 
     def changes(self) -> dict[str, tuple[Any, Any]]:
         """What the preset changes from ``marljoint train``'s defaults on the preset's env.

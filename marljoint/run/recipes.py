@@ -21,8 +21,8 @@ from typing import Any
 
 from marljoint.env.openspiel import OPENSPIEL_PREFIX
 from marljoint.ppo.config import JointTrainerConfig
+from marljoint.run.defaults import DEFAULT_TRAINER
 from marljoint.run.registry import resolve_env
-from marljoint.run.train import DEFAULT_TRAINER
 
 __all__ = [
     "BUNDLED_ENVS",

@@ -40,6 +40,7 @@ from marljoint.env.base import EnvCopyError
 from marljoint.ppo.config import JointTrainerConfig
 from marljoint.ppo.divergence import DivergenceError
 from marljoint.run import _toml, memory, migrations, plotting, runlog
+from marljoint.run.defaults import DEFAULT_ENV, DEFAULT_ENV_KWARGS, DEFAULT_TOTAL_STEPS, DEFAULT_TRAINER, RUN_DEFAULTS
 from marljoint.run.episodes import play_episodes
 from marljoint.run.errors import EnvFailure, RunError, RunInterrupted, unwritable_file_error
 from marljoint.run.lock import LOCK_FILE, RunLock
@@ -76,28 +77,6 @@ BEST_CHECKPOINT = "best.pt"
 """The checkpoint of the best evaluation during training (``RunSpec.eval_every``), beside ``ckpt_*.pt``."""
 _RUN_DIRS = (CHECKPOINT_DIR, "tensorboard", "wandb")
 
-DEFAULT_ENV = "bucket_brigade_v0"
-"""The env trained when ``--env`` is not given."""
-DEFAULT_ENV_KWARGS: dict[str, Any] = {"scenario": "easy"}
-"""Keyword arguments of :data:`DEFAULT_ENV` when neither ``--env`` nor ``--env-kwargs`` is given."""
-DEFAULT_TOTAL_STEPS = 200_000
-"""Env steps of a run when ``--total-steps`` is not given (about a minute on two CPU cores for the default env)."""
-DEFAULT_TRAINER = {
-    "num_envs": 16,
-    "rollout_steps": 256,
-    "n_epochs": 10,
-    "num_minibatches": 16,
-    "learning_rate": None,
-}
-"""Trainer settings of ``marljoint train`` that differ from :class:`~marljoint.JointTrainerConfig`'s defaults.
-
-Rollouts of 16 copies × 256 steps, 10 epochs of 16 minibatches per rollout (of 256 rows at this rollout size; more
-copies or steps make larger minibatches, not more of them, so the update's cost per env step falls as the rollout
-grows), and the learning rate derived from the action spaces (1e-3 when every agent's actions are discrete, 3e-4
-when some agent acts in a Box; :func:`~marljoint.ppo.derived.derive_settings`), chosen on the
-generalization suite (``benchmarks/generalization.py``; the figures are in ``docs/learning.md``, "Defaults on
-envs without a preset")."""
-
 
 @dataclass(frozen=True)
 class RunSpec:
@@ -120,24 +99,25 @@ class RunSpec:
     redundancy: str | None = None
     """Kind of :class:`~marljoint.redundancy.RedundancyPenalty` to add as the aux loss (``xcorr``, ``cka``,
     ``hsic``), or ``None``."""
-    redundancy_coef: float = 0.05
+    redundancy_coef: float = RUN_DEFAULTS["redundancy_coef"]
     """λ of the redundancy penalty."""
-    checkpoint_every: int = 10
+    checkpoint_every: int = RUN_DEFAULTS["checkpoint_every"]
     """Iterations between checkpoints (the last iteration is always checkpointed)."""
-    keep_checkpoints: int = 3
+    keep_checkpoints: int = RUN_DEFAULTS["keep_checkpoints"]
     """How many of the newest checkpoints to keep."""
     eval_every: int | None = None
     """Evaluate the greedy policies every K iterations (and after the last) on ``eval_episodes`` fresh episodes of
     an in-process copy of the env, always the same ones: logged as the ``eval/...`` columns, and the best evaluation
     so far kept as ``checkpoints/best.pt``. ``None``: no evaluation during training. Training is the same with or
     without it."""
-    eval_episodes: int = 10
+    eval_episodes: int = RUN_DEFAULTS["eval_episodes"]
     """Episodes of each evaluation during training."""
     wandb_project: str | None = None
     """Also log every metrics row to this Weights & Biases project (``pip install "marljoint[wandb]"``; set
     ``WANDB_MODE=offline`` without network). ``None``: CSV and TensorBoard only."""
     trainer: JointTrainerConfig = field(default_factory=lambda: JointTrainerConfig(**DEFAULT_TRAINER))
-    """The trainer's hyperparameters."""
+    """The trainer's hyperparameters: :class:`~marljoint.JointTrainerConfig`'s defaults with
+    :data:`~marljoint.run.defaults.DEFAULT_TRAINER` applied (:mod:`marljoint.run.defaults` says why)."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.env, str) or not self.env:

@@ -268,7 +268,7 @@ def _add_train(subparsers: Any) -> None:
 
 
 def _train(args: argparse.Namespace) -> int:
-    from marljoint.run.train import RunError
+    from marljoint.run.errors import RunError
 
     options = command_line_settings(args)
     collection = CollectionConfig.from_options(**_collection_options(args))
@@ -297,7 +297,8 @@ def _collection_options(args: argparse.Namespace) -> dict[str, Any]:
 
 def _train_resumed(args: argparse.Namespace, options: dict[str, Any]) -> int:
     """``--resume``: the run in ``--out`` continued (or every run under it, with ``--seeds``)."""
-    from marljoint.run.train import RunError, resume_spec
+    from marljoint.run.errors import RunError
+    from marljoint.run.spec import resume_spec
 
     if args.out is None:
         raise RunError("--resume needs --out DIR, the run directory to continue")
@@ -313,7 +314,8 @@ def _train_resumed(args: argparse.Namespace, options: dict[str, Any]) -> int:
 
 def _new_spec(args: argparse.Namespace, options: dict[str, Any]) -> Any:
     """A new run's settings: the defaults, then ``--preset``, ``--config`` and the command line's ``options``."""
-    from marljoint.run.train import RunError, RunSpec, read_config_file
+    from marljoint.run.errors import RunError
+    from marljoint.run.spec import RunSpec, read_config_file
 
     values = get_preset(args.preset).run_values() if args.preset is not None else {}
     overrides = None
@@ -550,7 +552,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stderr.write(f"marljoint {args.command}: interrupted\n")
         return 130
     except _user_errors() as exc:
-        from marljoint.run.train import RunInterrupted
+        from marljoint.run.errors import RunInterrupted
 
         if isinstance(exc, RunInterrupted):
             sys.stderr.write(f"marljoint {args.command}: {_one_line(exc)}\n")
@@ -579,9 +581,9 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     from marljoint.distributed import RayUnavailable
     from marljoint.env import EnvCopyError
     from marljoint.ppo.divergence import DivergenceError
+    from marljoint.run.errors import RunError
     from marljoint.run.plotting import PlottingUnavailable
     from marljoint.run.registry import EnvSpecError
-    from marljoint.run.train import RunError
 
     errors = (
         RunError,

@@ -95,7 +95,7 @@ def several_runs(args: argparse.Namespace) -> bool:
     """
     many = bool(args.seeds) or bool(getattr(args, "sweep", None)) or args.command == "tune"
     if not many and getattr(args, "jobs", None) is not None:
-        from marljoint.run.train import RunError
+        from marljoint.run.errors import RunError
 
         raise RunError("--jobs N sets how many runs of --seeds or --sweep train at a time; add --seeds S [S ...]")
     return many
@@ -112,7 +112,7 @@ def train_many(args: argparse.Namespace, spec: Any, options: dict[str, Any]) -> 
     Returns:
         0, or :data:`FAILED` when some run failed.
     """
-    from marljoint.run.train import RunError
+    from marljoint.run.errors import RunError
 
     seeds = list(args.seeds or [0 if args.seed is None else args.seed])
     if len(set(seeds)) != len(seeds):
@@ -150,7 +150,8 @@ def _checked_axes(
 ) -> list[Any]:
     """The ``--sweep`` (or ``--param``) axes, refused when they repeat a key, vary the seed, or vary a key that is
     set another way."""
-    from marljoint.run.train import RunError, RunSpec
+    from marljoint.run.errors import RunError
+    from marljoint.run.spec import RunSpec
 
     known = set(RunSpec().to_dict())
     seen: set[str] = set()
@@ -169,8 +170,8 @@ def _checked_axes(
 
 
 def _grid_points(axes: list[Any]) -> list[dict[str, tuple[str, Any]]]:
+    from marljoint.run.errors import RunError
     from marljoint.run.sweep import grid
-    from marljoint.run.train import RunError
 
     points = grid(axes)
     names = [_point_dir(point) for point in points]
@@ -208,8 +209,9 @@ def _job(
     """The job of one seed at one point of the grid, in ``parent/seed_<S>``, its threads sized to its share of the
     cores."""
     from marljoint.run.collection import with_auto_workers
+    from marljoint.run.errors import RunError
+    from marljoint.run.spec import RunSpec, resume_spec
     from marljoint.run.sweep import RunJob, fit_to_cores
-    from marljoint.run.train import RunError, RunSpec, resume_spec
 
     values = {key: value for key, (_, value) in point.items()}
     run_dir = parent / f"seed_{seed}"
@@ -239,9 +241,10 @@ def _job(
 def _check_before_start(jobs: list[Any], args: argparse.Namespace) -> None:
     """Refuses an env that cannot be found, a directory that another process is writing and a directory that holds
     a run before any run starts (one line, as for a single run), rather than as the same failure of every run."""
+    from marljoint.run.errors import RunError
     from marljoint.run.lock import RunLock
     from marljoint.run.registry import resolve_env
-    from marljoint.run.train import RunError, holds_run
+    from marljoint.run.rundir import holds_run
 
     for job in jobs:  # a directory being written is refused as a single run's would be (RunLocked)
         with RunLock(job.run_dir, "marljoint train"):
@@ -364,7 +367,7 @@ def _param_range(text: str) -> Any:
 
 def _tune(args: argparse.Namespace, spec: Any, options: dict[str, Any], seeds: list[int]) -> int:
     """``marljoint tune``: an Optuna study over ``--param`` maximising the seeds' mean final return."""
-    from marljoint.run.train import RunError
+    from marljoint.run.errors import RunError
     from marljoint.run.tune import OptunaUnavailable, require_optuna
 
     if args.resume or args.sweep:

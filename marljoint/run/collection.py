@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from marljoint.collect.config import CollectionConfig
-from marljoint.run.train import RunSpec
+from marljoint.run.spec import RunSpec
 from marljoint.threads import auto_workers
 
 __all__ = ["with_auto_workers"]

@@ -27,10 +27,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from marljoint.run.errors import RunInterrupted
 from marljoint.run.lock import RunLock, RunLocked
 from marljoint.run.plotting import PlottingUnavailable
 from marljoint.run.stats import confidence_interval
-from marljoint.run.train import RunInterrupted, train_run
+from marljoint.run.train import train_run
 from marljoint.threads import AUTO, learner_threads, limit_threads, usable_cores
 
 __all__ = [

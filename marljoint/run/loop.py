@@ -226,7 +226,7 @@ class RunLoop:
             out[f"eval/episode_return/{agent}"] = float(value)
         return out
 
-    def save_state(self, clock: float, best: bool = False, with_env: bool = True) -> None:
+    def _save(self, clock: float, best: bool = False, with_env: bool = True) -> None:
         seconds = self.clock_offset + time.perf_counter() - clock
         run = {"best_eval_return": self.best_eval}
         with writing(self.run_dir / CHECKPOINT_DIR):

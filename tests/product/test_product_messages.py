@@ -211,7 +211,7 @@ def _no_space(*args, **kwargs):
 
 
 WRITERS = {
-    "config.toml": ("marljoint.run.train", "write_config"),
+    "config.toml": ("marljoint.run.loop", "write_config"),
     "metrics.csv": ("marljoint.run.runlog.MetricsLog", "log"),
     "checkpoints": ("marljoint.checkpoint", "atomic_torch_save"),
 }

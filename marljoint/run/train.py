@@ -41,7 +41,8 @@ from marljoint.run.rundir import (
 )
 from marljoint.run.spec import RunSpec, load_run_spec, read_config_file, resume_spec, write_config
 
-# The names a run's callers use, re-exported here where they were first defined: the run package's public face.
+# train_run with the names its callers use beside it (RunSpec, the run directory files, the checks), each defined in
+# the run module of its concern (spec, rundir, build, loop).
 __all__ = [
     "CHECKPOINT_DIR",
     "CONFIG_FILE",

@@ -33,8 +33,10 @@ from marljoint.env.openspiel import OPENSPIEL_PREFIX
 from marljoint.policies.recurrent import RECURRENT_KINDS
 from marljoint.ppo.config import JointTrainerConfig
 from marljoint.run.lock import RunLock
-from marljoint.run.recipes import BUNDLED_ENVS, Recipe, auto_meta_solver, env_factory, recipe_for, write_metrics_csv
+from marljoint.run.presets import Preset
+from marljoint.run.recipes import BUNDLED_ENVS, auto_meta_solver, env_factory, recipe_for
 from marljoint.run.registry import known_game
+from marljoint.run.runlog import write_metrics_csv
 
 __all__ = ["register", "CommandError"]
 
@@ -177,8 +179,6 @@ class CommandError(SystemExit):
         return self.message
 
 
-
-
 def _fail(command: str, message: str) -> CommandError:
     """Writes ``marljoint COMMAND: error: MESSAGE`` (one line) to stderr and returns the exception to raise."""
     line = f"marljoint {command}: error: {' '.join(message.split())}"
@@ -186,7 +186,7 @@ def _fail(command: str, message: str) -> CommandError:
     return CommandError(line)
 
 
-def _resolve(command: str, args: argparse.Namespace) -> tuple[Callable[[], Any], KnownGame | None, Recipe, Path]:
+def _resolve(command: str, args: argparse.Namespace) -> tuple[Callable[[], Any], KnownGame | None, Preset, Path]:
     """Parses the options every command shares; raises the one-line error on bad input."""
     try:
         env_kwargs = json.loads(args.env_kwargs)
@@ -324,7 +324,7 @@ def _warm_start_arg(value: str) -> float | bool:
     return scale
 
 
-def _warm_start_settings(flag: float | bool | None, recipe: Recipe) -> dict[str, Any]:
+def _warm_start_settings(flag: float | bool | None, recipe: Preset) -> dict[str, Any]:
     """``warm_start`` / ``warm_start_policy_scale`` from ``--warm-start`` (None: not given, False: off, else the
     scale), the recipe's where the flag leaves them open."""
     if flag is None:

@@ -43,6 +43,7 @@ from marljoint.ppo.divergence import DivergenceError
 from marljoint.ppo.learner import JointStats, Learner, NetworkUnit
 from marljoint.ppo.metrics import MetricKeys, iteration_metrics
 from marljoint.ppo.persistence import TrainerPersistence
+from marljoint.threads import set_torch_threads
 
 __all__ = ["Iteration", "JointMultiAgentTrainer", "JointStats"]
 
@@ -155,7 +156,7 @@ class JointMultiAgentTrainer(TrainerPersistence):
         (see :func:`~marljoint.ppo.derived.derive_settings`, :func:`~marljoint.ppo.derived.derive_threads`,
         :func:`~marljoint.ppo.derived.derive_acting_device` and :func:`~marljoint.ppo.derived.derive_replay`)."""
         if config.torch_threads is not None:
-            torch.set_num_threads(config.torch_threads)
+            set_torch_threads(config.torch_threads)
         self.spec = env.spec
         self.device = torch.device(config.device)
         self._generator = torch.Generator().manual_seed(config.seed)

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from marljoint import JointMultiAgentTrainer, JointTrainerConfig, LocalCollector, PettingZooJointEnv
+from marljoint.auxiliary import features_only
 from marljoint.policies import ActorCritic
 from marljoint_envs import kuhn_poker_v0, mock_v0, variable_agents_v0
 
@@ -69,8 +70,10 @@ def test_aux_loss_couples_agents_through_one_backward():
     def difference(features):
         return ((features[0] - features[1]) ** 2).mean()
 
-    stats = trainer.update(trainer.collect_rollout(), aux_fn=difference)
+    stats = trainer.update(trainer.collect_rollout(), aux_fn=features_only(difference))
     assert stats.aux_loss > 0
+    with pytest.raises(TypeError, match=r"'difference' does not take \(features, alive\).*features_only\(fn\)"):
+        trainer.update(trainer.collect_rollout(), aux_fn=difference)
 
 
 def test_aux_fn_receives_alive_mask_and_rejects_bad_output():

@@ -109,6 +109,8 @@ class RayCollector:
         self.seed = int(seed)
         self.torch_threads = torch_threads
         self.max_restarts = max_restarts
+        self.in_workers = True
+        """The policy always acts in the actors."""
         self.restarts = 0
         """Actors replaced after dying, over the collector's life."""
         self.busy_seconds: list[float] = []

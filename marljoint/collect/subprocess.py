@@ -60,6 +60,7 @@ class SubprocessCollector:
             )
         self.env = env
         self.num_envs = env.num_envs
+        self.spec = env.spec
         self.seed = int(seed)
         self.torch_threads = torch_threads
         # Identifies this collector's slice workers among those of other collectors on the same env.

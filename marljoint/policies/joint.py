@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 import itertools
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -123,14 +123,22 @@ class JointPolicy(GroupStates):
             alive: ``[B, N]`` bool (read by a centralised critic).
             states: per group, ``[B, n_g, S_g]`` recurrent states (required by a recurrent policy).
         """
-        critic_state = self.critic_state(group_obs, alive)
         outputs = []
-        for k, network in enumerate(self.networks):
-            obs = self.network_obs(k, group_obs)
-            critic_obs = None if critic_state is None else critic_state.unsqueeze(1).expand(-1, obs.shape[1], -1)
+        for k, network, obs, critic_obs in self.network_inputs(group_obs, alive):
             state = self.network_state(k, states)
             outputs.append(network(obs, critic_obs) if state is None else network(obs, critic_obs, state))
         return outputs
+
+    def network_inputs(
+        self, group_obs: Sequence[torch.Tensor], alive: torch.Tensor
+    ) -> Iterator[tuple[int, ActorCritic, torch.Tensor, torch.Tensor | None]]:
+        """Per network ``k``, what it reads of a batch: ``(k, network, obs [B, n_k, ...], critic_obs)``, the
+        critic's input ``[B, n_k, S]`` being the joint state of a centralised critic (``None`` without one)."""
+        critic_state = self.critic_state(group_obs, alive)
+        for k, network in enumerate(self.networks):
+            obs = self.network_obs(k, group_obs)
+            critic_obs = None if critic_state is None else critic_state.unsqueeze(1).expand(-1, obs.shape[1], -1)
+            yield k, network, obs, critic_obs
 
     def forward_sequence(
         self,
@@ -353,12 +361,8 @@ class JointPolicy(GroupStates):
         counts = alive.bool()
         if active is not None:
             counts = counts & active.to(device=counts.device, dtype=torch.bool)
-        critic_state = self.critic_state(group_obs, alive)
-        for k, network in enumerate(self.networks):
-            obs = self.network_obs(k, group_obs)
-            weights = counts[:, list(self.slots[k].agents)]
-            critic_obs = None if critic_state is None else critic_state.unsqueeze(1).expand(-1, obs.shape[1], -1)
-            network.update_observation_statistics(obs, weights, critic_obs)
+        for k, network, obs, critic_obs in self.network_inputs(group_obs, alive):
+            network.update_observation_statistics(obs, counts[:, list(self.slots[k].agents)], critic_obs)
 
     # ------------------------------------------------------------------ weights
     def weights(self) -> dict[str, Any]:

@@ -312,9 +312,8 @@ def test_a_slice_of_copies_reproduces_the_same_rows_of_the_full_rollout():
     full = make(variable_agents_v0.parallel_env, num_envs=4, rollout_steps=12, seed=5)
     ro_full = full.collect_rollout()
     env = PettingZooJointEnv(variable_agents_v0.parallel_env, num_envs=2, seed=5, first_copy=2)
-    part = LocalCollector(env, seed=5, first_copy=2)
     # Evaluate copies 2..3 at their rows of a 4-copy batch, as the multi-process collectors' workers do.
-    full.joint_policy.row_pad = (2, 4)
+    part = LocalCollector(env, seed=5, first_copy=2, batch_rows=4)
     ro_part = part.collect(full.joint_policy, 12)
     assert torch.equal(ro_part.actions[0], ro_full.actions[0][:, 2:])
     assert torch.equal(ro_part.rewards, ro_full.rewards[:, 2:])

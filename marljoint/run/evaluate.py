@@ -288,31 +288,10 @@ def evaluate_run(
     copies = 1 if recording else (num_envs or min(episodes, 8))
     extra = {"render_mode": "rgb_array"} if recording else {}
     run = load_run(run_dir, checkpoint, num_envs=copies, seed=seed, **extra)
-    trainer, env, path = run.trainer, run.env, run.checkpoint
+    trainer, path = run.trainer, run.checkpoint
     frames: list[np.ndarray] = []
-    on_step = None
-    if recording:
-
-        def on_step(out: Any) -> bool:
-            # The first call brings the reset observation; recording stops when the first episode ends.
-            if getattr(out, "reset_envs", None) is not None and out.reset_envs.any():
-                return False
-            frames.append(_frame(env))
-            return True
-
-    try:
-        returns, lengths = play_episodes(
-            trainer,
-            env,
-            episodes,
-            deterministic=deterministic,
-            seed=seed,
-            max_steps=max_steps,
-            on_step=on_step,
-            progress=progress,
-        )
-    finally:
-        env.close()
+    recorder = frames if recording else None
+    returns, lengths = _play_and_close(run, episodes, deterministic, seed, max_steps, progress, recorder)
     written = write_gif(frames, gif, fps=gif_fps) if gif is not None else None
     written_video = write_video(frames, video, fps=gif_fps) if video is not None else None
     return EvalResult(
@@ -325,6 +304,44 @@ def evaluate_run(
         video=written_video,
         zero_sum=game_facts(run.spec.env, run.spec.env_kwargs, run.spec.wrappers, len(trainer.spec.agents)).zero_sum,
     )
+
+
+def _play_and_close(
+    run: Any,
+    episodes: int,
+    deterministic: bool,
+    seed: int,
+    max_steps: int,
+    progress: Callable[[int, int], None] | None,
+    frames: list[np.ndarray] | None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`play_episodes` with a loaded run's trainer on its env, which is closed afterwards; with ``frames`` a
+    list, the first episode's frames are appended to it."""
+    env = run.env
+    on_step = None
+    if frames is not None:
+        recorded = frames
+
+        def on_step(out: Any) -> bool:
+            # The first call brings the reset observation; recording stops when the first episode ends.
+            if getattr(out, "reset_envs", None) is not None and out.reset_envs.any():
+                return False
+            recorded.append(_frame(env))
+            return True
+
+    try:
+        return play_episodes(
+            run.trainer,
+            env,
+            episodes,
+            deterministic=deterministic,
+            seed=seed,
+            max_steps=max_steps,
+            on_step=on_step,
+            progress=progress,
+        )
+    finally:
+        env.close()
 
 
 def _frame(env: Any) -> np.ndarray:

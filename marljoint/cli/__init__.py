@@ -205,6 +205,15 @@ def _add_train(subparsers: Any) -> None:
         help=f"episodes of each evaluation (default {default('eval_episodes')})",
     )
     p.add_argument(
+        "--exploitability-every",
+        metavar="K",
+        type=_positive_int,
+        help="measure the current policies' exploitability every K iterations (exploit/... columns): exactly for "
+        "Kuhn poker, matrix games and small OpenSpiel games (also writing openspiel_policy.json where the game has "
+        "an OpenSpiel form), else approximately with PPO best responses in two-player envs; the least exploitable "
+        "checkpoint is kept as checkpoints/best.pt",
+    )
+    p.add_argument(
         "--wandb",
         metavar="PROJECT",
         help='also log to this Weights & Biases project (pip install "marljoint[wandb]"; WANDB_MODE=offline '
@@ -410,6 +419,14 @@ def _add_eval(subparsers: Any) -> None:
         default=1_000_000,
         help="give up after this many joint steps (default 1,000,000)",
     )
+    p.add_argument(
+        "--against",
+        metavar="REF",
+        action="append",
+        help="also play each seat of a two-player game against this reference, the trained policy in one seat and "
+        "the reference in the other: 'random' (uniform over the legal actions), a run directory of the same env "
+        "(its newest checkpoint) or a checkpoint file; repeatable. Zero-sum games get 'random' by default",
+    )
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(handler=_eval)
 
@@ -430,6 +447,9 @@ def _eval(args: argparse.Namespace) -> int:
         video=args.video,
         progress=_eval_progress(args.episodes, args.max_steps),
     )
+    from marljoint.run.seats import evaluate_seats
+
+    seats = evaluate_seats(args.run_dir, args.against or (), args.episodes, args.seed, args.checkpoint)
     if args.json:
         summary = {name: {"mean": m, "ci95": h} for name, (m, h) in result.summary().items()}
         payload = {
@@ -440,9 +460,13 @@ def _eval(args: argparse.Namespace) -> int:
             "gif": None if result.gif is None else str(result.gif),
             "video": None if result.video is None else str(result.video),
         }
+        if seats is not None:
+            payload["seats"] = seats.summary()
         print(json.dumps(payload, indent=2, allow_nan=True))
     else:
         print(result.format())
+        if seats is not None:
+            print(seats.format())
     return 0
 
 

@@ -32,6 +32,7 @@ from marljoint.cli.args import USAGE_ERROR, non_negative_int, positive_float, po
 from marljoint.env.openspiel import OPENSPIEL_PREFIX
 from marljoint.policies.recurrent import RECURRENT_KINDS
 from marljoint.ppo.config import JointTrainerConfig
+from marljoint.run.exploitability import OPENSPIEL_POLICY
 from marljoint.run.lock import RunLock
 from marljoint.run.presets import Preset
 from marljoint.run.recipes import BUNDLED_ENVS, auto_meta_solver, env_factory, recipe_for
@@ -269,10 +270,6 @@ def _export_policy(command: str, run: Any, out: Path) -> None:
     else:
         policies = list(run.average_policies)
     game.export(game.tables(policies), out / OPENSPIEL_POLICY)
-
-
-OPENSPIEL_POLICY = "openspiel_policy.json"
-"""The file an OpenSpiel game's run writes its evaluated policy to (see :meth:`OpenSpielGame.export`)."""
 
 
 def _progress_line(command: str, row: Mapping[str, Any], total: int | None) -> str:

@@ -4,7 +4,7 @@ machine.
 
 The library defaults are the field defaults of :class:`~marljoint.JointTrainerConfig`; ``marljoint train`` changes
 a few of them (:data:`PRODUCT_CHANGES`), and the run's own settings (the env, the budget, checkpoints, evaluation)
-have their defaults here (:data:`RUN_DEFAULTS`), which :class:`~marljoint.run.train.RunSpec` takes. The command's
+have their defaults here (:data:`RUN_DEFAULTS`), which :class:`~marljoint.run.spec.RunSpec` takes. The command's
 help, a fresh run's ``config.toml`` and ``docs/cli.md`` show these values.
 
 Example:
@@ -54,6 +54,9 @@ RUN_DEFAULTS: dict[str, Any] = {
     "keep_checkpoints": 3,
     "eval_every": None,
     "eval_episodes": 10,
+    "exploitability_every": None,
+    "exploitability_steps": 20_000,
+    "exploitability_episodes": 200,
     "wandb_project": None,
 }
 """The run's own settings (:class:`~marljoint.run.train.RunSpec`'s fields) and their defaults, which are

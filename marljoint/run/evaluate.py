@@ -18,6 +18,7 @@ from marljoint.checkpoint import CheckpointError, list_checkpoints, load_checkpo
 from marljoint.collect.config import CollectionConfig
 from marljoint.run import migrations
 from marljoint.run.episodes import play_episodes
+from marljoint.run.exploitability import game_facts
 from marljoint.run.stats import confidence_interval
 from marljoint.run.train import (
     CHECKPOINT_DIR,
@@ -54,6 +55,8 @@ class EvalResult:
         deterministic: whether actions were the policies' modes (else sampled).
         gif: the GIF written, if any.
         video: the video written, if any.
+        zero_sum: whether the game is zero-sum (:func:`~marljoint.run.exploitability.game_facts`): the mean over
+            agents is then 0 by construction, and :meth:`format` leaves it out.
     """
 
     agents: tuple[str, ...]
@@ -63,6 +66,7 @@ class EvalResult:
     deterministic: bool
     gif: Path | None = None
     video: Path | None = None
+    zero_sum: bool = False
 
     def summary(self) -> dict[str, tuple[float, float]]:
         """Per agent (and ``"mean"`` over agents): ``(mean return, half-width of the 95% CI)``."""
@@ -80,6 +84,9 @@ class EvalResult:
             f"{'agent':<{width}}  return (mean ± 95% CI)",
         ]
         for name, (mean, half) in self.summary().items():
+            if name == "mean" and self.zero_sum:
+                lines.append("(a zero-sum game: the mean over agents is 0 by construction; see the per-seat rows)")
+                continue
             label = "mean over agents" if name == "mean" else name
             lines.append(f"{label:<{width}}  {mean:.4g} ± {half:.3g}")
         if self.gif is not None:
@@ -295,6 +302,7 @@ def evaluate_run(
         deterministic=deterministic,
         gif=written,
         video=written_video,
+        zero_sum=game_facts(run.spec.env, run.spec.env_kwargs, run.spec.wrappers, len(trainer.spec.agents)).zero_sum,
     )
 
 

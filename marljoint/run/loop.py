@@ -16,7 +16,7 @@ from marljoint.checkpoint import list_checkpoints
 from marljoint.env.base import EnvCopyError
 from marljoint.ppo.config import JointTrainerConfig
 from marljoint.ppo.divergence import DivergenceError
-from marljoint.run import plotting, runlog
+from marljoint.run import exploitability, plotting, runlog
 from marljoint.run.build import make_env, say
 from marljoint.run.episodes import play_episodes
 from marljoint.run.errors import EnvFailure, RunError, RunInterrupted
@@ -76,6 +76,12 @@ class RunLoop:
         self.logged = 0
         """The last iteration whose metrics row is written."""
         self.best_eval = -math.inf
+        from marljoint.collect.config import CollectionConfig
+
+        local = dataclasses.replace(spec, trainer=spec.trainer.replace(collection=CollectionConfig()))
+        self.tracker = exploitability.build_tracker(
+            spec, trainer.spec.num_agents, lambda copies, seed: make_env(local, num_envs=copies, seed=seed)
+        )
         self._eval_env: Any = None
         self._new_best = False
         self.created = False
@@ -174,6 +180,7 @@ class RunLoop:
                 self.log.close()
             if self._eval_env is not None:
                 self._eval_env.close()
+            self.tracker.close()
             trainer.close()
 
     def _kept(self, last_saved: int) -> str:
@@ -190,10 +197,15 @@ class RunLoop:
         rollout, stats, seconds = trainer.iterate(total, aux_fn=self.aux_fn)
         metrics = trainer.iteration_metrics(rollout, stats, seconds)
         every = self.spec.eval_every
-        if every is not None and (trainer.iteration % every == 0 or trainer.iteration >= total):
+        evaluated = every is not None and (trainer.iteration % every == 0 or trainer.iteration >= total)
+        if evaluated:
             metrics.update(self._evaluate())
+        if self.tracker.due(trainer.iteration, total, evaluated):
+            metrics.update(self.tracker.measure(trainer, trainer.iteration))
+        self._new_best = self._new_best or self.tracker.take_new_best()
         if self.log is None:
             self._open()
+        self.tracker.export(self.run_dir)
         self.agent_steps += metrics["agent_steps"]
         row = _row(metrics, self.clock_offset + time.perf_counter() - clock, self.agent_steps)
         with writing(self.log.path):
@@ -220,15 +232,16 @@ class RunLoop:
             trainer.generator.set_state(generator)
         mean = float(returns.mean())
         if mean > self.best_eval:
-            self.best_eval, self._new_best = mean, True
+            self.best_eval, self._new_best = mean, not self.tracker.decides_best
         out = {"eval/episode_return_mean": mean, "eval/best_episode_return_mean": self.best_eval}
         for agent, value in zip(trainer.spec.agents, returns.mean(axis=0)):
             out[f"eval/episode_return/{agent}"] = float(value)
+        out.update(self.tracker.evaluate(trainer, self._eval_env, spec.eval_episodes, seed))
         return out
 
     def _save(self, clock: float, best: bool = False, with_env: bool = True) -> None:
         seconds = self.clock_offset + time.perf_counter() - clock
-        run = {"best_eval_return": self.best_eval}
+        run = {"best_eval_return": self.best_eval, **self.tracker.state()}
         with writing(self.run_dir / CHECKPOINT_DIR):
             self.env_state_saved = save_state(
                 self.trainer,

@@ -66,6 +66,16 @@ class RunSpec:
     without it."""
     eval_episodes: int = RUN_DEFAULTS["eval_episodes"]
     """Episodes of each evaluation during training."""
+    exploitability_every: int | None = RUN_DEFAULTS["exploitability_every"]
+    """Measure the exploitability of the current policies every K iterations (and after the last): exactly for a
+    known game (Kuhn poker, a matrix game, a tabulable OpenSpiel game), else, in a two-player env, approximately
+    with best responses of ``exploitability_steps`` env steps; logged as the ``exploit/...`` columns, and the least
+    exploitable checkpoint kept as ``checkpoints/best.pt`` (:mod:`marljoint.run.exploitability`). ``None``: only at
+    evaluations, and only for a known game."""
+    exploitability_steps: int = RUN_DEFAULTS["exploitability_steps"]
+    """Env steps of PPO best-response training per approximate measure (envs without a known game)."""
+    exploitability_episodes: int = RUN_DEFAULTS["exploitability_episodes"]
+    """Episodes of each estimate of an approximate measure (the profile, and each best response)."""
     wandb_project: str | None = None
     """Also log every metrics row to this Weights & Biases project (``pip install "marljoint[wandb]"``; set
     ``WANDB_MODE=offline`` without network). ``None``: CSV and TensorBoard only."""
@@ -95,6 +105,12 @@ class RunSpec:
         if self.eval_every is not None:
             _positive_int("eval_every", self.eval_every)
         _positive_int("eval_episodes", self.eval_episodes)
+        if self.exploitability_every is not None:
+            _positive_int("exploitability_every", self.exploitability_every)
+        _positive_int("exploitability_steps", self.exploitability_steps)
+        _positive_int("exploitability_episodes", self.exploitability_episodes)
+        if self.exploitability_episodes < 2:
+            raise RunError("exploitability_episodes must be at least 2 (a confidence interval needs two), got 1")
         if self.wandb_project is not None and (not isinstance(self.wandb_project, str) or not self.wandb_project):
             raise RunError(f"wandb_project must be a project name, got {self.wandb_project!r}")
         if self.redundancy is not None:

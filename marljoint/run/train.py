@@ -167,6 +167,7 @@ def _train_locked(
             restored = restore_state(trainer, checkpoint, stream, run_dir, trust_snapshot)
             loop.clock_offset, loop.agent_steps, loop.env_state_saved = restored
             loop.best_eval = float(checkpoint["run"].get("best_eval_return", -math.inf))
+            loop.tracker.restore(checkpoint["run"])
         with StopRequests() as stops:
             try:
                 loop.run(stop_after, on_iteration, stops)

@@ -110,7 +110,7 @@ def run_one(
     changes: tuple[dict[str, Any], dict[str, Any]] = ({}, {}),
 ) -> list[dict[str, Any]]:
     """Runs one (method, seed) for ``seconds`` and returns its summary rows."""
-    from marljoint.run.recipes import write_metrics_csv
+    from marljoint.run.runlog import write_metrics_csv
 
     run = build(method, seed, changes)
     directory = out / method / f"seed{seed}"

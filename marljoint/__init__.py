@@ -40,6 +40,7 @@ from marljoint.ppo import (
     JointTrainerConfig,
     compute_gae,
     derive_settings,
+    features_only,
     gamma_for_episodes,
 )
 from marljoint.run.lock import RunLock, RunLocked
@@ -126,6 +127,7 @@ __all__ = [
     "derive_settings",
     "episode_limit",
     "export_run",
+    "features_only",
     "gamma_for_episodes",
     "learner_threads",
     "limit_threads",

@@ -1,7 +1,9 @@
-"""Value decomposition against PPO: VDN and QMIX beside marljoint's PPO defaults at the same env steps.
+"""The off-policy algorithms against PPO: VDN, QMIX, MASAC and MADDPG beside marljoint's PPO defaults at the same
+env steps.
 
-For every env (simple_spread from mpe2, bucket_brigade bundled), method (``vdn``, ``qmix``: the off-policy trainer
-with its defaults; ``ppo``: ``marljoint train``'s plain defaults; ``random``) and seed, it trains for the same budget
+For every env (simple_spread from mpe2 with discrete or continuous actions, bucket_brigade bundled, multiwalker from
+SISL), method (``vdn``, ``qmix``, ``masac``, ``maddpg``: the off-policy trainer with its defaults; ``ppo``:
+``marljoint train``'s plain defaults; ``random``) and seed, it trains for the same budget
 of env steps (one joint step of one env copy), then plays the same fresh episodes greedily (200 by default; the
 random policy samples uniformly). Each finished run is one CSV row in ``--out`` (a run already there is not
 trained again, so the benchmark resumes); ``--report`` prints the table (mean over seeds ± 95% CI).
@@ -11,7 +13,12 @@ Usage::
     python benchmarks/offpolicy_learning.py --out benchmarks/results/offpolicy/runs.csv            # everything
     python benchmarks/offpolicy_learning.py --envs bucket_brigade --methods vdn --seeds 0 --steps 50000 \
         --out benchmarks/results/offpolicy/runs.csv
+    python benchmarks/offpolicy_learning.py --envs simple_spread_continuous --methods masac ppo random \
+        --steps 30000 --episodes 100 --out benchmarks/results/offpolicy/masac.csv
     python benchmarks/offpolicy_learning.py --report --out benchmarks/results/offpolicy/runs.csv
+
+VDN and QMIX need Discrete actions (simple_spread, bucket_brigade), MASAC and MADDPG one Discrete or Box space
+(simple_spread either way, multiwalker; not bucket_brigade's MultiDiscrete)
 """
 
 from __future__ import annotations
@@ -29,8 +36,17 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import generalization as suite  # noqa: E402  (the suite's envs, evaluation and table helpers)
 
-ENVS = ("simple_spread", "bucket_brigade")
-METHODS = ("vdn", "qmix", "ppo", "random")
+TASKS = {
+    **{name: suite.SUITE[name] for name in ("simple_spread", "bucket_brigade", "multiwalker")},
+    "simple_spread_continuous": suite.Task(
+        functools.partial(suite._mpe, "simple_spread_v3", N=3, max_cycles=25, continuous_actions=True),
+        1_000_000,
+        "cooperative MPE, Box(0, 1, (5,)) actions",
+    ),
+}
+ENVS = ("simple_spread", "bucket_brigade", "simple_spread_continuous", "multiwalker")
+OFFPOLICY = ("vdn", "qmix", "masac", "maddpg")
+METHODS = (*OFFPOLICY, "ppo", "random")
 FIELDS = ("env", "method", "seed", "env_steps", "train_seconds", "episodes", "return_mean", "return_std")
 
 
@@ -40,7 +56,7 @@ def train_value(name: str, algorithm: str, seed: int, env_steps: int, changes: d
     from marljoint.offpolicy import OffPolicyConfig, OffPolicyTrainer
 
     config = OffPolicyConfig(algorithm=algorithm, seed=seed, **changes)
-    env = PettingZooJointEnv(suite.SUITE[name].factory, num_envs=config.num_envs, seed=seed)
+    env = PettingZooJointEnv(TASKS[name].factory, num_envs=config.num_envs, seed=seed)
     trainer = OffPolicyTrainer(env, config)
     start = time.perf_counter()
     trainer.train(env_steps)
@@ -51,11 +67,11 @@ def train_value(name: str, algorithm: str, seed: int, env_steps: int, changes: d
 
 def run_one(name: str, method: str, seed: int, env_steps: int, episodes: int, changes: dict[str, Any]) -> dict:
     """Trains one (env, method, seed) and evaluates it greedily on the suite's fixed evaluation episodes."""
-    task = suite.SUITE[name]
+    task = TASKS[name]
     base_seed = 1_000_000
     seconds, trained = 0.0, env_steps
     label = method
-    if method in ("vdn", "qmix"):
+    if method in OFFPOLICY:
         trainer, seconds = train_value(name, method, seed, env_steps, changes)
         label = suite.variant_label(changes).replace("marljoint", method)
         returns = suite.evaluate_marljoint(trainer, task, True, episodes, base_seed)
@@ -99,7 +115,7 @@ def report(path: Path) -> str:
     with path.open(newline="") as f:
         rows = list(csv.DictReader(f))
     present = {r["method"] for r in rows} - {"ppo", "random"}
-    methods = [m for m in ("vdn", "qmix") if m in present] + sorted(present - {"vdn", "qmix"}) + ["ppo"]
+    methods = [m for m in OFFPOLICY if m in present] + sorted(present - set(OFFPOLICY)) + ["ppo"]
     lines = ["| env | env steps | " + " | ".join(methods) + " | random |", "|---" * (len(methods) + 3) + "|"]
     budgets = sorted({(r["env"], int(r["env_steps"])) for r in rows if r["method"] != "random"})
     for name, steps in budgets:
@@ -138,9 +154,7 @@ def main() -> None:
         for name in args.envs:
             for method in args.methods:
                 steps = 0 if method == "random" else args.steps
-                label = (
-                    suite.variant_label(changes).replace("marljoint", method) if method in ("vdn", "qmix") else method
-                )
+                label = suite.variant_label(changes).replace("marljoint", method) if method in OFFPOLICY else method
                 if (name, label, seed, steps) in done:
                     continue
                 row = run_one(name, method, seed, steps, args.episodes, changes)

@@ -28,7 +28,7 @@ from marljoint.env import (
     episode_limit,
     make_joint_env,
 )
-from marljoint.offpolicy import OffPolicyConfig, OffPolicyTrainer
+from marljoint.offpolicy import OffPolicyConfig, OffPolicyTrainer, SacAlgorithm, SacConfig
 from marljoint.policies import JointPolicy
 from marljoint.ppo import (
     AuxOutput,
@@ -118,6 +118,8 @@ __all__ = [
     "PettingZooJointEnv",
     "RunLock",
     "RunLocked",
+    "SacAlgorithm",
+    "SacConfig",
     "SnapshotTrustError",
     "SubprocessJointEnv",
     "__version__",

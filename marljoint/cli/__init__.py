@@ -132,10 +132,11 @@ def _add_train(subparsers: Any) -> None:
     )
     p.add_argument(
         "--algorithm",
-        choices=["mappo", "ippo", "vdn", "qmix"],
+        choices=["mappo", "ippo", "vdn", "qmix", "masac", "maddpg"],
         help="mappo/ippo: PPO with/without the centralised critic; vdn/qmix: value decomposition trained off-policy "
-        "(Discrete actions; --set offpolicy={...} tunes it; see docs/value_decomposition.md). Default: PPO as "
-        "centralized_critic says",
+        "(Discrete actions; --set offpolicy={...} tunes it; see docs/value_decomposition.md); masac/maddpg: "
+        "off-policy actor-critics with centralised critics (one Discrete or Box space; --set "
+        "offpolicy={sac={...}}; see docs/masac.md). Default: PPO as centralized_critic says",
     )
     p.add_argument(
         "--recurrent",

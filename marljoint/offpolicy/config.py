@@ -1,16 +1,20 @@
-"""The settings of the value-decomposition trainer (VDN, QMIX): one frozen, validated dataclass."""
+"""The settings of the off-policy trainer (VDN, QMIX, MASAC, MADDPG): one frozen, validated dataclass."""
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["ALGORITHMS", "OffPolicyConfig"]
+__all__ = ["ALGORITHMS", "VALUE_ALGORITHMS", "OffPolicyConfig"]
 
-ALGORITHMS = ("vdn", "qmix")
-"""The value-decomposition algorithms :class:`OffPolicyConfig` trains."""
+VALUE_ALGORITHMS = ("vdn", "qmix")
+"""The value-decomposition algorithms."""
+ALGORITHMS = (*VALUE_ALGORITHMS, "masac", "maddpg")
+"""The algorithms :class:`OffPolicyConfig` trains: value decomposition, and the centralised-critic actor-critics
+(:mod:`marljoint.offpolicy.sac`, their settings in :attr:`OffPolicyConfig.sac`)."""
 
 _CHOICES = {
     "algorithm": ALGORITHMS,
@@ -32,7 +36,9 @@ class OffPolicyConfig:
 
     algorithm: str = "vdn"
     """``"vdn"`` (the team value is the sum of the agents' utilities) or ``"qmix"`` (a monotonic mixing network
-    whose weights are produced by hypernetworks from the global state)."""
+    whose weights are produced by hypernetworks from the global state), or ``"masac"`` / ``"maddpg"`` (an actor
+    per agent and centralised critics, :mod:`marljoint.offpolicy.sac`; the exploration, target and learning-rate
+    settings here are then unused, and :attr:`sac` holds theirs)."""
     num_envs: int = 8
     """E, env copies stepped together."""
     rollout_steps: int = 16
@@ -90,6 +96,10 @@ class OffPolicyConfig:
     give utilities of tens of thousands, which networks starting near zero take long to reach."""
     seed: int = 0
     """Seed of the env resets, the exploration noise, the initial weights and the replay sampling."""
+    sac: Mapping[str, Any] = field(default_factory=dict)
+    """masac and maddpg: :class:`~marljoint.offpolicy.sac.SacConfig` fields other than ``variant``, ``gamma``,
+    ``hidden_sizes`` and ``share_parameters`` (which come from the fields above); empty: SacConfig's defaults
+    (``docs/masac.md``)."""
 
     def __post_init__(self) -> None:
         for name, allowed in _CHOICES.items():
@@ -123,11 +133,24 @@ class OffPolicyConfig:
             )
         if not _is_int(self.seed) or not 0 <= self.seed < 2**63:
             raise ValueError(f"seed must be an integer in [0, 2**63 - 1], got {self.seed!r}")
+        self._check_sac()
         if self.batch_size > self.buffer_size:
             raise ValueError(
                 f"batch_size={self.batch_size} exceeds buffer_size={self.buffer_size}; raise buffer_size or lower "
                 "batch_size"
             )
+
+    def _check_sac(self) -> None:
+        if not isinstance(self.sac, Mapping):
+            raise ValueError(f"sac must be a table of SacConfig settings, got {self.sac!r}")
+        object.__setattr__(self, "sac", dict(self.sac))
+        if self.algorithm in VALUE_ALGORITHMS:
+            if self.sac:
+                raise ValueError(f"sac settings apply to masac and maddpg, not {self.algorithm}; drop them")
+            return
+        from marljoint.offpolicy.centralised import sac_config
+
+        sac_config(self)
 
     @property
     def transitions_per_iteration(self) -> int:
@@ -149,6 +172,7 @@ class OffPolicyConfig:
         """The settings as plain values (as written to ``config.toml``)."""
         out = dataclasses.asdict(self)
         out["hidden_sizes"] = list(self.hidden_sizes)
+        out["sac"] = {k: list(v) if isinstance(v, tuple) else v for k, v in self.sac.items()}
         return out
 
 

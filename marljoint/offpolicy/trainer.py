@@ -16,7 +16,8 @@ from marljoint.collect.noise import copy_generators, generators_from_states
 from marljoint.collect.snapshots import read_state, restore_env
 from marljoint.env.base import JointEnv, JointObs
 from marljoint.offpolicy.base import OffPolicyAlgorithm
-from marljoint.offpolicy.config import OffPolicyConfig
+from marljoint.offpolicy.centralised import CentralisedActorCritic
+from marljoint.offpolicy.config import VALUE_ALGORITHMS, OffPolicyConfig
 from marljoint.offpolicy.replay import JointTransitions, ReplayBuffer
 from marljoint.offpolicy.transitions import joint_transitions
 from marljoint.offpolicy.value import ValueDecomposition
@@ -42,6 +43,12 @@ def _seed(seed: int, purpose: int) -> int:
     return int(np.random.SeedSequence([int(seed) % 2**63, purpose]).generate_state(1)[0])
 
 
+def _build_algorithm(spec: Any, config: OffPolicyConfig, init: torch.Generator) -> OffPolicyAlgorithm:
+    if config.algorithm in VALUE_ALGORITHMS:
+        return ValueDecomposition(spec, config, init)
+    return CentralisedActorCritic(spec, config, _seed(config.seed, 1))
+
+
 def _copy_obs(obs: JointObs) -> JointObs:
     """A copy of what the env returned (its arrays may be reused by the next step)."""
     masks = tuple(None if m is None else m.copy() for m in obs.action_masks)
@@ -59,12 +66,14 @@ class OffPolicyTrainer:
     Args:
         env: the env copies (``config.num_envs`` of them).
         config: the settings.
-        algorithm: the algorithm to train; ``None`` builds :class:`~marljoint.offpolicy.ValueDecomposition` from
-            ``config``.
+        algorithm: the algorithm to train; ``None`` builds the one ``config.algorithm`` names
+            (:class:`~marljoint.offpolicy.ValueDecomposition` for vdn and qmix,
+            :class:`~marljoint.offpolicy.CentralisedActorCritic` for masac and maddpg). An algorithm with
+            ``learning_rates`` (one per network) gets those; else every network takes ``config.learning_rate``.
 
     Raises:
         ValueError: if the env's number of copies differs from ``config.num_envs``, or an agent's actions are
-            not Discrete (value methods).
+            not Discrete (value methods), or not one Discrete or Box space (masac, maddpg).
 
     Example:
         >>> from marljoint import PettingZooJointEnv
@@ -84,10 +93,11 @@ class OffPolicyTrainer:
             )
         self.env, self.config, self.spec = env, config, env.spec
         init = torch.Generator().manual_seed(_seed(config.seed, 1))
-        self.algorithm = algorithm if algorithm is not None else ValueDecomposition(env.spec, config, init)
+        self.algorithm = algorithm if algorithm is not None else _build_algorithm(env.spec, config, init)
+        networks = self.algorithm.networks
+        rates = getattr(self.algorithm, "learning_rates", None) or [config.learning_rate] * len(networks)
         self.optimizers = [
-            torch.optim.Adam(net.parameters(), lr=config.learning_rate, eps=config.adam_eps)
-            for net in self.algorithm.networks
+            torch.optim.Adam(net.parameters(), lr=rate, eps=config.adam_eps) for net, rate in zip(networks, rates)
         ]
         self._generator = torch.Generator().manual_seed(_seed(config.seed, 2))
         self.copy_generators = copy_generators(config.seed, env.num_envs)
@@ -154,9 +164,14 @@ class OffPolicyTrainer:
         for optimizer in self.optimizers:
             optimizer.zero_grad(set_to_none=True)
         loss.backward()
+        # An algorithm whose networks stack one member per agent clips each agent on its own (clip_grads).
+        clip = getattr(self.algorithm, "clip_grads", None)
         for k, (network, optimizer) in enumerate(zip(self.algorithm.networks, self.optimizers)):
-            norm = torch.nn.utils.clip_grad_norm_(network.parameters(), self.config.max_grad_norm)
-            stats[f"grad_norm/{k}"] = float(norm)
+            if clip is not None:
+                stats[f"grad_norm/{k}"] = clip(network, self.config.max_grad_norm)
+            else:
+                norm = torch.nn.utils.clip_grad_norm_(network.parameters(), self.config.max_grad_norm)
+                stats[f"grad_norm/{k}"] = float(norm)
             optimizer.step()
         self.algorithm.update_targets()
         self.gradient_steps += 1

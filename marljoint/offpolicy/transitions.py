@@ -28,8 +28,9 @@ def joint_transitions(
     Args:
         spec: the env's agents and groups.
         before: the observations the actions were chosen on.
-        actions: per group ``[E, n_g]`` (Discrete) or ``[E, n_g, K]`` (MultiDiscrete) int64, the actions played;
-            stored as indices of the product of the heads' choices.
+        actions: per group ``[E, n_g]`` (Discrete) or ``[E, n_g, K]`` (MultiDiscrete) int64, the actions played,
+            stored as indices of the product of the heads' choices; or, where every agent acts in a Box,
+            ``[E, n_g, D]`` float32, stored as they are (``[E, N, D]`` float32 actions).
         step: the env's outcome.
 
     Returns:
@@ -41,13 +42,17 @@ def joint_transitions(
     final_acting = np.ones_like(ended) if step.final_waiting is None else ~step.final_waiting
     next_deciding = next_present & np.where(ended, final_acting, step.acting)
     num_envs = ended.shape[0]
-    all_actions = np.zeros((num_envs, spec.num_agents), np.int64)
+    all_actions = _action_storage(spec, num_envs)
     obs, next_obs, next_masks = [], [], []
     for g, group in enumerate(spec.groups):
         columns = list(group.agent_indices)
         nvec = group.action.nvec
-        played = torch.as_tensor(np.asarray(actions[g], np.int64))
-        all_actions[:, columns] = (played if group.action.kind == "discrete" else encode_actions(played, nvec)).numpy()
+        if group.action.kind == "box":
+            all_actions[:, columns] = np.asarray(actions[g], np.float32).reshape(num_envs, len(columns), -1)
+        else:
+            played = torch.as_tensor(np.asarray(actions[g], np.int64))
+            categorical = played if group.action.kind == "discrete" else encode_actions(played, nvec)
+            all_actions[:, columns] = categorical.numpy()
         obs.append(_flat(before.obs[g]))
         shape = (num_envs, len(columns)) + (1,) * (step.obs[g].ndim - 2)
         next_obs.append(_flat(np.where(ended[:, columns].reshape(shape), step.final_obs[g], step.obs[g])))
@@ -70,6 +75,14 @@ def joint_transitions(
         next_present=torch.from_numpy(next_present),
         next_deciding=torch.from_numpy(next_deciding),
     )
+
+
+def _action_storage(spec: JointSpec, num_envs: int) -> np.ndarray:
+    """Zeros for the actions of one step: ``[E, N]`` int64, or ``[E, N, D]`` float32 where every agent acts in a
+    Box of D entries."""
+    if all(layout.kind == "box" for layout in spec.actions):
+        return np.zeros((num_envs, spec.num_agents, spec.actions[0].shape[0]), np.float32)
+    return np.zeros((num_envs, spec.num_agents), np.int64)
 
 
 def _flat(obs: np.ndarray) -> torch.Tensor:

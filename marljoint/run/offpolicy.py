@@ -1,5 +1,6 @@
 """The ``algorithm`` of a run: which trainer ``marljoint train`` builds, and the off-policy trainer of value
-runs (``vdn``, ``qmix``) behind the same interface as the PPO trainer's."""
+runs (``vdn``, ``qmix``) and centralised-critic actor-critic runs (``masac``, ``maddpg``) behind the same interface
+as the PPO trainer's."""
 
 from __future__ import annotations
 
@@ -12,11 +13,21 @@ from marljoint.offpolicy import OffPolicyConfig, OffPolicyTrainer
 from marljoint.run.errors import RunError
 from marljoint.threads import learner_threads
 
-__all__ = ["ALGORITHMS", "VALUE_ALGORITHMS", "OffPolicyRun", "build_offpolicy_trainer", "check_algorithm"]
+__all__ = [
+    "ALGORITHMS",
+    "OFFPOLICY_ALGORITHMS",
+    "VALUE_ALGORITHMS",
+    "OffPolicyRun",
+    "build_offpolicy_trainer",
+    "check_algorithm",
+]
 
 VALUE_ALGORITHMS = ("vdn", "qmix")
-"""Algorithms trained off-policy from a replay buffer."""
-ALGORITHMS = ("mappo", "ippo", *VALUE_ALGORITHMS)
+"""Value decomposition, trained off-policy from a replay buffer."""
+OFFPOLICY_ALGORITHMS = (*VALUE_ALGORITHMS, "masac", "maddpg")
+"""Algorithms trained off-policy from a replay buffer: value decomposition and the centralised-critic
+actor-critics (their own settings in ``[offpolicy.sac]``)."""
+ALGORITHMS = ("mappo", "ippo", *OFFPOLICY_ALGORITHMS)
 """Every ``algorithm`` a run may name; ``mappo`` and ``ippo`` are PPO with and without the centralised critic."""
 
 # Settings an off-policy run takes from the run's trainer settings, not from its [offpolicy] table.
@@ -27,7 +38,7 @@ def offpolicy_config(algorithm: str, trainer: Any, table: Mapping[str, Any]) -> 
     """The :class:`~marljoint.offpolicy.OffPolicyConfig` of a value run.
 
     Args:
-        algorithm: ``vdn`` or ``qmix``.
+        algorithm: ``vdn``, ``qmix``, ``masac`` or ``maddpg``.
         trainer: the run's :class:`~marljoint.JointTrainerConfig` (E, T, seed, widths, sharing and γ come from it;
             γ 0.99 where it is derived).
         table: the run's ``offpolicy`` settings (every other OffPolicyConfig field).
@@ -68,11 +79,13 @@ def check_algorithm(algorithm: str | None, trainer: Any, table: Mapping[str, Any
     """
     if algorithm is None:
         if table:
-            raise RunError("offpolicy settings need algorithm = 'vdn' or 'qmix'; set algorithm or drop them")
+            raise RunError(
+                f"offpolicy settings need algorithm = one of {list(OFFPOLICY_ALGORITHMS)}; set algorithm or drop them"
+            )
         return
     if algorithm not in ALGORITHMS:
         raise RunError(f"algorithm must be one of {list(ALGORITHMS)}, got {algorithm!r}")
-    if algorithm in VALUE_ALGORITHMS:
+    if algorithm in OFFPOLICY_ALGORITHMS:
         if trainer.recurrent is not None:
             raise RunError(
                 f"{algorithm} trains feed-forward utilities, but recurrent={trainer.recurrent!r}; drop recurrent or "
@@ -89,7 +102,7 @@ def check_algorithm(algorithm: str | None, trainer: Any, table: Mapping[str, Any
         offpolicy_config(algorithm, trainer, table)
         return
     if table:
-        raise RunError(f"offpolicy settings apply to vdn and qmix, not {algorithm}; drop them")
+        raise RunError(f"offpolicy settings apply to {', '.join(OFFPOLICY_ALGORITHMS)}, not {algorithm}; drop them")
     central = algorithm == "mappo"
     if trainer.centralized_critic != central:
         raise RunError(
@@ -125,9 +138,11 @@ class OffPolicyRun:
         Raises:
             RunError: saying what to use instead.
         """
+        algorithm = self.trainer.config.algorithm
+        acts = "greedily on its Q networks" if algorithm in VALUE_ALGORITHMS else "with its off-policy actors"
         raise RunError(
-            f"a {self.trainer.config.algorithm} run acts greedily on its Q networks and has no policy networks to "
-            "export or hand out per agent; use marljoint eval, or load_run(run_dir).act(obs) from Python"
+            f"a {algorithm} run acts {acts} and has no policy networks to export or hand out per agent; use "
+            "marljoint eval, or load_run(run_dir).act(obs) from Python"
         )
 
     def agent_policy(self, agent: int | str) -> Any:
@@ -140,10 +155,10 @@ class OffPolicyRun:
 
 
 def build_offpolicy_trainer(spec: Any, env: Any) -> OffPolicyRun:
-    """The off-policy trainer of a value run (``spec.algorithm`` vdn or qmix) on ``env``.
+    """The off-policy trainer of a run (``spec.algorithm`` vdn, qmix, masac or maddpg) on ``env``.
 
     Raises:
-        RunError: for settings or an env the algorithm cannot train (e.g. non-Discrete actions).
+        RunError: for settings or an env the algorithm cannot train (e.g. Box actions for vdn and qmix).
     """
     config = offpolicy_config(spec.algorithm, spec.trainer, spec.offpolicy)
     # The process acts at every env step, so more compute threads would only spin (the PPO runs' rule).

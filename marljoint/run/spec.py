@@ -89,11 +89,12 @@ class RunSpec:
     """The trainer's hyperparameters: :class:`~marljoint.JointTrainerConfig`'s defaults with
     :data:`~marljoint.run.defaults.DEFAULT_TRAINER` applied (:mod:`marljoint.run.defaults` says why)."""
     algorithm: str | None = RUN_DEFAULTS["algorithm"]
-    """``mappo`` or ``ippo`` (PPO with or without ``centralized_critic``), or ``vdn`` or ``qmix`` (value
-    decomposition, trained off-policy); ``None``: PPO as ``centralized_critic`` says."""
+    """``mappo`` or ``ippo`` (PPO with or without ``centralized_critic``), ``vdn`` or ``qmix`` (value
+    decomposition, trained off-policy), or ``masac`` or ``maddpg`` (off-policy actor-critics with centralised
+    critics); ``None``: PPO as ``centralized_critic`` says."""
     offpolicy: Mapping[str, Any] = field(default_factory=lambda: dict(RUN_DEFAULTS["offpolicy"]))
-    """The value runs' own settings (:class:`~marljoint.offpolicy.OffPolicyConfig` fields other than those of the
-    run: ``[offpolicy]`` in ``config.toml``)."""
+    """The off-policy runs' own settings (:class:`~marljoint.offpolicy.OffPolicyConfig` fields other than those of
+    the run: ``[offpolicy]`` in ``config.toml``, with masac's and maddpg's in ``[offpolicy.sac]``)."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.env, str) or not self.env:

@@ -35,7 +35,7 @@ def test_boltzmann_exploration_and_polyak_targets_run():
 @pytest.mark.parametrize(
     ("changes", "message"),
     [
-        ({"algorithm": "dqn"}, r"algorithm must be one of \['vdn', 'qmix'\], got 'dqn'"),
+        ({"algorithm": "dqn"}, r"algorithm must be one of \['vdn', 'qmix', 'masac', 'maddpg'\], got 'dqn'"),
         ({"exploration": "ucb"}, r"exploration must be one of \['epsilon', 'boltzmann'\], got 'ucb'"),
         ({"target_update": "hard"}, r"target_update must be one of \['polyak', 'periodic'\]"),
         ({"team_reward": "max"}, r"team_reward must be one of \['mean', 'sum'\]"),

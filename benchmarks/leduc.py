@@ -33,9 +33,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from selfplay import SELF_PLAY_METHODS, run_self_play
 
 GAME = "openspiel:leduc_poker"
-METHODS = ("psro-sim", "psro-exact", "nfsp")
+METHODS = ("psro-sim", "psro-exact", "nfsp", *SELF_PLAY_METHODS)
 CHECKPOINTS = (10.0, 60.0, 300.0, 600.0)
 FIELDS = ("method", "seed", "checkpoint_s", "exploitability", "iterations", "wall_s")
 
@@ -61,16 +62,18 @@ def parse_changes(items: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:
     return config, trainer
 
 
-def build(method: str, seed: int, changes: tuple[dict[str, Any], dict[str, Any]] = ({}, {})) -> Any:
-    """The PSRO or NFSP run of ``method`` on Leduc, with the command line's settings for an OpenSpiel game and
+def build(
+    method: str, seed: int, changes: tuple[dict[str, Any], dict[str, Any]] = ({}, {}), game_name: str = GAME
+) -> Any:
+    """The PSRO or NFSP run of ``method`` on ``game_name``, with the command line's settings for an OpenSpiel game and
     ``changes`` (from :func:`parse_changes`) on top."""
     from marljoint.best_response import NFSP, PSRO, NfspConfig, PsroConfig
     from marljoint.run.recipes import auto_meta_solver, env_factory, recipe_for
     from marljoint.run.registry import known_game
 
-    recipe = recipe_for(GAME)
-    factory = env_factory(GAME, {})
-    game = known_game(GAME)
+    recipe = recipe_for(game_name)
+    factory = env_factory(game_name, {})
+    game = known_game(game_name)
     config_changes, trainer_changes = changes
     if method == "nfsp":
         trainer = recipe.nfsp_trainer_config().replace(**trainer_changes)
@@ -108,13 +111,16 @@ def run_one(
     out: Path,
     checkpoints: tuple[float, ...],
     changes: tuple[dict[str, Any], dict[str, Any]] = ({}, {}),
+    game_name: str = GAME,
 ) -> list[dict[str, Any]]:
     """Runs one (method, seed) for ``seconds`` and returns its summary rows."""
     from marljoint.run.recipes import write_metrics_csv
 
-    run = build(method, seed, changes)
     directory = out / method / f"seed{seed}"
     directory.mkdir(parents=True, exist_ok=True)
+    if method in SELF_PLAY_METHODS:
+        return _self_play_rows(method, seed, seconds, directory, checkpoints, changes, game_name)
+    run = build(method, seed, changes, game_name)
 
     def record(_: Any) -> None:
         write_metrics_csv(run.history, directory / "metrics.csv", ("iteration", "wall_time", "exploitability"))
@@ -129,6 +135,37 @@ def run_one(
         {"method": method, "seed": seed, "checkpoint_s": t, "exploitability": value, "iterations": iteration,
          "wall_s": round(wall, 1)}
         for t, value, iteration in at_checkpoints(run.history, checkpoints)
+    ]
+
+
+def _self_play_rows(
+    method: str,
+    seed: int,
+    seconds: float,
+    directory: Path,
+    checkpoints: tuple[float, ...],
+    changes: tuple[dict[str, Any], dict[str, Any]],
+    game_name: str,
+) -> list[dict[str, Any]]:
+    """Self-play of the joint trainer (``benchmarks/selfplay.py``): ``--set`` items are MmdConfig fields, or
+    ``trainer.X`` for the PPO settings."""
+    from marljoint.run.recipes import write_metrics_csv
+
+    first = ("iteration", "wall_time", "exploitability", "env_steps")
+
+    def record(history: list[dict[str, Any]]) -> None:
+        write_metrics_csv(history, directory / "metrics.csv", first)
+
+    mmd_changes, trainer_changes = changes
+    history = run_self_play(
+        game_name, method, seed, seconds, trainer_changes=trainer_changes, mmd_changes=mmd_changes, callback=record
+    )
+    record(history)
+    wall = history[-1]["wall_time"]
+    return [
+        {"method": method, "seed": seed, "checkpoint_s": t, "exploitability": value, "iterations": iteration,
+         "wall_s": round(wall, 1)}
+        for t, value, iteration in at_checkpoints(history, checkpoints)
     ]
 
 
@@ -188,7 +225,7 @@ def metrics_files(directory: Path, method: str) -> list[Path]:
     return flat or sorted(directory.glob(f"{method}/seed*/metrics.csv"))
 
 
-def plot_curves(directory: Path, out: Path, goal: float = 0.5) -> int:
+def plot_curves(directory: Path, out: Path, goal: float = 0.2, title: str = "Leduc poker", anchors: bool = True) -> int:
     """Exploitability against wall time, one line per run (colour: method), OpenSpiel's anchors as markers, uniform
     play and the goal as horizontal lines; log scales. Returns the number of runs drawn."""
     import matplotlib
@@ -196,7 +233,10 @@ def plot_curves(directory: Path, out: Path, goal: float = 0.5) -> int:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    colours = {"psro-sim": "tab:blue", "psro-exact": "tab:green", "nfsp": "tab:orange"}
+    colours = {
+        "psro-sim": "tab:blue", "psro-exact": "tab:green", "nfsp": "tab:orange", "mmd": "tab:red",
+        "ppo-selfplay": "tab:purple",
+    }
     fig, ax = plt.subplots(figsize=(8.0, 4.0))
     drawn = 0
     for method in METHODS:
@@ -206,14 +246,14 @@ def plot_curves(directory: Path, out: Path, goal: float = 0.5) -> int:
             ax.plot([float(r["wall_time"]) for r in rows], [float(r["exploitability"]) for r in rows],
                     color=colours[method], linewidth=1, alpha=0.8, label=method if k == 0 else None)
             drawn += 1
-    for (label, seconds, value), marker in zip(ANCHORS, ("", "s", "^", "*")):
+    for (label, seconds, value), marker in zip(ANCHORS if anchors else (), ("", "s", "^", "*")):
         if seconds is None:
             ax.axhline(value, color="grey", linestyle="--", linewidth=1, label=label)
         else:
             ax.plot([seconds], [value], marker=marker, color="black", linestyle="none", markersize=7, label=label)
     ax.axhline(goal, color="red", linestyle=":", linewidth=1, label=f"goal {goal}")
     ax.set(xscale="log", yscale="log", xlabel="wall time (s)", ylabel="exploitability (OpenSpiel)",
-           title="Leduc poker: PSRO and NFSP with PPO best responses")
+           title=f"{title}: PSRO, NFSP and self-play with PPO")
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0))
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -226,6 +266,7 @@ def command_line() -> argparse.ArgumentParser:
     """The script's arguments (``--set`` may be given several times; its items add up)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
+    parser.add_argument("--game", default=GAME, help=f"an openspiel: game string (default {GAME})")
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--seconds", type=float, default=600.0, help="wall-time budget per run")
     parser.add_argument("--checkpoints", nargs="+", type=float, default=list(CHECKPOINTS))
@@ -257,7 +298,10 @@ def main() -> None:
         print(report(args.csv))
         if args.plot is not None:
             beside = any(metrics_files(args.csv.parent, method) for method in METHODS)
-            drawn = plot_curves(args.csv.parent if beside else args.out, args.plot)
+            leduc = args.game == GAME
+            drawn = plot_curves(
+                args.csv.parent if beside else args.out, args.plot, 0.2 if leduc else 0.02, args.game, anchors=leduc
+            )
             print(f"{drawn} runs drawn into {args.plot}")
         return
     if args.anchor:
@@ -276,7 +320,7 @@ def main() -> None:
         for method in args.methods:
             if (method, seed) in done:
                 continue
-            rows = run_one(method, seed, args.seconds, args.out, tuple(args.checkpoints), changes)
+            rows = run_one(method, seed, args.seconds, args.out, tuple(args.checkpoints), changes, args.game)
             new = not args.csv.is_file()
             args.csv.parent.mkdir(parents=True, exist_ok=True)
             with args.csv.open("a", newline="") as f:

@@ -136,6 +136,12 @@ class RunSpec:
     wandb_project: str | None = None
     """Also log every metrics row to this Weights & Biases project (``pip install "marljoint[wandb]"``; set
     ``WANDB_MODE=offline`` without network). ``None``: CSV and TensorBoard only."""
+    self_play: str | None = None
+    """``"mmd"``: magnetic mirror descent self-play of a two-player zero-sum game (each seat's PPO loss plus
+    α·KL(π ‖ magnet), :mod:`marljoint.best_response.mmd`); ``"ppo"`` or ``None``: plain PPO of every agent."""
+    mmd: Mapping[str, Any] | None = None
+    """:class:`~marljoint.best_response.MmdConfig` settings (a TOML table) with ``self_play = "mmd"``; ``None``:
+    its defaults."""
     trainer: JointTrainerConfig = field(default_factory=lambda: JointTrainerConfig(**DEFAULT_TRAINER))
     """The trainer's hyperparameters."""
 
@@ -163,6 +169,7 @@ class RunSpec:
         _positive_int("eval_episodes", self.eval_episodes)
         if self.wandb_project is not None and (not isinstance(self.wandb_project, str) or not self.wandb_project):
             raise RunError(f"wandb_project must be a project name, got {self.wandb_project!r}")
+        self.mmd_config()
         if self.redundancy is not None:
             self.penalty()
         elif not isinstance(self.redundancy_coef, (int, float)) or isinstance(self.redundancy_coef, bool):
@@ -178,6 +185,27 @@ class RunSpec:
             return RedundancyPenalty(kind=self.redundancy, coef=self.redundancy_coef)
         except (TypeError, ValueError) as exc:
             raise RunError(f"redundancy: {exc}") from None
+
+    def mmd_config(self) -> Any:
+        """The :class:`~marljoint.best_response.MmdConfig` of ``self_play = "mmd"``, or ``None``.
+
+        Raises:
+            RunError: an unknown ``self_play``, invalid ``mmd`` settings, or ``mmd`` without ``self_play = "mmd"``.
+        """
+        from marljoint.best_response.mmd import SELF_PLAY_KINDS, MmdConfig
+
+        if self.self_play is not None and self.self_play not in SELF_PLAY_KINDS:
+            raise RunError(f"self_play must be one of {SELF_PLAY_KINDS} (or unset), got {self.self_play!r}")
+        if self.self_play != "mmd":
+            if self.mmd is not None:
+                raise RunError(f"mmd settings {dict(self.mmd)} need self_play = \"mmd\" (--self-play mmd)")
+            return None
+        if self.mmd is not None and not isinstance(self.mmd, Mapping):
+            raise RunError(f"mmd must be a table of MmdConfig settings, got {self.mmd!r}")
+        try:
+            return MmdConfig.from_dict(self.mmd or {})
+        except (TypeError, ValueError) as exc:
+            raise RunError(f"mmd: {exc}") from None
 
     def to_dict(self) -> dict[str, Any]:
         """The run fields followed by the trainer fields, flat (as in ``config.toml``)."""
@@ -476,7 +504,12 @@ def build_trainer(spec: RunSpec, env: Any) -> Any:
     from marljoint.ppo.trainer import JointMultiAgentTrainer
 
     try:
-        return JointMultiAgentTrainer.from_env(env, spec.trainer)
+        trainer = JointMultiAgentTrainer.from_env(env, spec.trainer)
+        if spec.self_play == "mmd":
+            from marljoint.best_response.mmd import attach_mmd
+
+            attach_mmd(trainer, spec.mmd_config())
+        return trainer
     except ValueError as exc:
         raise RunError(f"cannot build the trainer for env {spec.env!r}: {exc}") from None
 
@@ -805,6 +838,8 @@ class _Loop:
         trainer = self.trainer
         rollout, stats, seconds = trainer.iterate(total, aux_fn=self.aux_fn)
         metrics = trainer.iteration_metrics(rollout, stats, seconds)
+        if trainer.learner.regularizer is not None:  # the self-play term's schedule and size (mmd/alpha, mmd/kl)
+            metrics.update(trainer.learner.regularizer.metrics())
         every = self.spec.eval_every
         if every is not None and (trainer.iteration % every == 0 or trainer.iteration >= total):
             metrics.update(self._evaluate())

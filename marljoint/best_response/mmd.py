@@ -228,7 +228,9 @@ def attach_mmd(trainer: Any, config: MmdConfig) -> MmdRegularizer:
         )
     kinds = {group.action.kind for group in spec.groups}
     if "box" in kinds:
-        raise ValueError("self_play='mmd' needs categorical (Discrete or MultiDiscrete) actions; this env has Box actions")
+        raise ValueError(
+            "self_play='mmd' needs categorical (Discrete or MultiDiscrete) actions; this env has Box actions"
+        )
     if trainer.config.recurrent is not None:
         raise ValueError(f"self_play='mmd' needs feed-forward networks, got recurrent={trainer.config.recurrent!r}")
     if trainer.config.anneal_lr and config.anneal_step_size:

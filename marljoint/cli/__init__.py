@@ -168,6 +168,14 @@ def _add_train(subparsers: Any) -> None:
         help="weight λ of the redundancy penalty (default 0.05; needs --redundancy)",
     )
     p.add_argument(
+        "--self-play",
+        metavar="KIND",
+        choices=("ppo", "mmd"),
+        help="self-play of a two-player zero-sum game: mmd adds each seat's α·KL(π ‖ magnet) to its PPO loss "
+        "(magnetic mirror descent; its settings are the mmd table of config.toml) and, on an OpenSpiel game or "
+        "kuhn_poker_v0, starts from the self-play trainer settings; ppo (or leaving it out): plain PPO",
+    )
+    p.add_argument(
         "--checkpoint-every",
         metavar="K",
         type=_int,
@@ -300,6 +308,7 @@ def _train(args: argparse.Namespace) -> int:
             values.update(file_values)
             overrides = config_overrides(args.config, file_values, options)
         values.update(options)
+        values = {**_self_play_defaults(values), **values}
         if "env" in values and "env_kwargs" not in values:
             values["env_kwargs"] = {}
         spec = _with_auto_workers(RunSpec.from_dict(values), args)
@@ -309,6 +318,14 @@ def _train(args: argparse.Namespace) -> int:
         if several_runs(args):
             return _train_seeds(args, spec, options)
     return _train_one(spec, args.out if args.out is not None else _default_out(spec), args)
+
+
+def _self_play_defaults(values: dict[str, Any]) -> dict[str, Any]:
+    """The settings ``self_play`` starts from on the run's env (under the preset, --config and options)."""
+    from marljoint.run.recipes import self_play_settings
+    from marljoint.run.train import DEFAULT_ENV
+
+    return self_play_settings(values.get("env", DEFAULT_ENV), values.get("self_play"))
 
 
 def _train_one(spec: Any, out: Path, args: argparse.Namespace) -> int:

@@ -198,7 +198,7 @@ class RunSpec:
             raise RunError(f"self_play must be one of {SELF_PLAY_KINDS} (or unset), got {self.self_play!r}")
         if self.self_play != "mmd":
             if self.mmd is not None:
-                raise RunError(f"mmd settings {dict(self.mmd)} need self_play = \"mmd\" (--self-play mmd)")
+                raise RunError(f'mmd settings {dict(self.mmd)} need self_play = "mmd" (--self-play mmd)')
             return None
         if self.mmd is not None and not isinstance(self.mmd, Mapping):
             raise RunError(f"mmd must be a table of MmdConfig settings, got {self.mmd!r}")
@@ -212,6 +212,8 @@ class RunSpec:
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "trainer"}
         out["env_kwargs"] = dict(self.env_kwargs)
         out["wrappers"] = [w if isinstance(w, str) else dict(w) for w in self.wrappers]
+        if self.self_play == "mmd":  # every MMD setting in effect, the defaults included
+            out["mmd"] = self.mmd_config().to_dict()
         out.update(self.trainer.to_dict())
         return out
 

@@ -182,8 +182,23 @@ def cfr_plus_anchor(seconds: float = 1.0) -> tuple[float, int]:
     return float(pyspiel.exploitability(game, solver.average_policy())), iterations
 
 
-def report(path: Path) -> str:
-    """The markdown table of a summary CSV: per method and checkpoint, the mean over seeds ± 95% CI."""
+def anchor_rows(checkpoints: list[float]) -> list[str]:
+    """OpenSpiel's anchors as table rows: each value in the column of the first checkpoint at or after its time
+    (uniform play in every column)."""
+    lines = []
+    for label, seconds, value in ANCHORS:
+        if seconds is None:
+            cells = [f"{value:.3f}"] * len(checkpoints)
+        else:
+            column = next((k for k, t in enumerate(checkpoints) if t >= seconds), len(checkpoints) - 1)
+            cells = [f"{value:.3f} (at {seconds:.0f} s)" if k == column else "" for k in range(len(checkpoints))]
+        lines.append(f"| {label} | " + " | ".join(cells) + " | – |")
+    return lines
+
+
+def report(path: Path, anchors: bool = False) -> str:
+    """The markdown table of a summary CSV: per method and checkpoint, the mean over seeds ± 95% CI (with
+    ``anchors``, OpenSpiel's Leduc anchors below)."""
     from marljoint.run.stats import confidence_interval
 
     with path.open(newline="") as f:
@@ -206,7 +221,7 @@ def report(path: Path) -> str:
             cells.append(f"{mean:.3f}" + (f" ± {half:.3f}" if len(values) > 1 else ""))
         seeds = len({r["seed"] for r in mine})
         lines.append(f"| {method} | " + " | ".join(cells) + f" | {seeds} |")
-    return "\n".join(lines)
+    return "\n".join(lines + (anchor_rows(checkpoints) if anchors else []))
 
 
 ANCHORS = (
@@ -295,7 +310,7 @@ def command_line() -> argparse.ArgumentParser:
 def main() -> None:
     args = command_line().parse_args()
     if args.report:
-        print(report(args.csv))
+        print(report(args.csv, anchors=args.game == GAME))
         if args.plot is not None:
             beside = any(metrics_files(args.csv.parent, method) for method in METHODS)
             leduc = args.game == GAME

@@ -5,7 +5,14 @@ an OpenSpiel game, ``marljoint.run.recipes.recipe_for``):
 
 * ``psro-sim``: PSRO with PPO best responses, meta-game payoffs simulated (as OpenSpiel's own PSRO anchor was run);
 * ``psro-exact``: the same, with exact meta-game payoffs from OpenSpiel's game tree;
-* ``nfsp``: NFSP with PPO best responses.
+* ``nfsp``: NFSP with PPO best responses;
+* ``mmd``: magnetic mirror descent self-play of the joint trainer (``marljoint train --self-play mmd``'s settings);
+* ``ppo-selfplay``: plain PPO self-play with the same trainer settings (``--self-play ppo``).
+
+``--game`` runs them on another OpenSpiel game (``openspiel:kuhn_poker``, ``"openspiel:liars_dice(dice_sides=4)"``);
+OpenSpiel's anchors are Leduc's and are drawn for Leduc only. Self-play is scored every 10 s of training, on the
+action distributions of both seats (``benchmarks/selfplay.py``); ``--set`` items then are ``MmdConfig`` fields
+(``alpha=0.5``) or ``trainer.X``.
 
 The exploitability is OpenSpiel's (``pyspiel.nash_conv`` / 2) of the evaluated policy: PSRO's meta-mixture, NFSP's
 average policies. Each run writes ``OUT/<method>/seed<k>/metrics.csv`` (one row per iteration); the summary CSV
@@ -20,6 +27,8 @@ Usage::
         --out runs/leduc --csv benchmarks/results/leduc/runs.csv
     python benchmarks/leduc.py --report --csv benchmarks/results/leduc/runs.csv --plot docs/img/leduc.png
     python benchmarks/leduc.py --methods psro-sim --seeds 0 --set warm_start=false --csv fresh.csv  # a variant
+    python benchmarks/leduc.py --game openspiel:kuhn_poker --methods mmd ppo-selfplay --seconds 120 \\
+        --checkpoints 10 60 120 --csv benchmarks/results/kuhn/runs.csv
 """
 
 from __future__ import annotations

@@ -152,7 +152,8 @@ def _add_train(subparsers: Any) -> None:
         metavar="FILE",
         type=Path,
         help="TOML file of settings: any JointTrainerConfig field under its own name (learning_rate, n_epochs, "
-        "...) and env, env_kwargs, total_steps, redundancy, redundancy_coef, checkpoint_every, keep_checkpoints; "
+        "...) and env, env_kwargs, total_steps, redundancy, redundancy_coef, self_play, mmd, checkpoint_every, "
+        "keep_checkpoints; "
         "a run's config.toml works as is",
     )
     p.add_argument(

@@ -21,7 +21,7 @@ import torch
 
 import marljoint.ppo.learner as learner_module
 from marljoint import JointMultiAgentTrainer, JointTrainerConfig, PettingZooJointEnv
-from marljoint.run.train import DEFAULT_TRAINER
+from marljoint.run.defaults import DEFAULT_TRAINER
 
 
 def _time_updates(trainer: JointMultiAgentTrainer, rounds: int) -> tuple[dict[str, list[float]], int]:

@@ -294,7 +294,7 @@ def run_one(
             m: functools.partial(evaluate_marljoint, trainer, task, m == "greedy") for m in ("greedy", "sampled")
         }
     elif method == "sb3":
-        from marljoint.run.train import DEFAULT_TRAINER
+        from marljoint.run.defaults import DEFAULT_TRAINER
 
         model, seconds = train_sb3(task, seed, steps, DEFAULT_TRAINER["num_envs"])
         actors = {

@@ -123,7 +123,7 @@ def run_one(
     game_name: str = GAME,
 ) -> list[dict[str, Any]]:
     """Runs one (method, seed) for ``seconds`` and returns its summary rows."""
-    from marljoint.run.recipes import write_metrics_csv
+    from marljoint.run.runlog import write_metrics_csv
 
     directory = out / method / f"seed{seed}"
     directory.mkdir(parents=True, exist_ok=True)
@@ -158,7 +158,7 @@ def _self_play_rows(
 ) -> list[dict[str, Any]]:
     """Self-play of the joint trainer (``benchmarks/selfplay.py``): ``--set`` items are MmdConfig fields, or
     ``trainer.X`` for the PPO settings."""
-    from marljoint.run.recipes import write_metrics_csv
+    from marljoint.run.runlog import write_metrics_csv
 
     first = ("iteration", "wall_time", "exploitability", "env_steps")
 

@@ -22,7 +22,8 @@ from typing import Any
 import torch
 
 from marljoint.best_response import PSRO, KuhnGame, PsroConfig
-from marljoint.run.recipes import env_factory, recipe_for, write_metrics_csv
+from marljoint.run.recipes import env_factory, recipe_for
+from marljoint.run.runlog import write_metrics_csv
 
 
 def first_time_below(history: list[dict[str, Any]], threshold: float) -> float:

@@ -16,8 +16,9 @@ from pathlib import Path
 import torch
 
 from marljoint.best_response import PSRO, PsroConfig
-from marljoint.run.recipes import env_factory, recipe_for, write_metrics_csv
+from marljoint.run.recipes import env_factory, recipe_for
 from marljoint.run.registry import known_game
+from marljoint.run.runlog import write_metrics_csv
 
 
 def main() -> None:

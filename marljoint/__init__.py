@@ -39,6 +39,7 @@ from marljoint.ppo import (
     JointTrainerConfig,
     compute_gae,
     derive_settings,
+    features_only,
     gamma_for_episodes,
 )
 from marljoint.run.lock import RunLock, RunLocked
@@ -123,6 +124,7 @@ __all__ = [
     "derive_settings",
     "episode_limit",
     "export_run",
+    "features_only",
     "gamma_for_episodes",
     "learner_threads",
     "limit_threads",

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import NamedTuple, Protocol, runtime_checkable
 
 import torch
 
-__all__ = ["AuxFn", "AuxOutput"]
+__all__ = ["AuxFn", "AuxOutput", "features_only"]
 
 
 class AuxOutput(NamedTuple):
@@ -37,3 +37,21 @@ class AuxFn(Protocol):
     """
 
     def __call__(self, features: Sequence[torch.Tensor], alive: torch.Tensor) -> AuxOutput | torch.Tensor: ...
+
+
+def features_only(loss_fn: Callable[[Sequence[torch.Tensor]], AuxOutput | torch.Tensor]) -> AuxFn:
+    """An :class:`AuxFn` from a loss of the features alone: ``loss_fn(features)``, called with the alive mask left
+    out. The trainer calls every ``aux_fn`` as ``aux_fn(features, alive)``; wrap a one-argument loss with this once,
+    where it is passed (``trainer.update(rollout, aux_fn=features_only(my_loss))``). Such a loss also sees the rows
+    of absent agents (whose features are computed from what they last observed).
+
+    Example:
+        >>> loss = features_only(lambda features: (features[0] - features[1]).pow(2).mean())
+        >>> float(loss([torch.zeros(2, 3), torch.ones(2, 3)], torch.ones(2, 2, dtype=torch.bool)))
+        1.0
+    """
+
+    def aux_fn(features: Sequence[torch.Tensor], alive: torch.Tensor) -> AuxOutput | torch.Tensor:
+        return loss_fn(features)
+
+    return aux_fn

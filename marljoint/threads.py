@@ -21,7 +21,15 @@ from __future__ import annotations
 import os
 import sys
 
-__all__ = ["AUTO", "THREAD_ENV_VARS", "auto_workers", "learner_threads", "limit_threads", "usable_cores"]
+__all__ = [
+    "AUTO",
+    "THREAD_ENV_VARS",
+    "auto_workers",
+    "learner_threads",
+    "limit_threads",
+    "set_torch_threads",
+    "usable_cores",
+]
 
 AUTO = "auto"
 """The ``torch_threads`` value that lets :func:`learner_threads` choose."""
@@ -118,13 +126,31 @@ def auto_workers(num_envs: int, cores: int | None = None) -> int:
     return max(0, min(cores - 1, num_envs))
 
 
+def set_torch_threads(count: int) -> None:
+    """Sets torch's intra-op threads of this process only (the environment stays as it is): what a trainer built
+    in a user's own program does with its resolved ``torch_threads``, before it builds its networks, since the
+    initial weights (orthogonal init) and every parallel sum depend on the thread count in effect.
+
+    Args:
+        count: threads, at least 1.
+
+    Raises:
+        ValueError: for a count below 1.
+    """
+    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+        raise ValueError(f"count must be a positive integer, got {count!r}")
+    import torch
+
+    torch.set_num_threads(count)
+
+
 def limit_threads(count: int) -> None:
     """Sets this process's compute threads: torch's intra-op threads (when torch is loaded) and
     :data:`THREAD_ENV_VARS` for the thread pools that start later in it or in its children.
 
     For the processes marljoint runs itself: env and collecting workers, Ray tasks and the ``marljoint`` command.
-A trainer built in a user's own program sets torch's count only (``torch.set_num_threads``) and leaves the
-environment as it is.
+    A trainer built in a user's own program sets torch's count only (:func:`set_torch_threads`) and leaves the
+    environment as it is.
 
     Args:
         count: threads, at least 1.

@@ -197,11 +197,11 @@ def test_the_run_package_has_no_import_cycle():
 
 def test_the_cycle_check_sees_an_import_inside_a_function(tmp_path):
     # The arrow the learning curve once used to reach the confidence interval: plotting -> evaluate -> train ->
-    # plotting, closed by an import inside a function.
+    # loop -> plotting, closed by an import inside a function.
     source = tmp_path / "plotting.py"
     source.write_text("def f():\n    from marljoint.run.evaluate import load_run\n")
     arrows = _arrows()
     arrows["marljoint.run.plotting"] = arrows["marljoint.run.plotting"] + _imports(source, "marljoint.run.plotting")
     cycles = _module_cycles(arrows, "run")
-    expected = {"marljoint.run.evaluate", "marljoint.run.train", "marljoint.run.plotting"}
+    expected = {"marljoint.run.evaluate", "marljoint.run.train", "marljoint.run.loop", "marljoint.run.plotting"}
     assert any(set(cycle) == expected for cycle in cycles), cycles

@@ -424,10 +424,15 @@ def simulate_profiles(
     finally:
         if seeds is not None:
             env.episode_seed_source = None  # type: ignore[attr-defined]
-    per_profile = results.reshape(num_profiles, episodes_per_profile, num_agents)
+    return _profile_statistics(results.reshape(num_profiles, episodes_per_profile, num_agents))
+
+
+def _profile_statistics(per_profile: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(means, standard errors)`` ``[K, N]`` of ``[K, R, N]`` returns (R repetitions; errors 0 when R = 1)."""
+    repetitions = per_profile.shape[1]
     means = per_profile.mean(axis=1)
-    if episodes_per_profile > 1:
-        errors = per_profile.std(axis=1, ddof=1) / np.sqrt(episodes_per_profile)
+    if repetitions > 1:
+        errors = per_profile.std(axis=1, ddof=1) / np.sqrt(repetitions)
     else:
         errors = np.zeros_like(means)
     return means, errors

@@ -301,12 +301,7 @@ def best_response_gain(
     """
     spec = env.spec
     num_agents = spec.num_agents
-    if len(policies) != num_agents:
-        raise ValueError(f"got {len(policies)} policies for {num_agents} seats {list(spec.agents)}; pass one per seat")
-    if not isinstance(episodes, (int, np.integer)) or episodes < 2:
-        raise ValueError(f"episodes={episodes!r}; pass at least 2 episodes per estimate")
-    if not 0.0 < confidence < 1.0:
-        raise ValueError(f"confidence={confidence!r}; pass a level in (0, 1), e.g. 0.95")
+    _check_gain_arguments(spec.agents, policies, episodes, confidence)
     learners = list(range(num_agents)) if players is None else [int(p) for p in players]
     mixtures = [p if isinstance(p, PolicyMixture) else PolicyMixture([p]) for p in policies]
     sequence = np.random.SeedSequence([int(seed) % 2**63, 0x627267])
@@ -317,6 +312,39 @@ def best_response_gain(
     rng = np.random.default_rng(profile_seed)
     members, profiles = mixture_profiles(mixtures, episodes, rng)
     returns = _episode_returns(simulation_env, members, profiles, profile_seed)
+    deviated = {}
+    for seat in learners:
+        deviation = list(mixtures)
+        deviation[seat] = PolicyMixture([trained[seat]])
+        rng = np.random.default_rng(player_seeds[seat])
+        members, profiles = mixture_profiles(deviation, episodes, rng)
+        deviated[seat] = _episode_returns(simulation_env, members, profiles, player_seeds[seat])[:, seat]
+    return _gain_estimate(tuple(spec.agents), returns, deviated, learners, episodes, confidence)
+
+
+def _check_gain_arguments(
+    agents: Sequence[str], policies: Sequence[FrozenPolicy | PolicyMixture], episodes: Any, confidence: Any
+) -> None:
+    """The argument checks of :func:`best_response_gain`."""
+    if len(policies) != len(agents):
+        raise ValueError(f"got {len(policies)} policies for {len(agents)} seats {list(agents)}; pass one per seat")
+    if not isinstance(episodes, (int, np.integer)) or episodes < 2:
+        raise ValueError(f"episodes={episodes!r}; pass at least 2 episodes per estimate")
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"confidence={confidence!r}; pass a level in (0, 1), e.g. 0.95")
+
+
+def _gain_estimate(
+    agents: tuple[str, ...],
+    returns: np.ndarray,
+    deviated: Mapping[int, np.ndarray],
+    learners: Sequence[int],
+    episodes: int,
+    confidence: float,
+) -> BestResponseGain:
+    """The gains and their confidence intervals from the profile's ``[episodes, N]`` returns and each learner's
+    ``[episodes]`` returns with its best response (``deviated``, by seat)."""
+    num_agents = returns.shape[1]
     values = returns.mean(axis=0)
     value_vars = returns.var(axis=0, ddof=1) / episodes
     br_variances = np.zeros(num_agents)
@@ -325,21 +353,16 @@ def best_response_gain(
     half_widths = np.full(num_agents, np.nan)
     z = _normal_quantile(confidence)
     for seat in learners:
-        deviation = list(mixtures)
-        deviation[seat] = PolicyMixture([trained[seat]])
-        rng = np.random.default_rng(player_seeds[seat])
-        members, profiles = mixture_profiles(deviation, episodes, rng)
-        deviated = _episode_returns(simulation_env, members, profiles, player_seeds[seat])[:, seat]
-        br_values[seat] = deviated.mean()
+        br_values[seat] = deviated[seat].mean()
         gains[seat] = br_values[seat] - values[seat]
-        br_variances[seat] = deviated.var(ddof=1) / episodes
+        br_variances[seat] = deviated[seat].var(ddof=1) / episodes
         half_widths[seat] = z * math.sqrt(br_variances[seat] + value_vars[seat])
     chosen = np.asarray(learners)
     # The players' profile values come from the same episodes (in zero-sum games they cancel exactly), so the
     # sum's variance uses the per-episode sum of the chosen players' returns.
     total_variance = float(br_variances[chosen].sum() + returns[:, chosen].sum(axis=1).var(ddof=1) / episodes)
     return BestResponseGain(
-        agents=tuple(spec.agents),
+        agents=agents,
         values=values,
         best_response_values=br_values,
         gains=gains,

@@ -41,7 +41,6 @@ from marljoint.best_response.meta_solvers import META_SOLVERS, get_meta_solver
 from marljoint.best_response.opponents import simulate_profiles
 from marljoint.best_response.oracles import (
     GAIN_METRICS,
-    BestResponses,
     ExactOracle,
     PPOOracle,
     check_gain_settings,
@@ -51,9 +50,12 @@ from marljoint.best_response.oracles import (
     with_saved_defaults,
 )
 from marljoint.best_response.population import FrozenPolicy, PolicyMixture, UniformPolicy
+from marljoint.best_response.psro_tasks import PsroTasks
+from marljoint.best_response.psro_tasks import derived_seed as _derived_seed
 from marljoint.checkpoint import atomic_torch_save, load_checkpoint
 from marljoint.collect.config import CollectionConfig
 from marljoint.env.pettingzoo import PettingZooJointEnv
+from marljoint.env.spaces import JointSpec
 from marljoint.ppo.build import check_device_available
 from marljoint.ppo.config import JointTrainerConfig, known_fields
 from marljoint.ppo.trainer import JointMultiAgentTrainer
@@ -224,11 +226,34 @@ def _check_choice(name: str, value: Any, choices: Sequence[str]) -> None:
         raise ValueError(f"{name}={value!r} is not one of {list(choices)}")
 
 
-def _derived_seed(seed: int, *path: int) -> int:
-    return int(np.random.SeedSequence([int(seed) % 2**63, *path]).generate_state(1)[0])
+def _check_game(config: PsroConfig, spec: JointSpec, game: KnownGame | None) -> None:
+    """The checks of a run's settings against its env and its known game (see :class:`PSRO`'s errors)."""
+    if config.oracle == "exact" and game is None:
+        raise ValueError(
+            "oracle='exact' needs the env's known game tree; pass game=KuhnGame() or MatrixGame(...) (see "
+            "marljoint.run.registry.known_game), or use oracle='ppo'"
+        )
+    if config.evaluation == "exact" and game is None:
+        raise ValueError(
+            "evaluation='exact' needs the env's known game tree; pass game=..., or use evaluation='simulation'"
+        )
+    if game is not None and game.num_players != spec.num_agents:
+        raise ValueError(
+            f"the game {game!r} has {game.num_players} players but the env has {spec.num_agents} agents "
+            f"{list(spec.agents)}; pass the game that matches the env"
+        )
+    if config.symmetric:
+        if spec.num_agents != 2 or spec.group_of(0)[0] != spec.group_of(1)[0]:
+            raise ValueError(
+                "symmetric=True needs two seats with identical observation and action spaces; this env has "
+                f"agents {list(spec.agents)} in groups {[list(g.agents) for g in spec.groups]}. Use "
+                "symmetric=False (one population per player)"
+            )
+        if game is not None and not game.is_symmetric():
+            raise ValueError(f"symmetric=True but {game!r} is not symmetric; use symmetric=False")
 
 
-class PSRO:
+class PSRO(PsroTasks):
     """PSRO with populations of frozen policies, an empirical meta-game and a meta-solver.
 
     Args:
@@ -276,29 +301,7 @@ class PSRO:
         spec = self.env.spec
         self.spec = spec
         self.num_players = spec.num_agents
-        if config.oracle == "exact" and game is None:
-            raise ValueError(
-                "oracle='exact' needs the env's known game tree; pass game=KuhnGame() or MatrixGame(...) (see "
-                "marljoint.run.registry.known_game), or use oracle='ppo'"
-            )
-        if config.evaluation == "exact" and game is None:
-            raise ValueError(
-                "evaluation='exact' needs the env's known game tree; pass game=..., or use evaluation='simulation'"
-            )
-        if game is not None and game.num_players != self.num_players:
-            raise ValueError(
-                f"the game {game!r} has {game.num_players} players but the env has {self.num_players} agents "
-                f"{list(spec.agents)}; pass the game that matches the env"
-            )
-        if config.symmetric:
-            if self.num_players != 2 or spec.group_of(0)[0] != spec.group_of(1)[0]:
-                raise ValueError(
-                    "symmetric=True needs two seats with identical observation and action spaces; this env has "
-                    f"agents {list(spec.agents)} in groups {[list(g.agents) for g in spec.groups]}. Use "
-                    "symmetric=False (one population per player)"
-                )
-            if game is not None and not game.is_symmetric():
-                raise ValueError(f"symmetric=True but {game!r} is not symmetric; use symmetric=False")
+        _check_game(config, spec, game)
         self.evaluation = config.evaluation if config.evaluation != "auto" else ("exact" if game else "simulation")
         self.solver = get_meta_solver(config.meta_solver)
         self.policy_kwargs = policy_kwargs
@@ -536,65 +539,6 @@ class PSRO:
         psro._start = time.perf_counter()
         psro._tabulate_new()
         return psro
-
-    # ------------------------------------------------------------------ tasks (task_split > 0)
-    def _engine(self) -> Any:
-        from marljoint.distributed.tasks import TaskEngine
-
-        if getattr(self, "_task_engine", None) is None:
-            self._task_engine = TaskEngine(self.config.engine)
-        return self._task_engine
-
-    def _best_responses_as_tasks(self, learners: Sequence[int]) -> BestResponses:
-        from marljoint.best_response.tasks import train_best_response
-
-        steps = max(1, math.ceil(self.config.br_steps / len(learners)))
-        trainer_config = self.trainer_config.replace(collection=CollectionConfig())
-        calls = [
-            (
-                self.env.env_fn,
-                trainer_config,
-                steps,
-                self.populations,
-                self.strategies,
-                seat,
-                _derived_seed(self.config.seed, self.iteration + 1, 1, seat),
-                self.policy_kwargs,
-                self.config.warm_start,
-                self.config.warm_start_policy_scale,
-            )
-            for seat in learners
-        ]
-        tick = time.perf_counter()
-        results = self._engine().map(train_best_response, calls)
-        policies = {seat: policy for seat, (policy, _) in zip(learners, results)}
-        metrics: dict[str, float] = {}
-        for _, task_metrics in results:
-            for key, value in task_metrics.items():
-                if key in ("br_env_steps", "br_warm_started"):
-                    metrics[key] = metrics.get(key, 0.0) + value
-                elif key != "br_seconds":
-                    metrics[key] = value
-        metrics["br_seconds"] = time.perf_counter() - tick
-        return BestResponses(policies, metrics)
-
-    def _simulate_as_tasks(self, missing: np.ndarray) -> np.ndarray:
-        from marljoint.best_response.tasks import chunk_envs, simulate_chunk, split_profiles
-
-        chunks = split_profiles(missing, self.config.task_split)
-        num_envs = chunk_envs(self.config.eval_num_envs, len(chunks))
-        calls = [
-            (
-                self.env.env_fn,
-                num_envs,
-                self.populations,
-                chunk,
-                self.config.episodes_per_entry,
-                _derived_seed(self.config.seed, self.iteration, 2, k),
-            )
-            for k, chunk in enumerate(chunks)
-        ]
-        return np.concatenate([means for means, _ in self._engine().map(simulate_chunk, calls)])
 
     # ------------------------------------------------------------------ internals
     def _evaluation_env(self) -> PettingZooJointEnv:

@@ -9,7 +9,6 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -26,8 +25,11 @@ from marljoint.cli.args import wrapper as _wrapper
 from marljoint.cli.settings import command_line_settings, config_overrides
 from marljoint.cli.sweep import add_options as add_several_runs_options
 from marljoint.cli.sweep import several_runs
+from marljoint.collect.config import CollectionConfig
+from marljoint.run.collection import with_auto_workers
 from marljoint.run.lock import RunLock
 from marljoint.run.presets import PRESETS, get_preset
+from marljoint.run.rundir import default_run_dir
 
 __all__ = ["build_parser", "main"]
 
@@ -43,7 +45,8 @@ class _Parser(argparse.ArgumentParser):
 
 def _add_train(subparsers: Any) -> None:
     from marljoint.redundancy.functional import REDUNDANCY_KINDS
-    from marljoint.run.train import DEFAULT_ENV, DEFAULT_ENV_KWARGS, DEFAULT_TOTAL_STEPS, DEFAULT_TRAINER
+    from marljoint.run.defaults import DEFAULT_ENV, DEFAULT_ENV_KWARGS, DEFAULT_TOTAL_STEPS, DEFAULT_TRAINER
+    from marljoint.run.defaults import product_default as default
 
     p = subparsers.add_parser(
         "train",
@@ -95,10 +98,12 @@ def _add_train(subparsers: Any) -> None:
         "--num-envs",
         metavar="E",
         type=_int,
-        help=f"env copies stepped together (default {DEFAULT_TRAINER['num_envs']})",
+        help=f"env copies stepped together (default {default('num_envs')})",
     )
     seeds = p.add_mutually_exclusive_group()
-    seeds.add_argument("--seed", metavar="S", type=_seed, help="seed of every generator of the run (default 0)")
+    seeds.add_argument(
+        "--seed", metavar="S", type=_seed, help=f"seed of every generator of the run (default {default('seed')})"
+    )
     seeds.add_argument(
         "--seeds",
         metavar="S",
@@ -115,9 +120,16 @@ def _add_train(subparsers: Any) -> None:
         help="Adam learning rate (default: derived from the action spaces, 1e-3 discrete, 3e-4 Box)",
     )
     p.add_argument(
-        "--rollout-steps", metavar="T", type=_positive_int, help="steps per rollout of every env copy (default 256)"
+        "--rollout-steps",
+        metavar="T",
+        type=_positive_int,
+        help=f"steps per rollout of every env copy (default {default('rollout_steps')})",
     )
-    p.add_argument("--device", metavar="DEV", help="torch device of the networks: cpu (default), cuda, cuda:1, mps")
+    p.add_argument(
+        "--device",
+        metavar="DEV",
+        help=f"torch device of the networks: {default('device')} (default), cuda, cuda:1, mps",
+    )
     p.add_argument(
         "--recurrent",
         choices=["gru", "lstm"],
@@ -166,7 +178,7 @@ def _add_train(subparsers: Any) -> None:
         "--redundancy-coef",
         metavar="LAMBDA",
         type=_non_negative_float,
-        help="weight λ of the redundancy penalty (default 0.05; needs --redundancy)",
+        help=f"weight λ of the redundancy penalty (default {default('redundancy_coef')}; needs --redundancy)",
     )
     p.add_argument(
         "--self-play",
@@ -180,9 +192,14 @@ def _add_train(subparsers: Any) -> None:
         "--checkpoint-every",
         metavar="K",
         type=_int,
-        help="iterations between checkpoints (default 10; the last is always saved)",
+        help=f"iterations between checkpoints (default {default('checkpoint_every')}; the last is always saved)",
     )
-    p.add_argument("--keep-checkpoints", metavar="K", type=_int, help="newest checkpoints to keep (default 3)")
+    p.add_argument(
+        "--keep-checkpoints",
+        metavar="K",
+        type=_int,
+        help=f"newest checkpoints to keep (default {default('keep_checkpoints')})",
+    )
     p.add_argument(
         "--eval-every",
         metavar="K",
@@ -191,7 +208,19 @@ def _add_train(subparsers: Any) -> None:
         "the best as checkpoints/best.pt",
     )
     p.add_argument(
-        "--eval-episodes", metavar="M", type=_positive_int, help="episodes of each evaluation (default 10)"
+        "--eval-episodes",
+        metavar="M",
+        type=_positive_int,
+        help=f"episodes of each evaluation (default {default('eval_episodes')})",
+    )
+    p.add_argument(
+        "--exploitability-every",
+        metavar="K",
+        type=_positive_int,
+        help="measure the current policies' exploitability every K iterations (exploit/... columns): exactly for "
+        "Kuhn poker, matrix games and small OpenSpiel games (also writing openspiel_policy.json where the game has "
+        "an OpenSpiel form), else approximately with PPO best responses in two-player envs; the least exploitable "
+        "checkpoint is kept as checkpoints/best.pt",
     )
     p.add_argument(
         "--wandb",
@@ -257,33 +286,12 @@ def _add_train(subparsers: Any) -> None:
 
 
 def _train(args: argparse.Namespace) -> int:
-    from marljoint.run.train import RunError, RunSpec, read_config_file, resume_spec
+    from marljoint.run.errors import RunError
 
     options = command_line_settings(args)
-    if args.env_workers is not None:
-        if args.ray or args.ray_address is not None or args.num_workers is not None:
-            raise RunError(
-                "--env-workers (worker processes on this machine) and --ray/--num-workers (Ray rollout workers) are "
-                "two ways to collect on several cores; choose one"
-            )
-        if args.env_workers != "auto":
-            options["collection"] = {"backend": "subprocess", "workers": args.env_workers}
-    if args.ray or args.ray_address is not None or args.num_workers is not None:
-        options["collection"] = {"backend": "ray", "workers": 2 if args.num_workers is None else args.num_workers}
-    if args.policy_lag and args.env_workers != "auto":
-        if "collection" not in options:
-            raise RunError(
-                "--policy-lag 1 overlaps collection in worker processes with the update; add --env-workers K or "
-                "--ray (in-process collection cannot overlap)"
-            )
-        options["collection"] = {**options["collection"], "policy_lag": args.policy_lag}
-    if args.balance and args.env_workers != "auto":
-        if "collection" not in options:
-            raise RunError(
-                "--balance hands env copies between worker processes; add --env-workers K or --ray (in-process "
-                "collection has no workers)"
-            )
-        options["collection"] = {**options["collection"], "balance": True}
+    collection = CollectionConfig.from_options(**_collection_options(args))
+    if collection is not None:
+        options["collection"] = collection.to_dict()
     if args.ray_address is not None:
         from marljoint.distributed import connect_ray
 
@@ -291,40 +299,63 @@ def _train(args: argparse.Namespace) -> int:
     if args.trust_snapshot and not args.resume:
         raise RunError("--trust-snapshot only applies to --resume (a run written elsewhere); add --resume or drop it")
     if args.resume:
-        if args.out is None:
-            raise RunError("--resume needs --out DIR, the run directory to continue")
-        if args.config is not None:
-            raise RunError("--resume takes the run's own config.toml; drop --config")
-        if several_runs(args):
-            return _train_seeds(args, None, options)
-        # Locked before the run's config is read, so a second writer is refused before it looks at anything.
-        with RunLock(args.out):
-            spec = _with_auto_workers(resume_spec(args.out, options), args)
-            return _train_one(spec, args.out, args)
-    else:
-        values = _preset_values(args.preset) if args.preset is not None else {}
-        overrides = None
-        if args.config is not None:
-            file_values = read_config_file(args.config)
-            values.update(file_values)
-            overrides = config_overrides(args.config, file_values, options)
-        values.update(options)
-        values = {**_self_play_defaults(values), **values}
-        if "env" in values and "env_kwargs" not in values:
-            values["env_kwargs"] = {}
-        spec = _with_auto_workers(RunSpec.from_dict(values), args)
-        if spec.redundancy is None and args.redundancy_coef is not None:
-            raise RunError("--redundancy-coef needs --redundancy KIND (xcorr, cka or hsic)")
-        _say_overrides(args, overrides)
-        if several_runs(args):
-            return _train_seeds(args, spec, options)
-    return _train_one(spec, args.out if args.out is not None else _default_out(spec), args)
+        return _train_resumed(args, options)
+    spec = _new_spec(args, options)
+    if several_runs(args):
+        return _train_seeds(args, spec, options)
+    return _train_one(spec, args.out if args.out is not None else default_run_dir(spec), args)
+
+
+def _collection_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The options that choose how to collect, as :meth:`~marljoint.collect.CollectionConfig.from_options` takes
+    them."""
+    names = ("env_workers", "ray", "ray_address", "num_workers", "policy_lag", "balance")
+    return {name: getattr(args, name) for name in names}
+
+
+def _train_resumed(args: argparse.Namespace, options: dict[str, Any]) -> int:
+    """``--resume``: the run in ``--out`` continued (or every run under it, with ``--seeds``)."""
+    from marljoint.run.errors import RunError
+    from marljoint.run.spec import resume_spec
+
+    if args.out is None:
+        raise RunError("--resume needs --out DIR, the run directory to continue")
+    if args.config is not None:
+        raise RunError("--resume takes the run's own config.toml; drop --config")
+    if several_runs(args):
+        return _train_seeds(args, None, options)
+    # Locked before the run's config is read, so a second writer is refused before it looks at anything.
+    with RunLock(args.out):
+        spec = _with_auto_workers(resume_spec(args.out, options), args)
+        return _train_one(spec, args.out, args)
+
+
+def _new_spec(args: argparse.Namespace, options: dict[str, Any]) -> Any:
+    """A new run's settings: the defaults, then ``--preset``, ``--config`` and the command line's ``options``."""
+    from marljoint.run.errors import RunError
+    from marljoint.run.spec import RunSpec, read_config_file
+
+    values = get_preset(args.preset).run_values() if args.preset is not None else {}
+    overrides = None
+    if args.config is not None:
+        file_values = read_config_file(args.config)
+        values.update(file_values)
+        overrides = config_overrides(args.config, file_values, options)
+    values.update(options)
+    values = {**_self_play_defaults(values), **values}
+    if "env" in values and "env_kwargs" not in values:
+        values["env_kwargs"] = {}
+    spec = _with_auto_workers(RunSpec.from_dict(values), args)
+    if spec.redundancy is None and args.redundancy_coef is not None:
+        raise RunError("--redundancy-coef needs --redundancy KIND (xcorr, cka or hsic)")
+    _say_overrides(args, overrides)
+    return spec
 
 
 def _self_play_defaults(values: dict[str, Any]) -> dict[str, Any]:
     """The settings ``self_play`` starts from on the run's env (under the preset, --config and options)."""
+    from marljoint.run.defaults import DEFAULT_ENV
     from marljoint.run.recipes import self_play_settings
-    from marljoint.run.train import DEFAULT_ENV
 
     return self_play_settings(values.get("env", DEFAULT_ENV), values.get("self_play"))
 
@@ -347,20 +378,11 @@ def _say_overrides(args: argparse.Namespace, line: str | None) -> None:
 
 
 def _with_auto_workers(spec: Any, args: argparse.Namespace, cores: int | None = None) -> Any:
-    """``--env-workers auto``: the run's collection written out for this machine, or for ``cores`` of its cores
-    (:func:`marljoint.threads.auto_workers` workers; policy lag 1 for feed-forward policies, where the decoupled
-    update was measured to learn as lag 0 does, unless ``--policy-lag`` says otherwise)."""
+    """``--env-workers auto``: ``spec`` with its collection chosen for this machine, or for ``cores`` of its cores
+    (:func:`~marljoint.run.collection.with_auto_workers`); ``spec`` itself otherwise."""
     if args.env_workers != "auto":
         return spec
-    from marljoint.run.train import RunSpec
-    from marljoint.threads import auto_workers
-
-    workers = auto_workers(spec.trainer.num_envs, cores)
-    if workers == 0:  # one core: the learner collects in-process
-        return RunSpec.from_dict({"collection": {"backend": "local"}}, base=spec)
-    lag = args.policy_lag if args.policy_lag is not None else int(spec.trainer.recurrent is None)
-    collection = {"backend": "subprocess", "workers": workers, "policy_lag": lag, "balance": bool(args.balance)}
-    return RunSpec.from_dict({"collection": collection}, base=spec)
+    return with_auto_workers(spec, args.policy_lag, args.balance, cores)
 
 
 def _train_seeds(args: argparse.Namespace, spec: Any, options: dict[str, Any]) -> int:
@@ -368,28 +390,6 @@ def _train_seeds(args: argparse.Namespace, spec: Any, options: dict[str, Any]) -
     from marljoint.cli.sweep import train_many
 
     return train_many(args, spec, options)
-
-
-def _preset_values(name: str) -> dict[str, Any]:
-    """A preset as run settings: env, env_kwargs, total_steps and its trainer fields at the top level."""
-    preset = get_preset(name)
-    return {
-        "env": preset.env_name,
-        "env_kwargs": dict(preset.env_kwargs),
-        "total_steps": preset.total_steps,
-        **dict(preset.config_kwargs),
-    }
-
-
-def _default_out(spec: Any) -> Path:
-    name = spec.env.replace(":", ".").split(".")[-1]
-    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
-    out = Path("runs") / f"{name}-{stamp}"
-    k = 1
-    while out.exists():
-        k += 1
-        out = Path("runs") / f"{name}-{stamp}-{k}"
-    return out
 
 
 def _add_eval(subparsers: Any) -> None:
@@ -437,6 +437,14 @@ def _add_eval(subparsers: Any) -> None:
         default=1_000_000,
         help="give up after this many joint steps (default 1,000,000)",
     )
+    p.add_argument(
+        "--against",
+        metavar="REF",
+        action="append",
+        help="also play each seat of a two-player game against this reference, the trained policy in one seat and "
+        "the reference in the other: 'random' (uniform over the legal actions), a run directory of the same env "
+        "(its newest checkpoint) or a checkpoint file; repeatable. Zero-sum games get 'random' by default",
+    )
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(handler=_eval)
 
@@ -457,6 +465,9 @@ def _eval(args: argparse.Namespace) -> int:
         video=args.video,
         progress=_eval_progress(args.episodes, args.max_steps),
     )
+    from marljoint.run.seats import evaluate_seats
+
+    seats = evaluate_seats(args.run_dir, args.against or (), args.episodes, args.seed, args.checkpoint)
     if args.json:
         summary = {name: {"mean": m, "ci95": h} for name, (m, h) in result.summary().items()}
         payload = {
@@ -467,9 +478,13 @@ def _eval(args: argparse.Namespace) -> int:
             "gif": None if result.gif is None else str(result.gif),
             "video": None if result.video is None else str(result.video),
         }
+        if seats is not None:
+            payload["seats"] = seats.summary()
         print(json.dumps(payload, indent=2, allow_nan=True))
     else:
         print(result.format())
+        if seats is not None:
+            print(seats.format())
     return 0
 
 
@@ -579,7 +594,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stderr.write(f"marljoint {args.command}: interrupted\n")
         return 130
     except _user_errors() as exc:
-        from marljoint.run.train import RunInterrupted
+        from marljoint.run.errors import RunInterrupted
 
         if isinstance(exc, RunInterrupted):
             sys.stderr.write(f"marljoint {args.command}: {_one_line(exc)}\n")
@@ -608,9 +623,9 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     from marljoint.distributed import RayUnavailable
     from marljoint.env import EnvCopyError
     from marljoint.ppo.divergence import DivergenceError
+    from marljoint.run.errors import RunError
     from marljoint.run.plotting import PlottingUnavailable
     from marljoint.run.registry import EnvSpecError
-    from marljoint.run.train import RunError
 
     errors = (
         RunError,

@@ -32,9 +32,12 @@ from marljoint.cli.args import USAGE_ERROR, non_negative_int, positive_float, po
 from marljoint.env.openspiel import OPENSPIEL_PREFIX
 from marljoint.policies.recurrent import RECURRENT_KINDS
 from marljoint.ppo.config import JointTrainerConfig
+from marljoint.run.exploitability import OPENSPIEL_POLICY
 from marljoint.run.lock import RunLock
-from marljoint.run.recipes import BUNDLED_ENVS, Recipe, auto_meta_solver, env_factory, recipe_for, write_metrics_csv
+from marljoint.run.presets import Preset
+from marljoint.run.recipes import BUNDLED_ENVS, auto_meta_solver, env_factory, recipe_for
 from marljoint.run.registry import known_game
+from marljoint.run.runlog import write_metrics_csv
 
 __all__ = ["register", "CommandError"]
 
@@ -57,6 +60,11 @@ def register(subparsers: Any) -> None:
 
     Each sets ``handler`` (call ``args.handler(args)``; returns 0).
     """
+    _add_psro(subparsers)
+    _add_nfsp(subparsers)
+
+
+def _add_psro(subparsers: Any) -> None:
     psro = subparsers.add_parser(
         "psro",
         help="PSRO: populations of best responses and an empirical meta-game",
@@ -107,6 +115,8 @@ def register(subparsers: Any) -> None:
     psro.add_argument("--ray-address", help="join this Ray cluster for the tasks (default: start a local one)")
     psro.set_defaults(handler=run_psro)
 
+
+def _add_nfsp(subparsers: Any) -> None:
     nfsp = subparsers.add_parser(
         "nfsp",
         help="NFSP: PPO best responses and supervised average policies",
@@ -170,8 +180,6 @@ class CommandError(SystemExit):
         return self.message
 
 
-
-
 def _fail(command: str, message: str) -> CommandError:
     """Writes ``marljoint COMMAND: error: MESSAGE`` (one line) to stderr and returns the exception to raise."""
     line = f"marljoint {command}: error: {' '.join(message.split())}"
@@ -179,7 +187,7 @@ def _fail(command: str, message: str) -> CommandError:
     return CommandError(line)
 
 
-def _resolve(command: str, args: argparse.Namespace) -> tuple[Callable[[], Any], KnownGame | None, Recipe, Path]:
+def _resolve(command: str, args: argparse.Namespace) -> tuple[Callable[[], Any], KnownGame | None, Preset, Path]:
     """Parses the options every command shares; raises the one-line error on bad input."""
     try:
         env_kwargs = json.loads(args.env_kwargs)
@@ -264,10 +272,6 @@ def _export_policy(command: str, run: Any, out: Path) -> None:
     game.export(game.tables(policies), out / OPENSPIEL_POLICY)
 
 
-OPENSPIEL_POLICY = "openspiel_policy.json"
-"""The file an OpenSpiel game's run writes its evaluated policy to (see :meth:`OpenSpielGame.export`)."""
-
-
 def _progress_line(command: str, row: Mapping[str, Any], total: int | None) -> str:
     """``psro iteration 3/10  exploitability 0.0123  12.3 s`` (the measures a row has)."""
     of = f"/{total}" if total else ""
@@ -317,7 +321,7 @@ def _warm_start_arg(value: str) -> float | bool:
     return scale
 
 
-def _warm_start_settings(flag: float | bool | None, recipe: Recipe) -> dict[str, Any]:
+def _warm_start_settings(flag: float | bool | None, recipe: Preset) -> dict[str, Any]:
     """``warm_start`` / ``warm_start_policy_scale`` from ``--warm-start`` (None: not given, False: off, else the
     scale), the recipe's where the flag leaves them open."""
     if flag is None:

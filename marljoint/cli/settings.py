@@ -28,6 +28,7 @@ DEDICATED_OPTIONS = {
     "keep_checkpoints": ("--keep-checkpoints", "keep_checkpoints"),
     "eval_every": ("--eval-every", "eval_every"),
     "eval_episodes": ("--eval-episodes", "eval_episodes"),
+    "exploitability_every": ("--exploitability-every", "exploitability_every"),
     "wandb_project": ("--wandb", "wandb"),
     "learning_rate": ("--learning-rate", "learning_rate"),
     "rollout_steps": ("--rollout-steps", "rollout_steps"),

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -26,7 +25,6 @@ _OPTION_OF = {
     "wandb_project": "--wandb",
     "collection": "--env-workers/--ray",
 }
-_UNSAFE = re.compile(r"[^A-Za-z0-9._=+,\-\[\]{}]")
 
 
 def add_options(parser: argparse.ArgumentParser) -> None:
@@ -95,7 +93,7 @@ def several_runs(args: argparse.Namespace) -> bool:
     """
     many = bool(args.seeds) or bool(getattr(args, "sweep", None)) or args.command == "tune"
     if not many and getattr(args, "jobs", None) is not None:
-        from marljoint.run.train import RunError
+        from marljoint.run.errors import RunError
 
         raise RunError("--jobs N sets how many runs of --seeds or --sweep train at a time; add --seeds S [S ...]")
     return many
@@ -112,24 +110,24 @@ def train_many(args: argparse.Namespace, spec: Any, options: dict[str, Any]) -> 
     Returns:
         0, or :data:`FAILED` when some run failed.
     """
-    from marljoint.run.train import RunError
+    from marljoint.run.errors import RunError
 
     seeds = list(args.seeds or [0 if args.seed is None else args.seed])
     if len(set(seeds)) != len(seeds):
         raise RunError(f"--seeds lists a seed twice: {args.seeds}")
     if args.command == "tune":
         return _tune(args, spec, options, seeds)
+    from marljoint.run.sweep import check_before_start, point_dir, run_jobs, sweep_points
+
     axes = _checked_axes(args.sweep, options, args, "--sweep")
     out = _out(args, spec)
-    points = _grid_points(axes)
+    points = sweep_points(axes)
     parallel, cores, engine = _sharing(args, len(points) * len(seeds))
-    jobs = [
-        _job(args, spec, options, point, out / _point_dir(point) if point else out, seed, cores, engine)
-        for point in points
-        for seed in seeds
-    ]
-    _check_before_start(jobs, args)
-    from marljoint.run.sweep import run_jobs
+    jobs = []
+    for point in points:
+        parent = out / point_dir(point) if point else out
+        jobs += [_job(args, spec, options, point, parent / f"seed_{seed}", seed, cores, engine) for seed in seeds]
+    check_before_start(jobs, args.resume, args.force)
 
     outcomes = run_jobs(jobs, parallel, on_done=lambda outcome: _report(outcome, args.quiet), engine=engine)
     if args.sweep:
@@ -140,9 +138,9 @@ def train_many(args: argparse.Namespace, spec: Any, options: dict[str, Any]) -> 
 
 
 def _out(args: argparse.Namespace, spec: Any) -> Path:
-    from marljoint.cli import _default_out
+    from marljoint.run.rundir import default_run_dir
 
-    return Path(args.out) if args.out is not None else _default_out(spec)
+    return Path(args.out) if args.out is not None else default_run_dir(spec)
 
 
 def _checked_axes(
@@ -150,7 +148,8 @@ def _checked_axes(
 ) -> list[Any]:
     """The ``--sweep`` (or ``--param``) axes, refused when they repeat a key, vary the seed, or vary a key that is
     set another way."""
-    from marljoint.run.train import RunError, RunSpec
+    from marljoint.run.errors import RunError
+    from marljoint.run.spec import RunSpec
 
     known = set(RunSpec().to_dict())
     seen: set[str] = set()
@@ -166,22 +165,6 @@ def _checked_axes(
             raise RunError(f"{flag} {key}=... and {given} both set {key}; give it in one place")
         seen.add(key)
     return axes
-
-
-def _grid_points(axes: list[Any]) -> list[dict[str, tuple[str, Any]]]:
-    from marljoint.run.sweep import grid
-    from marljoint.run.train import RunError
-
-    points = grid(axes)
-    names = [_point_dir(point) for point in points]
-    if len(set(names)) != len(names):
-        raise RunError(f"two --sweep values name the same directory after quoting: {sorted(names)}")
-    return points
-
-
-def _point_dir(point: dict[str, tuple[str, Any]]) -> str:
-    """``key=label,key=label``, with characters that are unsafe in file names replaced by ``_``."""
-    return _UNSAFE.sub("_", ",".join(f"{key}={label}" for key, (label, _) in point.items()))
 
 
 def _sharing(args: argparse.Namespace, runs: int) -> tuple[int, int, str]:
@@ -200,65 +183,17 @@ def _job(
     spec: Any,
     options: dict[str, Any],
     point: dict[str, Any],
-    parent: Path,
+    run_dir: Path,
     seed: int,
     cores: int,
     engine: str,
 ) -> Any:
-    """The job of one seed at one point of the grid, in ``parent/seed_<S>``, its threads sized to its share of the
-    cores."""
-    from marljoint.cli import _with_auto_workers
-    from marljoint.run.sweep import RunJob, fit_to_cores
-    from marljoint.run.train import RunError, RunSpec, resume_spec
+    """The job of one seed at one point of the grid (:func:`marljoint.run.sweep.point_job`), from the options."""
+    from marljoint.run.sweep import point_job
 
-    values = {key: value for key, (_, value) in point.items()}
-    run_dir = parent / f"seed_{seed}"
-    try:
-        if args.resume:
-            run_spec = resume_spec(run_dir, {**options, **values})
-        else:
-            run_spec = RunSpec.from_dict({**values, "seed": seed}, base=spec)
-    except RunError as exc:
-        raise RunError(f"{run_dir}: {exc}") from None
-    if engine == "ray":
-        run_spec = RunSpec.from_dict({"collection": {"backend": "local"}}, base=run_spec)
-    else:
-        run_spec = _with_auto_workers(run_spec, args, cores=cores)
-    setting_labels = {key: label for key, (label, _) in point.items()}
-    return RunJob(
-        fit_to_cores(run_spec, cores),
-        run_dir,
-        args.resume,
-        args.force,
-        cores,
-        setting_labels,
-        bool(getattr(args, "trust_snapshot", False)),
-    )
-
-
-def _check_before_start(jobs: list[Any], args: argparse.Namespace) -> None:
-    """Refuses an env that cannot be found, a directory that another process is writing and a directory that holds
-    a run before any run starts (one line, as for a single run), rather than as the same failure of every run."""
-    from marljoint.run.lock import RunLock
-    from marljoint.run.registry import resolve_env
-    from marljoint.run.train import RunError, holds_run
-
-    for job in jobs:  # a directory being written is refused as a single run's would be (RunLocked)
-        with RunLock(job.run_dir, "marljoint train"):
-            pass
-
-    taken = [job.run_dir for job in jobs if holds_run(job.run_dir)]
-    if taken and not (args.resume or args.force):
-        raise RunError(
-            f"{taken[0]} already holds a run ({len(taken)} of the {len(jobs)} run directories do); pass --resume "
-            "to continue them, --force to overwrite them, or choose another --out"
-        )
-
-    checked = set()
-    for job in jobs:
-        if (job.spec.env, repr(dict(job.spec.env_kwargs))) not in checked:
-            checked.add((job.spec.env, repr(dict(job.spec.env_kwargs))))
-            resolve_env(job.spec.env, dict(job.spec.env_kwargs))
+    auto = (args.policy_lag, args.balance) if args.env_workers == "auto" else None
+    trust = bool(getattr(args, "trust_snapshot", False))
+    return point_job(spec, options, point, run_dir, seed, cores, engine, args.resume, args.force, trust, auto)
 
 
 def _report(outcome: Any, quiet: bool) -> None:
@@ -364,7 +299,7 @@ def _param_range(text: str) -> Any:
 
 def _tune(args: argparse.Namespace, spec: Any, options: dict[str, Any], seeds: list[int]) -> int:
     """``marljoint tune``: an Optuna study over ``--param`` maximising the seeds' mean final return."""
-    from marljoint.run.train import RunError
+    from marljoint.run.errors import RunError
     from marljoint.run.tune import OptunaUnavailable, require_optuna
 
     if args.resume or args.sweep:
@@ -383,7 +318,7 @@ def _tune(args: argparse.Namespace, spec: Any, options: dict[str, Any], seeds: l
     def objective(trial: Any) -> float:
         point = {p.key: (f"{value:.4g}", value) for p in args.param for value in [p.suggest(trial)]}
         parent = out / f"trial_{trial.number}"
-        jobs = [_job(args, spec, options, point, parent, seed, cores, engine) for seed in seeds]
+        jobs = [_job(args, spec, options, point, parent / f"seed_{seed}", seed, cores, engine) for seed in seeds]
         from marljoint.run.sweep import run_jobs, summarize
 
         outcomes = run_jobs(jobs, parallel, on_done=lambda o: _report(o, True), engine=engine)

@@ -4,17 +4,21 @@ A :class:`Collector` plays rollouts with a :class:`~marljoint.policies.JointPoli
 (:class:`LocalCollector`), in a :class:`~marljoint.env.SubprocessJointEnv`'s workers (:class:`SubprocessCollector`)
 or in Ray actors (:class:`RayCollector`), optionally one rollout ahead of the update (:class:`OverlappedCollector`,
 ``policy_lag=1``), chosen by a :class:`CollectionConfig` (:func:`make_collector`). All give the same rollout bit
-for bit. Also here: the rollout storage ``[T, E, N, ...]``, the moves a turn-based rollout
-carries into the next, the per-copy noise generators and the one rule that splits env copies into slices.
+for bit: the subprocess and Ray collectors are one orchestration (:class:`SlicedCollector`) over two transports
+(pipes, Ray actors). Also here: the rollout storage ``[T, E, N, ...]``, the moves a turn-based rollout
+carries into the next, the per-copy noise generators, the padded batches of a slice of the copies
+(:class:`PaddedPolicy`) and the one rule that splits env copies into slices.
 """
 
 from marljoint.collect.backends import make_collector
 from marljoint.collect.balance import WorkBalancer, proportional_slices
-from marljoint.collect.base import Collector, rollout_storage
+from marljoint.collect.base import Collector, WorkerCollector, rollout_storage
 from marljoint.collect.config import BACKENDS, CollectionConfig
 from marljoint.collect.local import LocalCollector
 from marljoint.collect.noise import CopyNoise, copy_generators, generators_from_states
+from marljoint.collect.orchestration import SlicedCollector, SliceTransport
 from marljoint.collect.overlap import OverlappedCollector
+from marljoint.collect.padded import PaddedPolicy, RowPadding
 from marljoint.collect.ray import RayCollector, WorkerLostError
 from marljoint.collect.rollout import PER_AGENT_FIELDS, JointRollout, carry_pending_moves
 from marljoint.collect.slices import SliceWorker, assemble, blueprint, rollout_piece
@@ -30,10 +34,15 @@ __all__ = [
     "JointRollout",
     "LocalCollector",
     "OverlappedCollector",
+    "PaddedPolicy",
     "RayCollector",
+    "RowPadding",
+    "SliceTransport",
     "SliceWorker",
+    "SlicedCollector",
     "SubprocessCollector",
     "WorkBalancer",
+    "WorkerCollector",
     "WorkerLostError",
     "assemble",
     "blueprint",
@@ -46,4 +55,3 @@ __all__ = [
     "rollout_storage",
     "split_copies",
 ]
-

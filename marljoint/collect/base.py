@@ -11,7 +11,7 @@ from marljoint.collect.rollout import JointRollout
 from marljoint.env.spaces import JointSpec
 from marljoint.policies.joint import JointPolicy
 
-__all__ = ["Collector", "rollout_storage"]
+__all__ = ["Collector", "WorkerCollector", "rollout_storage"]
 
 
 @runtime_checkable
@@ -47,6 +47,46 @@ class Collector(Protocol):
 
     def close(self) -> None:
         """Releases what the collector started (worker actors); an env it was given stays open."""
+        ...
+
+
+@runtime_checkable
+class WorkerCollector(Protocol):
+    """A :class:`Collector` whose rollouts worker processes play (subprocess or Ray): what
+    :class:`~marljoint.collect.OverlappedCollector` needs to collect one rollout ahead in the background.
+
+    Attributes:
+        num_envs: E.
+        spec: the env's agents and layouts (the rollouts' shapes).
+        in_workers: whether the policy acts in the workers (``None`` before the first rollout); False when it acts in
+            this process, which cannot overlap an update of the same policy.
+    """
+
+    num_envs: int
+    spec: JointSpec
+    in_workers: bool | None
+
+    def collect(
+        self,
+        policy: JointPolicy,
+        steps: int,
+        weights: Mapping[str, Any] | None = None,
+        into: JointRollout | None = None,
+    ) -> JointRollout:
+        """:meth:`Collector.collect` acting with ``weights`` (a :meth:`~marljoint.policies.JointPolicy.weights`
+        snapshot; default the policy's current ones) into the storage ``into`` (default the collector's own)."""
+        ...
+
+    def state(self) -> dict[str, Any] | None:
+        """As :meth:`Collector.state`."""
+        ...
+
+    def load_state(self, state: Mapping[str, Any] | None) -> None:
+        """As :meth:`Collector.load_state`."""
+        ...
+
+    def close(self) -> None:
+        """As :meth:`Collector.close`."""
         ...
 
 

@@ -107,6 +107,59 @@ class CollectionConfig:
         return out
 
     @classmethod
+    def from_options(
+        cls,
+        *,
+        env_workers: int | str | None = None,
+        ray: bool = False,
+        ray_address: str | None = None,
+        num_workers: int | None = None,
+        policy_lag: int | None = None,
+        balance: bool = False,
+    ) -> CollectionConfig | None:
+        """The collection that ``marljoint train``'s options choose, each keyword named after its option:
+        ``--env-workers K`` (``"subprocess"``, K workers), ``--ray``, ``--ray-address`` or ``--num-workers K``
+        (``"ray"``, K actors, 2 by default), with ``--policy-lag`` and ``--balance`` on top.
+
+        Returns:
+            The config, or ``None`` when no option chooses a backend (the run's own settings decide) and for
+            ``env_workers="auto"``, whose workers are chosen for the machine once the run's env copies are known.
+
+        Raises:
+            ValueError: for two backends at once, or ``policy_lag=1`` or ``balance`` without worker processes,
+                naming the options and the fix.
+
+        Example:
+            >>> CollectionConfig.from_options(env_workers=2, policy_lag=1)
+            CollectionConfig(backend='subprocess', workers=2, policy_lag=1, balance=False)
+        """
+        wants_ray = ray or ray_address is not None or num_workers is not None
+        if env_workers is not None and wants_ray:
+            raise ValueError(
+                "--env-workers (worker processes on this machine) and --ray/--num-workers (Ray rollout workers) are "
+                "two ways to collect on several cores; choose one"
+            )
+        if env_workers == "auto":
+            return None
+        if wants_ray:
+            chosen: CollectionConfig | None = cls("ray", workers=2 if num_workers is None else num_workers)
+        else:
+            chosen = None if env_workers is None else cls("subprocess", workers=env_workers)  # type: ignore[arg-type]
+        if policy_lag and chosen is None:
+            raise ValueError(
+                "--policy-lag 1 overlaps collection in worker processes with the update; add --env-workers K or "
+                "--ray (in-process collection cannot overlap)"
+            )
+        if balance and chosen is None:
+            raise ValueError(
+                "--balance hands env copies between worker processes; add --env-workers K or --ray (in-process "
+                "collection has no workers)"
+            )
+        if chosen is None:
+            return None
+        return chosen.replace(policy_lag=policy_lag or 0, balance=bool(balance))
+
+    @classmethod
     def from_value(cls, value: CollectionConfig | Mapping[str, Any] | str) -> CollectionConfig:
         """A config from itself, a mapping of its fields (a ``config.toml`` table) or a backend name.
 
@@ -124,6 +177,6 @@ class CollectionConfig:
                 raise ValueError(f"unknown collection setting(s) {unknown}; valid: {sorted(names)}")
             return cls(**value)
         raise ValueError(
-            f"collection must be a CollectionConfig, a table such as {{backend = \"subprocess\", workers = 2}} or a "
+            f'collection must be a CollectionConfig, a table such as {{backend = "subprocess", workers = 2}} or a '
             f"backend name, got {value!r}"
         )

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import functools
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -11,9 +12,10 @@ import torch
 from marljoint.collect.acting import HostActing
 from marljoint.collect.base import rollout_storage
 from marljoint.collect.noise import CopyNoise, copy_generators, generators_from_states
+from marljoint.collect.padded import PaddedPolicy, RowPadding
 from marljoint.collect.rollout import JointRollout
 from marljoint.collect.snapshots import read_memory, read_state, restore_env
-from marljoint.env.base import JointEnv, JointObs
+from marljoint.env.base import JointEnv, JointObs, JointStep
 from marljoint.policies.joint import JointPolicy
 
 __all__ = ["LocalCollector"]
@@ -31,17 +33,21 @@ class LocalCollector:
         env: the env copies (any JointEnv; a :class:`~marljoint.env.SubprocessJointEnv` steps in its workers).
         seed: the seed of the env resets and of the copies' noise generators.
         first_copy: the global index of the env's first copy (non-zero for one slice of a larger set).
+        batch_rows: the copies of the whole set (E) when this env holds one slice of it: the slice's rows are then
+            evaluated at their positions of an E-row batch (:class:`~marljoint.collect.padded.PaddedPolicy`), so
+            they get the bits a collector of all E copies gives them. ``None``: the env's copies are the batch.
 
     Attributes:
         current: where the next rollout starts (``None``: the env is reset first).
         copy_generators: one noise generator per env copy (built on the first rollout).
     """
 
-    def __init__(self, env: JointEnv, seed: int, first_copy: int = 0) -> None:
+    def __init__(self, env: JointEnv, seed: int, first_copy: int = 0, batch_rows: int | None = None) -> None:
         self.env = env
         self.num_envs = env.num_envs
         self.seed = int(seed)
         self.first_copy = int(first_copy)
+        self.rows = None if batch_rows is None else RowPadding(self.first_copy, int(batch_rows))
         self.current: JointObs | None = None
         self.copy_generators: list[torch.Generator] = []
         self._storage: JointRollout | None = None
@@ -112,79 +118,57 @@ class LocalCollector:
                 :meth:`~marljoint.collect.JointRollout.allocate`).
             policy: the policy to act with.
         """
-        steps = ro.steps
+        state = self._start()
+        noise = CopyNoise(self.copy_generators, ro.steps)
+        ro.final_values.zero_()  # written only at the steps where an agent is truncated
+        ro.truncated_waiting.zero_()
+        policy.train(False)
+        padded = PaddedPolicy(policy, self.rows)
+        writer = _StepWriter(ro)
+        episodes = _Episodes()
+        memory = self._recurrent_memory(policy, ro, state)
+        act = self._acting(padded, ro, memory)
+        with torch.no_grad():
+            for t in range(ro.steps):
+                writer.observation(t, state)
+                # Rows without a decision carry all-allowed masks (the adapter's contract; the distributions
+                # also treat an all-masked head as unmasked), so sampling there is well defined and ignored.
+                step = self.env.step(act(t, noise))
+                writer.outcome(t, step)
+                if step.truncated.any():
+                    ro.final_values[t] = self._final_values(padded, step, memory)
+                    if step.final_waiting is not None:
+                        ro.truncated_waiting[t] = torch.from_numpy(step.truncated & step.final_waiting)
+                episodes.record(t, step)
+                if memory is not None:  # the env may reuse its arrays: step t's flags are read from the rollout
+                    memory.after_step(ro.alive[t].cpu().numpy(), step)
+                state = step
+            _bootstrap(ro, padded, state, memory)
+        self.current = JointObs(state.obs, state.alive, state.acting, state.action_masks)
+        episodes.write(ro, self.env.spec.num_agents)
+
+    def _start(self) -> JointObs:
+        """Where the rollout starts (the env reset with the seed before the first), with the noise generators."""
         if self.current is None:
             self.current = self.env.reset(seed=self.seed)
             self._memory = None
         if len(self.copy_generators) != self.env.num_envs:
             self.copy_generators = copy_generators(self.seed, self.env.num_envs, self.first_copy)
-        state = self.current
-        device = policy.device
-        copy_noise = CopyNoise(self.copy_generators, steps)
-        ro.final_values.zero_()  # written only at the steps where an agent is truncated
-        ro.truncated_waiting.zero_()
-        episode_returns: list[np.ndarray] = []
-        episode_lengths: list[np.ndarray] = []
-        episode_steps: list[np.ndarray] = []
-        policy.train(False)
-        # The env's arrays enter the rollout through numpy views of its storage when it is on the CPU: a numpy
-        # assignment costs a fraction of a torch copy_ per array and step.
-        on_host = ro.rewards.device.type == "cpu"
-        put = _put_numpy if on_host else _put_torch
+        return self.current
 
-        def sink(tensor: torch.Tensor) -> Any:
-            return tensor.numpy() if on_host else tensor
-
-        obs_in = [sink(o) for o in ro.obs]
-        masks_in = [None if m is None else sink(m) for m in ro.action_masks]
-        alive_in, acting_in, rewards_in, terminated_in, truncated_in = (
-            sink(x) for x in (ro.alive, ro.acting, ro.rewards, ro.terminated, ro.truncated)
-        )
+    def _acting(
+        self, padded: PaddedPolicy, ro: JointRollout, memory: _Memory | None
+    ) -> Callable[[int, CopyNoise], list[np.ndarray]]:
+        """The acting step of this rollout: ``act(t, noise)`` samples step ``t``, writes it into ``ro`` and returns
+        the env actions."""
+        policy = padded.policy
+        if memory is not None:
+            return functools.partial(memory.act, padded, ro)
         # On the CPU, plain MLP networks act through numpy around their torch matrix products.
-        host = HostActing.build(policy, ro)
-        memory = self._recurrent_memory(policy, ro, state)
-        with torch.no_grad():
-            for t in range(steps):
-                for g in range(len(self.env.spec.groups)):
-                    put(obs_in[g], t, state.obs[g])
-                    if masks_in[g] is not None:
-                        put(masks_in[g], t, state.action_masks[g])
-                put(alive_in, t, state.alive)
-                put(acting_in, t, state.acting)
-                # Rows without a decision carry all-allowed masks (the adapter's contract; the distributions
-                # also treat an all-masked head as unmasked), so sampling there is well defined and ignored.
-                if memory is not None:
-                    env_actions = memory.act(policy, ro, t, copy_noise)
-                elif host is not None:
-                    env_actions = policy.clip_actions(host.act(t, copy_noise))
-                else:
-                    env_actions = _act_with_torch(policy, ro, t, copy_noise)
-                step = self.env.step(env_actions)
-                put(rewards_in, t, step.rewards)
-                put(terminated_in, t, step.terminated)
-                put(truncated_in, t, step.truncated)
-                if step.truncated.any():
-                    ro.final_values[t] = self._final_values(policy, step, memory)
-                    if step.final_waiting is not None:
-                        ro.truncated_waiting[t] = torch.from_numpy(step.truncated & step.final_waiting)
-                if len(step.episode_lengths):
-                    episode_returns.append(step.episode_returns.copy())
-                    episode_lengths.append(step.episode_lengths.copy())
-                    episode_steps.append(np.full(len(step.episode_lengths), t, dtype=np.int64))
-                if memory is not None:  # the env may reuse its arrays: step t's flags are read from the rollout
-                    memory.after_step(ro.alive[t].cpu().numpy(), step)
-                state = step
-            alive = torch.from_numpy(state.alive).to(device)
-            states = None if memory is None else memory.fresh_states(policy)
-            outputs = policy.forward_rows([torch.from_numpy(o).to(device) for o in state.obs], alive, states)
-            ro.bootstrap_values.copy_(policy.values(outputs) * alive)
-            ro.next_alive.copy_(alive)
-            ro.next_acting.copy_(torch.from_numpy(state.acting))
-        self.current = JointObs(state.obs, state.alive, state.acting, state.action_masks)
-        n = self.env.spec.num_agents
-        ro.episode_returns = np.concatenate(episode_returns) if episode_returns else np.zeros((0, n))
-        ro.episode_lengths = np.concatenate(episode_lengths) if episode_lengths else np.zeros(0, np.int64)
-        ro.episode_steps = np.concatenate(episode_steps) if episode_steps else np.zeros(0, np.int64)
+        host = HostActing.build(policy, ro, self.rows)
+        if host is not None:
+            return lambda t, noise: policy.clip_actions(host.act(t, noise))
+        return functools.partial(_act_with_torch, padded, ro)
 
     def _recurrent_memory(self, policy: JointPolicy, ro: JointRollout, start: JointObs) -> _Memory | None:
         """The agents' hidden states for this rollout (``None`` for a feed-forward policy), with the rollout's
@@ -205,8 +189,9 @@ class LocalCollector:
             ro.starts = torch.zeros_like(ro.alive)
         return self._memory
 
-    def _final_values(self, policy: JointPolicy, step: Any, memory: _Memory | None = None) -> torch.Tensor:
+    def _final_values(self, padded: PaddedPolicy, step: Any, memory: _Memory | None = None) -> torch.Tensor:
         """Values of the final states of agents that ended this step (bootstrap for truncation)."""
+        policy = padded.policy
         device = policy.device
         ended = torch.from_numpy(step.terminated | step.truncated).to(device)
         reset = torch.from_numpy(step.reset_envs).to(device)
@@ -222,7 +207,7 @@ class LocalCollector:
         alive_final = ended | (torch.from_numpy(step.alive).to(device) & ~reset.unsqueeze(1))
         # A recurrent critic reads the final states from the states the agents reached with their last step.
         states = None if memory is None else memory.hidden
-        return policy.values(policy.forward_rows(group_obs, alive_final, states))
+        return policy.values(padded.forward(group_obs, alive_final, states))
 
 
 class _Memory:
@@ -237,17 +222,18 @@ class _Memory:
     def to(self, device: torch.device) -> None:
         self.hidden = tuple(h.to(device) for h in self.hidden)
 
-    def act(self, policy: JointPolicy, ro: JointRollout, t: int, copy_noise: CopyNoise) -> list[np.ndarray]:
+    def act(self, padded: PaddedPolicy, ro: JointRollout, t: int, noise: CopyNoise) -> list[np.ndarray]:
         """Step ``t``: resets the fresh agents' states, stores what each agent acts from, samples, and advances
         the states of the agents that decide at this step."""
+        policy = padded.policy
         fresh = torch.from_numpy(self.fresh).to(ro.alive.device)
         ro.starts[t] = fresh
         hidden = policy.reset_states(self.hidden, fresh)
         for g, h in enumerate(hidden):
             ro.states[g][t] = h
         masks = [m[t] if m is not None else None for m in ro.action_masks]
-        outputs = policy.forward_rows([o[t] for o in ro.obs], ro.alive[t], hidden)
-        actions, log_probs = policy.sample(outputs, masks, copy_noise=copy_noise)
+        outputs = padded.forward([o[t] for o in ro.obs], ro.alive[t], hidden)
+        actions, log_probs = policy.sample(outputs, masks, noise=noise)
         ro.values[t] = policy.values(outputs)
         ro.log_probs[t] = log_probs
         for g, action in enumerate(actions):
@@ -274,16 +260,83 @@ class _Memory:
         return cls(tuple(torch.as_tensor(np.array(h)) for h in state["hidden"]), np.array(state["fresh"]))
 
 
-def _act_with_torch(policy: JointPolicy, ro: JointRollout, t: int, copy_noise: CopyNoise) -> list[np.ndarray]:
+def _act_with_torch(padded: PaddedPolicy, ro: JointRollout, t: int, noise: CopyNoise) -> list[np.ndarray]:
     """Samples step ``t`` of a rollout with the networks and distributions in torch; returns the env actions."""
+    policy = padded.policy
     masks = [m[t] if m is not None else None for m in ro.action_masks]
-    outputs = policy.forward_rows([o[t] for o in ro.obs], ro.alive[t])
-    actions, log_probs = policy.sample(outputs, masks, copy_noise=copy_noise)
+    outputs = padded.forward([o[t] for o in ro.obs], ro.alive[t])
+    actions, log_probs = policy.sample(outputs, masks, noise=noise)
     ro.values[t] = policy.values(outputs)
     ro.log_probs[t] = log_probs
     for g, action in enumerate(actions):
         ro.actions[g][t].copy_(action)
     return policy.env_actions(actions)
+
+
+def _bootstrap(ro: JointRollout, padded: PaddedPolicy, state: JointStep | JointObs, memory: _Memory | None) -> None:
+    """Writes the values of the state after the last step and who is present and moves there."""
+    policy = padded.policy
+    device = policy.device
+    alive = torch.from_numpy(state.alive).to(device)
+    states = None if memory is None else memory.fresh_states(policy)
+    outputs = padded.forward([torch.from_numpy(o).to(device) for o in state.obs], alive, states)
+    ro.bootstrap_values.copy_(policy.values(outputs) * alive)
+    ro.next_alive.copy_(alive)
+    ro.next_acting.copy_(torch.from_numpy(state.acting))
+
+
+class _StepWriter:
+    """Writes the env's arrays into a rollout's step ``t``: through numpy views of its storage when it is on the
+    CPU (a numpy assignment costs a fraction of a torch ``copy_`` per array and step), else with torch copies."""
+
+    def __init__(self, ro: JointRollout) -> None:
+        on_host = ro.rewards.device.type == "cpu"
+        self.put = _put_numpy if on_host else _put_torch
+
+        def sink(tensor: torch.Tensor) -> Any:
+            return tensor.numpy() if on_host else tensor
+
+        self.obs = [sink(o) for o in ro.obs]
+        self.masks = [None if m is None else sink(m) for m in ro.action_masks]
+        self.alive, self.acting, self.rewards, self.terminated, self.truncated = (
+            sink(x) for x in (ro.alive, ro.acting, ro.rewards, ro.terminated, ro.truncated)
+        )
+
+    def observation(self, t: int, state: JointObs) -> None:
+        """What the agents act on at step ``t``: observations, masks, alive and acting flags."""
+        put = self.put
+        for g, obs in enumerate(self.obs):
+            put(obs, t, state.obs[g])
+            if self.masks[g] is not None:
+                put(self.masks[g], t, state.action_masks[g])
+        put(self.alive, t, state.alive)
+        put(self.acting, t, state.acting)
+
+    def outcome(self, t: int, step: JointStep) -> None:
+        """What step ``t`` gave: rewards, terminated and truncated flags."""
+        self.put(self.rewards, t, step.rewards)
+        self.put(self.terminated, t, step.terminated)
+        self.put(self.truncated, t, step.truncated)
+
+
+class _Episodes:
+    """The episodes that finish during a rollout: their returns, lengths and the step they finished at."""
+
+    def __init__(self) -> None:
+        self.returns: list[np.ndarray] = []
+        self.lengths: list[np.ndarray] = []
+        self.steps: list[np.ndarray] = []
+
+    def record(self, t: int, step: JointStep) -> None:
+        if len(step.episode_lengths):
+            self.returns.append(step.episode_returns.copy())
+            self.lengths.append(step.episode_lengths.copy())
+            self.steps.append(np.full(len(step.episode_lengths), t, dtype=np.int64))
+
+    def write(self, ro: JointRollout, num_agents: int) -> None:
+        ro.episode_returns = np.concatenate(self.returns) if self.returns else np.zeros((0, num_agents))
+        ro.episode_lengths = np.concatenate(self.lengths) if self.lengths else np.zeros(0, np.int64)
+        ro.episode_steps = np.concatenate(self.steps) if self.steps else np.zeros(0, np.int64)
 
 
 def _put_numpy(dst: np.ndarray, t: int, src: np.ndarray) -> None:

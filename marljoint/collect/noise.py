@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from typing import Any
 
 import numpy as np
 import torch
+
+from marljoint.policies.noise import NoiseRequest
 
 __all__ = ["CopyNoise", "copy_generators", "generators_from_states"]
 
@@ -75,8 +76,9 @@ class CopyNoise:
         self._block: torch.Tensor | None = None
         self._t = 0
 
-    def draw(self, dists: Sequence[Any]) -> list[torch.Tensor]:
-        """Noise of each distribution's ``noise_shape`` for the current step; advances to the next step."""
+    def draw(self, dists: Sequence[NoiseRequest]) -> list[torch.Tensor]:
+        """Noise of each distribution's ``noise_shape`` for the current step; advances to the next step (a
+        :class:`~marljoint.policies.noise.SamplingNoise`)."""
         shapes = [dist.noise_shape[1:] for dist in dists]
         if not all(dist.noise_kind == "uniform" for dist in dists):
             draws = [torch.rand if dist.noise_kind == "uniform" else torch.randn for dist in dists]

@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 
+from marljoint.collect.base import WorkerCollector
 from marljoint.collect.rollout import JointRollout
 from marljoint.policies.joint import JointPolicy
 
@@ -29,14 +30,22 @@ class OverlappedCollector:
     """A :class:`~marljoint.collect.Collector` that collects one rollout ahead, one update behind.
 
     Args:
-        inner: a :class:`~marljoint.collect.SubprocessCollector` or :class:`~marljoint.collect.RayCollector` (any
-            collector whose ``collect`` takes ``weights=`` and ``into=``).
+        inner: a :class:`~marljoint.collect.SubprocessCollector` or :class:`~marljoint.collect.RayCollector` (a
+            :class:`~marljoint.collect.base.WorkerCollector`).
 
     Attributes:
         inner: the wrapped collector.
+
+    Raises:
+        TypeError: if ``inner`` is not a :class:`~marljoint.collect.base.WorkerCollector`.
     """
 
-    def __init__(self, inner: Any) -> None:
+    def __init__(self, inner: WorkerCollector) -> None:
+        if not isinstance(inner, WorkerCollector):
+            raise TypeError(
+                f"OverlappedCollector wraps a collector whose workers play the rollouts (a WorkerCollector: "
+                f"SubprocessCollector or RayCollector), got {type(inner).__name__}; collect with policy_lag=0 instead"
+            )
         self.inner = inner
         self.num_envs = inner.num_envs
         self._executor: ThreadPoolExecutor | None = None
@@ -58,7 +67,7 @@ class OverlappedCollector:
             rollout = rollout.to(policy.device)  # collected ahead before a resume, kept on the CPU
         if rollout is None or rollout.steps != steps:
             rollout = self.inner.collect(policy, steps)
-        if getattr(self.inner, "in_workers", True) is False:
+        if self.inner.in_workers is False:
             raise ValueError(
                 "policy_lag=1 needs the policies to act in the worker processes, but they cannot be pickled there "
                 "(see the warning above); use policy_lag=0"
@@ -66,7 +75,7 @@ class OverlappedCollector:
         # The caller trains on this rollout meanwhile, so the next one goes into the one it has finished with.
         free = self._lent if self._lent is not None and self._lent is not rollout else None
         if free is None:
-            free = JointRollout.allocate(self._spec(), steps, self.num_envs, torch.device(policy.device))
+            free = JointRollout.allocate(self.inner.spec, steps, self.num_envs, torch.device(policy.device))
         self._lent = rollout
         weights = policy.weights()  # numpy copies: the update may change the networks in place meanwhile
         if self._executor is None:
@@ -116,11 +125,7 @@ class OverlappedCollector:
         self.inner.load_state(state["inner"])
         ahead = state.get("ahead")
         if ahead is not None:
-            self._ready = JointRollout(**{**ahead, "spec": self._spec()})
-
-    def _spec(self) -> Any:
-        """The wrapped collector's :class:`~marljoint.env.JointSpec` (a Ray collector's own, else its env's)."""
-        return getattr(self.inner, "spec", None) or self.inner.env.spec
+            self._ready = JointRollout(**{**ahead, "spec": self.inner.spec})
 
     def close(self) -> None:
         """Waits for the rollout in flight, stops the thread and closes the wrapped collector."""

@@ -13,22 +13,19 @@ its per-copy noise generators, taken after every rollout) and collects the same 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from marljoint.collect.balance import WorkBalancer
-from marljoint.collect.base import rollout_storage
-from marljoint.collect.rollout import JointRollout
-from marljoint.collect.slices import SliceWorker, assemble, blueprint
+from marljoint.collect.orchestration import SlicedCollector
+from marljoint.collect.slices import SliceWorker
 from marljoint.collect.snapshots import cut_memory, read_memory, read_state, resliced
 from marljoint.distributed.ray import connect_ray
 from marljoint.env.base import EnvCopyError, split_copies
 from marljoint.env.pettingzoo import PettingZooJointEnv
 from marljoint.env.spaces import JointSpec
-from marljoint.policies.joint import JointPolicy
 from marljoint.trust import adopt_key, user_key
 
-__all__ = ["RayCollector", "WorkerLostError"]
+__all__ = ["RayCollector", "RayTransport", "WorkerLostError"]
 
 
 class WorkerLostError(RuntimeError):
@@ -66,7 +63,151 @@ class _RaySlice:
         return piece, self.slice.collector.state()
 
 
-class RayCollector:
+class RayTransport:
+    """A :class:`~marljoint.collect.orchestration.SliceTransport` over K Ray actors (:class:`_RaySlice`), each
+    holding one slice of the copies; an actor that dies is replaced from its last snapshot.
+
+    Args: as :class:`RayCollector`'s.
+    """
+
+    def __init__(
+        self,
+        env_fn: Callable[[], Any],
+        num_envs: int,
+        workers: int,
+        seed: int,
+        torch_threads: int | None = None,
+        max_restarts: int = 3,
+    ) -> None:
+        self.slices = split_copies(num_envs, workers)
+        self.env_fn = env_fn
+        self.num_envs = num_envs
+        self.seed = int(seed)
+        self.torch_threads = torch_threads
+        self.max_restarts = max_restarts
+        self.restarts = 0
+        self.actors: list[Any] = []
+        self.snapshots: list[dict[str, Any] | None] = [None] * workers
+        self._pending_restore: list[dict[str, Any] | None] = [None] * workers
+        self._plan: bytes | None = None
+        self._ray: Any = None
+
+    def _start(self) -> None:
+        if self._ray is not None:
+            return
+        ray = connect_ray()
+        cpus = ray.cluster_resources().get("CPU", 0)
+        workers = len(self.slices)
+        if cpus < workers:
+            raise ValueError(
+                f"{workers} Ray rollout workers need {workers} CPUs, but the Ray cluster has "
+                f"{cpus:g}; use fewer workers or add CPUs to the cluster"
+            )
+        self._ray = ray
+        self._actor_class = ray.remote(num_cpus=1, max_restarts=0)(_RaySlice)
+
+    def _spawn(self, k: int) -> Any:
+        start, stop = self.slices[k]
+        # A new actor starts from the last snapshot of the one it replaces (sent with its first collect call).
+        self._pending_restore[k] = self.snapshots[k]
+        return self._actor_class.remote(
+            self.env_fn, start, stop, self.num_envs, self.seed, self._plan, self.torch_threads, user_key()
+        )
+
+    def _submit(self, k: int, weights_ref: Any, steps: int) -> Any:
+        restore, self._pending_restore[k] = self._pending_restore[k], None
+        return self.actors[k].collect.remote(weights_ref, steps, restore)
+
+    def adopt(self, plan: bytes) -> None:
+        self._start()
+        self._kill()
+        self._plan = plan
+
+    def live_actors(self) -> list[Any]:
+        """The actors, started if they are not yet."""
+        self._start()
+        if not self.actors:
+            if self._plan is None:
+                raise RuntimeError("the actors start with the first rollout, which needs the policy to copy")
+            self.actors = [self._spawn(k) for k in range(len(self.slices))]
+        return self.actors
+
+    def pids(self) -> list[int]:
+        """The process id of every actor (started if they are not yet)."""
+        actors = self.live_actors()  # starts Ray first
+        return self._ray.get([a.pid.remote() for a in actors])
+
+    def play(self, weights: Mapping[str, Any], steps: int) -> list[dict[str, Any]]:
+        self.live_actors()
+        ref = self._ray.put(weights)
+        pending = {k: self._submit(k, ref, steps) for k in range(len(self.slices))}
+        failures = [0] * len(self.slices)
+        pieces: list[Any] = [None] * len(self.slices)
+        while pending:
+            done, _ = self._ray.wait(list(pending.values()), num_returns=1)
+            k = next(k for k, r in pending.items() if r == done[0])
+            del pending[k]
+            outcome = self._receive(k, done[0], failures)
+            if outcome is None:  # the actor died: a new one collects the same piece again
+                self.actors[k] = self._spawn(k)
+                pending[k] = self._submit(k, ref, steps)
+                continue
+            pieces[k], self.snapshots[k] = outcome
+        return pieces
+
+    def _receive(self, k: int, ref: Any, failures: list[int]) -> tuple[dict[str, Any], dict[str, Any]] | None:
+        """Actor ``k``'s piece and snapshot, or ``None`` if it died (then counted against ``max_restarts``)."""
+        ray = self._ray
+        try:
+            return ray.get(ref)
+        except ray.exceptions.RayActorError as exc:
+            failures[k] += 1
+            self.restarts += 1
+            if failures[k] > self.max_restarts:
+                raise WorkerLostError(
+                    f"rollout worker {k} (env copies {self.slices[k][0]}..{self.slices[k][1] - 1}) died "
+                    f"{failures[k]} times in one iteration; last error: {exc}"
+                ) from exc
+            return None
+        except ray.exceptions.RayTaskError as exc:
+            if isinstance(exc.cause, EnvCopyError):  # the env raised: named as in one process
+                raise EnvCopyError(*exc.cause.args[:5], traceback=str(exc)) from None
+            raise
+
+    def state(self) -> dict[str, Any] | None:
+        if all(s is None for s in self.snapshots):
+            return None
+        return {"workers": list(self.snapshots)}
+
+    def load_state(self, state: Mapping[str, Any] | None) -> None:
+        snapshots: list[dict[str, Any] | None] = [None] * len(self.slices)
+        if state is not None:
+            parts = resliced(read_state(state), self.slices)  # checks the copies here, not later in an actor
+            snapshots = [{"env": env} if gens is None else {"env": env, "copy_generators": gens} for env, gens in parts]
+            memory = read_memory(state)
+            if memory is not None:  # the recurrent agents' states, cut at the actors' slices
+                for snapshot, (a, b) in zip(snapshots, self.slices):
+                    snapshot["memory"] = cut_memory(memory, a, b)
+        self._kill()
+        self.snapshots = snapshots
+        self._pending_restore = [None] * len(self.slices)
+
+    def reslice(self, slices: Sequence[tuple[int, int]]) -> None:
+        """The actors restart on their new slices (from the resliced snapshots the caller loads next)."""
+        self._kill()
+        self.slices = [(int(a), int(b)) for a, b in slices]
+
+    def _kill(self) -> None:
+        for actor in self.actors:
+            self._ray.kill(actor)
+        self.actors = []
+
+    def close(self) -> None:
+        if self._ray is not None:
+            self._kill()
+
+
+class RayCollector(SlicedCollector):
     """Collects with K Ray actors, each over a contiguous slice of the env copies
     (:func:`~marljoint.collect.split_copies`).
 
@@ -86,8 +227,14 @@ class RayCollector:
             (:class:`~marljoint.collect.balance.WorkBalancer`; the actors are restarted on their new slices from
             their snapshots); the rollouts stay the same bits.
 
+    Attributes:
+        busy_seconds: ``[K]`` the seconds each actor spent on its slice in the last rollout (loading the weights,
+            acting and stepping; empty before): the slowest sets the rollout's pace.
+        balancer: the :class:`~marljoint.collect.balance.WorkBalancer` (``None`` without ``balance``).
+
     Raises:
         ValueError: if E < K; at the first rollout, if the Ray cluster has fewer CPUs than K.
+        WorkerLostError: from :meth:`collect`, if one actor's piece failed ``max_restarts + 1`` times in a row.
     """
 
     def __init__(
@@ -101,168 +248,36 @@ class RayCollector:
         max_restarts: int = 3,
         balance: bool = False,
     ) -> None:
-        self.slices = split_copies(num_envs, workers)
-        """Each actor's copies ``[start, stop)``."""
+        self._actors = RayTransport(env_fn, num_envs, workers, seed, torch_threads, max_restarts)
+        super().__init__(self._actors, spec, num_envs, balance=balance)
         self.env_fn = env_fn
-        self.spec = spec
-        self.num_envs = num_envs
         self.seed = int(seed)
         self.torch_threads = torch_threads
-        self.max_restarts = max_restarts
-        self.restarts = 0
-        """Actors replaced after dying, over the collector's life."""
-        self.busy_seconds: list[float] = []
-        """``[K]`` the seconds each actor spent on its slice in the last rollout (loading the weights, acting and
-        stepping; empty before): the slowest sets the rollout's pace."""
-        self.actors: list[Any] = []
-        """The live actors (empty until the first rollout)."""
-        self.snapshots: list[dict[str, Any] | None] = [None] * workers
-        self._pending_restore: list[dict[str, Any] | None] = [None] * workers
-        self._policy: JointPolicy | None = None
-        self._plan: bytes | None = None
-        self._storage: JointRollout | None = None
-        self._ray: Any = None
-        self.balancer = WorkBalancer(self.slices) if balance and workers > 1 else None
-        """The :class:`~marljoint.collect.balance.WorkBalancer` (``None`` without ``balance``)."""
 
     @property
-    def num_workers(self) -> int:
-        """K."""
-        return len(self.slices)
+    def max_restarts(self) -> int:
+        """How many times in a row one actor's piece is re-collected after the actor died (settable)."""
+        return self._actors.max_restarts
 
-    def _start(self) -> None:
-        ray = connect_ray()
-        cpus = ray.cluster_resources().get("CPU", 0)
-        if cpus < self.num_workers:
-            raise ValueError(
-                f"{self.num_workers} Ray rollout workers need {self.num_workers} CPUs, but the Ray cluster has "
-                f"{cpus:g}; use fewer workers or add CPUs to the cluster"
-            )
-        self._ray = ray
-        self._actor_class = ray.remote(num_cpus=1, max_restarts=0)(_RaySlice)
+    @max_restarts.setter
+    def max_restarts(self, value: int) -> None:
+        self._actors.max_restarts = int(value)
 
-    def _spawn(self, k: int) -> Any:
-        start, stop = self.slices[k]
-        # A new actor starts from the last snapshot of the one it replaces (sent with its first collect call).
-        self._pending_restore[k] = self.snapshots[k]
-        return self._actor_class.remote(
-            self.env_fn, start, stop, self.num_envs, self.seed, self._plan, self.torch_threads, user_key()
-        )
+    @property
+    def restarts(self) -> int:
+        """Actors replaced after dying, over the collector's life."""
+        return self._actors.restarts
 
-    def _submit(self, k: int, weights_ref: Any, steps: int) -> Any:
-        restore, self._pending_restore[k] = self._pending_restore[k], None
-        return self.actors[k].collect.remote(weights_ref, steps, restore)
+    @property
+    def actors(self) -> list[Any]:
+        """The live actors (empty until the first rollout)."""
+        return self._actors.actors
 
-    def collect(
-        self,
-        policy: JointPolicy,
-        steps: int,
-        weights: Mapping[str, Any] | None = None,
-        into: JointRollout | None = None,
-    ) -> JointRollout:
-        """Collects one rollout of every copy, replacing actors that die; ``weights`` (default: the policy's
-        current :meth:`~marljoint.policies.JointPolicy.weights`) are those the actors act with, and ``into`` a
-        rollout to fill instead of the collector's own (reused when its shape fits; another is allocated
-        otherwise), so that a caller may train on one rollout while the next is collected.
-
-        Raises:
-            WorkerLostError: if one actor's piece failed ``max_restarts + 1`` times in a row.
-        """
-        if self._ray is None:
-            self._start()
-        if policy is not self._policy:
-            self._kill()
-            self._policy, self._plan = policy, blueprint(policy)
-        if not self.actors:
-            self.actors = [self._spawn(k) for k in range(self.num_workers)]
-        held = self._storage if into is None else into
-        storage = rollout_storage(held, self.spec, steps, self.num_envs, policy.device)
-        if into is None:
-            self._storage = storage
-        pieces = self._gather(policy.weights() if weights is None else weights, steps)
-        assemble(storage, pieces, self.slices)
-        self.busy_seconds = [piece["busy_seconds"] for piece in pieces]
-        if self.balancer is not None:
-            slices = self.balancer.observe(self.busy_seconds)
-            if slices is not None:
-                state = self.state()
-                self.slices = slices
-                self.load_state(state)  # the actors restart on their new slices from the resliced snapshots
-        return storage
-
-    def _gather(self, weights: Mapping[str, Any], steps: int) -> list[dict[str, Any]]:
-        ray = self._ray
-        ref = ray.put(weights)
-        pending = {k: self._submit(k, ref, steps) for k in range(self.num_workers)}
-        failures = [0] * self.num_workers
-        pieces: list[Any] = [None] * self.num_workers
-        while pending:
-            done, _ = ray.wait(list(pending.values()), num_returns=1)
-            k = next(k for k, r in pending.items() if r == done[0])
-            del pending[k]
-            try:
-                piece, snapshot = ray.get(done[0])
-            except ray.exceptions.RayActorError as exc:
-                failures[k] += 1
-                self.restarts += 1
-                if failures[k] > self.max_restarts:
-                    raise WorkerLostError(
-                        f"rollout worker {k} (env copies {self.slices[k][0]}..{self.slices[k][1] - 1}) died "
-                        f"{failures[k]} times in one iteration; last error: {exc}"
-                    ) from exc
-                self.actors[k] = self._spawn(k)
-                pending[k] = self._submit(k, ref, steps)
-                continue
-            except ray.exceptions.RayTaskError as exc:
-                if isinstance(exc.cause, EnvCopyError):  # the env raised: named as in one process
-                    raise EnvCopyError(*exc.cause.args[:5], traceback=str(exc)) from None
-                raise
-            pieces[k] = piece
-            self.snapshots[k] = snapshot
-        return pieces
-
-    def state(self) -> dict[str, Any] | None:
-        """``{"workers": [snapshot per actor]}`` (each actor's copies and noise generators), or ``None`` before the
-        first rollout."""
-        if all(s is None for s in self.snapshots):
-            return None
-        return {"workers": list(self.snapshots)}
-
-    def load_state(self, state: Mapping[str, Any] | None) -> None:
-        """Restores the :meth:`~marljoint.collect.Collector.state` of any collector over the same copies (this
-        one's with any number of actors, a local or a subprocess collector's); ``None`` restarts every actor from
-        a fresh reset.
-
-        Raises:
-            ValueError: for a state that is unreadable or holds another number of copies.
-        """
-        snapshots: list[dict[str, Any] | None] = [None] * self.num_workers
-        if state is not None:
-            parts = resliced(read_state(state), self.slices)  # checks the copies here, not later in an actor
-            snapshots = [{"env": env} if gens is None else {"env": env, "copy_generators": gens} for env, gens in parts]
-            memory = read_memory(state)
-            if memory is not None:  # the recurrent agents' states, cut at the actors' slices
-                for snapshot, (a, b) in zip(snapshots, self.slices):
-                    snapshot["memory"] = cut_memory(memory, a, b)
-        self._kill()
-        self.snapshots = snapshots
+    @property
+    def snapshots(self) -> list[dict[str, Any] | None]:
+        """Each actor's snapshot after its last rollout (its copies and noise generators)."""
+        return self._actors.snapshots
 
     def pids(self) -> list[int]:
         """The process id of every actor (the actors are started if they are not yet)."""
-        if self._ray is None:
-            self._start()
-        if not self.actors:
-            if self._plan is None:
-                raise RuntimeError("the actors start with the first rollout, which needs the policy to copy")
-            self.actors = [self._spawn(k) for k in range(self.num_workers)]
-        return self._ray.get([a.pid.remote() for a in self.actors])
-
-    def _kill(self) -> None:
-        for actor in self.actors:
-            self._ray.kill(actor)
-        self.actors = []
-
-    def close(self) -> None:
-        """Kills the actors."""
-        if self._ray is not None:
-            self._kill()
+        return self._actors.pids()

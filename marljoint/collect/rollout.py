@@ -330,9 +330,8 @@ def carry_pending_moves(
     pending_agents = rollout.next_alive & ~rollout.next_acting
     if not bool(pending_agents.any()):
         return orphaned, None
-    steps, num_envs, n = rollout.steps, rollout.num_envs, rollout.num_agents
     device = rollout.rewards.device
-    rows = torch.arange(steps, device=device).view(steps, 1, 1)
+    rows = torch.arange(rollout.steps, device=device).view(rollout.steps, 1, 1)
     none = torch.full((), -1, device=device)
     last_move = torch.where(rollout.valid, rows, none).amax(0)  # [E, N]
     last_end = torch.where(rollout.terminated | rollout.truncated, rows, none).amax(0)
@@ -342,6 +341,15 @@ def carry_pending_moves(
     deferred = pending & (rows == last_move)
     if orphaned is not None:
         deferred = deferred | orphaned
+    return deferred, _carried_rows(rollout, pending, last_move)
+
+
+def _carried_rows(rollout: JointRollout, pending: torch.Tensor, last_move: torch.Tensor) -> JointRollout:
+    """The N rows :func:`carry_pending_moves` puts before the next rollout: row j holds, for every copy, agent j's
+    pending move (``pending``: ``[E, N]`` bool) taken at row ``last_move`` (``[E, N]``) of ``rollout``."""
+    steps, num_envs, n = rollout.steps, rollout.num_envs, rollout.num_agents
+    device = rollout.rewards.device
+    rows = torch.arange(steps, device=device).view(steps, 1, 1)
     source = last_move.clamp_min(0).T  # [N, E]: the row of agent j's pending move in copy e
     copies = torch.arange(num_envs, device=device)
 
@@ -352,7 +360,7 @@ def carry_pending_moves(
     own = torch.eye(n, dtype=torch.bool, device=device).unsqueeze(1)  # [N, 1, N]: agent j's own column
     # Everything agent j received from its pending move on (the move's own step included, nothing after an end).
     received = (rollout.rewards * (rows >= last_move.clamp_min(0))).sum(0)  # [E, N]
-    carried = JointRollout(
+    return JointRollout(
         spec=rollout.spec,
         obs=tuple(gather(o) for o in rollout.obs),
         actions=tuple(gather(a) for a in rollout.actions),
@@ -374,7 +382,6 @@ def carry_pending_moves(
         states=None if rollout.states is None else tuple(gather(x) for x in rollout.states),
         starts=gather(rollout.starts),
     )
-    return deferred, carried
 
 
 def _orphaned_moves(rollout: JointRollout) -> torch.Tensor | None:

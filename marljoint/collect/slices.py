@@ -4,7 +4,7 @@ Used by both multi-process backends (:class:`~marljoint.collect.SubprocessCollec
 :class:`~marljoint.collect.RayCollector`). A :class:`SliceWorker` holds the copies ``[start, stop)`` of E, a CPU
 copy of the learner's networks (:func:`blueprint`) and the per-copy noise generators of its copies (addressed by
 global copy index), and evaluates its copies at their rows of an E-row batch
-(:meth:`~marljoint.policies.JointPolicy.forward_rows`), so the pieces, written side by side along the env axis by
+(:class:`~marljoint.collect.padded.PaddedPolicy`), so the pieces, written side by side along the env axis by
 :func:`assemble`, are bit-identical to a rollout of all E copies in one process.
 """
 
@@ -74,8 +74,7 @@ class SliceWorker:
         first = env.first_copy
         normalizer = RunningNormalizer(env.spec.num_agents) if parts["value_normalization"] else None
         self.policy = JointPolicy(env.spec, parts["networks"], parts["slots"], parts["centralized"], normalizer)
-        self.policy.row_pad = (first, total)
-        self.collector = LocalCollector(env, seed, first_copy=first)
+        self.collector = LocalCollector(env, seed, first_copy=first, batch_rows=total)
 
     def collect(self, weights: Mapping[str, Any], steps: int) -> dict[str, Any]:
         """Loads the learner's ``weights`` and plays ``steps`` steps; returns the piece for :func:`assemble`, with

@@ -20,6 +20,7 @@ from marljoint.trust import SnapshotTrustError, sign, verify
 
 __all__ = ["EnvWorker", "SubprocessJointEnv", "make_joint_env"]
 
+
 class _SharedArrays:
     """Named numpy arrays living in one shared-memory block, re-openable by name in another process."""
 
@@ -62,7 +63,9 @@ def _layout(env: PettingZooJointEnv) -> dict[str, tuple[tuple[int, ...], str]]:
 
 
 class EnvWorker:
-    """What a function run inside a worker process (:meth:`SubprocessJointEnv.run_in_workers`) is handed.
+    """What a function run inside a worker process (:meth:`SubprocessJointEnv.run_in_workers`) is handed: the
+    worker's copies and where they stand. The worker only steps envs; what a caller's functions keep between calls
+    is the caller's to hold.
 
     Attributes:
         index: the worker's position in :attr:`SubprocessJointEnv.slices`.
@@ -72,7 +75,6 @@ class EnvWorker:
         total: E, the copies of all workers together.
         state: the copies' current :class:`JointObs` (``None`` before the first reset). A function that steps
             ``env`` sets it to the state it leaves the copies in; it is published to the main process after the call.
-        store: whatever the functions run in this worker keep between calls (e.g. a collector), by key.
     """
 
     def __init__(self, index: int, env: PettingZooJointEnv, start: int, stop: int, total: int) -> None:
@@ -82,7 +84,83 @@ class EnvWorker:
         self.stop = stop
         self.total = total
         self.state: JointObs | None = None
-        self.store: dict[str, Any] = {}
+
+
+class _Server:
+    """The loop of one worker process: receives commands over its pipe, steps its copies, publishes their arrays
+    into the shared block and replies."""
+
+    def __init__(self, conn: Any, worker: EnvWorker, env_fn: Callable[[], Any], arrays: dict[str, np.ndarray]) -> None:
+        self.conn = conn
+        self.worker = worker
+        self.env_fn = env_fn
+        self.arrays = arrays
+        self.groups = range(len(worker.env.spec.groups))
+
+    def serve(self) -> None:
+        """Answers commands until ``close``."""
+        handlers = {
+            "reset": self.reset,
+            "get_state": lambda payload: self.worker.env.get_state(),
+            "set_state": self.set_state,
+            "reslice": self.reslice,
+            "call": self.call,
+            "step": self.step,
+        }
+        while True:
+            command, payload = self.conn.recv()
+            if command == "close":
+                self.worker.env.close()
+                self.conn.send(("ok", None))
+                return
+            self.conn.send(("ok", handlers[command](payload)))
+
+    def publish(self, state: JointObs) -> None:
+        """Writes what the agents see (observations, masks, alive and acting flags) into the shared arrays."""
+        a, b, arrays = self.worker.start, self.worker.stop, self.arrays
+        for g in self.groups:
+            arrays[f"obs{g}"][a:b] = state.obs[g]
+            if state.action_masks[g] is not None:
+                arrays[f"mask{g}"][a:b] = state.action_masks[g]
+        arrays["alive"][a:b] = state.alive
+        arrays["acting"][a:b] = state.acting
+
+    def reset(self, seed: int | None) -> None:
+        self.worker.state = self.worker.env.reset(seed=seed)
+        self.publish(self.worker.state)
+
+    def set_state(self, snapshot: bytes) -> None:
+        self.worker.state = self.worker.env.set_state(snapshot)
+        self.publish(self.worker.state)
+
+    def reslice(self, piece: tuple[int, int]) -> None:
+        """Fresh copies of the new slice; the caller restores their state (set_state, a collector's)."""
+        a, b = piece
+        worker = self.worker
+        worker.env.close()
+        worker.env = PettingZooJointEnv(self.env_fn, num_envs=b - a, first_copy=a)
+        worker.start, worker.stop = a, b
+        worker.state = None
+
+    def call(self, payload: tuple[Callable[..., Any], tuple[Any, ...]]) -> tuple[Any, bool]:
+        function, args = payload
+        result = function(self.worker, *args)
+        if self.worker.state is not None:
+            self.publish(self.worker.state)
+        return result, self.worker.state is not None
+
+    def step(self, payload: None) -> tuple[np.ndarray, np.ndarray]:
+        worker, arrays = self.worker, self.arrays
+        a, b = worker.start, worker.stop
+        out = worker.env.step([arrays[f"act{g}"][a:b] for g in self.groups])
+        worker.state = JointObs(out.obs, out.alive, out.acting, out.action_masks)
+        self.publish(out)
+        for g in self.groups:
+            arrays[f"final{g}"][a:b] = out.final_obs[g]
+        for key in ("rewards", "terminated", "truncated", "reset_envs"):
+            arrays[key][a:b] = getattr(out, key)
+        arrays["final_waiting"][a:b] = False if out.final_waiting is None else out.final_waiting
+        return out.episode_returns.copy(), out.episode_lengths.copy()
 
 
 def _worker(
@@ -99,64 +177,10 @@ def _worker(
     limit_threads(1)  # a worker steps its copies on one core (marljoint.threads)
     try:
         copies = PettingZooJointEnv(env_fn, num_envs=stop - start, first_copy=start)
-        worker = EnvWorker(index, copies, start, stop, total)
         shared = _SharedArrays(layout, name=shm_name)
-        arrays = shared.arrays
-        groups = range(len(worker.env.spec.groups))
-
-        def publish(state: Any) -> None:
-            a, b = worker.start, worker.stop
-            for g in groups:
-                arrays[f"obs{g}"][a:b] = state.obs[g]
-                if state.action_masks[g] is not None:
-                    arrays[f"mask{g}"][a:b] = state.action_masks[g]
-            arrays["alive"][a:b] = state.alive
-            arrays["acting"][a:b] = state.acting
-
+        server = _Server(conn, EnvWorker(index, copies, start, stop, total), env_fn, shared.arrays)
         conn.send(("ready", None))
-        while True:
-            command, payload = conn.recv()
-            env = worker.env
-            if command == "reset":
-                worker.state = env.reset(seed=payload)
-                publish(worker.state)
-                conn.send(("ok", None))
-            elif command == "get_state":
-                conn.send(("ok", env.get_state()))
-            elif command == "set_state":
-                worker.state = env.set_state(payload)
-                publish(worker.state)
-                conn.send(("ok", None))
-            elif command == "reslice":
-                # Fresh copies of the new slice; the caller restores their state (set_state, a collector's).
-                a, b = payload
-                env.close()
-                worker.env = PettingZooJointEnv(env_fn, num_envs=b - a, first_copy=a)
-                worker.start, worker.stop = a, b
-                worker.state = None
-                worker.store.clear()
-                conn.send(("ok", None))
-            elif command == "call":
-                function, args = payload
-                result = function(worker, *args)
-                if worker.state is not None:
-                    publish(worker.state)
-                conn.send(("ok", (result, worker.state is not None)))
-            elif command == "step":
-                a, b = worker.start, worker.stop
-                out = env.step([arrays[f"act{g}"][a:b] for g in groups])
-                worker.state = JointObs(out.obs, out.alive, out.acting, out.action_masks)
-                publish(out)
-                for g in groups:
-                    arrays[f"final{g}"][a:b] = out.final_obs[g]
-                for key in ("rewards", "terminated", "truncated", "reset_envs"):
-                    arrays[key][a:b] = getattr(out, key)
-                arrays["final_waiting"][a:b] = False if out.final_waiting is None else out.final_waiting
-                conn.send(("ok", (out.episode_returns.copy(), out.episode_lengths.copy())))
-            elif command == "close":
-                worker.env.close()
-                conn.send(("ok", None))
-                break
+        server.serve()
     except KeyboardInterrupt:
         pass
     except BaseException as exc:  # the main process re-raises it with the worker's traceback
@@ -359,9 +383,9 @@ class SubprocessJointEnv:
     def run_in_workers(self, function: Callable[..., Any], *args: Any) -> list[Any]:
         """Calls ``function(worker, *args)`` in every worker process, in parallel, and returns the results.
 
-        ``worker`` is the worker's :class:`EnvWorker`: its copies, their current state and a store that lives as
-        long as the worker. If the function leaves ``worker.state`` set, that state is published, so :meth:`step`
-        continues from where the function left the copies.
+        ``worker`` is the worker's :class:`EnvWorker`: its copies and their current state. If the function leaves
+        ``worker.state`` set, that state is published, so :meth:`step` continues from where the function left the
+        copies.
 
         Args:
             function: a picklable function (module level), called with the worker's :class:`EnvWorker` first.
@@ -389,9 +413,9 @@ class SubprocessJointEnv:
     def reslice(self, slices: Sequence[tuple[int, int]]) -> None:
         """Hands the copies to the workers anew: worker w then holds ``slices[w]``.
 
-        Every worker rebuilds its copies fresh and empties its :attr:`EnvWorker.store`, so the caller puts their
-        state back afterwards: :meth:`set_state` of a snapshot resliced to the new split, or a collector's
-        ``load_state`` (which reslices its own ``state()``). Copy e is seeded and stepped as copy e whichever worker
+        Every worker rebuilds its copies fresh, so the caller puts their state back afterwards: :meth:`set_state`
+        of a snapshot resliced to the new split, or a collector's ``load_state`` (which reslices its own
+        ``state()``). Copy e is seeded and stepped as copy e whichever worker
         holds it, so a split changes no result.
 
         Args:

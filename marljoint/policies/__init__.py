@@ -12,6 +12,7 @@ from marljoint.policies.distributions import (
 )
 from marljoint.policies.joint import JointPolicy, NetworkSlot
 from marljoint.policies.layers import StackedCNN, StackedConv2d, StackedLinear, StackedMLP
+from marljoint.policies.noise import NoiseRequest, SamplingNoise
 from marljoint.policies.normalizer import ObservationNormalizer, RunningNormalizer
 from marljoint.policies.optim import StackedAdam, clip_member_grads_, member_grad_norms
 from marljoint.policies.stack import PolicyStack
@@ -25,10 +26,12 @@ __all__ = [
     "FactoredCategorical",
     "JointPolicy",
     "NetworkSlot",
+    "NoiseRequest",
     "ObservationNormalizer",
     "PolicyOutput",
     "PolicyStack",
     "RunningNormalizer",
+    "SamplingNoise",
     "StackedAdam",
     "StackedCNN",
     "StackedConv2d",

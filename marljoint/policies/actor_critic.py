@@ -3,16 +3,23 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import torch
 from torch import nn
 
 from marljoint.env.spaces import ActionLayout, ObservationLayout
 from marljoint.policies.distributions import Categorical, DiagGaussian, FactoredCategorical, make_distribution
+from marljoint.policies.encoders import (
+    TrunkBuilder,
+    check_arguments,
+    observation_normalizers,
+    plain_settings,
+    step_core,
+)
 from marljoint.policies.layers import Activation, StackedCNN, StackedLinear, StackedMLP, tanh
-from marljoint.policies.normalizer import ObservationNormalizer
-from marljoint.policies.recurrent import RECURRENT_KINDS, StackedRecurrentCell
+from marljoint.policies.member_axis import MemberAxis
+from marljoint.policies.recurrent import StackedRecurrentCell
 
 __all__ = ["ActorCritic", "PolicyOutput"]
 
@@ -34,84 +41,7 @@ class PolicyOutput(NamedTuple):
     state: torch.Tensor | None = None
 
 
-_NATURE_CNN = ((32, 64, 64), (8, 4, 3), (4, 2, 1), 512)
-"""Default CNN: channels, kernel sizes, strides, output features."""
-
-_NATURE_CNN_MIN_SIZE = 36
-"""Smallest image side the default CNN's kernels fit: a side of 36 becomes 8, 3, then 1 (35 would end at 0)."""
-
-
-def _check_arguments(
-    observation: Any, action: Any, num_agents: Any, critic_input_size: Any, recurrent: Any
-) -> None:
-    """The argument checks of :class:`ActorCritic`."""
-    if not isinstance(observation, ObservationLayout):
-        raise TypeError(f"observation must be an ObservationLayout, got {type(observation).__name__}")
-    if not isinstance(action, ActionLayout):
-        raise TypeError(f"action must be an ActionLayout, got {type(action).__name__}")
-    if isinstance(num_agents, bool) or not isinstance(num_agents, int) or num_agents < 1:
-        raise ValueError(f"num_agents must be a positive int (the group size n_g), got {num_agents!r}")
-    if critic_input_size is not None and (
-        isinstance(critic_input_size, bool) or not isinstance(critic_input_size, int) or critic_input_size < 1
-    ):
-        raise ValueError(
-            f"critic_input_size must be a positive int or None (no centralised critic), got {critic_input_size!r}"
-        )
-    if recurrent is not None and recurrent not in RECURRENT_KINDS:
-        raise ValueError(f"recurrent must be one of {list(RECURRENT_KINDS)} or None, got {recurrent!r}")
-
-
-def _observation_normalizers(
-    enabled: bool, observation: ObservationLayout, members: int, critic_input_size: int | None
-) -> tuple[ObservationNormalizer | None, ObservationNormalizer | None]:
-    """The observation statistics of a network (and of its centralised critic's input), or ``None``."""
-    if not enabled:
-        return None, None
-    if observation.kind == "image":
-        raise ValueError(
-            f"normalize_observations standardises flat observations, but this group observes images "
-            f"{observation.shape}; turn it off (images are scaled to [0, 1] by the network), or flatten them first"
-        )
-    critic = None if critic_input_size is None else ObservationNormalizer(critic_input_size, members)
-    return ObservationNormalizer(observation.size, members), critic
-
-
-def _int_list(values: Sequence[int] | None) -> list[int] | None:
-    return None if values is None else [int(v) for v in values]
-
-
-def _plain_settings(
-    num_agents: int,
-    share_parameters: bool,
-    hidden_sizes: Sequence[int],
-    critic_input_size: int | None,
-    log_std_init: float,
-    share_trunk: bool,
-    recurrent: str | None,
-    rnn_hidden_size: int,
-    normalize_observations: bool,
-    cnn_settings: tuple[Any, Any, Any, Any],
-) -> dict[str, Any]:
-    """:class:`ActorCritic`'s keyword arguments other than the layouts, activation and generator, as plain values."""
-    channels, kernel_sizes, strides, features = cnn_settings
-    return {
-        "num_agents": int(num_agents),
-        "share_parameters": bool(share_parameters),
-        "hidden_sizes": [int(size) for size in hidden_sizes],
-        "critic_input_size": None if critic_input_size is None else int(critic_input_size),
-        "log_std_init": float(log_std_init),
-        "share_trunk": bool(share_trunk),
-        "recurrent": recurrent,
-        "rnn_hidden_size": int(rnn_hidden_size),
-        "normalize_observations": bool(normalize_observations),
-        "cnn_channels": _int_list(channels),
-        "cnn_kernel_sizes": _int_list(kernel_sizes),
-        "cnn_strides": _int_list(strides),
-        "cnn_features": None if features is None else int(features),
-    }
-
-
-class ActorCritic(nn.Module):
+class ActorCritic(MemberAxis, nn.Module):
     """Actor-critic for the n_g agents of one group, with shared or independent parameters.
 
     With ``share_parameters=True`` one network (M = 1 member) serves every agent, and each agent's one-hot index
@@ -201,7 +131,7 @@ class ActorCritic(nn.Module):
         generator: torch.Generator | None = None,
     ) -> None:
         super().__init__()
-        _check_arguments(observation, action, num_agents, critic_input_size, recurrent)
+        check_arguments(observation, action, num_agents, critic_input_size, recurrent)
         self.observation = observation
         self.action = action
         self.num_agents = num_agents
@@ -209,72 +139,40 @@ class ActorCritic(nn.Module):
         self.members = 1 if self.share_parameters else num_agents
         self.critic_input_size = critic_input_size
         self.share_trunk = bool(share_trunk) and critic_input_size is None
-        id_size = num_agents if self.share_parameters else 0
-        members = self.members
-
-        cnn_settings = (cnn_channels, cnn_kernel_sizes, cnn_strides, cnn_features)
-        chosen = any(setting is not None for setting in cnn_settings)
-        use_cnn = observation.kind == "image" and (chosen or min(observation.shape[:2]) >= _NATURE_CNN_MIN_SIZE)
-        cnn_args = tuple(_NATURE_CNN[k] if setting is None else setting for k, setting in enumerate(cnn_settings))
-
-        def trunk() -> tuple[StackedCNN | None, StackedMLP]:
-            cnn = StackedCNN(members, observation.shape, *cnn_args, generator=generator) if use_cnn else None
-            encoder_in = (cnn.out_features if cnn is not None else observation.size) + id_size
-            return cnn, StackedMLP(members, encoder_in, hidden_sizes, activation, generator=generator)
-
         self.recurrent = recurrent
-
-        def core(in_features: int) -> StackedRecurrentCell | None:
-            if recurrent is None:
-                return None
-            return StackedRecurrentCell(members, in_features, rnn_hidden_size, recurrent, generator=generator)
-
-        self.cnn, self.encoder = trunk()
-        self.core = core(self.encoder.out_features)
+        cnn_settings = (cnn_channels, cnn_kernel_sizes, cnn_strides, cnn_features)
+        build = TrunkBuilder(
+            observation, self.members, num_agents if self.share_parameters else 0, hidden_sizes, activation,
+            recurrent, rnn_hidden_size, cnn_settings, generator,
+        )  # fmt: skip
+        # The order of construction below is the order of the weights' draws and of the checkpoint's parameters.
+        self.cnn, self.encoder = build.trunk()
+        self.core = build.core(self.encoder.out_features)
         self.feature_size = self.encoder.out_features if self.core is None else self.core.hidden_size
-        self.actor_head = StackedLinear(members, self.feature_size, action.logits_size, 0.01, generator=generator)
+        self.actor_head = StackedLinear(self.members, self.feature_size, action.logits_size, 0.01, generator=generator)
+        self.log_std: nn.Parameter | None = None
         if action.kind == "box":
-            self.log_std: nn.Parameter | None = nn.Parameter(
-                torch.full((members, action.logits_size), float(log_std_init))
-            )
-        else:
-            self.log_std = None
-        # The critic's own layers: a centralised MLP, a local trunk (CNN + MLP), or nothing (shared trunk).
-        self.critic_cnn: StackedCNN | None = None
-        self.critic_encoder: StackedMLP | None = None
-        if critic_input_size is not None:
-            self.critic_encoder = StackedMLP(
-                members, critic_input_size + id_size, hidden_sizes, activation, generator=generator
-            )
-        elif not self.share_trunk:
-            self.critic_cnn, self.critic_encoder = trunk()
-        self.critic_core = None if self.critic_encoder is None else core(self.critic_encoder.out_features)
-        if self.critic_encoder is None:
-            critic_features = self.feature_size
-        else:
-            critic_features = self.critic_encoder.out_features if self.critic_core is None else rnn_hidden_size
-        self.value_head = StackedLinear(members, critic_features, 1, 1.0, generator=generator)
-        self.obs_normalizer, self.critic_obs_normalizer = _observation_normalizers(
-            normalize_observations, observation, members, critic_input_size
+            self.log_std = nn.Parameter(torch.full((self.members, action.logits_size), float(log_std_init)))
+        self.critic_cnn, self.critic_encoder = build.critic_trunk(critic_input_size, self.share_trunk)
+        self.critic_core = None if self.critic_encoder is None else build.core(self.critic_encoder.out_features)
+        self.value_head = StackedLinear(self.members, self._critic_feature_size(), 1, 1.0, generator=generator)
+        self.obs_normalizer, self.critic_obs_normalizer = observation_normalizers(
+            normalize_observations, observation, self.members, critic_input_size
         )
         self.register_buffer("agent_ids", torch.eye(num_agents), persistent=False)
         self._obs_shape = (num_agents, *observation.shape)
         # The constructor's settings as plain values (with the layouts and the activation, they build this network
         # again: marljoint.policies.description).
-        self.settings = _plain_settings(
+        self.settings = plain_settings(
             num_agents, self.share_parameters, hidden_sizes, critic_input_size, log_std_init, share_trunk, recurrent,
             rnn_hidden_size, normalize_observations, cnn_settings,
         )  # fmt: skip
 
-    @property
-    def state_size(self) -> int:
-        """S, the numbers of one agent's recurrent state: the actor core's state, then the critic core's (0 for a
-        feed-forward network)."""
-        return sum(c.state_size for c in (self.core, self.critic_core) if c is not None)
-
-    def initial_state(self, batch: int) -> torch.Tensor:
-        """The zero recurrent state of ``batch`` rows of every agent, ``[batch, n_g, S]`` (an episode's start)."""
-        return torch.zeros(batch, self.num_agents, self.state_size, device=self.agent_ids.device)
+    def _critic_feature_size(self) -> int:
+        """The input size of the value head: the critic core's, the critic MLP's, or (shared trunk) the actor's."""
+        if self.critic_encoder is None:
+            return self.feature_size
+        return self.critic_encoder.out_features if self.critic_core is None else self.critic_core.hidden_size
 
     def forward(
         self, obs: torch.Tensor, critic_obs: torch.Tensor | None = None, state: torch.Tensor | None = None
@@ -346,43 +244,25 @@ class ActorCritic(nn.Module):
         Raises:
             ValueError: for a feed-forward network, shapes that disagree, or an unknown ``replay``.
         """
-        if self.core is None:
-            raise ValueError("forward_sequence replays a recurrent network; this one is feed-forward (recurrent=None)")
+        flat_obs = self._check_sequence(obs, starts, advance)
         length, batch = obs.shape[:2]
-        flat_obs = obs.reshape(length * batch, *obs.shape[2:])
-        self._check_obs(flat_obs)
-        expected = (length, batch, self.num_agents)
-        if starts.shape != expected or (advance is not None and advance.shape != expected):
-            raise ValueError(f"starts and advance must be [L, B, n_g] = {list(expected)}, got {tuple(starts.shape)}")
         actor_state, critic_state = self._split_state(state, batch)
         starts_mm, advance_mm = self._sequence_mask(starts), None if advance is None else self._sequence_mask(advance)
-
-        def sequence(x: torch.Tensor) -> torch.Tensor:
-            return x.reshape(x.shape[0], length, -1, x.shape[-1]).transpose(0, 1)  # [L, M, B', f]
-
-        def rows_of(out: torch.Tensor) -> torch.Tensor:
-            return out.transpose(0, 1).reshape(out.shape[1], -1, out.shape[-1])
-
         rows = length * batch
         actor_in = self._mlp(self.cnn, self.encoder, flat_obs)
-        if self.critic_input_size is not None:
-            flat_critic = None if critic_obs is None else critic_obs.reshape(rows, *critic_obs.shape[2:])
-            hidden = self._critic_hidden(flat_critic, rows)
-        elif self.critic_encoder is not None:
-            self._reject_critic_obs(critic_obs)
-            hidden = self._mlp(self.critic_cnn, self.critic_encoder, flat_obs)
-        else:
-            self._reject_critic_obs(critic_obs)
-            hidden = None
-        cores, inputs, states = [self.core], [sequence(actor_in)], [actor_state]
+        flat_critic = critic_obs
+        if critic_obs is not None and self.critic_input_size is not None:
+            flat_critic = critic_obs.reshape(rows, *critic_obs.shape[2:])
+        hidden = self._critic_features(flat_obs, flat_critic, rows)
+        cores, inputs, states = [self.core], [self._time_major(actor_in, length)], [actor_state]
         if hidden is not None and self.critic_core is not None:
             cores.append(self.critic_core)
-            inputs.append(sequence(hidden))
+            inputs.append(self._time_major(hidden, length))
             states.append(critic_state)
         replayed = StackedRecurrentCell.forward_sequences(cores, inputs, states, starts_mm, advance_mm, replay=replay)
-        features, actor_state = rows_of(replayed[0][0]), replayed[0][1]
+        features, actor_state = self._rows_of(replayed[0][0]), replayed[0][1]
         if len(replayed) > 1:
-            hidden, critic_state = rows_of(replayed[1][0]), replayed[1][1]
+            hidden, critic_state = self._rows_of(replayed[1][0]), replayed[1][1]
         head = self._agent_major(self.actor_head.forward_member_major(features), rows)
         values = self._agent_major(self.value_head.forward_member_major(features if hidden is None else hidden), rows)
         fields = (head, values.squeeze(-1), self._agent_major(features, rows))
@@ -399,12 +279,6 @@ class ActorCritic(nn.Module):
         batch = self._check_obs(obs)
         features, _ = self._trunk(obs, self._split_state(state, batch)[0])
         return self._agent_major(self.actor_head.forward_member_major(features), batch)
-
-    @property
-    def actor_state_size(self) -> int:
-        """The numbers of one agent's actor-core state (the first part of :attr:`state_size`; 0 when
-        feed-forward): all that acting needs, since the critic's core does not feed the actions."""
-        return 0 if self.core is None else self.core.state_size
 
     def actor_step(
         self, obs: torch.Tensor, actor_state: torch.Tensor | None = None
@@ -423,20 +297,8 @@ class ActorCritic(nn.Module):
             ValueError: for a missing, unexpected or misshapen ``actor_state``.
         """
         batch = self._check_obs(obs)
-        if self.core is None:
-            if actor_state is not None:
-                raise ValueError("actor_state was given, but this network is feed-forward (recurrent=None); pass None")
-            member_state = None
-        else:
-            expected = (batch, self.num_agents, self.actor_state_size)
-            if actor_state is None or tuple(actor_state.shape) != expected:
-                got = "none" if actor_state is None else f"shape {tuple(actor_state.shape)}"
-                raise ValueError(
-                    f"this network is recurrent ({self.recurrent}); pass actor_state of shape {list(expected)}, got "
-                    f"{got} (zeros at an episode's start)"
-                )
-            member_state = self._member_major_rows(actor_state)
-        features, new_state = self._recur(self.core, self._mlp(self.cnn, self.encoder, obs), member_state)
+        member_state = self._actor_member_state(actor_state, batch)
+        features, new_state = step_core(self.core, self._mlp(self.cnn, self.encoder, obs), member_state)
         head = self._agent_major(self.actor_head.forward_member_major(features), batch)
         return head, None if new_state is None else self._agent_major(new_state, batch)
 
@@ -518,39 +380,10 @@ class ActorCritic(nn.Module):
                 raise ValueError("this network normalises a centralised critic's input; pass critic_obs")
             self.critic_obs_normalizer.update(critic_obs.reshape(shaped), weights.reshape(rows, self.members))
 
-    def member_of_agent(self, agent: int) -> int:
-        """Index along the member axis of the parameters that act for agent ``agent`` of the group.
-
-        Raises:
-            IndexError: if ``agent`` is not in ``0 .. n_g - 1``.
-        """
-        if not 0 <= agent < self.num_agents:
-            raise IndexError(f"agent {agent} is out of range for a group of {self.num_agents} agents")
-        return 0 if self.share_parameters else agent
-
-    def _check_obs(self, obs: torch.Tensor) -> int:
-        if obs.dim() != len(self._obs_shape) + 1 or obs.shape[1:] != self._obs_shape:
-            raise ValueError(
-                f"obs of shape {tuple(obs.shape)} does not fit this group; expected [B, "
-                f"{', '.join(map(str, self._obs_shape))}] (batch, {self.num_agents} agents, observation shape "
-                f"{self.observation.shape})."
-            )
-        return obs.shape[0]
-
     def _trunk(self, obs: torch.Tensor, state: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Member-major actor trunk features ``[M, B', d]`` (``B' = B`` independent, ``B * n_g`` shared) and the
         actor core's member-major state after the step (``None`` without a core)."""
-        return self._recur(self.core, self._mlp(self.cnn, self.encoder, obs), state)
-
-    @staticmethod
-    def _recur(
-        core: StackedRecurrentCell | None, x: torch.Tensor, state: torch.Tensor | None
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """One step of a recurrent core on member-major features (the features themselves without a core)."""
-        if core is None:
-            return x, None
-        assert state is not None
-        return core.step(x, state)
+        return step_core(self.core, self._mlp(self.cnn, self.encoder, obs), state)
 
     def _mlp(self, cnn: StackedCNN | None, encoder: StackedMLP, obs: torch.Tensor) -> torch.Tensor:
         """Member-major MLP features of one trunk (the actor's or the local critic's) on ``[B, n_g, *obs]``."""
@@ -583,7 +416,7 @@ class ActorCritic(nn.Module):
             assert features is not None
             hidden = features
         else:
-            hidden, state = self._recur(self.critic_core, hidden, state)
+            hidden, state = step_core(self.critic_core, hidden, state)
         return self._agent_major(self.value_head.forward_member_major(hidden), batch).squeeze(-1), state
 
     def _critic_features(self, obs: torch.Tensor, critic_obs: torch.Tensor | None, batch: int) -> torch.Tensor | None:
@@ -594,85 +427,10 @@ class ActorCritic(nn.Module):
         self._reject_critic_obs(critic_obs)
         return None if self.critic_encoder is None else self._mlp(self.critic_cnn, self.critic_encoder, obs)
 
-    def _split_state(
-        self, state: torch.Tensor | None, batch: int
-    ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-        """Agent-major ``[B, n_g, S]`` states → the member-major states of the actor core and the critic core."""
-        if self.core is None:
-            if state is not None:
-                raise ValueError("state was given, but this network is feed-forward (recurrent=None); pass None")
-            return None, None
-        expected = (batch, self.num_agents, self.state_size)
-        if state is None or state.shape != expected:
-            got = "none" if state is None else f"shape {tuple(state.shape)}"
-            raise ValueError(
-                f"this network is recurrent ({self.recurrent}); pass state of shape {list(expected)} (the agents' "
-                f"states before this step, initial_state(B) at an episode's start), got {got}"
-            )
-        actor_size = self.core.state_size
-        member_major = self._member_major_rows(state)
-        critic = member_major[..., actor_size:] if self.critic_core is not None else None
-        return member_major[..., :actor_size], critic
-
-    def _join_state(self, actor: torch.Tensor | None, critic: torch.Tensor | None, batch: int) -> torch.Tensor | None:
-        """Inverse of :meth:`_split_state`."""
-        if actor is None:
-            return None
-        joined = actor if critic is None else torch.cat((actor, critic), dim=-1)
-        return self._agent_major(joined, batch)
-
-    def _member_major_rows(self, x: torch.Tensor) -> torch.Tensor:
-        """``[B, n_g, k]`` → ``[M, B', k]`` without agent ids (states and masks)."""
-        if self.share_parameters:
-            return x.reshape(1, x.shape[0] * self.num_agents, *x.shape[2:])
-        return x.transpose(0, 1)
-
-    def _sequence_mask(self, mask: torch.Tensor) -> torch.Tensor:
-        """``[L, B, n_g]`` per-agent flags → the cores' member-major ``[L, M, B']``."""
-        length, batch = mask.shape[:2]
-        if self.share_parameters:
-            return mask.reshape(length, 1, batch * self.num_agents)
-        return mask.transpose(1, 2)
-
-    def _member_major(self, x: torch.Tensor) -> torch.Tensor:
-        """``[B, n_g, f]`` per-agent inputs → the ``[M, B', f']`` input of a stacked network.
-
-        Sharing folds the agents into the batch and appends each agent's one-hot id.
-        """
-        ids = self.agent_ids
-        if x.dtype != ids.dtype:
-            x = x.to(ids.dtype)
-        if not self.share_parameters:
-            return x.transpose(0, 1)
-        batch = x.shape[0]
-        ids = ids.expand(batch, self.num_agents, self.num_agents)
-        return torch.cat((x, ids), dim=-1).view(1, batch * self.num_agents, -1)
-
-    def _agent_major(self, y: torch.Tensor, batch: int) -> torch.Tensor:
-        """Inverse of :meth:`_member_major` for outputs: ``[M, B', k]`` → ``[B, n_g, k]``."""
-        if not self.share_parameters:
-            return y.transpose(0, 1)
-        return y.reshape(batch, self.num_agents, y.shape[-1])
-
     def _critic_hidden(self, critic_obs: torch.Tensor | None, batch: int) -> torch.Tensor:
         """Member-major features of the centralised critic's MLP on ``[B, n_g, critic_input_size]``."""
-        expected = (batch, self.num_agents, self.critic_input_size)
-        if critic_obs is None:
-            raise ValueError(
-                f"this network has a centralised critic (critic_input_size={self.critic_input_size}); pass "
-                f"critic_obs of shape {list(expected)}."
-            )
-        if critic_obs.shape != expected:
-            raise ValueError(f"critic_obs of shape {tuple(critic_obs.shape)} does not fit; expected {list(expected)}.")
+        critic_obs = self._check_critic_obs(critic_obs, batch)
         if self.critic_obs_normalizer is not None:
             critic_obs = self.critic_obs_normalizer(critic_obs)
         assert self.critic_encoder is not None
         return self.critic_encoder.forward_member_major(self._member_major(critic_obs))
-
-    @staticmethod
-    def _reject_critic_obs(critic_obs: torch.Tensor | None) -> None:
-        if critic_obs is not None:
-            raise ValueError(
-                "critic_obs was given but this network has no centralised critic; build it with "
-                "critic_input_size=... or pass critic_obs=None."
-            )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 import itertools
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -13,6 +13,8 @@ import torch
 from marljoint.env.base import JointObs, JointStep
 from marljoint.env.spaces import JointSpec
 from marljoint.policies.actor_critic import ActorCritic, PolicyOutput
+from marljoint.policies.joint_states import GroupStates
+from marljoint.policies.noise import SamplingNoise, check_sampling_noise
 from marljoint.policies.normalizer import RunningNormalizer
 
 __all__ = ["JointPolicy", "NetworkSlot"]
@@ -33,7 +35,7 @@ class NetworkSlot(NamedTuple):
     whole_group: bool
 
 
-class JointPolicy:
+class JointPolicy(GroupStates):
     """Every agent's policy and value function: one network per slot, evaluated with one batched forward each.
 
     Inputs and outputs are per group (observations ``[B, n_g, ...]``, actions, masks) or per agent (``[B, N]``
@@ -72,8 +74,6 @@ class JointPolicy:
         self.centralized = bool(centralized)
         self.value_normalizer = value_normalizer
         self.device = torch.device(device)
-        # (first row, total rows) when this policy evaluates one slice of a larger batch (a rollout worker).
-        self.row_pad: tuple[int, int] | None = None
         # What act() remembers between calls for a recurrent policy: the states and alive flags after its last call.
         self._acting: tuple[tuple[torch.Tensor, ...], np.ndarray] | None = None
         # Columns of the concatenated network outputs, mapped back to possible_agents order.
@@ -109,74 +109,6 @@ class JointPolicy:
         parts.append(alive.float())
         return torch.cat(parts, dim=1)
 
-    # ------------------------------------------------------------------ recurrent states
-    @property
-    def recurrent(self) -> bool:
-        """Whether some network has a recurrent core (then every forward takes the agents' states)."""
-        return any(getattr(network, "core", None) is not None for network in self.networks)
-
-    def state_sizes(self) -> tuple[int, ...]:
-        """Per group, S_g, the size of one agent's recurrent state (0 for feed-forward groups).
-
-        Raises:
-            ValueError: if the networks of one group have different state sizes.
-        """
-        sizes: list[set[int]] = [set() for _ in self.spec.groups]
-        for network, slot in zip(self.networks, self.slots):
-            sizes[slot.group].add(int(getattr(network, "state_size", 0)))
-        for g, found in enumerate(sizes):
-            if len(found) > 1:
-                raise ValueError(
-                    f"the networks of agents {list(self.spec.groups[g].agents)} have recurrent states of sizes "
-                    f"{sorted(found)}; one group's networks need one state size"
-                )
-        return tuple(found.pop() for found in sizes)
-
-    def initial_states(self, batch: int) -> tuple[torch.Tensor, ...]:
-        """Per group, the zero states ``[batch, n_g, S_g]`` of an episode's start."""
-        return tuple(
-            torch.zeros(batch, group.size, size, device=self.device)
-            for group, size in zip(self.spec.groups, self.state_sizes())
-        )
-
-    def network_state(self, k: int, states: Sequence[torch.Tensor] | None) -> torch.Tensor | None:
-        """Network ``k``'s states ``[B, n_k, S]`` from the per-group states (``None`` for a feed-forward one)."""
-        if states is None or getattr(self.networks[k], "core", None) is None:
-            return None
-        return self.network_obs(k, states)
-
-    def group_states(self, outputs: Sequence[PolicyOutput]) -> tuple[torch.Tensor, ...] | None:
-        """Per group, the states after a step ``[B, n_g, S_g]`` from :meth:`forward` outputs (``None`` for a
-        feed-forward policy)."""
-        if not self.recurrent:
-            return None
-        parts: list[list[torch.Tensor]] = [[] for _ in self.spec.groups]
-        for out, slot in zip(outputs, self.slots):
-            state = out.state if out.state is not None else out.values.new_zeros((*out.values.shape, 0))
-            parts[slot.group].append(state)
-        return tuple(torch.cat(p, dim=1) if len(p) > 1 else p[0] for p in parts)
-
-    def reset_states(self, states: Sequence[torch.Tensor], fresh: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        """``states`` (per group ``[B, n_g, S_g]``) with the agents set in ``fresh`` (``[B, N]`` bool) zeroed."""
-        fresh = fresh.to(device=states[0].device, dtype=torch.bool)
-        return tuple(
-            torch.where(fresh[:, list(g.agent_indices)].unsqueeze(-1), torch.zeros_like(h), h)
-            for g, h in zip(self.spec.groups, states)
-        )
-
-    def advance_states(
-        self, states: Sequence[torch.Tensor], outputs: Sequence[PolicyOutput], advance: torch.Tensor
-    ) -> tuple[torch.Tensor, ...]:
-        """The states after a step: the :meth:`forward` outputs' states for the agents set in ``advance``
-        (``[B, N]`` bool: they decided at this step), ``states`` for the others (absent, or waiting)."""
-        stepped = self.group_states(outputs)
-        assert stepped is not None
-        advance = advance.to(device=states[0].device, dtype=torch.bool)
-        return tuple(
-            torch.where(advance[:, list(g.agent_indices)].unsqueeze(-1), new, old)
-            for g, new, old in zip(self.spec.groups, stepped, states)
-        )
-
     # ------------------------------------------------------------------ evaluation
     def forward(
         self,
@@ -191,14 +123,22 @@ class JointPolicy:
             alive: ``[B, N]`` bool (read by a centralised critic).
             states: per group, ``[B, n_g, S_g]`` recurrent states (required by a recurrent policy).
         """
-        critic_state = self.critic_state(group_obs, alive)
         outputs = []
-        for k, network in enumerate(self.networks):
-            obs = self.network_obs(k, group_obs)
-            critic_obs = None if critic_state is None else critic_state.unsqueeze(1).expand(-1, obs.shape[1], -1)
+        for k, network, obs, critic_obs in self.network_inputs(group_obs, alive):
             state = self.network_state(k, states)
             outputs.append(network(obs, critic_obs) if state is None else network(obs, critic_obs, state))
         return outputs
+
+    def network_inputs(
+        self, group_obs: Sequence[torch.Tensor], alive: torch.Tensor
+    ) -> Iterator[tuple[int, ActorCritic, torch.Tensor, torch.Tensor | None]]:
+        """Per network ``k``, what it reads of a batch: ``(k, network, obs [B, n_k, ...], critic_obs)``, the
+        critic's input ``[B, n_k, S]`` being the joint state of a centralised critic (``None`` without one)."""
+        critic_state = self.critic_state(group_obs, alive)
+        for k, network in enumerate(self.networks):
+            obs = self.network_obs(k, group_obs)
+            critic_obs = None if critic_state is None else critic_state.unsqueeze(1).expand(-1, obs.shape[1], -1)
+            yield k, network, obs, critic_obs
 
     def forward_sequence(
         self,
@@ -247,33 +187,6 @@ class JointPolicy:
             outputs.append(PolicyOutput(*(x.reshape(rows, *x.shape[2:]) for x in out[:3]), state=out.state))
         return outputs
 
-    def forward_rows(
-        self,
-        group_obs: Sequence[torch.Tensor],
-        alive: torch.Tensor,
-        states: Sequence[torch.Tensor] | None = None,
-    ) -> list[PolicyOutput]:
-        """:meth:`forward` of rollout rows; with :attr:`row_pad` ``(a, total)`` the rows are evaluated as rows
-        ``a..`` of a ``total``-row batch (the others zero).
-
-        Matrix-product kernels pick their summation order from the batch shape, so the same row gives other bits
-        in a batch of another size; at the same shape and position it gets exactly the bits it gets when one
-        process evaluates all the rows.
-        """
-        if self.row_pad is None:
-            return self.forward(group_obs, alive, states)
-        start, total = self.row_pad
-        rows = alive.shape[0]
-
-        def padded(x: torch.Tensor) -> torch.Tensor:
-            out = x.new_zeros((total, *x.shape[1:]))
-            out[start : start + rows] = x
-            return out
-
-        padded_states = None if states is None else [padded(s) for s in states]
-        outputs = self.forward([padded(o) for o in group_obs], padded(alive), padded_states)
-        return [type(o)(*(None if f is None else f[start : start + rows] for f in o)) for o in outputs]
-
     def agent_columns(self, per_network: Iterable[torch.Tensor]) -> torch.Tensor:
         """Concatenates ``[B, n_k]`` network outputs into ``[B, N]`` in ``possible_agents`` order."""
         parts = list(per_network)
@@ -294,7 +207,7 @@ class JointPolicy:
         masks: Sequence[torch.Tensor | None],
         deterministic: bool = False,
         generator: torch.Generator | None = None,
-        copy_noise: Any = None,
+        noise: SamplingNoise | None = None,
     ) -> tuple[list[torch.Tensor], torch.Tensor]:
         """Actions of every agent; returns per-group action tensors ``[B, n_g, ...]`` and ``[B, N]`` log-probs.
 
@@ -303,35 +216,33 @@ class JointPolicy:
             masks: per group, ``[B, n_g, sum(nvec)]`` bool or ``None``.
             deterministic: take each distribution's mode.
             generator: the source of the noise otherwise.
-            copy_noise: a :class:`~marljoint.collect.CopyNoise` over one generator per batch row (env copy), used
-                instead of ``generator``: each copy's noise comes from its own generator, so a copy's actions do
-                not depend on which other copies share the batch.
+            noise: a :class:`~marljoint.policies.noise.SamplingNoise` used instead of ``generator`` (e.g.
+                :class:`~marljoint.collect.CopyNoise`: each batch row's noise from the generator of its env copy,
+                so a copy's actions do not depend on which other copies share the batch).
 
         Raises:
-            ValueError: when sampling needs noise and neither ``generator`` nor ``copy_noise`` is given.
+            ValueError: when sampling needs noise and neither ``generator`` nor ``noise`` is given.
+            TypeError: when ``noise`` is not a :class:`~marljoint.policies.noise.SamplingNoise`.
         """
-        group_actions: list[list[torch.Tensor]] = [[] for _ in self.spec.groups]
-        log_probs = []
         dists = [
             network.distribution(out.head, self.network_masks(k, masks))
             for k, (network, out) in enumerate(zip(self.networks, outputs))
         ]
-        noises = copy_noise.draw(dists) if copy_noise is not None and not deterministic else None
-        if noises is not None and self.device.type != "cpu":  # the copies' generators draw on the CPU
-            noises = [noise.to(self.device) for noise in noises]
-        if not deterministic and noises is None and generator is None:
-            raise ValueError("sampling needs a generator or a copy_noise; pass one, or deterministic=True")
-        for k, dist in enumerate(dists):
-            if deterministic:
-                action = dist.mode()
-            elif noises is not None:
-                action = dist.sample_from_noise(noises[k])
-            else:
-                action = dist.sample(generator)
-            log_probs.append(dist.log_prob(action))
-            group_actions[self.slots[k].group].append(action)
-        actions = [torch.cat(parts, dim=1) if len(parts) > 1 else parts[0] for parts in group_actions]
-        return actions, self.agent_columns(log_probs)
+        if deterministic:
+            actions = [dist.mode() for dist in dists]
+        elif noise is not None:
+            draws = check_sampling_noise(noise).draw(dists)
+            # A collector's generators draw on the CPU.
+            actions = [dist.sample_from_noise(x.to(self.device)) for dist, x in zip(dists, draws)]
+        elif generator is not None:
+            actions = [dist.sample(generator) for dist in dists]
+        else:
+            raise ValueError("sampling needs a generator or a noise source; pass one, or deterministic=True")
+        group_actions: list[list[torch.Tensor]] = [[] for _ in self.spec.groups]
+        for slot, action in zip(self.slots, actions):
+            group_actions[slot.group].append(action)
+        grouped = [torch.cat(parts, dim=1) if len(parts) > 1 else parts[0] for parts in group_actions]
+        return grouped, self.agent_columns(dist.log_prob(action) for dist, action in zip(dists, actions))
 
     def evaluate(
         self,
@@ -450,12 +361,8 @@ class JointPolicy:
         counts = alive.bool()
         if active is not None:
             counts = counts & active.to(device=counts.device, dtype=torch.bool)
-        critic_state = self.critic_state(group_obs, alive)
-        for k, network in enumerate(self.networks):
-            obs = self.network_obs(k, group_obs)
-            weights = counts[:, list(self.slots[k].agents)]
-            critic_obs = None if critic_state is None else critic_state.unsqueeze(1).expand(-1, obs.shape[1], -1)
-            network.update_observation_statistics(obs, weights, critic_obs)
+        for k, network, obs, critic_obs in self.network_inputs(group_obs, alive):
+            network.update_observation_statistics(obs, counts[:, list(self.slots[k].agents)], critic_obs)
 
     # ------------------------------------------------------------------ weights
     def weights(self) -> dict[str, Any]:

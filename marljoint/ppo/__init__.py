@@ -1,10 +1,10 @@
 """Joint multi-agent PPO: config, rollout storage, GAE, losses, the learner (the one-backward update) and the trainer
 (the loop)."""
 
-from marljoint.auxiliary import AuxFn, AuxOutput
+from marljoint.auxiliary import AuxFn, AuxOutput, features_only
 from marljoint.collect.rollout import JointRollout
 from marljoint.policies.normalizer import RunningNormalizer
-from marljoint.ppo.config import JointTrainerConfig
+from marljoint.ppo.config import JointTrainerConfig, NetworkConfig, OptimConfig, PpoConfig, RuntimeConfig
 from marljoint.ppo.derived import derive_replay, derive_settings, derive_threads, gamma_for_episodes
 from marljoint.ppo.divergence import DivergenceError
 from marljoint.ppo.gae import compute_gae
@@ -29,15 +29,20 @@ __all__ = [
     "JointStats",
     "JointTrainerConfig",
     "Learner",
+    "NetworkConfig",
     "NetworkUnit",
+    "OptimConfig",
     "PolicyLossTerms",
+    "PpoConfig",
     "RunningNormalizer",
+    "RuntimeConfig",
     "compute_gae",
     "derive_replay",
     "derive_settings",
     "derive_threads",
     "gamma_for_episodes",
     "explained_variance",
+    "features_only",
     "masked_mean",
     "normalize_advantages",
     "policy_loss",

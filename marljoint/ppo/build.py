@@ -12,6 +12,8 @@ from marljoint.env.spaces import JointSpec
 from marljoint.policies import ActorCritic, StackedAdam
 from marljoint.ppo.config import JointTrainerConfig
 from marljoint.ppo.learner import NetworkUnit
+from marljoint.ppo.optim import OptimConfig
+from marljoint.threads import set_torch_threads
 
 __all__ = ["default_units", "units_from_policies"]
 
@@ -25,39 +27,43 @@ def default_units(spec: JointSpec, config: JointTrainerConfig, **policy_kwargs: 
         ValueError: if ``config.num_agents`` disagrees with the env, or a centralised critic meets images.
     """
     check_agent_count(config, spec.num_agents)
-    check_device_available(config.device)
-    if config.torch_threads is not None:
+    runtime, network, optim = config.runtime, config.network, config.optim
+    check_device_available(runtime.device)
+    if runtime.torch_threads is not None:
         # Before building: initial weights (orthogonal init) must not depend on the thread count in effect.
-        torch.set_num_threads(config.torch_threads)
-    critic_size = critic_input_size(spec) if config.centralized_critic else None
-    policy_kwargs.setdefault("hidden_sizes", config.hidden_sizes)
+        set_torch_threads(runtime.torch_threads)
+    critic_size = critic_input_size(spec) if network.centralized_critic else None
+    policy_kwargs.setdefault("hidden_sizes", network.hidden_sizes)
     units = []
-    policy_kwargs.setdefault("generator", torch.Generator().manual_seed(config.seed))
+    policy_kwargs.setdefault("generator", torch.Generator().manual_seed(runtime.seed))
     for g, group in enumerate(spec.groups):
         policy = ActorCritic(
             group.observation,
             group.action,
             num_agents=group.size,
-            share_parameters=config.share_parameters,
+            share_parameters=network.share_parameters,
             critic_input_size=critic_size,
-            share_trunk=config.share_trunk,
-            normalize_observations=bool(config.normalize_observations) and group.observation.kind == "flat",
-            recurrent=config.recurrent,
-            rnn_hidden_size=config.rnn_hidden_size,
+            share_trunk=network.share_trunk,
+            normalize_observations=bool(network.normalize_observations) and group.observation.kind == "flat",
+            recurrent=network.recurrent,
+            rnn_hidden_size=network.rnn_hidden_size,
             **policy_kwargs,
-        ).to(config.device)
-        members = 1 if config.share_parameters else group.size
-        actor = list(policy.actor_parameters())
-        critic = list(policy.critic_parameters())
-        if config.critic_lr is None:
-            optimizer = StackedAdam(actor + critic, lr=config.learning_rate, eps=config.adam_eps, members=members)
-            critic_optimizer = None
-        else:
-            optimizer = StackedAdam(actor, lr=config.learning_rate, eps=config.adam_eps, members=members)
-            critic_optimizer = StackedAdam(critic, lr=config.critic_lr, eps=config.adam_eps, members=members)
+        ).to(runtime.device)
+        members = 1 if network.share_parameters else group.size
+        optimizer, critic_optimizer = _optimizers(policy, optim, members)
         unit = NetworkUnit(g, policy, group.agent_indices, optimizer, critic_optimizer, True, agent_names=spec.agents)
         units.append(unit)
     return units
+
+
+def _optimizers(policy: ActorCritic, optim: OptimConfig, members: int) -> tuple[StackedAdam, StackedAdam | None]:
+    """One optimizer of every parameter, or with ``critic_lr`` one of the actor's and one of the critic's."""
+    actor = list(policy.actor_parameters())
+    critic = list(policy.critic_parameters())
+    if optim.critic_lr is None:
+        return StackedAdam(actor + critic, lr=optim.learning_rate, eps=optim.adam_eps, members=members), None
+    optimizer = StackedAdam(actor, lr=optim.learning_rate, eps=optim.adam_eps, members=members)
+    return optimizer, StackedAdam(critic, lr=optim.critic_lr, eps=optim.adam_eps, members=members)
 
 
 def units_from_policies(
@@ -78,9 +84,7 @@ def units_from_policies(
     check_device_available(config.device)
     for name, seq in (("policies", policies), ("optimizers", optimizers), ("critic_optimizers", critic_optimizers)):
         if seq is not None and len(seq) != n:
-            raise ValueError(
-                f"got {len(seq)} {name} for {n} agents {list(spec.agents)}; pass exactly one per agent"
-            )
+            raise ValueError(f"got {len(seq)} {name} for {n} agents {list(spec.agents)}; pass exactly one per agent")
     units = []
     for i, policy in enumerate(policies):
         g, _ = spec.group_of(i)

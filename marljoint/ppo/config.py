@@ -1,4 +1,9 @@
-"""The joint trainer's configuration: a frozen, validated dataclass."""
+"""The joint trainer's configuration: one frozen dataclass of flat fields, validated by its groups of settings.
+
+Each consumer reads the group it uses (:attr:`JointTrainerConfig.ppo`, :attr:`~JointTrainerConfig.optim`,
+:attr:`~JointTrainerConfig.network`, :attr:`~JointTrainerConfig.runtime`, :attr:`~JointTrainerConfig.collection`);
+the fields stay flat, so ``JointTrainerConfig(learning_rate=...)`` and a ``config.toml`` name each setting once.
+"""
 
 from __future__ import annotations
 
@@ -9,18 +14,32 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from marljoint.collect.config import CollectionConfig
+from marljoint.ppo import checks
+from marljoint.ppo.network import NetworkConfig
+from marljoint.ppo.optim import OptimConfig
+from marljoint.ppo.ppo_settings import PpoConfig
+from marljoint.ppo.runtime import RuntimeConfig
 
-__all__ = ["JointTrainerConfig"]
+__all__ = ["GROUPS", "JointTrainerConfig", "NetworkConfig", "OptimConfig", "PpoConfig", "RuntimeConfig"]
 
 
 @dataclass(frozen=True)
 class JointTrainerConfig:
     """Hyperparameters of :class:`~marljoint.JointMultiAgentTrainer`.
 
+    The fields are flat (each setting constructed, replaced and written to ``config.toml`` under its own name) and
+    fall into groups by the part of the trainer that reads them: :attr:`ppo` (:class:`PpoConfig`: rollout shape,
+    returns, loss and update schedule), :attr:`optim` (:class:`OptimConfig`), :attr:`network`
+    (:class:`NetworkConfig`), :attr:`runtime` (:class:`RuntimeConfig`) and :attr:`collection`
+    (:class:`~marljoint.collect.CollectionConfig`). Each group validates its own fields; the config checks what
+    spans two of them.
+
     Example:
         >>> cfg = JointTrainerConfig(num_envs=4, rollout_steps=32, minibatch_size=64)
         >>> cfg.batch_rows, cfg.minibatches_per_epoch
         (128, 2)
+        >>> cfg.optim.learning_rate, cfg.runtime.seed
+        (0.0003, 0)
     """
 
     num_agents: int | None = None
@@ -155,114 +174,65 @@ class JointTrainerConfig:
     :attr:`~marljoint.JointMultiAgentTrainer.derived` the reason."""
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "hidden_sizes", _widths(self.hidden_sizes))
-        for name in _BOOLEAN_FIELDS:
-            value = getattr(self, name)
-            if not isinstance(value, bool):
-                raise ValueError(
-                    f"{name} must be true or false, got {value!r}"
-                    + (" (a string: write it without quotes in TOML)" if isinstance(value, str) else "")
-                )
-        _check_device(self.device)
-        _check_acting_device(self.acting_device, self.device)
-        if self.normalize_observations is not None and not isinstance(self.normalize_observations, bool):
-            raise ValueError(
-                f"normalize_observations must be true, false or None (derived from the env), got "
-                f"{self.normalize_observations!r}"
-            )
         if self.num_agents is not None:
-            _positive_int("num_agents", self.num_agents)
-        _positive_int("num_envs", self.num_envs)
-        _positive_int("rollout_steps", self.rollout_steps)
-        _positive_int("n_epochs", self.n_epochs)
-        _positive_int("minibatch_size", self.minibatch_size)
-        if self.num_minibatches is not None:
-            _positive_int("num_minibatches", self.num_minibatches)
-        if self.gamma is not None:
-            _in_unit_interval("gamma", self.gamma)
-        _in_unit_interval("gae_lambda", self.gae_lambda)
-        _positive("clip_range", self.clip_range, "e.g. 0.2")
-        _positive("clip_range_vf", self.clip_range_vf, "use math.inf for the plain squared error")
-        _positive("max_grad_norm", self.max_grad_norm, "use math.inf to disable clipping")
-        if self.learning_rate is not None:
-            _positive("learning_rate", self.learning_rate, "e.g. 3e-4, or None to derive it from the env")
-            _finite("learning_rate", self.learning_rate, "e.g. 3e-4: an infinite step makes every parameter NaN")
-        _positive("adam_eps", self.adam_eps, "e.g. 1e-5")
-        _non_negative("vf_coef", self.vf_coef)
-        if self.ent_coef is not None:
-            _non_negative("ent_coef", self.ent_coef)
-        if self.critic_lr is not None:
-            _positive("critic_lr", self.critic_lr, "or None to train the critic with learning_rate")
-            _finite("critic_lr", self.critic_lr, "e.g. 1e-3: an infinite step makes every parameter NaN")
-            if self.share_trunk and not self.centralized_critic:
-                raise ValueError(
-                    f"critic_lr={self.critic_lr} steps the critic's own parameters, but share_trunk=True gives the "
-                    "critic no trunk of its own (the value loss would train the shared trunk at learning_rate); "
-                    "set share_trunk=False for a split critic, or critic_lr=None"
-                )
-        if self.target_kl is not None:
-            _positive("target_kl", self.target_kl, "or None to disable early stopping")
-        if self.max_minibatches_per_epoch is not None and not _is_int(self.max_minibatches_per_epoch):
-            raise ValueError(
-                f"max_minibatches_per_epoch must be an integer or None, got {self.max_minibatches_per_epoch!r}"
-            )
+            checks.positive_int("num_agents", self.num_agents)
+        groups = {
+            name: group(**{f.name: getattr(self, f.name) for f in dataclasses.fields(group)})
+            for name, group in GROUPS.items()
+        }
+        # The groups validate their own fields; the config keeps their normalised values (hidden_sizes as a tuple).
+        object.__setattr__(self, "hidden_sizes", groups["network"].hidden_sizes)
         object.__setattr__(self, "collection", CollectionConfig.from_value(self.collection))
-        if self.torch_threads is not None and self.torch_threads != "auto" and (
-            not _is_int(self.torch_threads) or self.torch_threads < 1
-        ):
+        object.__setattr__(self, "_groups", groups)
+        if self.critic_lr is not None and not groups["network"].own_critic_trunk:
             raise ValueError(
-                f"torch_threads must be a positive integer, 'auto' (the cores the env workers leave free) or None "
-                f"(torch's own setting), got {self.torch_threads!r}"
+                f"critic_lr={self.critic_lr} steps the critic's own parameters, but share_trunk=True gives the "
+                "critic no trunk of its own (the value loss would train the shared trunk at learning_rate); "
+                "set share_trunk=False for a split critic, or critic_lr=None"
             )
-        if not _is_int(self.seed) or not 0 <= self.seed < 2**63:
-            raise ValueError(f"seed must be an integer in [0, 2**63 - 1], got {self.seed!r}")
-        self._check_recurrent()
 
-    def _check_recurrent(self) -> None:
-        from marljoint.policies.recurrent import RECURRENT_KINDS, RECURRENT_REPLAYS
+    @property
+    def ppo(self) -> PpoConfig:
+        """The rollout's shape, the returns, the loss and the update schedule (read by GAE, the losses and the
+        learner's minibatching)."""
+        return self._groups["ppo"]
 
-        if self.recurrent_replay not in RECURRENT_REPLAYS:
-            raise ValueError(
-                f"recurrent_replay must be one of {list(RECURRENT_REPLAYS)}, got {self.recurrent_replay!r}; 'auto' "
-                "picks the fused GRU/LSTM kernel on CUDA and the stacked cells elsewhere"
-            )
-        if self.recurrent is not None and self.recurrent not in RECURRENT_KINDS:
-            raise ValueError(
-                f"recurrent must be one of {list(RECURRENT_KINDS)} (the recurrent cell) or None (feed-forward), "
-                f"got {self.recurrent!r}"
-            )
-        _positive_int("rnn_hidden_size", self.rnn_hidden_size)
-        if self.bptt_length is not None and (
-            not _is_int(self.bptt_length) or not 1 <= self.bptt_length <= self.rollout_steps
-        ):
-            raise ValueError(
-                f"bptt_length must be an integer from 1 to rollout_steps ({self.rollout_steps}), or None (the whole "
-                f"rollout), got {self.bptt_length!r}; a chunk cannot be longer than the rollout it is cut from (lower "
-                "bptt_length or raise rollout_steps)"
-            )
+    @property
+    def optim(self) -> OptimConfig:
+        """The learning rates, Adam's ε, the annealing and the gradient clip (read by the optimisers)."""
+        return self._groups["optim"]
+
+    @property
+    def network(self) -> NetworkConfig:
+        """The encoders, parameter sharing, the critic's kind and the recurrent cores (read when the networks are
+        built)."""
+        return self._groups["network"]
+
+    @property
+    def runtime(self) -> RuntimeConfig:
+        """The seed, the learner's and the acting device and the compute threads."""
+        return self._groups["runtime"]
 
     @property
     def chunk_length(self) -> int:
         """Steps per BPTT chunk: :attr:`bptt_length`, or the whole rollout."""
-        return self.rollout_steps if self.bptt_length is None else self.bptt_length
+        return self.ppo.chunk_length
 
     @property
     def batch_rows(self) -> int:
         """Rows per agent in one rollout: ``rollout_steps × num_envs``."""
-        return self.rollout_steps * self.num_envs
+        return self.ppo.batch_rows
 
     @property
     def rows_per_minibatch(self) -> int:
         """Rows per minibatch for a rollout of :attr:`batch_rows` rows: :attr:`minibatch_size`, or with
         :attr:`num_minibatches` the rows split into that many (the last minibatch may hold fewer)."""
-        return self.minibatch_rows(self.batch_rows)
+        return self.ppo.minibatch_rows(self.batch_rows)
 
     def minibatch_rows(self, rows: int) -> int:
         """Rows (or, for a recurrent rollout, whole chunks) per minibatch when an epoch holds ``rows`` of them:
         ``ceil(rows / num_minibatches)``, or :attr:`minibatch_size` when :attr:`num_minibatches` is ``None``."""
-        if self.num_minibatches is None:
-            return self.minibatch_size
-        return max(1, math.ceil(rows / self.num_minibatches))
+        return self.ppo.minibatch_rows(rows)
 
     @property
     def minibatches_per_epoch(self) -> int:
@@ -271,14 +241,7 @@ class JointTrainerConfig:
         with :attr:`minibatch_size`, when they make one more minibatch it is left out of that epoch (each epoch
         shuffles anew); with :attr:`num_minibatches` they are spread over the minibatches. A recurrent rollout is
         cut into minibatches of whole chunks instead."""
-        if self.num_minibatches is None:
-            full = math.ceil(self.batch_rows / self.minibatch_size)
-        else:
-            full = min(self.num_minibatches, self.batch_rows)
-        count = full if self.iterate_all_minibatches else 1
-        if self.max_minibatches_per_epoch is not None:
-            count = min(count, max(1, self.max_minibatches_per_epoch))
-        return count
+        return self.ppo.minibatches_per_epoch
 
     def replace(self, **changes: Any) -> JointTrainerConfig:
         """Returns a copy with ``changes`` applied (validated again). ``minibatch_size`` given without
@@ -346,83 +309,11 @@ def known_fields(cls: type, values: Mapping[str, Any]) -> dict[str, Any]:
     return dict(values)
 
 
-_BOOLEAN_FIELDS = (
-    "normalize_advantages",
-    "iterate_all_minibatches",
-    "share_parameters",
-    "value_normalization",
-    "centralized_critic",
-    "share_trunk",
-    "anneal_lr",
-    "bootstrap_truncation",
-)
-
-
-def _widths(value: Any) -> tuple[int, ...]:
-    """``hidden_sizes`` as a tuple of positive ints; a string, a number or a non-integer width is refused."""
-    if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)):
-        raise ValueError(
-            f"hidden_sizes must be a list of positive integer widths such as [64, 64], got {value!r}"
-        )
-    widths = tuple(value)
-    if not widths or any(not _is_int(h) or h < 1 for h in widths):
-        raise ValueError(f"hidden_sizes must be a non-empty list of positive integer widths, got {list(widths)!r}")
-    return tuple(int(h) for h in widths)
-
-
-def _check_device(value: Any, name: str = "device") -> None:
-    """Refuses what is not a torch device string (whether the device exists is checked when a trainer is built)."""
-    import torch
-
-    try:
-        if not isinstance(value, str):
-            raise TypeError
-        torch.device(value)
-    except (RuntimeError, TypeError, ValueError):
-        raise ValueError(
-            f"{name} must {'be auto or ' if name == 'acting_device' else ''}name a torch device such as 'cpu', "
-            f"'cuda' or 'cuda:1', got {value!r}"
-        ) from None
-
-
-def _check_acting_device(value: Any, device: str) -> None:
-    """Refuses an acting device other than ``"auto"``, ``"cpu"`` or the learner's ``device``."""
-    import torch
-
-    if value == "auto":
-        return
-    _check_device(value, name="acting_device")
-    if torch.device(value) not in (torch.device("cpu"), torch.device(device)):
-        raise ValueError(
-            f"acting_device must be 'auto', 'cpu' or the learner's device {device!r}, got {value!r}; the policy "
-            "acts either on a CPU copy of the networks or with the networks themselves"
-        )
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _positive_int(name: str, value: Any) -> None:
-    if not _is_int(value) or value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
-
-
-def _positive(name: str, value: Any, hint: str) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-        raise ValueError(f"{name} must be > 0, got {value!r} ({hint})")
-
-
-def _finite(name: str, value: float, hint: str) -> None:
-    if math.isinf(value):
-        raise ValueError(f"{name} must be finite, got {value!r} ({hint})")
-
-
-def _non_negative(name: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0 or math.isinf(value):
-        raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
-
-
-def _in_unit_interval(name: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
-        raise ValueError(f"{name} must be in [0, 1], got {value!r}")
+GROUPS: dict[str, type] = {
+    "ppo": PpoConfig,
+    "optim": OptimConfig,
+    "network": NetworkConfig,
+    "runtime": RuntimeConfig,
+}
+"""The setting groups of :class:`JointTrainerConfig` by the property that holds each; every field but
+``num_agents`` and ``collection`` belongs to exactly one."""

@@ -115,11 +115,11 @@ def derive_threads(config: JointTrainerConfig) -> tuple[JointTrainerConfig, dict
     Returns:
         ``(resolved config, {"torch_threads": reason})``; no reason for a number given explicitly or ``None``.
     """
-    requested = config.torch_threads
+    runtime, collection = config.runtime, config.collection
+    requested = runtime.torch_threads
     if requested == AUTO:
-        collection = config.collection
         workers = collection.workers if collection.multiprocess else 0
-        accelerator = None if torch.device(config.device).type == "cpu" else config.device
+        accelerator = None if torch.device(runtime.device).type == "cpu" else runtime.device
         threads, reason = learner_threads(workers, collects=not collection.multiprocess, accelerator=accelerator)
         return config.replace(torch_threads=threads), {"torch_threads": reason}
     cores = usable_cores()
@@ -216,9 +216,10 @@ def derive_replay(config: JointTrainerConfig) -> tuple[JointTrainerConfig, dict[
         ``(resolved config, {"recurrent_replay": reason})``; no reason for a value given explicitly or a
         feed-forward config (whose setting stays as given, unused).
     """
-    if config.recurrent is None or config.recurrent_replay != "auto":
+    network = config.network
+    if network.recurrent is None or network.recurrent_replay != "auto":
         return config, {}
-    replay, reason = resolve_replay(config.recurrent_replay, config.device)
+    replay, reason = resolve_replay(network.recurrent_replay, config.runtime.device)
     return config.replace(recurrent_replay=replay), {"recurrent_replay": reason}
 
 

@@ -60,30 +60,62 @@ def compute_gae(
     if final_values is None:
         final_values = torch.zeros_like(values)
     _check_shapes(rewards, values, terminated, truncated, bootstrap_values, valid, final_values)
+    inputs = (rewards, values, final_values, terminated, truncated, valid, bootstrap_values)
     if values.device.type == "cpu":
         # The recursion is sequential in T; numpy's per-op cost on small arrays is a fraction of torch's.
-        device, dtype = values.device, values.dtype
-
-        def arr(x: torch.Tensor, kind: type | None = None) -> np.ndarray:
-            a = x.detach().numpy()
-            return a.astype(kind, copy=False) if kind is not None else a
-
-        np_dtype = arr(values).dtype
-        advantages, returns = _recursion(
-            np.where,
-            np.zeros_like,
-            arr(rewards, np_dtype),
-            arr(values),
-            arr(final_values, np_dtype),
-            arr(terminated, bool),
-            arr(terminated, bool) | arr(truncated, bool),
-            arr(valid, bool),
-            arr(bootstrap_values, np_dtype),
-            np_dtype.type(gamma),
-            np_dtype.type(gamma * gae_lambda),
-        )
-        return torch.from_numpy(advantages).to(device=device, dtype=dtype), torch.from_numpy(returns).to(device, dtype)
+        return _on_host(*inputs, gamma, gae_lambda)
     # Another device: the same recursion in torch, on that device (no copy to the host).
+    return _on_device(*inputs, gamma, gae_lambda)
+
+
+def _on_host(
+    rewards: torch.Tensor,
+    values: torch.Tensor,
+    final_values: torch.Tensor,
+    terminated: torch.Tensor,
+    truncated: torch.Tensor,
+    valid: torch.Tensor,
+    bootstrap_values: torch.Tensor,
+    gamma: float,
+    gae_lambda: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`compute_gae` on CPU tensors: the recursion in numpy, on views of the tensors."""
+    device, dtype = values.device, values.dtype
+
+    def arr(x: torch.Tensor, kind: type | None = None) -> np.ndarray:
+        a = x.detach().numpy()
+        return a.astype(kind, copy=False) if kind is not None else a
+
+    np_dtype = arr(values).dtype
+    advantages, returns = _recursion(
+        np.where,
+        np.zeros_like,
+        arr(rewards, np_dtype),
+        arr(values),
+        arr(final_values, np_dtype),
+        arr(terminated, bool),
+        arr(terminated, bool) | arr(truncated, bool),
+        arr(valid, bool),
+        arr(bootstrap_values, np_dtype),
+        np_dtype.type(gamma),
+        np_dtype.type(gamma * gae_lambda),
+    )
+    return torch.from_numpy(advantages).to(device=device, dtype=dtype), torch.from_numpy(returns).to(device, dtype)
+
+
+def _on_device(
+    rewards: torch.Tensor,
+    values: torch.Tensor,
+    final_values: torch.Tensor,
+    terminated: torch.Tensor,
+    truncated: torch.Tensor,
+    valid: torch.Tensor,
+    bootstrap_values: torch.Tensor,
+    gamma: float,
+    gae_lambda: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`compute_gae` in torch on the tensors' own device, the factors rounded to the values' precision as on
+    the host."""
     dtype = values.dtype
     values = values.detach()
     return _recursion(

@@ -28,6 +28,7 @@ from marljoint.ppo.config import JointTrainerConfig
 from marljoint.ppo.divergence import DivergenceError, all_finite, first_non_finite, non_finite_parameter
 from marljoint.ppo.gae import compute_gae
 from marljoint.ppo.losses import explained_variance, masked_mean, normalize_advantages, policy_loss, value_loss
+from marljoint.ppo.ppo_settings import PpoConfig
 from marljoint.ppo.regularizer import PolicyRegularizer, RegularizerBatch
 from marljoint.ppo.sequences import SequenceChunks, chunk_rows, pad_row
 
@@ -251,7 +252,7 @@ class Learner:
         self.units = list(units)
         """Each network with its optimizers (:class:`NetworkUnit`), in the policy's network order."""
         self._generator = generator
-        self.recurrent_replay = resolve_replay(config.recurrent_replay, self.device)[0]
+        self.recurrent_replay = resolve_replay(config.network.recurrent_replay, self.device)[0]
         """How a recurrent update replays its chunks: ``"cells"`` or ``"fused"`` (the config's setting, with
         ``"auto"`` resolved for the learner's device)."""
         self.lr_scale = 1.0
@@ -274,7 +275,7 @@ class Learner:
 
     def _gae(self, rollout: JointRollout) -> tuple[torch.Tensor, torch.Tensor]:
         terminated = rollout.terminated
-        if not self.config.bootstrap_truncation:
+        if not self.config.ppo.bootstrap_truncation:
             terminated = terminated | rollout.truncated
         return compute_gae(
             rollout.rewards,
@@ -282,8 +283,8 @@ class Learner:
             terminated,
             rollout.truncated,
             rollout.bootstrap_values,
-            self.config.gamma,
-            self.config.gae_lambda,
+            self.config.ppo.gamma,
+            self.config.ppo.gae_lambda,
             valid=rollout.valid,
             final_values=rollout.final_values,
         )
@@ -299,7 +300,8 @@ class Learner:
         Args:
             rollout: from :meth:`~marljoint.JointMultiAgentTrainer.collect_rollout` (or built by hand with the same
                 shapes).
-            aux_fn: optional cross-agent loss called as ``aux_fn(features, alive)`` (or ``aux_fn(features)``) with
+            aux_fn: optional cross-agent loss called as ``aux_fn(features, alive)`` (a loss of the features alone
+                is wrapped once with :func:`~marljoint.auxiliary.features_only`), with
                 ``features[i]`` = agent i's encoder features ``[B, d_i]`` on the minibatch rows and ``alive`` the
                 ``[B, N]`` mask of the agents present on each row; returns an
                 :class:`~marljoint.auxiliary.AuxOutput` or a scalar. Present means in the episode: in
@@ -314,14 +316,12 @@ class Learner:
         Raises:
             ValueError: for a rollout whose shapes disagree, an ``active`` of the wrong length, or an aux loss
                 that is not a finite scalar.
+            TypeError: for an ``aux_fn`` that does not take ``(features, alive)``, naming
+                :func:`~marljoint.auxiliary.features_only`.
             DivergenceError: a minibatch's loss or a gradient is not finite (raised before any optimizer steps on
                 it), or a parameter is not finite after the epochs; names the metric and the agent or network.
         """
-        rollout.validate()
-        if rollout.spec.agents != self.spec.agents:
-            raise ValueError(
-                f"rollout agents {list(rollout.spec.agents)} differ from the trainer's {list(self.spec.agents)}"
-            )
+        self._check_rollout(rollout)
         active_mask = self._active_mask(active)
         call_aux = _aux_caller(aux_fn) if aux_fn is not None else None
         if self.regularizer is not None:
@@ -347,6 +347,14 @@ class Learner:
         )
         return totals.stats(batch.explained_var)
 
+    def _check_rollout(self, rollout: JointRollout) -> None:
+        """Refuses a rollout whose shapes disagree or whose agents are not the trainer's (ValueError)."""
+        rollout.validate()
+        if rollout.spec.agents != self.spec.agents:
+            raise ValueError(
+                f"rollout agents {list(rollout.spec.agents)} differ from the trainer's {list(self.spec.agents)}"
+            )
+
     def _epochs(
         self,
         batch: _Batch,
@@ -356,7 +364,7 @@ class Learner:
         active_on_device: torch.Tensor,
     ) -> None:
         """The PPO epochs over ``batch``, stopping early when ``target_kl`` is exceeded."""
-        cfg = self.config
+        cfg = self.config.ppo
         units, size = self._minibatch_shape(batch)
         if batch.sequences is None and cfg.num_minibatches is None:
             # As many minibatches as the config's rows make. A turn-based rollout's carried rows can make one more,
@@ -382,7 +390,7 @@ class Learner:
         """``(units, size)``: the update's rows (feed-forward) or sequence chunks (recurrent), and how many of them
         a minibatch takes (at most). With ``num_minibatches`` the units are split into that many; otherwise a
         minibatch holds ``minibatch_size`` rows, or ``max(1, minibatch_size // bptt_length)`` whole chunks."""
-        cfg = self.config
+        cfg = self.config.ppo
         seq = batch.sequences
         units = batch.rows if seq is None else seq.count
         if seq is None or cfg.num_minibatches is not None:
@@ -427,7 +435,8 @@ class Learner:
         if rollout.states is None or rollout.starts is None:
             raise ValueError("a recurrent update needs the rollout's states and starts; this rollout lacks them")
         rows, n = batch.rows, self.spec.num_agents
-        chunks = chunk_rows(rollout.steps - carried, rollout.num_envs, self.config.chunk_length, self.device, carried)
+        length = self.config.ppo.chunk_length
+        chunks = chunk_rows(rollout.steps - carried, rollout.num_envs, length, self.device, carried)
         if carried:  # the carried rows without a pending move (no agent trained there) make no chunk
             used = torch.ones(len(chunks), dtype=torch.bool, device=self.device)
             lead = carried * rollout.num_envs
@@ -435,7 +444,7 @@ class Learner:
             chunks = chunks[used]
         seq = SequenceChunks(
             rows=chunks,
-            length=self.config.chunk_length,
+            length=self.config.ppo.chunk_length,
             # The stored states come with the rollout, from wherever it acted; the replay runs on the learner's device.
             states=[pad_row(s.reshape(rows, *s.shape[2:]).to(self.device)) for s in rollout.states],
             starts=pad_row(rollout.starts.reshape(rows, n).to(self.device), True),
@@ -505,7 +514,7 @@ class Learner:
     ) -> _MinibatchLoss:
         """The joint loss on the ``picked`` rows (feed-forward) or chunks (recurrent): every agent's PPO loss plus
         the aux loss on the same rows."""
-        cfg = self.config
+        cfg = self.config.ppo
         policy = self.joint_policy
         idx, outputs = self._replay(batch, picked)
         mb_valid = batch.valid[idx]
@@ -551,7 +560,7 @@ class Learner:
         loss.joint.backward()
         norms_by_key = {}
         for unit in self.units:
-            for part, norms in unit.clip(self.config.max_grad_norm).items():
+            for part, norms in unit.clip(self.config.optim.max_grad_norm).items():
                 for name, norm in zip(unit.network_names, norms):
                     norms_by_key[f"{part}/{name}"] = norm
         # A non-finite gradient has a non-finite norm: one reduction over the norms the clipping measured anyway.
@@ -608,7 +617,7 @@ class Learner:
                     group["lr"] = group["initial_lr"] * self.lr_scale
 
 
-def _minibatch_count(full: int, config: JointTrainerConfig) -> int:
+def _minibatch_count(full: int, config: PpoConfig) -> int:
     """Minibatch steps per epoch when a full pass takes ``full`` minibatches (the single-minibatch mode and the cap
     applied)."""
     count = full if config.iterate_all_minibatches else 1
@@ -644,16 +653,14 @@ def _to_host(stats: dict[str, Any]) -> dict[str, Any]:
 
 
 def _aux_caller(aux_fn: Callable[..., Any]) -> Callable[[list[torch.Tensor], torch.Tensor], AuxOutput]:
-    """Normalises ``aux_fn(features, alive)`` / ``aux_fn(features)`` returning AuxOutput or a scalar."""
-    try:
-        params = inspect.signature(aux_fn).parameters.values()
-        positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL)]
-        takes_alive = len(positional) >= 2 or any(p.kind == p.VAR_POSITIONAL for p in positional)
-    except (TypeError, ValueError):
-        takes_alive = True
+    """Calls ``aux_fn(features, alive)`` and checks that it returned an :class:`AuxOutput` or a finite scalar."""
 
     def call(features: list[torch.Tensor], alive: torch.Tensor) -> AuxOutput:
-        result = aux_fn(features, alive) if takes_alive else aux_fn(features)
+        try:
+            result = aux_fn(features, alive)
+        except TypeError:
+            _refuse_one_argument(aux_fn)
+            raise
         if not isinstance(result, AuxOutput):
             result = AuxOutput(result, {})
         loss = result.loss
@@ -664,3 +671,22 @@ def _aux_caller(aux_fn: Callable[..., Any]) -> Callable[[list[torch.Tensor], tor
         return AuxOutput(loss.reshape(()), result.metrics)
 
     return call
+
+
+def _refuse_one_argument(aux_fn: Callable[..., Any]) -> None:
+    """Raises a TypeError naming the fix when ``aux_fn`` cannot take ``(features, alive)``; the signature is read
+    only after a call failed, so a working ``aux_fn`` costs nothing.
+
+    Raises:
+        TypeError: naming :func:`~marljoint.auxiliary.features_only`.
+    """
+    try:
+        inspect.signature(aux_fn).bind(None, None)
+    except TypeError:
+        raise TypeError(
+            f"aux_fn {getattr(aux_fn, '__name__', aux_fn)!r} does not take (features, alive): every aux_fn is "
+            "called as aux_fn(features, alive); wrap a loss of the features alone with "
+            "marljoint.auxiliary.features_only(fn)"
+        ) from None
+    except ValueError:  # no signature to read (some builtins): the call's own TypeError stands
+        return

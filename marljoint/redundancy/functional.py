@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 
@@ -121,18 +121,7 @@ def validate_features(features: Sequence[torch.Tensor], alive: torch.Tensor | No
         ValueError: no agents, or a shape does not match (the message names the agent index, the observed
             shape and the expected one).
     """
-    if isinstance(features, torch.Tensor) or not isinstance(features, (list, tuple)):
-        raise TypeError(
-            f"features must be a list of tensors, one [B, d_i] per agent in possible_agents order; "
-            f"got {type(features).__name__}"
-        )
-    if len(features) == 0:
-        raise ValueError("features is empty; pass one [B, d_i] tensor per agent in possible_agents order")
-    for i, z in enumerate(features):
-        if not isinstance(z, torch.Tensor):
-            raise TypeError(
-                f"features[{i}] must be a torch.Tensor of shape [B, d_{i}], got {type(z).__name__}"
-            )
+    _check_features_are_tensors(features)
     first = features[0]
     if first.ndim != 2:
         raise ValueError(
@@ -159,16 +148,35 @@ def validate_features(features: Sequence[torch.Tensor], alive: torch.Tensor | No
             )
     num_agents = len(features)
     if alive is not None:
-        if not isinstance(alive, torch.Tensor):
-            raise TypeError(f"alive must be a bool torch.Tensor of shape [B, N], got {type(alive).__name__}")
-        if alive.dtype != torch.bool:
-            raise TypeError(f"alive has dtype {alive.dtype}; expected torch.bool, e.g. alive.bool()")
-        if tuple(alive.shape) != (num_rows, num_agents):
-            raise ValueError(
-                f"alive has shape {tuple(alive.shape)}; expected [B, N] = [{num_rows}, {num_agents}] "
-                "(one row per minibatch row, one column per agent in possible_agents order)"
-            )
+        _check_alive(alive, num_rows, num_agents)
     return num_rows, num_agents
+
+
+def _check_features_are_tensors(features: Any) -> None:
+    """``features`` is a non-empty list or tuple of tensors."""
+    if isinstance(features, torch.Tensor) or not isinstance(features, (list, tuple)):
+        raise TypeError(
+            f"features must be a list of tensors, one [B, d_i] per agent in possible_agents order; "
+            f"got {type(features).__name__}"
+        )
+    if len(features) == 0:
+        raise ValueError("features is empty; pass one [B, d_i] tensor per agent in possible_agents order")
+    for i, z in enumerate(features):
+        if not isinstance(z, torch.Tensor):
+            raise TypeError(f"features[{i}] must be a torch.Tensor of shape [B, d_{i}], got {type(z).__name__}")
+
+
+def _check_alive(alive: Any, num_rows: int, num_agents: int) -> None:
+    """``alive`` is a ``[B, N]`` bool tensor."""
+    if not isinstance(alive, torch.Tensor):
+        raise TypeError(f"alive must be a bool torch.Tensor of shape [B, N], got {type(alive).__name__}")
+    if alive.dtype != torch.bool:
+        raise TypeError(f"alive has dtype {alive.dtype}; expected torch.bool, e.g. alive.bool()")
+    if tuple(alive.shape) != (num_rows, num_agents):
+        raise ValueError(
+            f"alive has shape {tuple(alive.shape)}; expected [B, N] = [{num_rows}, {num_agents}] "
+            "(one row per minibatch row, one column per agent in possible_agents order)"
+        )
 
 
 def _all_alive(alive: torch.Tensor | None) -> bool:

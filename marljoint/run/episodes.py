@@ -46,12 +46,9 @@ def play_episodes(
     """
     import torch
 
-    if isinstance(episodes, bool) or not isinstance(episodes, int) or episodes < 1:
-        raise RunError(f"episodes must be a positive integer, got {episodes!r}")
+    quota = _quota(episodes, env.num_envs)
     copies = env.num_envs
     trainer.generator.manual_seed(seed)
-    quota = np.full(copies, episodes // copies)
-    quota[: episodes % copies] += 1
     got: list[list[np.ndarray]] = [[] for _ in range(copies)]
     lengths: list[list[int]] = [[] for _ in range(copies)]
     obs = env.reset(seed=seed)
@@ -61,11 +58,7 @@ def play_episodes(
     with torch.no_grad():
         while any(len(g) < q for g, q in zip(got, quota)):
             if steps >= max_steps:
-                done = sum(len(g) for g in got)
-                raise RunError(
-                    f"only {done} of {episodes} episodes ended within {max_steps} steps; does the env ever end its "
-                    "episodes? (raise --max-steps)"
-                )
+                raise _too_long(sum(len(g) for g in got), episodes, max_steps)
             out = env.step(trainer.act(obs, deterministic=deterministic))
             steps += 1
             if progress is not None and steps % 10_000 == 0:
@@ -78,3 +71,23 @@ def play_episodes(
                 on_step = None
             obs = out
     return np.stack([r for g in got for r in g]), np.asarray([n for g in lengths for n in g])
+
+
+def _quota(episodes: Any, copies: int) -> np.ndarray:
+    """``[copies]`` episodes each copy contributes: ``episodes`` spread evenly, the first copies taking one more.
+
+    Raises:
+        RunError: for a non-positive ``episodes``.
+    """
+    if isinstance(episodes, bool) or not isinstance(episodes, int) or episodes < 1:
+        raise RunError(f"episodes must be a positive integer, got {episodes!r}")
+    quota = np.full(copies, episodes // copies)
+    quota[: episodes % copies] += 1
+    return quota
+
+
+def _too_long(done: int, episodes: int, max_steps: int) -> RunError:
+    return RunError(
+        f"only {done} of {episodes} episodes ended within {max_steps} steps; does the env ever end its "
+        "episodes? (raise --max-steps)"
+    )

@@ -18,6 +18,7 @@ from marljoint.checkpoint import CheckpointError, list_checkpoints, load_checkpo
 from marljoint.collect.config import CollectionConfig
 from marljoint.run import migrations
 from marljoint.run.episodes import play_episodes
+from marljoint.run.exploitability import game_facts
 from marljoint.run.stats import confidence_interval
 from marljoint.run.train import (
     CHECKPOINT_DIR,
@@ -54,6 +55,8 @@ class EvalResult:
         deterministic: whether actions were the policies' modes (else sampled).
         gif: the GIF written, if any.
         video: the video written, if any.
+        zero_sum: whether the game is zero-sum (:func:`~marljoint.run.exploitability.game_facts`): the mean over
+            agents is then 0 by construction, and :meth:`format` leaves it out.
     """
 
     agents: tuple[str, ...]
@@ -63,6 +66,7 @@ class EvalResult:
     deterministic: bool
     gif: Path | None = None
     video: Path | None = None
+    zero_sum: bool = False
 
     def summary(self) -> dict[str, tuple[float, float]]:
         """Per agent (and ``"mean"`` over agents): ``(mean return, half-width of the 95% CI)``."""
@@ -80,6 +84,9 @@ class EvalResult:
             f"{'agent':<{width}}  return (mean ± 95% CI)",
         ]
         for name, (mean, half) in self.summary().items():
+            if name == "mean" and self.zero_sum:
+                lines.append("(a zero-sum game: the mean over agents is 0 by construction; see the per-seat rows)")
+                continue
             label = "mean over agents" if name == "mean" else name
             lines.append(f"{label:<{width}}  {mean:.4g} ± {half:.3g}")
         if self.gif is not None:
@@ -281,31 +288,10 @@ def evaluate_run(
     copies = 1 if recording else (num_envs or min(episodes, 8))
     extra = {"render_mode": "rgb_array"} if recording else {}
     run = load_run(run_dir, checkpoint, num_envs=copies, seed=seed, **extra)
-    trainer, env, path = run.trainer, run.env, run.checkpoint
+    trainer, path = run.trainer, run.checkpoint
     frames: list[np.ndarray] = []
-    on_step = None
-    if recording:
-
-        def on_step(out: Any) -> bool:
-            # The first call brings the reset observation; recording stops when the first episode ends.
-            if getattr(out, "reset_envs", None) is not None and out.reset_envs.any():
-                return False
-            frames.append(_frame(env))
-            return True
-
-    try:
-        returns, lengths = play_episodes(
-            trainer,
-            env,
-            episodes,
-            deterministic=deterministic,
-            seed=seed,
-            max_steps=max_steps,
-            on_step=on_step,
-            progress=progress,
-        )
-    finally:
-        env.close()
+    recorder = frames if recording else None
+    returns, lengths = _play_and_close(run, episodes, deterministic, seed, max_steps, progress, recorder)
     written = write_gif(frames, gif, fps=gif_fps) if gif is not None else None
     written_video = write_video(frames, video, fps=gif_fps) if video is not None else None
     return EvalResult(
@@ -316,7 +302,46 @@ def evaluate_run(
         deterministic=deterministic,
         gif=written,
         video=written_video,
+        zero_sum=game_facts(run.spec.env, run.spec.env_kwargs, run.spec.wrappers, len(trainer.spec.agents)).zero_sum,
     )
+
+
+def _play_and_close(
+    run: Any,
+    episodes: int,
+    deterministic: bool,
+    seed: int,
+    max_steps: int,
+    progress: Callable[[int, int], None] | None,
+    frames: list[np.ndarray] | None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`play_episodes` with a loaded run's trainer on its env, which is closed afterwards; with ``frames`` a
+    list, the first episode's frames are appended to it."""
+    env = run.env
+    on_step = None
+    if frames is not None:
+        recorded = frames
+
+        def on_step(out: Any) -> bool:
+            # The first call brings the reset observation; recording stops when the first episode ends.
+            if getattr(out, "reset_envs", None) is not None and out.reset_envs.any():
+                return False
+            recorded.append(_frame(env))
+            return True
+
+    try:
+        return play_episodes(
+            run.trainer,
+            env,
+            episodes,
+            deterministic=deterministic,
+            seed=seed,
+            max_steps=max_steps,
+            on_step=on_step,
+            progress=progress,
+        )
+    finally:
+        env.close()
 
 
 def _frame(env: Any) -> np.ndarray:

@@ -6,6 +6,7 @@ import math
 import os
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -126,17 +127,7 @@ def plot_runs(
     try:
         for k, (run_dir, members) in enumerate(zip(run_dirs, groups)):
             label = labels[k] if labels is not None else Path(run_dir).resolve().name
-            color = f"C{k % 10}"
-            if len(members) == 1 and Path(members[0]) == Path(run_dir):
-                xs, ys = _series(members[0], metric, x)
-                ax.plot(xs, ys, color=color, alpha=0.25, linewidth=0.8)
-                ax.plot(xs, smooth(ys, window), color=color, linewidth=2.0, label=label)
-                continue
-            xs, mean, half = _group_series(members, metric, x)
-            centre = np.asarray(smooth(list(mean), window))
-            spread = np.nan_to_num(np.asarray(smooth(list(half), window)))
-            ax.fill_between(xs, centre - spread, centre + spread, color=color, alpha=0.2, linewidth=0)
-            ax.plot(xs, centre, color=color, linewidth=2.0, label=f"{label} (mean of {len(members)}, 95% CI)")
+            _draw_curve(ax, run_dir, members, metric, x, window, label, f"C{k % 10}")
         ax.set_xlabel(x)
         ax.set_ylabel(metric)
         ax.grid(alpha=0.3)
@@ -149,6 +140,30 @@ def plot_runs(
     finally:
         plt.close(fig)
     return out
+
+
+def _draw_curve(
+    ax: Any,
+    run_dir: str | os.PathLike[str],
+    members: Sequence[Path],
+    metric: str,
+    x: str,
+    window: int,
+    label: str,
+    color: str,
+) -> None:
+    """One argument's curve on ``ax``: a run's raw values faint and their moving average bold, or a group's mean
+    over its runs with the band of its confidence interval."""
+    if len(members) == 1 and Path(members[0]) == Path(run_dir):
+        xs, ys = _series(members[0], metric, x)
+        ax.plot(xs, ys, color=color, alpha=0.25, linewidth=0.8)
+        ax.plot(xs, smooth(ys, window), color=color, linewidth=2.0, label=label)
+        return
+    xs, mean, half = _group_series(members, metric, x)
+    centre = np.asarray(smooth(list(mean), window))
+    spread = np.nan_to_num(np.asarray(smooth(list(half), window)))
+    ax.fill_between(xs, centre - spread, centre + spread, color=color, alpha=0.2, linewidth=0)
+    ax.plot(xs, centre, color=color, linewidth=2.0, label=f"{label} (mean of {len(members)}, 95% CI)")
 
 
 def image_path(out: str | os.PathLike[str], metric: str) -> Path:

@@ -10,12 +10,21 @@ import math
 import os
 import secrets
 import sys
+import tempfile
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-__all__ = ["METRICS_FILE", "MetricsLog", "Progress", "read_metrics", "tensorboard_available"]
+__all__ = [
+    "METRICS_FILE",
+    "MetricsLog",
+    "Progress",
+    "read_metrics",
+    "tensorboard_available",
+    "write_csv",
+    "write_metrics_csv",
+]
 
 METRICS_FILE = "metrics.csv"
 """Name of the metrics file in a run directory."""
@@ -175,13 +184,7 @@ class MetricsLog:
             return list(csv.DictReader(f))
 
     def _rewrite(self, rows: list[dict[str, Any]]) -> None:
-        tmp = self.path.with_name(f".{self.path.name}.tmp")
-        with open(tmp, "w", newline="") as f:
-            writer = csv.DictWriter(f, self._columns)
-            if self._columns:
-                writer.writeheader()
-            writer.writerows(rows)
-        os.replace(tmp, self.path)
+        write_csv(self.path, self._columns, rows)
 
     def close(self) -> None:
         """Closes the TensorBoard writer and the W&B run."""
@@ -270,3 +273,46 @@ def ordered(keys: Iterable[str], first: Iterable[str]) -> list[str]:
     keys = list(keys)
     head = [k for k in first if k in keys]
     return head + [k for k in keys if k not in head]
+
+
+def write_csv(path: str | os.PathLike[str], columns: Sequence[str], rows: Iterable[Mapping[str, Any]]) -> None:
+    """Writes ``rows`` under the header ``columns`` (none when there are no columns) atomically: into a temporary
+    file beside ``path``, renamed over it once complete, so a reader never sees half a file. Rows lacking a column
+    leave it empty.
+
+    Args:
+        path: the CSV file.
+        columns: the header, in order; every key of every row must be one of them.
+        rows: the rows, as mappings of column to value.
+    """
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", newline="") as handle:
+            writer = csv.DictWriter(handle, fieldnames=list(columns))
+            if columns:
+                writer.writeheader()
+            writer.writerows(rows)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def write_metrics_csv(
+    rows: Sequence[Mapping[str, Any]], path: str | os.PathLike[str], first: Sequence[str] = ()
+) -> None:
+    """Writes metric rows to a CSV file atomically (:func:`write_csv`); the columns are ``first`` then every other
+    key, sorted. Rows lacking a column leave it empty.
+
+    Example:
+        >>> import pathlib, tempfile
+        >>> path = pathlib.Path(tempfile.mkdtemp()) / "m.csv"
+        >>> write_metrics_csv([{"b": 1, "iteration": 0}, {"iteration": 1, "a": float("nan")}], path, ["iteration"])
+        >>> path.read_text().splitlines()
+        ['iteration,a,b', '0,,1', '1,nan,']
+    """
+    keys = {key for row in rows for key in row}
+    columns = [c for c in first if c in keys] + sorted(keys - set(first))
+    write_csv(path, columns, rows)

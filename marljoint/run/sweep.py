@@ -18,6 +18,7 @@ import math
 import multiprocessing
 import multiprocessing.connection
 import os
+import re
 import signal
 import threading
 import time
@@ -27,10 +28,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from marljoint.run.collection import with_auto_workers
+from marljoint.run.errors import RunError, RunInterrupted
 from marljoint.run.lock import RunLock, RunLocked
 from marljoint.run.plotting import PlottingUnavailable
+from marljoint.run.registry import resolve_env
+from marljoint.run.rundir import holds_run
+from marljoint.run.spec import RunSpec, resume_spec
 from marljoint.run.stats import confidence_interval
-from marljoint.run.train import RunInterrupted, train_run
+from marljoint.run.train import train_run
 from marljoint.threads import AUTO, learner_threads, limit_threads, usable_cores
 
 __all__ = [
@@ -43,12 +49,16 @@ __all__ = [
     "cores_per_run",
     "fit_to_cores",
     "format_table",
+    "check_before_start",
     "grid",
     "parallel_runs",
     "plot_sweep",
+    "point_dir",
+    "point_job",
     "run_job",
     "run_jobs",
     "summarize",
+    "sweep_points",
     "write_sweep_csv",
 ]
 
@@ -399,6 +409,106 @@ def grid(axes: Sequence[tuple[str, Sequence[tuple[str, Any]]]]) -> list[dict[str
     for key, values in axes:
         points = [{**point, key: value} for point in points for value in values]
     return points
+
+
+def sweep_points(axes: Sequence[tuple[str, Sequence[tuple[str, Any]]]]) -> list[dict[str, tuple[str, Any]]]:
+    """The points of :func:`grid`, refused when two of them would share a directory (:func:`point_dir`).
+
+    Raises:
+        RunError: naming the directories.
+    """
+    points = grid(axes)
+    names = [point_dir(point) for point in points]
+    if len(set(names)) != len(names):
+        raise RunError(f"two --sweep values name the same directory after quoting: {sorted(names)}")
+    return points
+
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9._=+,\-\[\]{}]")
+
+
+def point_dir(point: Mapping[str, tuple[str, Any]]) -> str:
+    """``key=label,key=label``, with characters that are unsafe in file names replaced by ``_``.
+
+    Example:
+        >>> point_dir({"hidden_sizes": ("[64, 64]", [64, 64]), "env": ("a/b", "a/b")})
+        'hidden_sizes=[64,_64],env=a_b'
+    """
+    return _UNSAFE.sub("_", ",".join(f"{key}={label}" for key, (label, _) in point.items()))
+
+
+def point_job(
+    spec: Any,
+    options: Mapping[str, Any],
+    point: Mapping[str, tuple[str, Any]],
+    run_dir: Path,
+    seed: int,
+    cores: int,
+    engine: str,
+    resume: bool = False,
+    force: bool = False,
+    trust_snapshot: bool = False,
+    auto_workers: tuple[int | None, bool] | None = None,
+) -> RunJob:
+    """The job of one seed at one point of the grid, in ``run_dir``, its threads sized to its share of the cores.
+
+    Args:
+        spec: the settings the points change (``None`` on a resume: the run's own are read).
+        options: the settings given on the command line (checked against a resumed run's).
+        point: ``{key: (label, value)}`` of the swept settings.
+        run_dir: the run's directory.
+        seed: the run's seed.
+        cores: the cores the run may use.
+        engine: ``"process"`` or ``"ray"`` (Ray tasks collect in their own process).
+        resume: continue the run in ``run_dir``.
+        force: replace a run already in ``run_dir``.
+        trust_snapshot: on resume, restore an env snapshot signed under another user's key.
+        auto_workers: ``(policy_lag, balance)`` for ``--env-workers auto``, or ``None``.
+
+    Raises:
+        RunError: the point's settings are invalid, or contradict a resumed run, naming the run directory.
+    """
+    values = {key: value for key, (_, value) in point.items()}
+    try:
+        if resume:
+            run_spec = resume_spec(run_dir, {**options, **values})
+        else:
+            run_spec = RunSpec.from_dict({**values, "seed": seed}, base=spec)
+    except RunError as exc:
+        raise RunError(f"{run_dir}: {exc}") from None
+    if engine == "ray":
+        run_spec = RunSpec.from_dict({"collection": {"backend": "local"}}, base=run_spec)
+    elif auto_workers is not None:
+        run_spec = with_auto_workers(run_spec, *auto_workers, cores=cores)
+    setting = {key: label for key, (label, _) in point.items()}
+    return RunJob(fit_to_cores(run_spec, cores), run_dir, resume, force, cores, setting, trust_snapshot)
+
+
+def check_before_start(jobs: Sequence[RunJob], resume: bool, force: bool) -> None:
+    """Refuses an env that cannot be found, a directory that another process is writing and a directory that holds
+    a run before any run starts (one line, as for a single run), rather than as the same failure of every run.
+
+    Raises:
+        RunLocked: a run directory is being written.
+        RunError: a directory holds a run (without ``resume`` or ``force``).
+        EnvSpecError: an env that does not resolve.
+    """
+    for job in jobs:  # a directory being written is refused as a single run's would be (RunLocked)
+        with RunLock(job.run_dir, "marljoint train"):
+            pass
+
+    taken = [job.run_dir for job in jobs if holds_run(job.run_dir)]
+    if taken and not (resume or force):
+        raise RunError(
+            f"{taken[0]} already holds a run ({len(taken)} of the {len(jobs)} run directories do); pass --resume "
+            "to continue them, --force to overwrite them, or choose another --out"
+        )
+
+    checked = set()
+    for job in jobs:
+        if (job.spec.env, repr(dict(job.spec.env_kwargs))) not in checked:
+            checked.add((job.spec.env, repr(dict(job.spec.env_kwargs))))
+            resolve_env(job.spec.env, dict(job.spec.env_kwargs))
 
 
 @dataclass(frozen=True)

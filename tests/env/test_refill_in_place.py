@@ -9,13 +9,14 @@ from gymnasium import spaces
 from mpe2 import simple_spread_v3
 
 from marljoint import PettingZooJointEnv
+from marljoint.env.parallel import ParallelAdapter
 from marljoint_envs import variable_agents_v0
 
 
 def _trajectory(env_fn, steps: int, in_place: bool, monkeypatch: pytest.MonkeyPatch) -> list[dict[str, np.ndarray]]:
     with monkeypatch.context() as patch:
         if not in_place:
-            patch.setattr(PettingZooJointEnv, "_refill_in_place", lambda self, *args: False)
+            patch.setattr(ParallelAdapter, "_refill_in_place", lambda self, *args: False)
         env = PettingZooJointEnv(env_fn, num_envs=3, seed=4)
         env.reset(seed=4)
         rng = np.random.default_rng(0)

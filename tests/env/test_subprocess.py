@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from marljoint import PettingZooJointEnv, SubprocessJointEnv
-from marljoint.env import check_joint_env, make_joint_env, random_actions
+from marljoint.env import EnvWorker, check_joint_env, make_joint_env, random_actions
 from marljoint.run.migrations import migrate_collection_keys
 from marljoint.trust import SnapshotTrustError, sign
 from marljoint_envs import counter_v0, kuhn_poker_v0, variable_agents_v0
@@ -18,8 +18,14 @@ def _stream(env, steps=40, seed=3):
     out = [np.concatenate([o.reshape(-1) for o in state.obs])]
     for _ in range(steps):
         step = env.step(random_actions(env, state, rng))
-        out += [np.concatenate([o.reshape(-1) for o in step.obs]), step.rewards.copy(), step.terminated.copy(),
-                step.truncated.copy(), step.alive.copy(), step.episode_returns.copy()]
+        out += [
+            np.concatenate([o.reshape(-1) for o in step.obs]),
+            step.rewards.copy(),
+            step.terminated.copy(),
+            step.truncated.copy(),
+            step.alive.copy(),
+            step.episode_returns.copy(),
+        ]
         out += [f.copy() for f in step.final_obs]
         state = step
     return out
@@ -89,22 +95,23 @@ def test_a_state_from_another_split_is_refused():
         b.close()
 
 
-def _store_and_step(worker, key, value):
-    """Run in a worker: keeps a value between calls and steps the copies with zero actions."""
-    worker.store[key] = worker.store.get(key, 0) + value
-    out = worker.env.step([np.zeros((worker.stop - worker.start, 2), np.int64)])
+def _step_with(worker, value):
+    """Run in a worker: steps the copies with actions ``value`` and says where it runs."""
+    out = worker.env.step([np.full((worker.stop - worker.start, 2), value, np.int64)])
     worker.state = out
-    return worker.index, worker.start, worker.stop, worker.total, worker.store[key]
+    return worker.index, worker.start, worker.stop, worker.total
 
 
-def test_functions_run_in_every_worker_on_its_own_copies_and_keep_their_store():
+def test_functions_run_in_every_worker_on_its_own_copies_and_the_env_keeps_nothing_else():
     env = SubprocessJointEnv(counter_v0.parallel_env, num_envs=5, num_workers=2)
     twin = PettingZooJointEnv(counter_v0.parallel_env, num_envs=5)
     try:
         env.reset(seed=4)
         twin.reset(seed=4)
-        assert env.run_in_workers(_store_and_step, "calls", 1) == [(0, 0, 2, 5, 1), (1, 2, 5, 5, 1)]
-        assert [r[-1] for r in env.run_in_workers(_store_and_step, "calls", 2)] == [3, 3]
+        assert env.run_in_workers(_step_with, 0) == [(0, 0, 2, 5), (1, 2, 5, 5)]
+        assert env.run_in_workers(_step_with, 0) == [(0, 0, 2, 5), (1, 2, 5, 5)]
+        # A worker only steps envs: what a caller's functions keep between calls is theirs to hold.
+        assert not hasattr(EnvWorker(0, twin, 0, 5, 5), "store")
         for _ in range(2):
             expected = twin.step([np.zeros((5, 2), np.int64)])
         # the state the function left is published: the main process sees the copies where the workers left them

@@ -52,7 +52,7 @@ def test_bad_slots_and_missing_noise_are_refused():
         JointPolicy(trainer.spec, policy.networks, [NetworkSlot(0, (0,), True)])
     state = trainer.env.reset(seed=0)
     outputs = policy.forward([torch.as_tensor(o) for o in state.obs], torch.as_tensor(state.alive))
-    with pytest.raises(ValueError, match="sampling needs a generator or a copy_noise"):
+    with pytest.raises(ValueError, match="sampling needs a generator or a noise source"):
         policy.sample(outputs, [None])
     with pytest.raises(ValueError, match="unknown agent 'nobody'"):
         policy.network_of("nobody")

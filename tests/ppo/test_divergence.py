@@ -55,7 +55,7 @@ def test_a_non_finite_gradient_of_a_finite_loss_stops_before_any_step():
     trainer = _trainer()
     rollout = trainer.collect_rollout()
 
-    def nan_gradient(features):
+    def nan_gradient(features, alive):
         # sqrt at 0 is finite, its derivative is not: the loss is 0, its gradient NaN.
         return torch.sqrt(features[0].sum() * 0.0)
 

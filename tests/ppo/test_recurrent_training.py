@@ -273,7 +273,8 @@ def test_worker_collection_of_a_turn_based_game_gives_the_bits_of_one_process_an
 
 
 def test_marljoint_train_checks_chunks_against_its_own_default_rollout():
-    from marljoint.run.train import DEFAULT_TRAINER, RunError, RunSpec
+    from marljoint.run.defaults import DEFAULT_TRAINER
+    from marljoint.run.train import RunError, RunSpec
 
     steps = DEFAULT_TRAINER["rollout_steps"]
     assert RunSpec.from_dict({"recurrent": "gru", "bptt_length": steps}).trainer.chunk_length == steps

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from marljoint import JointMultiAgentTrainer, JointTrainerConfig, LocalCollector, PettingZooJointEnv
+from marljoint.auxiliary import features_only
 from marljoint.policies import ActorCritic
 from marljoint_envs import kuhn_poker_v0, mock_v0, variable_agents_v0
 
@@ -69,8 +70,10 @@ def test_aux_loss_couples_agents_through_one_backward():
     def difference(features):
         return ((features[0] - features[1]) ** 2).mean()
 
-    stats = trainer.update(trainer.collect_rollout(), aux_fn=difference)
+    stats = trainer.update(trainer.collect_rollout(), aux_fn=features_only(difference))
     assert stats.aux_loss > 0
+    with pytest.raises(TypeError, match=r"'difference' does not take \(features, alive\).*features_only\(fn\)"):
+        trainer.update(trainer.collect_rollout(), aux_fn=difference)
 
 
 def test_aux_fn_receives_alive_mask_and_rejects_bad_output():
@@ -309,9 +312,8 @@ def test_a_slice_of_copies_reproduces_the_same_rows_of_the_full_rollout():
     full = make(variable_agents_v0.parallel_env, num_envs=4, rollout_steps=12, seed=5)
     ro_full = full.collect_rollout()
     env = PettingZooJointEnv(variable_agents_v0.parallel_env, num_envs=2, seed=5, first_copy=2)
-    part = LocalCollector(env, seed=5, first_copy=2)
     # Evaluate copies 2..3 at their rows of a 4-copy batch, as the multi-process collectors' workers do.
-    full.joint_policy.row_pad = (2, 4)
+    part = LocalCollector(env, seed=5, first_copy=2, batch_rows=4)
     ro_part = part.collect(full.joint_policy, 12)
     assert torch.equal(ro_part.actions[0], ro_full.actions[0][:, 2:])
     assert torch.equal(ro_part.rewards, ro_full.rewards[:, 2:])

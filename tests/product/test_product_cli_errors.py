@@ -173,11 +173,10 @@ def test_no_command_prints_help(capsys):
 
 
 def test_preset_fills_the_run_settings_and_options_override_it(tmp_path):
-    from marljoint.cli import _preset_values
     from marljoint.run.presets import PRESETS, get_preset
     from marljoint.run.train import RunSpec
 
-    values = _preset_values("bucket_brigade")
+    values = get_preset("bucket_brigade").run_values()
     values.update({"total_steps": 512, "num_envs": 2})
     spec = RunSpec.from_dict(values)
     assert spec.env == "marljoint_envs.bucket_brigade_v0"

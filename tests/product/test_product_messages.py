@@ -211,7 +211,7 @@ def _no_space(*args, **kwargs):
 
 
 WRITERS = {
-    "config.toml": ("marljoint.run.train", "write_config"),
+    "config.toml": ("marljoint.run.loop", "write_config"),
     "metrics.csv": ("marljoint.run.runlog.MetricsLog", "log"),
     "checkpoints": ("marljoint.checkpoint", "atomic_torch_save"),
 }
@@ -279,7 +279,7 @@ def test_other_os_errors_while_writing_are_not_reworded(tmp_path, capsys, monkey
     def broken(*args, **kwargs):
         raise OSError(errno.EIO, "Input/output error")
 
-    monkeypatch.setattr("marljoint.run.train.write_config", broken)
+    monkeypatch.setattr("marljoint.run.loop.write_config", broken)
     line = _fails(capsys, [*TRAIN, "--out", str(tmp_path / "run")], "Input/output error")
     assert "choose another --out" not in line
     assert not (tmp_path / "run").exists()

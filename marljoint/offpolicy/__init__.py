@@ -1,0 +1,1 @@
+"""Off-policy multi-agent algorithms."""

@@ -1,0 +1,71 @@
+"""The network group of the trainer's settings: encoders, sharing, the critic's kind and the recurrent cores."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from marljoint.ppo import checks
+
+__all__ = ["NetworkConfig"]
+
+
+@dataclass(frozen=True)
+class NetworkConfig:
+    """What building the networks reads. The fields mean what the :class:`~marljoint.JointTrainerConfig` fields of
+    the same names mean (documented there); :attr:`JointTrainerConfig.network
+    <marljoint.JointTrainerConfig.network>` holds the trainer's group.
+
+    Example:
+        >>> NetworkConfig(hidden_sizes=[32]).hidden_sizes
+        (32,)
+    """
+
+    hidden_sizes: tuple[int, ...] = (64, 64)
+    share_parameters: bool = True
+    share_trunk: bool = False
+    centralized_critic: bool = False
+    normalize_observations: bool | None = None
+    recurrent: str | None = None
+    rnn_hidden_size: int = 64
+    recurrent_replay: str = "auto"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "hidden_sizes", _widths(self.hidden_sizes))
+        checks.booleans(self, ("share_parameters", "centralized_critic", "share_trunk"))
+        if self.normalize_observations is not None and not isinstance(self.normalize_observations, bool):
+            raise ValueError(
+                f"normalize_observations must be true, false or None (derived from the env), got "
+                f"{self.normalize_observations!r}"
+            )
+        self._check_recurrent()
+
+    @property
+    def own_critic_trunk(self) -> bool:
+        """Whether the critic has a trunk of its own (no :attr:`share_trunk`, or a centralised critic)."""
+        return self.centralized_critic or not self.share_trunk
+
+    def _check_recurrent(self) -> None:
+        from marljoint.policies.recurrent import RECURRENT_KINDS, RECURRENT_REPLAYS
+
+        if self.recurrent_replay not in RECURRENT_REPLAYS:
+            raise ValueError(
+                f"recurrent_replay must be one of {list(RECURRENT_REPLAYS)}, got {self.recurrent_replay!r}; 'auto' "
+                "picks the fused GRU/LSTM kernel on CUDA and the stacked cells elsewhere"
+            )
+        if self.recurrent is not None and self.recurrent not in RECURRENT_KINDS:
+            raise ValueError(
+                f"recurrent must be one of {list(RECURRENT_KINDS)} (the recurrent cell) or None (feed-forward), "
+                f"got {self.recurrent!r}"
+            )
+        checks.positive_int("rnn_hidden_size", self.rnn_hidden_size)
+
+
+def _widths(value: Any) -> tuple[int, ...]:
+    """``hidden_sizes`` as a tuple of positive ints; a string, a number or a non-integer width is refused."""
+    if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)):
+        raise ValueError(f"hidden_sizes must be a list of positive integer widths such as [64, 64], got {value!r}")
+    widths = tuple(value)
+    if not widths or any(not checks.is_int(h) or h < 1 for h in widths):
+        raise ValueError(f"hidden_sizes must be a non-empty list of positive integer widths, got {list(widths)!r}")
+    return tuple(int(h) for h in widths)

@@ -1,0 +1,337 @@
+"""The training loop of a run: its iterations, metrics log, evaluations, checkpoints and progress, and how
+SIGINT and SIGTERM stop it."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import shutil
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, TextIO
+
+from marljoint.checkpoint import list_checkpoints
+from marljoint.env.base import EnvCopyError
+from marljoint.ppo.config import JointTrainerConfig
+from marljoint.ppo.divergence import DivergenceError
+from marljoint.run import exploitability, plotting, runlog
+from marljoint.run.build import make_env, say
+from marljoint.run.episodes import play_episodes
+from marljoint.run.errors import EnvFailure, RunError, RunInterrupted
+from marljoint.run.lock import LOCK_FILE
+from marljoint.run.rundir import CHECKPOINT_DIR, CONFIG_FILE, CURVE_FILE, clear_run, save_state, writing
+from marljoint.run.spec import RunSpec, iterations_for, write_config
+
+__all__ = ["RunLoop", "StopRequests", "idle_cores_hint", "write_curve"]
+
+
+class StopRequests:
+    """SIGINT and SIGTERM ask the training loop to stop after the iteration in progress, with a checkpoint.
+
+    A second Ctrl-C stops at once (``KeyboardInterrupt``). Outside the main thread nothing is installed.
+    """
+
+    def __init__(self) -> None:
+        self.signal_name: str | None = None
+        self._previous: dict[int, Any] = {}
+
+    def __enter__(self) -> StopRequests:
+        import signal
+        import threading
+
+        if threading.current_thread() is threading.main_thread():
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                self._previous[signum] = signal.signal(signum, self._request)
+        return self
+
+    def _request(self, signum: int, frame: Any) -> None:
+        import signal
+
+        if self.signal_name is not None and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        self.signal_name = signal.Signals(signum).name
+
+    def __exit__(self, *exc: Any) -> None:
+        import signal
+
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+
+
+class RunLoop:
+    """The iterations of :func:`train_run`: log, checkpoint, progress; the run directory is opened after the
+    first iteration."""
+
+    def __init__(
+        self, spec: RunSpec, run_dir: Path, trainer: Any, stream: TextIO, progress: bool, resume: bool, force: bool
+    ) -> None:
+        self.spec, self.run_dir, self.trainer = spec, run_dir, trainer
+        self.stream, self.progress, self.resume, self.force = stream, progress, resume, force
+        self.aux_fn = spec.penalty()
+        self.clock_offset, self.agent_steps, self.env_state_saved = 0.0, 0, True
+        self.recent: list[float] = []
+        self.log: Any = None
+        self.logged = 0
+        """The last iteration whose metrics row is written."""
+        self.best_eval = -math.inf
+        from marljoint.collect.config import CollectionConfig
+
+        local = dataclasses.replace(spec, trainer=spec.trainer.replace(collection=CollectionConfig()))
+        self.tracker = exploitability.build_tracker(
+            spec, trainer.spec.num_agents, lambda copies, seed: make_env(local, num_envs=copies, seed=seed)
+        )
+        self._eval_env: Any = None
+        self._new_best = False
+        self.created = False
+        if spec.wandb_project is not None:  # before anything is written
+            try:
+                import wandb  # noqa: F401
+            except ImportError:
+                raise RunError('--wandb needs Weights & Biases: pip install "marljoint[wandb]"') from None
+
+    def _open(self) -> None:
+        """Replaces an old run (``force``), creates the directory and writes the config: the run has started."""
+        if self.force and not self.resume:
+            clear_run(self.run_dir)
+        # The run's lock file may be there already: the directory counts as new while it holds nothing else.
+        self.created = not self.run_dir.exists() or {p.name for p in self.run_dir.iterdir()} <= {LOCK_FILE}
+        try:
+            with writing(self.run_dir):
+                self.run_dir.mkdir(parents=True, exist_ok=True)
+            # The settings the trainer derived from the env are written as resolved, with their reasons.
+            self.spec = dataclasses.replace(self.spec, trainer=self.trainer.config)
+            with writing(self.run_dir / CONFIG_FILE):
+                write_config(self.spec, self.run_dir / CONFIG_FILE, self.trainer.derived)
+            self._open_log()
+        except BaseException:
+            self.discard_if_empty()
+            raise
+
+    def discard_if_empty(self) -> None:
+        """Empties the run directory this run created when it holds no checkpoint yet: a run that could not start
+        (a full disk, say) leaves nothing behind (the lock, released last, removes the directory itself)."""
+        if self.created and not list_checkpoints(self.run_dir / CHECKPOINT_DIR):
+            for path in self.run_dir.iterdir():
+                if path.name == LOCK_FILE:
+                    continue
+                if path.is_dir() and not path.is_symlink():
+                    shutil.rmtree(path, ignore_errors=True)
+                else:
+                    path.unlink(missing_ok=True)
+
+    def _open_log(self) -> None:
+        wandb = None
+        if self.spec.wandb_project is not None:
+            try:
+                wandb = runlog.WandbLog(self.spec.wandb_project, self.run_dir, self.spec.to_dict())
+            except ImportError as exc:
+                raise RunError(str(exc)) from None
+        keep_until = self.trainer.iteration - 1 if self.resume else None
+        with writing(self.run_dir / runlog.METRICS_FILE):
+            self.log = runlog.MetricsLog(self.run_dir, keep_until=keep_until, wandb=wandb)
+
+    def run(self, stop_after: int | None, on_iteration: Any, stops: StopRequests) -> None:
+        trainer, spec = self.trainer, self.spec
+        total = iterations_for(spec)
+        display = runlog.Progress(
+            total * spec.trainer.rollout_steps * spec.trainer.num_envs,
+            start_steps=trainer.env_steps,
+            stream=self.stream,
+            enabled=self.progress,
+        )
+        say(self.stream, self.progress, _banner(spec, self.run_dir, trainer, total, self.resume))
+        if trainer.iteration >= total:
+            say(self.stream, self.progress, f"the run already has {trainer.iteration} iterations; raise --total-steps")
+        clock = time.perf_counter()
+        last_saved = self.logged = trainer.iteration
+        try:
+            while trainer.iteration < total and (stop_after is None or trainer.iteration < stop_after):
+                row = self._iteration(total, clock)
+                if on_iteration is not None:
+                    on_iteration(row)
+                last = trainer.iteration >= total
+                if last or trainer.iteration % spec.checkpoint_every == 0 or stops.signal_name is not None:
+                    self._save(clock)
+                    last_saved = trainer.iteration
+                if self._new_best:
+                    self._save(clock, best=True)
+                    self._new_best = False
+                display.update(trainer.env_steps, row["sps"], row["episode_return_mean"], force=last)
+                if stops.signal_name is not None and not last:
+                    raise RunInterrupted(
+                        f"stopped by {stops.signal_name} after iteration {trainer.iteration}, which is checkpointed. "
+                        f"Continue with: marljoint train --out {self.run_dir} --resume",
+                        143 if stops.signal_name == "SIGTERM" else 130,
+                    )
+        except EnvCopyError as exc:
+            raise self._env_failure(exc, clock, last_saved) from exc
+        except DivergenceError as exc:
+            raise exc.with_note(self._kept(last_saved)) from None
+        except KeyboardInterrupt:
+            raise RunInterrupted(
+                f"interrupted at iteration {trainer.iteration}; the newest checkpoint is from iteration "
+                f"{last_saved}. Continue with: marljoint train --out {self.run_dir} --resume"
+            ) from None
+        finally:
+            display.close()
+            if self.log is not None:
+                self.log.close()
+            if self._eval_env is not None:
+                self._eval_env.close()
+            self.tracker.close()
+            trainer.close()
+
+    def _kept(self, last_saved: int) -> str:
+        """Which checkpoint holds the last good weights after a divergence (the diverged state is never saved)."""
+        if self.log is None:
+            return "nothing was written"
+        paths = list_checkpoints(self.run_dir / CHECKPOINT_DIR)
+        if not paths:
+            return f"no checkpoint was written, {self.run_dir} keeps the metrics of the iterations before"
+        return f"{paths[-1]} (iteration {last_saved}) holds the last good weights and was kept"
+
+    def _iteration(self, total: int, clock: float) -> dict[str, Any]:
+        trainer = self.trainer
+        rollout, stats, seconds = trainer.iterate(total, aux_fn=self.aux_fn)
+        metrics = trainer.iteration_metrics(rollout, stats, seconds)
+        if trainer.learner.regularizer is not None:  # the self-play term's schedule and size (mmd/alpha, mmd/kl)
+            metrics.update(trainer.learner.regularizer.metrics())
+        every = self.spec.eval_every
+        evaluated = every is not None and (trainer.iteration % every == 0 or trainer.iteration >= total)
+        if evaluated:
+            metrics.update(self._evaluate())
+        if self.tracker.due(trainer.iteration, total, evaluated):
+            metrics.update(self.tracker.measure(trainer, trainer.iteration))
+        self._new_best = self._new_best or self.tracker.take_new_best()
+        if self.log is None:
+            self._open()
+        self.tracker.export(self.run_dir)
+        self.agent_steps += metrics["agent_steps"]
+        row = _row(metrics, self.clock_offset + time.perf_counter() - clock, self.agent_steps)
+        with writing(self.log.path):
+            self.log.log(row)
+        self.logged = trainer.iteration
+        if math.isfinite(row["episode_return_mean"]):
+            self.recent = (self.recent + [row["episode_return_mean"]])[-10:]
+        return row
+
+    def _evaluate(self) -> dict[str, float]:
+        """Greedy returns on the same fresh episodes every time; the trainer's generator is left as it was."""
+        from marljoint.collect.config import CollectionConfig
+
+        trainer, spec = self.trainer, self.spec
+        seed = (spec.trainer.seed + 1_000_003) % 2**63
+        if self._eval_env is None:
+            copies = min(spec.eval_episodes, 8)
+            local = dataclasses.replace(spec, trainer=spec.trainer.replace(collection=CollectionConfig()))
+            self._eval_env = make_env(local, num_envs=copies, seed=seed)
+        generator = trainer.generator.get_state()
+        try:
+            returns, _ = play_episodes(trainer, self._eval_env, spec.eval_episodes, deterministic=True, seed=seed)
+        finally:
+            trainer.generator.set_state(generator)
+        mean = float(returns.mean())
+        if mean > self.best_eval:
+            self.best_eval, self._new_best = mean, not self.tracker.decides_best
+        out = {"eval/episode_return_mean": mean, "eval/best_episode_return_mean": self.best_eval}
+        for agent, value in zip(trainer.spec.agents, returns.mean(axis=0)):
+            out[f"eval/episode_return/{agent}"] = float(value)
+        out.update(self.tracker.evaluate(trainer, self._eval_env, spec.eval_episodes, seed))
+        return out
+
+    def _save(self, clock: float, best: bool = False, with_env: bool = True) -> None:
+        seconds = self.clock_offset + time.perf_counter() - clock
+        run = {"best_eval_return": self.best_eval, **self.tracker.state()}
+        with writing(self.run_dir / CHECKPOINT_DIR):
+            self.env_state_saved = save_state(
+                self.trainer,
+                self.run_dir,
+                self.spec,
+                seconds,
+                self.agent_steps,
+                self.env_state_saved and with_env,
+                self.stream,
+                run,
+                best,
+            )
+
+    def _env_failure(self, exc: EnvCopyError, clock: float, last_saved: int) -> EnvFailure:
+        """Checkpoints the last completed iteration, if no checkpoint holds it, and says what the user can do.
+
+        The env raised while collecting, before the update, so the trainer still holds the completed iteration
+        exactly; the env copies, left mid-call, are not saved, and the resume starts them on fresh episodes.
+        """
+        completed = self.logged
+        if self.log is not None and completed == self.trainer.iteration and completed > last_saved:
+            self._save(clock, with_env=False)
+            last_saved = completed
+        failed = f"env {self.spec.env!r} failed in iteration {completed + 1}: {exc}"
+        if self.log is None and not self.resume:
+            return EnvFailure(f"{failed}; nothing was written to {self.run_dir}", 0)
+        return EnvFailure(
+            f"{failed}; the newest checkpoint is from iteration {last_saved}. Once the env is fixed, continue with: "
+            f"marljoint train --out {self.run_dir} --resume",
+            last_saved,
+        )
+
+
+_FIRST_COLUMNS = ("iteration", "wall_time", "env_steps", "agent_steps", "sps", "episodes", "episode_return_mean")
+
+
+def _row(metrics: Mapping[str, Any], wall_time: float, agent_steps: int) -> dict[str, Any]:
+    """A metrics.csv row: the trainer's metrics with run-wide counters and a fixed column order."""
+    values = dict(metrics)
+    values["wall_time"] = wall_time
+    values["agent_steps"] = agent_steps
+    head = {k: values[k] for k in _FIRST_COLUMNS}
+    return {**head, **{k: v for k, v in values.items() if k not in head}}
+
+
+def _banner(spec: RunSpec, run_dir: Path, trainer: Any, iterations: int, resume: bool) -> str:
+    agents = ", ".join(trainer.spec.agents)
+    verb = f"resuming at iteration {trainer.iteration} of" if resume else "training"
+    kwargs = f" {json.dumps(dict(spec.env_kwargs))}" if spec.env_kwargs else ""
+    hint = idle_cores_hint(trainer.config)
+    return (
+        f"{verb} {spec.env}{kwargs} ({agents}) for {iterations} iterations "
+        f"({iterations * spec.trainer.rollout_steps * spec.trainer.num_envs:,} env steps) -> {run_dir}"
+    ) + (f"\n{hint}" if hint else "")
+
+
+def idle_cores_hint(config: JointTrainerConfig, cores: int | None = None) -> str | None:
+    """One line on how to use the cores a run leaves idle, or ``None`` unless it leaves most of them idle.
+
+    A run uses one core per env worker plus the learner's threads, or one core when it collects in-process.
+
+    Args:
+        config: the trainer's resolved config (``torch_threads`` a number).
+        cores: the cores this process may use (default :func:`marljoint.threads.usable_cores`).
+    """
+    from marljoint.threads import auto_workers, usable_cores
+
+    cores = usable_cores() if cores is None else cores
+    collection = config.collection
+    threads = config.torch_threads if isinstance(config.torch_threads, int) else 1
+    used = collection.workers + threads if collection.multiprocess else 1
+    if 2 * used >= cores:
+        return None
+    if not collection.multiprocess:
+        workers = auto_workers(config.num_envs, cores)
+        more = f"--env-workers auto steps the {config.num_envs} env copies in {workers} worker processes"
+        if workers < cores - 1:
+            more += f" (at most one per copy: --num-envs {cores - 1} would use every core)"
+        return f"this run collects on 1 of the {cores} cores this process may use; {more}"
+    return (
+        f"this run uses {used} of the {cores} cores this process may use ({collection.workers} env workers, "
+        f"{threads} learner thread{'s' if threads != 1 else ''}); --env-workers auto uses them all"
+    )
+
+
+def write_curve(run_dir: Path, stream: TextIO, verbose: bool) -> None:
+    """Draws ``learning_curve.png`` (a note instead when matplotlib is missing)."""
+    try:
+        plotting.plot_learning_curve(run_dir, run_dir / CURVE_FILE)
+    except plotting.PlottingUnavailable as exc:
+        say(stream, verbose, f"note: {exc}; {CURVE_FILE} not written")

@@ -1,0 +1,352 @@
+"""A run's settings: :class:`RunSpec` (the env, the budget, checkpoints, evaluation and the trainer's config) and
+its ``config.toml`` (read, written, and changed on a resume)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from marljoint.ppo.config import JointTrainerConfig
+from marljoint.run import _toml, migrations
+from marljoint.run.defaults import DEFAULT_ENV, DEFAULT_ENV_KWARGS, DEFAULT_TOTAL_STEPS, DEFAULT_TRAINER, RUN_DEFAULTS
+from marljoint.run.errors import RunError
+from marljoint.run.registry import EnvSpecError, supersuit_wrappers
+from marljoint.run.rundir import CONFIG_FILE
+
+__all__ = [
+    "MACHINE_SETTINGS",
+    "RESUMABLE_CHANGES",
+    "RunSpec",
+    "iterations_for",
+    "load_run_spec",
+    "parse_env_kwargs",
+    "read_config_file",
+    "resume_spec",
+    "write_config",
+]
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """Everything a run is defined by, as written to ``config.toml``.
+
+    ``config.toml`` (and a ``--config`` file) holds these fields and every
+    :class:`~marljoint.JointTrainerConfig` field at the top level, each under its own name.
+    """
+
+    env: str = DEFAULT_ENV
+    """A bundled env name, a module path (``mpe2.simple_spread_v3``) or a factory path (``pkg.mod:make``)."""
+    env_kwargs: Mapping[str, Any] = field(default_factory=lambda: dict(DEFAULT_ENV_KWARGS))
+    """Keyword arguments of the env factory."""
+    wrappers: tuple[Any, ...] = ()
+    """SuperSuit wrappers applied to every env copy, in order, before the adapter: names
+    (``"color_reduction_v0"``) or tables with ``name`` and keyword arguments
+    (``{name = "resize_v1", x_size = 84, y_size = 84}``); ``--wrap`` on the command line."""
+    total_steps: int = DEFAULT_TOTAL_STEPS
+    """Env steps to train for (one step of one env copy is one env step), rounded up to whole iterations."""
+    redundancy: str | None = None
+    """Kind of :class:`~marljoint.redundancy.RedundancyPenalty` to add as the aux loss (``xcorr``, ``cka``,
+    ``hsic``), or ``None``."""
+    redundancy_coef: float = RUN_DEFAULTS["redundancy_coef"]
+    """λ of the redundancy penalty."""
+    checkpoint_every: int = RUN_DEFAULTS["checkpoint_every"]
+    """Iterations between checkpoints (the last iteration is always checkpointed)."""
+    keep_checkpoints: int = RUN_DEFAULTS["keep_checkpoints"]
+    """How many of the newest checkpoints to keep."""
+    eval_every: int | None = None
+    """Evaluate the greedy policies every K iterations (and after the last) on ``eval_episodes`` fresh episodes of
+    an in-process copy of the env, always the same ones: logged as the ``eval/...`` columns, and the best evaluation
+    so far kept as ``checkpoints/best.pt``. ``None``: no evaluation during training. Training is the same with or
+    without it."""
+    eval_episodes: int = RUN_DEFAULTS["eval_episodes"]
+    """Episodes of each evaluation during training."""
+    exploitability_every: int | None = RUN_DEFAULTS["exploitability_every"]
+    """Measure the exploitability of the current policies every K iterations (and after the last): exactly for a
+    known game (Kuhn poker, a matrix game, a tabulable OpenSpiel game), else, in a two-player env, approximately
+    with best responses of ``exploitability_steps`` env steps; logged as the ``exploit/...`` columns, and the least
+    exploitable checkpoint kept as ``checkpoints/best.pt`` (:mod:`marljoint.run.exploitability`). ``None``: only at
+    evaluations, and only for a known game."""
+    exploitability_steps: int = RUN_DEFAULTS["exploitability_steps"]
+    """Env steps of PPO best-response training per approximate measure (envs without a known game)."""
+    exploitability_episodes: int = RUN_DEFAULTS["exploitability_episodes"]
+    """Episodes of each estimate of an approximate measure (the profile, and each best response)."""
+    wandb_project: str | None = None
+    """Also log every metrics row to this Weights & Biases project (``pip install "marljoint[wandb]"``; set
+    ``WANDB_MODE=offline`` without network). ``None``: CSV and TensorBoard only."""
+    self_play: str | None = RUN_DEFAULTS["self_play"]
+    """``"mmd"``: magnetic mirror descent self-play of a two-player zero-sum game (each seat's PPO loss plus
+    α·KL(π ‖ magnet), :mod:`marljoint.best_response.mmd`); ``"ppo"`` or ``None``: plain PPO of every agent."""
+    mmd: Mapping[str, Any] | None = RUN_DEFAULTS["mmd"]
+    """:class:`~marljoint.best_response.MmdConfig` settings (a TOML table) with ``self_play = "mmd"``; ``None``:
+    its defaults."""
+    trainer: JointTrainerConfig = field(default_factory=lambda: JointTrainerConfig(**DEFAULT_TRAINER))
+    """The trainer's hyperparameters: :class:`~marljoint.JointTrainerConfig`'s defaults with
+    :data:`~marljoint.run.defaults.DEFAULT_TRAINER` applied (:mod:`marljoint.run.defaults` says why)."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.env, str) or not self.env:
+            raise RunError(f"env must be a non-empty string, got {self.env!r}")
+        if not isinstance(self.env_kwargs, Mapping):
+            raise RunError(f"env_kwargs must be a table of keyword arguments, got {self.env_kwargs!r}")
+        try:
+            supersuit_wrappers(self.wrappers)
+        except (EnvSpecError, TypeError) as exc:
+            raise RunError(str(exc)) from None
+        object.__setattr__(self, "wrappers", tuple(self.wrappers))
+        render_mode = self.env_kwargs.get("render_mode")
+        if render_mode not in (None, "rgb_array", "ansi"):
+            raise RunError(
+                f"env kwargs render_mode={render_mode!r} would open a window for every env copy and wait on it; "
+                "leave render_mode out (marljoint eval --gif FILE renders the frames of a trained run itself)"
+            )
+        _positive_int("total_steps", self.total_steps)
+        _positive_int("checkpoint_every", self.checkpoint_every)
+        _positive_int("keep_checkpoints", self.keep_checkpoints)
+        if self.eval_every is not None:
+            _positive_int("eval_every", self.eval_every)
+        _positive_int("eval_episodes", self.eval_episodes)
+        if self.exploitability_every is not None:
+            _positive_int("exploitability_every", self.exploitability_every)
+        _positive_int("exploitability_steps", self.exploitability_steps)
+        _positive_int("exploitability_episodes", self.exploitability_episodes)
+        if self.exploitability_episodes < 2:
+            raise RunError("exploitability_episodes must be at least 2 (a confidence interval needs two), got 1")
+        if self.wandb_project is not None and (not isinstance(self.wandb_project, str) or not self.wandb_project):
+            raise RunError(f"wandb_project must be a project name, got {self.wandb_project!r}")
+        self.mmd_config()
+        if self.redundancy is not None:
+            self.penalty()
+        elif not isinstance(self.redundancy_coef, (int, float)) or isinstance(self.redundancy_coef, bool):
+            raise RunError(f"redundancy_coef must be a number, got {self.redundancy_coef!r}")
+
+    def penalty(self) -> Any:
+        """The redundancy penalty (an ``aux_fn``), or ``None``."""
+        if self.redundancy is None:
+            return None
+        from marljoint.redundancy import RedundancyPenalty
+
+        try:
+            return RedundancyPenalty(kind=self.redundancy, coef=self.redundancy_coef)
+        except (TypeError, ValueError) as exc:
+            raise RunError(f"redundancy: {exc}") from None
+
+    def mmd_config(self) -> Any:
+        """The :class:`~marljoint.best_response.MmdConfig` of ``self_play = "mmd"``, or ``None``.
+
+        Raises:
+            RunError: an unknown ``self_play``, invalid ``mmd`` settings, or ``mmd`` without ``self_play = "mmd"``.
+        """
+        from marljoint.best_response.mmd import SELF_PLAY_KINDS, MmdConfig
+
+        if self.self_play is not None and self.self_play not in SELF_PLAY_KINDS:
+            raise RunError(f"self_play must be one of {SELF_PLAY_KINDS} (or unset), got {self.self_play!r}")
+        if self.self_play != "mmd":
+            if self.mmd is not None:
+                raise RunError(f'mmd settings {dict(self.mmd)} need self_play = "mmd" (--self-play mmd)')
+            return None
+        if self.mmd is not None and not isinstance(self.mmd, Mapping):
+            raise RunError(f"mmd must be a table of MmdConfig settings, got {self.mmd!r}")
+        try:
+            return MmdConfig.from_dict(self.mmd or {})
+        except (TypeError, ValueError) as exc:
+            raise RunError(f"mmd: {exc}") from None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The run fields followed by the trainer fields, flat (as in ``config.toml``)."""
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "trainer"}
+        out["env_kwargs"] = dict(self.env_kwargs)
+        out["wrappers"] = [w if isinstance(w, str) else dict(w) for w in self.wrappers]
+        if self.self_play == "mmd":  # every MMD setting in effect, the defaults included
+            out["mmd"] = self.mmd_config().to_dict()
+        out.update(self.trainer.to_dict())
+        return out
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any], base: RunSpec | None = None) -> RunSpec:
+        """Applies flat ``values`` (run and trainer fields) on top of ``base`` (the defaults when ``None``).
+
+        Raises:
+            RunError: for unknown keys (listing the valid ones) or invalid values (naming the field).
+        """
+        base = base or cls()
+        run_names = [f.name for f in dataclasses.fields(cls) if f.name != "trainer"]
+        trainer_names = [f.name for f in dataclasses.fields(JointTrainerConfig)]
+        try:
+            values = migrations.migrate_collection_keys(values, base.trainer.collection)
+        except ValueError as exc:
+            raise RunError(f"invalid trainer setting: {exc}") from None
+        accepted = set(trainer_names)
+        unknown = sorted(set(values) - set(run_names) - accepted)
+        if unknown:
+            raise RunError(
+                f"unknown config key(s) {unknown}; valid keys: {run_names} and the JointTrainerConfig fields "
+                f"{trainer_names}"
+            )
+        run_changes = {k: v for k, v in values.items() if k in run_names}
+        if "env_kwargs" in run_changes:
+            run_changes["env_kwargs"] = parse_env_kwargs(run_changes["env_kwargs"])
+        trainer_changes = {k: v for k, v in values.items() if k in accepted}
+        try:
+            trainer = base.trainer.replace(**trainer_changes)
+        except (TypeError, ValueError) as exc:
+            raise RunError(f"invalid trainer setting: {exc}") from None
+        return dataclasses.replace(base, trainer=trainer, **run_changes)
+
+
+def parse_env_kwargs(value: Any) -> dict[str, Any]:
+    """Env keyword arguments from a mapping or a JSON object string.
+
+    Raises:
+        RunError: for invalid JSON or JSON that is not an object.
+    """
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as exc:
+            raise RunError(
+                f'env kwargs are not valid JSON ({exc}): {value!r}; e.g. \'{{"scenario": "easy"}}\''
+            ) from None
+    if not isinstance(value, Mapping):
+        raise RunError(f"env kwargs must be a JSON object of keyword arguments, got {value!r}")
+    return dict(value)
+
+
+def _positive_int(name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise RunError(f"{name} must be a positive integer, got {value!r}")
+
+
+def read_config_file(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Reads a TOML config file (run and trainer fields at the top level).
+
+    Raises:
+        RunError: if the file is missing, not UTF-8 text or not valid TOML.
+    """
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise RunError(
+            f"config file {path} is not a TOML text file (byte {exc.object[exc.start]:#04x} at offset {exc.start} "
+            "is not UTF-8 text); give a UTF-8 TOML file of settings"
+        ) from None
+    except OSError as exc:
+        raise RunError(f"cannot read config file {path}: {exc.strerror or exc}") from None
+    try:
+        return _toml.loads(text)
+    except ValueError as exc:  # tomllib.TOMLDecodeError is a ValueError
+        raise RunError(f"config file {path} is not valid TOML: {exc}") from None
+
+
+def write_config(spec: RunSpec, path: str | os.PathLike[str], derived: Mapping[str, str] | None = None) -> None:
+    """Writes ``spec`` as TOML (``env_kwargs`` as a JSON string when TOML cannot hold them).
+
+    Args:
+        spec: the run's settings.
+        path: the file.
+        derived: ``{setting: reason}`` of the settings derived from the env (the trainer's
+            :attr:`~marljoint.JointMultiAgentTrainer.derived`), written as a comment above each.
+    """
+    values = spec.to_dict()
+    comments = {
+        key: f"derived from {'this machine' if key in MACHINE_SETTINGS else 'the env'} ({reason}); set it to override"
+        for key, reason in (derived or {}).items()
+    }
+    try:
+        _toml.dumps({"env_kwargs": values["env_kwargs"]})
+    except TypeError:
+        values["env_kwargs"] = json.dumps(values["env_kwargs"])
+    header = (
+        "marljoint run configuration: the run fields, then every JointTrainerConfig field.\n"
+        "Pass it to `marljoint train --config FILE`; options on the command line override it."
+    )
+    text = _toml.dumps({"__header__": None, **values}, comments={"__header__": header, **comments}).replace(
+        "# __header__ is not set (None)\n", ""
+    )
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def load_run_spec(run_dir: str | os.PathLike[str]) -> RunSpec:
+    """The :class:`RunSpec` saved in a run directory's ``config.toml``.
+
+    Raises:
+        RunError: if the directory holds no run or the file is invalid.
+    """
+    path = Path(run_dir) / CONFIG_FILE
+    if not path.is_file():
+        raise RunError(f"{run_dir} is not a marljoint run directory (no {CONFIG_FILE})")
+    return RunSpec.from_dict(migrations.migrate_saved_config(read_config_file(path)), base=RunSpec(env_kwargs={}))
+
+
+RESUMABLE_CHANGES = (
+    "total_steps",
+    "checkpoint_every",
+    "keep_checkpoints",
+    "collection",
+    "torch_threads",
+    "device",
+    "acting_device",
+    "recurrent_replay",
+)
+MACHINE_SETTINGS = ("torch_threads", "acting_device", "recurrent_replay")
+"""Settings resolved from the machine rather than the env (``torch_threads``, ``acting_device`` and
+``recurrent_replay`` set to ``"auto"``); ``config.toml`` holds the value used, so a resume, on any backend, computes
+with the same threads, devices and replay, and gives the same bits."""
+
+
+def resume_spec(run_dir: str | os.PathLike[str], overrides: Mapping[str, Any] | None = None) -> RunSpec:
+    """The saved :class:`RunSpec` of a run, with the changes a resume may make.
+
+    Args:
+        run_dir: the run directory.
+        overrides: flat settings given for the resume; ``total_steps``, ``checkpoint_every``,
+            ``keep_checkpoints``, ``collection`` (the backend: the results stay the same), ``torch_threads``,
+            ``device``, ``acting_device`` and ``recurrent_replay`` (the learner's threads, devices and kernels: the
+            training stays the same, its bits may not) may change, every other one must equal the saved value. A
+            new ``device`` chooses the acting device and the recurrent replay again (``"auto"``) unless they are
+            given too.
+
+    Raises:
+        RunError: if the directory holds no run, or an override contradicts the saved config.
+    """
+    saved = load_run_spec(run_dir)
+    overrides = dict(overrides or {})
+    current = saved.to_dict()
+    for key, value in overrides.items():
+        if key in RESUMABLE_CHANGES or key not in current:
+            continue
+        if key == "env_kwargs":
+            value = parse_env_kwargs(value)
+        if _normal(value) != _normal(current[key]):
+            raise RunError(
+                f"cannot resume with {key} = {value!r}: the run in {run_dir} has {key} = {current[key]!r} "
+                f"(a resume keeps the run's config; only {', '.join(RESUMABLE_CHANGES)} may change)"
+            )
+    changes = {k: v for k, v in overrides.items() if k in RESUMABLE_CHANGES}
+    if "device" in changes and changes["device"] != current["device"]:
+        changes.setdefault("acting_device", "auto")  # the saved ones were chosen for the old device
+        changes.setdefault("recurrent_replay", "auto")
+    return RunSpec.from_dict(changes, base=saved)
+
+
+def _normal(value: Any) -> Any:
+    if isinstance(value, (list, tuple)):
+        return [_normal(v) for v in value]
+    if isinstance(value, Mapping):
+        return {k: _normal(v) for k, v in value.items()}
+    return value
+
+
+def iterations_for(spec: RunSpec) -> int:
+    """Iterations needed to reach ``spec.total_steps`` env steps."""
+    per_iteration = spec.trainer.rollout_steps * spec.trainer.num_envs
+    return math.ceil(spec.total_steps / per_iteration)

@@ -147,8 +147,10 @@ class NfspConfig:
                 "for as many iterations as it is asked; set anneal_lr=False"
             )
         object.__setattr__(self, "sl_hidden_sizes", tuple(int(h) for h in self.sl_hidden_sizes))
-        if isinstance(self.anticipatory, bool) or not isinstance(self.anticipatory, (int, float)) or not (
-            0.0 < self.anticipatory <= 1.0
+        if (
+            isinstance(self.anticipatory, bool)
+            or not isinstance(self.anticipatory, (int, float))
+            or not (0.0 < self.anticipatory <= 1.0)
         ):
             raise ValueError(
                 f"anticipatory must be in (0, 1], got {self.anticipatory!r} (0.1 is NFSP's usual value; at 0 the "

@@ -43,7 +43,7 @@ __all__ = [
     "check_gain_settings",
     "gain_metrics",
     "run_trainer_config",
-    "with_saved_defaults",
+    "check_current_format",
     "warm_start_seat",
     "check_warm_start",
 ]
@@ -439,20 +439,20 @@ def gain_metrics(
     }
 
 
-_SAVED_BEFORE = {"normalize_observations": False}
-"""Trainer settings that PSRO and NFSP checkpoints saved before they existed lack, with the value those runs
-trained with (no observation normalisation, whatever the env)."""
+def check_current_format(config: Mapping[str, Any], keys: Sequence[str], command: str) -> None:
+    """Refuses a saved PSRO or NFSP config that is not in the format this version writes: one lacking any of its
+    own ``keys`` or a trainer table naming ``normalize_observations``.
 
-
-def with_saved_defaults(config: Mapping[str, Any]) -> dict[str, Any]:
-    """A saved PSRO/NFSP config with its ``trainer`` table completed by the settings it predates, so an old run
-    resumes as it ran.
-
-    Example:
-        >>> with_saved_defaults({"iterations": 3, "trainer": {"seed": 1}})
-        {'iterations': 3, 'trainer': {'normalize_observations': False, 'seed': 1}}
+    Raises:
+        ValueError: naming the missing settings and the reader that converts such a checkpoint.
     """
     trainer = config.get("trainer")
-    if isinstance(trainer, Mapping):
-        return {**config, "trainer": {**_SAVED_BEFORE, **trainer}}
-    return {**_SAVED_BEFORE, **config}
+    missing = [key for key in keys if key not in config]
+    if not isinstance(trainer, Mapping) or "normalize_observations" not in trainer:
+        missing.append("trainer.normalize_observations")
+    if missing:
+        raise ValueError(
+            f"this {command} checkpoint is in an earlier format (its config lacks {missing}); load it through "
+            f"marljoint.run, which converts it: marljoint.run.migrations.read_{command}_checkpoint(directory) "
+            f"(what `marljoint {command} --resume` does)"
+        )

@@ -43,11 +43,11 @@ from marljoint.best_response.oracles import (
     GAIN_METRICS,
     ExactOracle,
     PPOOracle,
+    check_current_format,
     check_gain_settings,
     check_warm_start,
     gain_metrics,
     run_trainer_config,
-    with_saved_defaults,
 )
 from marljoint.best_response.population import FrozenPolicy, PolicyMixture, UniformPolicy
 from marljoint.best_response.psro_tasks import PsroTasks
@@ -67,12 +67,6 @@ _EVALUATIONS = ("auto", "exact", "simulation")
 _INITIAL_POLICIES = ("uniform", "network")
 _ENGINES = ("ray", "local")
 CHECKPOINT_NAME = "psro.pt"
-# What a psro.pt holding pickled objects is, if marljoint wrote it, and what to do.
-_FORMER_FORMAT = (
-    "a PSRO checkpoint of an earlier marljoint version, which pickled its population of networks and is no longer "
-    "read: start the run afresh (marljoint psro ... --force)"
-)
-
 PSRO_METRICS: dict[str, str] = {
     "iteration": "PSRO iteration (0 = the initial population)",
     "wall_time": "seconds since the run started (resumed runs continue the count)",
@@ -204,15 +198,12 @@ class PsroConfig:
 
     @classmethod
     def from_dict(cls, values: Mapping[str, Any]) -> PsroConfig:
-        """Builds a config from :meth:`to_dict` output (``num_workers``, the older name of :attr:`task_split`,
-        still loads).
+        """Builds a config from :meth:`to_dict` output (an older run's is converted by
+        :func:`marljoint.run.migrations.migrate_psro_config`).
 
         Raises:
             ValueError: naming unknown keys.
         """
-        values = dict(values)
-        if "num_workers" in values and "task_split" not in values:
-            values["task_split"] = values.pop("num_workers")
         return cls(**known_fields(cls, values))
 
 
@@ -501,10 +492,33 @@ class PSRO(PsroTasks):
         device: str | None = None,
         **policy_kwargs: Any,
     ) -> PSRO:
-        """Resumes a run saved by :meth:`save`.
+        """Resumes a run saved by :meth:`save` from ``directory/psro.pt``, as :meth:`from_state`.
+
+        A checkpoint of an earlier format is read through :func:`marljoint.run.migrations.read_psro_checkpoint`
+        (then :meth:`from_state`), which converts it.
+
+        Raises:
+            marljoint.checkpoint.CheckpointError: a missing or unreadable file, or one holding pickled Python
+                objects (which could run code), refused unread.
+            ValueError: as :meth:`from_state`.
+        """
+        state = load_checkpoint(Path(directory) / CHECKPOINT_NAME)
+        return cls.from_state(state, env_fn, game, config, device, **policy_kwargs)
+
+    @classmethod
+    def from_state(
+        cls,
+        state: Mapping[str, Any],
+        env_fn: Any,
+        game: KnownGame | None = None,
+        config: PsroConfig | None = None,
+        device: str | None = None,
+        **policy_kwargs: Any,
+    ) -> PSRO:
+        """Resumes a run from its :meth:`state_dict`, in the current format.
 
         Args:
-            directory: the directory holding ``psro.pt``.
+            state: a saved :meth:`state_dict`.
             env_fn: the same env factory as the saved run.
             game: the same known game, if any.
             config: replaces the saved config (e.g. more ``iterations``); the saved one when ``None``.
@@ -513,12 +527,11 @@ class PSRO(PsroTasks):
             **policy_kwargs: as for the constructor.
 
         Raises:
-            marljoint.checkpoint.CheckpointError: a missing or unreadable file, or one holding pickled Python
-                objects (as written by earlier versions, or crafted to run code), which is refused unread.
-            ValueError: the env's agents differ from the saved run's, or a ``device`` this machine does not have.
+            ValueError: a state of an earlier format (naming the reader that converts it), the env's agents differ
+                from the saved run's, or a ``device`` this machine does not have.
         """
-        state = load_checkpoint(Path(directory) / CHECKPOINT_NAME, _FORMER_FORMAT)
-        config = config or PsroConfig.from_dict(with_saved_defaults(state["config"]))
+        check_current_format(state["config"], ("task_split",), "psro")
+        config = config or PsroConfig.from_dict(state["config"])
         if device is not None:
             config = config.replace(device=device)
         psro = cls.__new__(cls)

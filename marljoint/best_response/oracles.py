@@ -14,7 +14,7 @@ import math
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 import torch
@@ -36,6 +36,7 @@ from marljoint.ppo.trainer import JointMultiAgentTrainer
 __all__ = [
     "BestResponses",
     "ExactOracle",
+    "Oracle",
     "PPOOracle",
     "BestResponseGain",
     "GAIN_METRICS",
@@ -62,6 +63,27 @@ class BestResponses(NamedTuple):
     metrics: dict[str, float]
 
 
+class Oracle(Protocol):
+    """What PSRO asks for a best response: called with the populations, the meta-strategies, the learner seats and
+    a seed, it returns :class:`BestResponses`.
+
+    Attributes:
+        trains_as_tasks: its best responses can be trained as tasks of the task engine, one per seat
+            (:attr:`PsroConfig.task_split <marljoint.best_response.PsroConfig.task_split>`); False: computed in
+            this process whatever the split.
+    """
+
+    trains_as_tasks: bool
+
+    def __call__(
+        self,
+        populations: Sequence[Sequence[FrozenPolicy]],
+        strategies: Sequence[np.ndarray],
+        learners: Sequence[int],
+        seed: int,
+    ) -> BestResponses: ...
+
+
 class ExactOracle:
     """Exact best responses in a :class:`~marljoint.best_response.games.KnownGame`.
 
@@ -71,6 +93,9 @@ class ExactOracle:
     Args:
         game: the known game.
     """
+
+    trains_as_tasks = False
+    """Arithmetic on tables, faster in this process than any task would start."""
 
     def __init__(self, game: KnownGame) -> None:
         self.game = game
@@ -117,6 +142,9 @@ class PPOOracle:
     Raises:
         ValueError: ``steps`` not a positive integer.
     """
+
+    trains_as_tasks = True
+    """Each seat's PPO training is a task of its own when PSRO splits its work."""
 
     def __init__(
         self,

@@ -38,10 +38,10 @@ from marljoint.best_response.games import KnownGame
 from marljoint.best_response.members import member_from_plain, member_to_plain
 from marljoint.best_response.meta_game import MetaGame
 from marljoint.best_response.meta_solvers import META_SOLVERS, get_meta_solver
-from marljoint.best_response.opponents import simulate_profiles
 from marljoint.best_response.oracles import (
     GAIN_METRICS,
     ExactOracle,
+    Oracle,
     PPOOracle,
     check_current_format,
     check_gain_settings,
@@ -50,8 +50,8 @@ from marljoint.best_response.oracles import (
     run_trainer_config,
 )
 from marljoint.best_response.population import FrozenPolicy, PolicyMixture, UniformPolicy
-from marljoint.best_response.psro_tasks import PsroTasks
 from marljoint.best_response.psro_tasks import derived_seed as _derived_seed
+from marljoint.best_response.psro_tasks import psro_steps
 from marljoint.checkpoint import atomic_torch_save, load_checkpoint
 from marljoint.collect.config import CollectionConfig
 from marljoint.env.pettingzoo import PettingZooJointEnv
@@ -244,7 +244,7 @@ def _check_game(config: PsroConfig, spec: JointSpec, game: KnownGame | None) -> 
             raise ValueError(f"symmetric=True but {game!r} is not symmetric; use symmetric=False")
 
 
-class PSRO(PsroTasks):
+class PSRO:
     """PSRO with populations of frozen policies, an empirical meta-game and a meta-solver.
 
     Args:
@@ -297,7 +297,7 @@ class PSRO(PsroTasks):
         self.solver = get_meta_solver(config.meta_solver)
         self.policy_kwargs = policy_kwargs
         if game is not None and config.oracle == "exact":
-            self.oracle: Callable[..., Any] = ExactOracle(game)
+            self.oracle: Oracle = ExactOracle(game)
         else:
             self.oracle = PPOOracle(
                 self.env,
@@ -307,11 +307,12 @@ class PSRO(PsroTasks):
                 policy_scale=config.warm_start_policy_scale,
                 **policy_kwargs,
             )
-        self._eval_env: PettingZooJointEnv | None = None
         self._gain_env: PettingZooJointEnv | None = None
         self.meta_game = MetaGame(self.num_players, config.symmetric)
         self.populations: list[list[FrozenPolicy]] = []
         self._tables: list[list[np.ndarray]] = [[] for _ in range(self.num_players)]
+        self._steps = psro_steps(self, self._tables)
+        """Where the steps' work runs (in this process or as tasks), chosen once for the run."""
         self.strategies: list[np.ndarray] = []
         self.strategy_history: list[list[np.ndarray]] = []
         self.iteration = 0
@@ -348,10 +349,7 @@ class PSRO(PsroTasks):
         """
         learners = [0] if self.config.symmetric else list(range(self.num_players))
         seed = _derived_seed(self.config.seed, self.iteration + 1, 1)
-        if self.config.task_split > 0 and isinstance(self.oracle, PPOOracle):
-            responses = self._best_responses_as_tasks(learners)
-        else:
-            responses = self.oracle(self.populations, self.strategies, learners, seed)
+        responses = self._steps.best_responses(learners, seed)
         metrics = dict(responses.metrics)
         metrics.update(self._regrets(responses.policies))
         for seat in learners:
@@ -369,17 +367,7 @@ class PSRO(PsroTasks):
         missing = self.meta_game.missing_profiles()
         episodes = 0
         if len(missing):
-            if self.game is not None and self.evaluation == "exact":
-                values = self.game.profile_values(self._tables, missing)
-            else:
-                if self.config.task_split > 0:
-                    values = self._simulate_as_tasks(missing)
-                else:
-                    seed = _derived_seed(self.config.seed, self.iteration, 2)
-                    values, _ = simulate_profiles(
-                        self._evaluation_env(), self.populations, missing, self.config.episodes_per_entry, seed
-                    )
-                episodes = len(missing) * self.config.episodes_per_entry
+            values, episodes = self._steps.meta_game_entries(missing)
             self.meta_game.fill(missing, values)
         return {"meta_game_entries": float(len(missing)), "eval_episodes": float(episodes)}
 
@@ -554,13 +542,6 @@ class PSRO(PsroTasks):
         return psro
 
     # ------------------------------------------------------------------ internals
-    def _evaluation_env(self) -> PettingZooJointEnv:
-        if self._eval_env is None:
-            self._eval_env = PettingZooJointEnv(
-                self.env_fn, num_envs=self.config.eval_num_envs, seed=_derived_seed(self.config.seed, 0, 4)
-            )
-        return self._eval_env
-
     def _tabulate_new(self) -> None:
         """Tables of the members not tabulated yet (known games only)."""
         if self.game is None:

@@ -16,7 +16,7 @@ from marljoint.best_response.exploitability import (
     matrix_nash_conv,
     nash_conv,
 )
-from marljoint.best_response.games import KnownGame, KuhnGame, MatrixGame, resolve_game
+from marljoint.best_response.games import KnownGame, KuhnGame, MatrixGame
 from marljoint.best_response.kuhn import (
     KUHN_CARDS,
     KUHN_DEALS,
@@ -82,6 +82,7 @@ from marljoint.best_response.population import (
 )
 from marljoint.best_response.psro import PSRO, PSRO_METRICS, PsroConfig
 from marljoint.best_response.reservoir import ReservoirBatch, ReservoirBuffer
+from marljoint.best_response.resolve import resolve_game
 
 __all__ = [
     "AnticipatoryAssigner",

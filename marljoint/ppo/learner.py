@@ -21,7 +21,7 @@ from marljoint.auxiliary import AuxOutput
 from marljoint.collect.rollout import JointRollout
 from marljoint.policies import ActorCritic, clip_member_grads_
 from marljoint.policies.actor_critic import PolicyOutput
-from marljoint.policies.joint import JointPolicy
+from marljoint.policies.joint import JointPolicy, NetworkSlot
 from marljoint.policies.normalizer import RunningNormalizer
 from marljoint.policies.recurrent import resolve_replay
 from marljoint.ppo.config import JointTrainerConfig
@@ -143,7 +143,7 @@ class _Totals:
 
 
 class NetworkUnit:
-    """One network and its optimizers, serving some agents (a whole group, or one agent).
+    """One network and its optimizers, serving the agents of its :attr:`slot` (a whole group, or one agent).
 
     Gradients are clipped per network: the actor and the critic each on their own (one network when they share a
     trunk), and per member of stacked per-agent weights. A network shared by several agents is one network: its
@@ -170,12 +170,11 @@ class NetworkUnit:
         stacked: bool,
         agent_names: Sequence[str],
     ) -> None:
-        self.group = group
+        self.slot = NetworkSlot(group, tuple(agent_indices), stacked)
+        """Which agents the network serves: the description :class:`~marljoint.policies.JointPolicy` takes."""
         self.policy = policy
-        self.agent_indices = agent_indices
         self.optimizer = optimizer
         self.critic_optimizer = critic_optimizer
-        self.stacked = stacked
         self.actor_params = list(policy.actor_parameters())
         self.critic_params = list(policy.critic_parameters())
         if getattr(policy, "share_trunk", False):
@@ -187,6 +186,21 @@ class NetworkUnit:
         names = [agent_names[i] for i in agent_indices]
         # Member m's network name: its agent's, or the agents' joined by "+" for one network shared by several.
         self.network_names = names if self.members == len(names) else ["+".join(names)]
+
+    @property
+    def group(self) -> int:
+        """Index into ``spec.groups`` of the agents' group."""
+        return self.slot.group
+
+    @property
+    def agent_indices(self) -> tuple[int, ...]:
+        """The agents the network serves, in ``possible_agents`` order."""
+        return self.slot.agents
+
+    @property
+    def stacked(self) -> bool:
+        """The network holds the whole group; False: it serves one agent."""
+        return self.slot.whole_group
 
     def member_active(self, active: torch.Tensor) -> torch.Tensor:
         """``[members]`` bool from the per-agent ``active`` mask; a shared network must be frozen as a whole."""

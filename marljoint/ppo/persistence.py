@@ -64,7 +64,7 @@ class TrainerPersistence:
                 "build the trainer with the same share_parameters setting"
             )
         for unit, policy_state, optimizer_states in zip(self.learner.units, state["policies"], state["optimizers"]):
-            check_trunk_layout(unit.policy, policy_state, state.get("config", {}))
+            check_trunk_layout(unit.policy, policy_state)
             unit.policy.load_state_dict(policy_state)
             for optimizer, optimizer_state in zip(unit.optimizers(), optimizer_states):
                 optimizer.load_state_dict(optimizer_state)

@@ -3,6 +3,7 @@
 - :class:`PSRO` / :class:`PsroConfig`: populations of frozen best responses, an empirical meta-game estimated
   entry by entry, and a meta-solver from :data:`META_SOLVERS`.
 - :class:`NFSP` / :class:`NfspConfig`: PPO best responses plus supervised average policies.
+- :class:`MmdConfig` / :func:`attach_mmd`: magnetic mirror descent self-play of the joint trainer.
 - :func:`nash_conv` / :func:`exploitability`: exact for games with a known tree (matrix games, Kuhn poker);
   :func:`best_response_gain` estimates NashConv with a confidence interval everywhere else.
 """
@@ -51,6 +52,7 @@ from marljoint.best_response.meta_solvers import (
     regret_matching,
     uniform,
 )
+from marljoint.best_response.mmd import MmdConfig, MmdRegularizer, attach_mmd, magnet_kl
 from marljoint.best_response.nfsp import NFSP, NFSP_METRICS, AveragePolicy, NfspConfig
 from marljoint.best_response.openspiel_game import MAX_INFORMATION_STATES, OpenSpielGame, OpenSpielTablePolicy
 from marljoint.best_response.opponents import (
@@ -108,6 +110,8 @@ __all__ = [
     "MetaGame",
     "MetaSolver",
     "MetaStrategyAssigner",
+    "MmdConfig",
+    "MmdRegularizer",
     "NFSP",
     "NFSP_METRICS",
     "NfspConfig",
@@ -124,6 +128,7 @@ __all__ = [
     "SeatAssigner",
     "UniformPolicy",
     "action_values",
+    "attach_mmd",
     "best_response_gain",
     "exploitability",
     "fictitious_play",
@@ -137,6 +142,7 @@ __all__ = [
     "kuhn_policy_value",
     "kuhn_profile_values",
     "lemke_howson",
+    "magnet_kl",
     "matrix_exploitability",
     "matrix_nash_conv",
     "mixture_profiles",

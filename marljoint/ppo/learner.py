@@ -29,6 +29,7 @@ from marljoint.ppo.divergence import DivergenceError, all_finite, first_non_fini
 from marljoint.ppo.gae import compute_gae
 from marljoint.ppo.losses import explained_variance, masked_mean, normalize_advantages, policy_loss, value_loss
 from marljoint.ppo.ppo_settings import PpoConfig
+from marljoint.ppo.regularizer import PolicyRegularizer, RegularizerBatch
 from marljoint.ppo.sequences import SequenceChunks, chunk_rows, pad_row
 
 __all__ = ["JointStats", "Learner"]
@@ -273,6 +274,9 @@ class Learner:
         """Whether an update centres PPO's trust region on the weights it starts from and reweights the rows by
         ``π_prox / π_behaviour`` (decoupled PPO, for rollouts collected with older weights); on with policy lag 1,
         off otherwise (plain PPO against the stored behaviour log-probs)."""
+        self.regularizer: PolicyRegularizer | None = None
+        """A term of the joint loss computed from the policy's outputs (e.g. magnetic mirror descent's KL to the
+        magnet), or ``None``."""
 
     def compute_advantages(self, rollout: JointRollout) -> tuple[torch.Tensor, torch.Tensor]:
         """GAE advantages and returns, ``[T', E, N]`` each, over the rows of ``rollout.extended()``.
@@ -331,13 +335,11 @@ class Learner:
             DivergenceError: a minibatch's loss or a gradient is not finite (raised before any optimizer steps on
                 it), or a parameter is not finite after the epochs; names the metric and the agent or network.
         """
-        rollout.validate()
-        if rollout.spec.agents != self.spec.agents:
-            raise ValueError(
-                f"rollout agents {list(rollout.spec.agents)} differ from the trainer's {list(self.spec.agents)}"
-            )
+        self._check_rollout(rollout)
         active_mask = self._active_mask(active)
         call_aux = _aux_caller(aux_fn) if aux_fn is not None else None
+        if self.regularizer is not None:
+            self.regularizer.begin_update(self)
         batch = self._flatten(rollout, active_mask)
         if self.decoupled:
             batch = batch._replace(proximal=self._proximal_log_probs(batch))
@@ -358,6 +360,14 @@ class Learner:
             active_on_device,
         )
         return totals.stats(batch.explained_var)
+
+    def _check_rollout(self, rollout: JointRollout) -> None:
+        """Refuses a rollout whose shapes disagree or whose agents are not the trainer's (ValueError)."""
+        rollout.validate()
+        if rollout.spec.agents != self.spec.agents:
+            raise ValueError(
+                f"rollout agents {list(rollout.spec.agents)} differ from the trainer's {list(self.spec.agents)}"
+            )
 
     def _epochs(
         self,
@@ -545,6 +555,11 @@ class Learner:
             # has one mover), and frozen agents as well as trained ones.
             aux = call_aux(features, mb_alive)
             joint = joint + aux.loss
+        if self.regularizer is not None:
+            masks = [None if m is None else m[idx] for m in batch.masks]
+            joint = joint + self.regularizer(
+                RegularizerBatch(policy, outputs, [o[idx] for o in batch.obs], mb_alive, masks, mb_valid)
+            )
         return _MinibatchLoss(joint, pg, vl, ent, aux)
 
     def _step(self, loss: _MinibatchLoss, active_mask: torch.Tensor) -> dict[str, torch.Tensor]:

@@ -58,6 +58,8 @@ RUN_DEFAULTS: dict[str, Any] = {
     "exploitability_steps": 20_000,
     "exploitability_episodes": 200,
     "wandb_project": None,
+    "self_play": None,
+    "mmd": None,
 }
 """The run's own settings (:class:`~marljoint.run.train.RunSpec`'s fields) and their defaults, which are
 ``marljoint train``'s: a run exists only in the product, so these have no separate library default."""

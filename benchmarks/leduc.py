@@ -5,7 +5,14 @@ an OpenSpiel game, ``marljoint.run.recipes.recipe_for``):
 
 * ``psro-sim``: PSRO with PPO best responses, meta-game payoffs simulated (as OpenSpiel's own PSRO anchor was run);
 * ``psro-exact``: the same, with exact meta-game payoffs from OpenSpiel's game tree;
-* ``nfsp``: NFSP with PPO best responses.
+* ``nfsp``: NFSP with PPO best responses;
+* ``mmd``: magnetic mirror descent self-play of the joint trainer (``marljoint train --self-play mmd``'s settings);
+* ``ppo-selfplay``: plain PPO self-play with the same trainer settings (``--self-play ppo``).
+
+``--game`` runs them on another OpenSpiel game (``openspiel:kuhn_poker``, ``"openspiel:liars_dice(dice_sides=4)"``);
+OpenSpiel's anchors are Leduc's and are drawn for Leduc only. Self-play is scored every 10 s of training, on the
+action distributions of both seats (``benchmarks/selfplay.py``); ``--set`` items then are ``MmdConfig`` fields
+(``alpha=0.5``) or ``trainer.X``.
 
 The exploitability is OpenSpiel's (``pyspiel.nash_conv`` / 2) of the evaluated policy: PSRO's meta-mixture, NFSP's
 average policies. Each run writes ``OUT/<method>/seed<k>/metrics.csv`` (one row per iteration); the summary CSV
@@ -20,6 +27,8 @@ Usage::
         --out runs/leduc --csv benchmarks/results/leduc/runs.csv
     python benchmarks/leduc.py --report --csv benchmarks/results/leduc/runs.csv --plot docs/img/leduc.png
     python benchmarks/leduc.py --methods psro-sim --seeds 0 --set warm_start=false --csv fresh.csv  # a variant
+    python benchmarks/leduc.py --game openspiel:kuhn_poker --methods mmd ppo-selfplay --seconds 120 \\
+        --checkpoints 10 60 120 --csv benchmarks/results/kuhn/runs.csv
 """
 
 from __future__ import annotations
@@ -33,9 +42,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from selfplay import SELF_PLAY_METHODS, run_self_play
 
 GAME = "openspiel:leduc_poker"
-METHODS = ("psro-sim", "psro-exact", "nfsp")
+METHODS = ("psro-sim", "psro-exact", "nfsp", *SELF_PLAY_METHODS)
 CHECKPOINTS = (10.0, 60.0, 300.0, 600.0)
 FIELDS = ("method", "seed", "checkpoint_s", "exploitability", "iterations", "wall_s")
 
@@ -61,16 +71,18 @@ def parse_changes(items: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:
     return config, trainer
 
 
-def build(method: str, seed: int, changes: tuple[dict[str, Any], dict[str, Any]] = ({}, {})) -> Any:
-    """The PSRO or NFSP run of ``method`` on Leduc, with the command line's settings for an OpenSpiel game and
+def build(
+    method: str, seed: int, changes: tuple[dict[str, Any], dict[str, Any]] = ({}, {}), game_name: str = GAME
+) -> Any:
+    """The PSRO or NFSP run of ``method`` on ``game_name``, with the command line's settings for an OpenSpiel game and
     ``changes`` (from :func:`parse_changes`) on top."""
     from marljoint.best_response import NFSP, PSRO, NfspConfig, PsroConfig
     from marljoint.run.recipes import auto_meta_solver, env_factory, recipe_for
     from marljoint.run.registry import known_game
 
-    recipe = recipe_for(GAME)
-    factory = env_factory(GAME, {})
-    game = known_game(GAME)
+    recipe = recipe_for(game_name)
+    factory = env_factory(game_name, {})
+    game = known_game(game_name)
     config_changes, trainer_changes = changes
     if method == "nfsp":
         trainer = recipe.nfsp_trainer_config().replace(**trainer_changes)
@@ -108,13 +120,16 @@ def run_one(
     out: Path,
     checkpoints: tuple[float, ...],
     changes: tuple[dict[str, Any], dict[str, Any]] = ({}, {}),
+    game_name: str = GAME,
 ) -> list[dict[str, Any]]:
     """Runs one (method, seed) for ``seconds`` and returns its summary rows."""
     from marljoint.run.runlog import write_metrics_csv
 
-    run = build(method, seed, changes)
     directory = out / method / f"seed{seed}"
     directory.mkdir(parents=True, exist_ok=True)
+    if method in SELF_PLAY_METHODS:
+        return _self_play_rows(method, seed, seconds, directory, checkpoints, changes, game_name)
+    run = build(method, seed, changes, game_name)
 
     def record(_: Any) -> None:
         write_metrics_csv(run.history, directory / "metrics.csv", ("iteration", "wall_time", "exploitability"))
@@ -132,6 +147,37 @@ def run_one(
     ]
 
 
+def _self_play_rows(
+    method: str,
+    seed: int,
+    seconds: float,
+    directory: Path,
+    checkpoints: tuple[float, ...],
+    changes: tuple[dict[str, Any], dict[str, Any]],
+    game_name: str,
+) -> list[dict[str, Any]]:
+    """Self-play of the joint trainer (``benchmarks/selfplay.py``): ``--set`` items are MmdConfig fields, or
+    ``trainer.X`` for the PPO settings."""
+    from marljoint.run.runlog import write_metrics_csv
+
+    first = ("iteration", "wall_time", "exploitability", "env_steps")
+
+    def record(history: list[dict[str, Any]]) -> None:
+        write_metrics_csv(history, directory / "metrics.csv", first)
+
+    mmd_changes, trainer_changes = changes
+    history = run_self_play(
+        game_name, method, seed, seconds, trainer_changes=trainer_changes, mmd_changes=mmd_changes, callback=record
+    )
+    record(history)
+    wall = history[-1]["wall_time"]
+    return [
+        {"method": method, "seed": seed, "checkpoint_s": t, "exploitability": value, "iterations": iteration,
+         "wall_s": round(wall, 1)}
+        for t, value, iteration in at_checkpoints(history, checkpoints)
+    ]
+
+
 def cfr_plus_anchor(seconds: float = 1.0) -> tuple[float, int]:
     """OpenSpiel's CFR+ on Leduc for ``seconds``: (exploitability of its average policy, iterations)."""
     import pyspiel
@@ -145,8 +191,23 @@ def cfr_plus_anchor(seconds: float = 1.0) -> tuple[float, int]:
     return float(pyspiel.exploitability(game, solver.average_policy())), iterations
 
 
-def report(path: Path) -> str:
-    """The markdown table of a summary CSV: per method and checkpoint, the mean over seeds ± 95% CI."""
+def anchor_rows(checkpoints: list[float]) -> list[str]:
+    """OpenSpiel's anchors as table rows: each value in the column of the first checkpoint at or after its time
+    (uniform play in every column)."""
+    lines = []
+    for label, seconds, value in ANCHORS:
+        if seconds is None:
+            cells = [f"{value:.3f}"] * len(checkpoints)
+        else:
+            column = next((k for k, t in enumerate(checkpoints) if t >= seconds), len(checkpoints) - 1)
+            cells = [f"{value:.3f} (at {seconds:.0f} s)" if k == column else "" for k in range(len(checkpoints))]
+        lines.append(f"| {label} | " + " | ".join(cells) + " | – |")
+    return lines
+
+
+def report(path: Path, anchors: bool = False) -> str:
+    """The markdown table of a summary CSV: per method and checkpoint, the mean over seeds ± 95% CI (with
+    ``anchors``, OpenSpiel's Leduc anchors below)."""
     from marljoint.run.stats import confidence_interval
 
     with path.open(newline="") as f:
@@ -169,7 +230,7 @@ def report(path: Path) -> str:
             cells.append(f"{mean:.3f}" + (f" ± {half:.3f}" if len(values) > 1 else ""))
         seeds = len({r["seed"] for r in mine})
         lines.append(f"| {method} | " + " | ".join(cells) + f" | {seeds} |")
-    return "\n".join(lines)
+    return "\n".join(lines + (anchor_rows(checkpoints) if anchors else []))
 
 
 ANCHORS = (
@@ -188,7 +249,7 @@ def metrics_files(directory: Path, method: str) -> list[Path]:
     return flat or sorted(directory.glob(f"{method}/seed*/metrics.csv"))
 
 
-def plot_curves(directory: Path, out: Path, goal: float = 0.5) -> int:
+def plot_curves(directory: Path, out: Path, goal: float = 0.2, title: str = "Leduc poker", anchors: bool = True) -> int:
     """Exploitability against wall time, one line per run (colour: method), OpenSpiel's anchors as markers, uniform
     play and the goal as horizontal lines; log scales. Returns the number of runs drawn."""
     import matplotlib
@@ -196,7 +257,10 @@ def plot_curves(directory: Path, out: Path, goal: float = 0.5) -> int:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    colours = {"psro-sim": "tab:blue", "psro-exact": "tab:green", "nfsp": "tab:orange"}
+    colours = {
+        "psro-sim": "tab:blue", "psro-exact": "tab:green", "nfsp": "tab:orange", "mmd": "tab:red",
+        "ppo-selfplay": "tab:purple",
+    }
     fig, ax = plt.subplots(figsize=(8.0, 4.0))
     drawn = 0
     for method in METHODS:
@@ -206,14 +270,14 @@ def plot_curves(directory: Path, out: Path, goal: float = 0.5) -> int:
             ax.plot([float(r["wall_time"]) for r in rows], [float(r["exploitability"]) for r in rows],
                     color=colours[method], linewidth=1, alpha=0.8, label=method if k == 0 else None)
             drawn += 1
-    for (label, seconds, value), marker in zip(ANCHORS, ("", "s", "^", "*")):
+    for (label, seconds, value), marker in zip(ANCHORS if anchors else (), ("", "s", "^", "*")):
         if seconds is None:
             ax.axhline(value, color="grey", linestyle="--", linewidth=1, label=label)
         else:
             ax.plot([seconds], [value], marker=marker, color="black", linestyle="none", markersize=7, label=label)
     ax.axhline(goal, color="red", linestyle=":", linewidth=1, label=f"goal {goal}")
     ax.set(xscale="log", yscale="log", xlabel="wall time (s)", ylabel="exploitability (OpenSpiel)",
-           title="Leduc poker: PSRO and NFSP with PPO best responses")
+           title=f"{title}: PSRO, NFSP and self-play with PPO")
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0))
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -226,6 +290,7 @@ def command_line() -> argparse.ArgumentParser:
     """The script's arguments (``--set`` may be given several times; its items add up)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
+    parser.add_argument("--game", default=GAME, help=f"an openspiel: game string (default {GAME})")
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--seconds", type=float, default=600.0, help="wall-time budget per run")
     parser.add_argument("--checkpoints", nargs="+", type=float, default=list(CHECKPOINTS))
@@ -254,10 +319,13 @@ def command_line() -> argparse.ArgumentParser:
 def main() -> None:
     args = command_line().parse_args()
     if args.report:
-        print(report(args.csv))
+        print(report(args.csv, anchors=args.game == GAME))
         if args.plot is not None:
             beside = any(metrics_files(args.csv.parent, method) for method in METHODS)
-            drawn = plot_curves(args.csv.parent if beside else args.out, args.plot)
+            leduc = args.game == GAME
+            drawn = plot_curves(
+                args.csv.parent if beside else args.out, args.plot, 0.2 if leduc else 0.02, args.game, anchors=leduc
+            )
             print(f"{drawn} runs drawn into {args.plot}")
         return
     if args.anchor:
@@ -276,7 +344,7 @@ def main() -> None:
         for method in args.methods:
             if (method, seed) in done:
                 continue
-            rows = run_one(method, seed, args.seconds, args.out, tuple(args.checkpoints), changes)
+            rows = run_one(method, seed, args.seconds, args.out, tuple(args.checkpoints), changes, args.game)
             new = not args.csv.is_file()
             args.csv.parent.mkdir(parents=True, exist_ok=True)
             with args.csv.open("a", newline="") as f:

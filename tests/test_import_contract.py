@@ -3,7 +3,7 @@
 The rules (see ``docs/concepts.md``): the env layer imports no torch and nothing above it; policies import no ppo;
 the redundancy losses import neither ppo nor env; ppo imports no best-response code, no Ray layer and no bundled
 envs; only the product layer imports the bundled envs; packages form no cycle; no module takes a private name
-from another package; the modules of the run package form no cycle; the package top holds only the library
+from another package; the modules of a package form no cycle; the package top holds only the library
 utilities.
 
 The collection layer may use the Ray connection (``marljoint.distributed.ray``); the distributed layer itself
@@ -109,7 +109,26 @@ def _violations(arrows: dict[str, list[tuple[str, str | None]]]) -> set[tuple[st
     return found
 
 
-def _package_cycles(arrows: dict[str, list[str]]) -> set[tuple[str, str]]:
+def _cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """The cycles of a directed graph, each as a closed path (a depth-first walk; one cycle per back edge)."""
+    cycles, done = [], set()
+
+    def visit(node: str, path: list[str]) -> None:
+        for target in sorted(edges.get(node, ())):
+            if target in path:
+                cycles.append([*path[path.index(target) :], target])
+            elif target not in done:
+                visit(target, [*path, target])
+        done.add(node)
+
+    for node in sorted(edges):
+        if node not in done:
+            visit(node, [node])
+    return cycles
+
+
+def _package_cycles(arrows: dict[str, list[tuple[str, str | None]]]) -> list[list[str]]:
+    """The cycles among the packages and the top-level modules (``auxiliary``, ``checkpoint``, ...), of any length."""
     edges: dict[str, set[str]] = {}
     for module, imports in arrows.items():
         for name, _ in imports:
@@ -117,7 +136,7 @@ def _package_cycles(arrows: dict[str, list[str]]) -> set[tuple[str, str]]:
                 source, target = _package(module), _package(name)
                 if source != target and target != "marljoint":
                     edges.setdefault(source, set()).add(target)
-    return {tuple(sorted((a, b))) for a, targets in edges.items() for b in targets if a in edges.get(b, set())}
+    return _cycles(edges)
 
 
 def test_no_layer_imports_upwards_and_no_private_name_crosses_packages():
@@ -126,8 +145,8 @@ def test_no_layer_imports_upwards_and_no_private_name_crosses_packages():
 
 
 def test_packages_import_each_other_in_one_direction_only():
-    cycles = sorted(_package_cycles(_arrows()))
-    assert not cycles, f"packages importing each other: {cycles}"
+    cycles = _package_cycles(_arrows())
+    assert not cycles, f"packages or top-level modules importing each other (imports inside functions count): {cycles}"
 
 
 def test_the_contract_sees_an_arrow_added_back(tmp_path):
@@ -151,7 +170,7 @@ def test_the_contract_sees_a_cycle_added_back(tmp_path):
     source = tmp_path / "probe.py"
     source.write_text("def f():\n    from marljoint.collect.slices import SliceWorker\n")
     arrows = {**_arrows(), "marljoint.env.probe": _imports(source, "marljoint.env.probe")}
-    assert _package_cycles(arrows) == {("collect", "env")}
+    assert ["collect", "env", "collect"] in _package_cycles(arrows)
 
 
 # Library utilities used by the layers below the product; everything else lives in a package.
@@ -171,20 +190,7 @@ def _module_cycles(arrows: dict[str, list[tuple[str, str | None]]], package: str
                 target = f"{target}.{name}"
             if target.startswith(prefix) and target != module:
                 edges.setdefault(module, set()).add(target)
-    cycles, done = [], set()
-
-    def visit(module: str, path: list[str]) -> None:
-        for target in sorted(edges.get(module, ())):
-            if target in path:
-                cycles.append([*path[path.index(target) :], target])
-            elif target not in done:
-                visit(target, [*path, target])
-        done.add(module)
-
-    for module in sorted(edges):
-        if module not in done:
-            visit(module, [module])
-    return cycles
+    return _cycles(edges)
 
 
 def test_the_package_top_holds_only_the_library_utilities():
@@ -192,9 +198,18 @@ def test_the_package_top_holds_only_the_library_utilities():
     assert len(modules) <= TOP_LEVEL_LIMIT, f"modules at the top of marljoint (put them in a package): {modules}"
 
 
-def test_the_run_package_has_no_import_cycle():
-    cycles = _module_cycles(_arrows(), "run")
-    assert not cycles, f"modules of marljoint.run importing each other: {cycles}"
+PACKAGES = sorted(p.parent.name for p in ROOT.glob("*/__init__.py"))
+
+
+def test_every_package_is_checked_for_cycles():
+    # A package added later is checked without editing this file; the list only guards the glob itself.
+    assert {"best_response", "collect", "env", "policies", "ppo", "run"} <= set(PACKAGES), PACKAGES
+
+
+def test_no_package_has_an_import_cycle_among_its_modules():
+    arrows = _arrows()
+    cycles = {package: found for package in PACKAGES if (found := _module_cycles(arrows, package))}
+    assert not cycles, f"modules of one package importing each other (imports inside functions count): {cycles}"
 
 
 def test_the_cycle_check_sees_an_import_inside_a_function(tmp_path):
@@ -207,3 +222,27 @@ def test_the_cycle_check_sees_an_import_inside_a_function(tmp_path):
     cycles = _module_cycles(arrows, "run")
     expected = {"marljoint.run.evaluate", "marljoint.run.train", "marljoint.run.loop", "marljoint.run.plotting"}
     assert any(set(cycle) == expected for cycle in cycles), cycles
+
+
+def test_the_cycle_check_sees_a_cycle_in_any_package(tmp_path):
+    # The known game resolving an OpenSpiel name by itself again: games -> openspiel_game -> games.
+    source = tmp_path / "games.py"
+    source.write_text("def f():\n    from marljoint.best_response.openspiel_game import OpenSpielGame\n")
+    arrows = _arrows()
+    module = "marljoint.best_response.games"
+    arrows[module] = arrows[module] + _imports(source, module)
+    cycles = _module_cycles(arrows, "best_response")
+    assert [module, "marljoint.best_response.openspiel_game", module] in cycles, cycles
+
+
+def test_the_cycle_check_sees_a_ring_of_three():
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a", "d"}}) == [["a", "b", "c", "a"]]
+
+
+def test_the_cycle_check_sees_a_top_level_module_in_a_cycle(tmp_path):
+    # The thread utility reaching up into the trainer that sets its threads through it.
+    source = tmp_path / "threads.py"
+    source.write_text("def f():\n    from marljoint.ppo.trainer import JointMultiAgentTrainer\n")
+    arrows = _arrows()
+    arrows["marljoint.threads"] = arrows["marljoint.threads"] + _imports(source, "marljoint.threads")
+    assert ["threads", "ppo", "threads"] in _package_cycles(arrows)

@@ -3,6 +3,7 @@
 - :class:`PSRO` / :class:`PsroConfig`: populations of frozen best responses, an empirical meta-game estimated
   entry by entry, and a meta-solver from :data:`META_SOLVERS`.
 - :class:`NFSP` / :class:`NfspConfig`: PPO best responses plus supervised average policies.
+- :class:`MmdConfig` / :func:`attach_mmd`: magnetic mirror descent self-play of the joint trainer.
 - :func:`nash_conv` / :func:`exploitability`: exact for games with a known tree (matrix games, Kuhn poker);
   :func:`best_response_gain` estimates NashConv with a confidence interval everywhere else.
 """
@@ -15,7 +16,7 @@ from marljoint.best_response.exploitability import (
     matrix_nash_conv,
     nash_conv,
 )
-from marljoint.best_response.games import KnownGame, KuhnGame, MatrixGame, resolve_game
+from marljoint.best_response.games import KnownGame, KuhnGame, MatrixGame
 from marljoint.best_response.kuhn import (
     KUHN_CARDS,
     KUHN_DEALS,
@@ -51,6 +52,7 @@ from marljoint.best_response.meta_solvers import (
     regret_matching,
     uniform,
 )
+from marljoint.best_response.mmd import MmdConfig, MmdRegularizer, attach_mmd, magnet_kl
 from marljoint.best_response.nfsp import NFSP, NFSP_METRICS, AveragePolicy, NfspConfig
 from marljoint.best_response.openspiel_game import MAX_INFORMATION_STATES, OpenSpielGame, OpenSpielTablePolicy
 from marljoint.best_response.opponents import (
@@ -80,6 +82,7 @@ from marljoint.best_response.population import (
 )
 from marljoint.best_response.psro import PSRO, PSRO_METRICS, PsroConfig
 from marljoint.best_response.reservoir import ReservoirBatch, ReservoirBuffer
+from marljoint.best_response.resolve import resolve_game
 
 __all__ = [
     "AnticipatoryAssigner",
@@ -107,6 +110,8 @@ __all__ = [
     "MetaGame",
     "MetaSolver",
     "MetaStrategyAssigner",
+    "MmdConfig",
+    "MmdRegularizer",
     "NFSP",
     "NFSP_METRICS",
     "NfspConfig",
@@ -123,6 +128,7 @@ __all__ = [
     "SeatAssigner",
     "UniformPolicy",
     "action_values",
+    "attach_mmd",
     "best_response_gain",
     "exploitability",
     "fictitious_play",
@@ -136,6 +142,7 @@ __all__ = [
     "kuhn_policy_value",
     "kuhn_profile_values",
     "lemke_howson",
+    "magnet_kl",
     "matrix_exploitability",
     "matrix_nash_conv",
     "mixture_profiles",

@@ -12,15 +12,14 @@ matrix game  ``[n_p]`` mixed strategy       expected payoffs by ``einsum``, best
 ============ ============================== ============================================================
 
 Games are passed in as objects; this package never looks a bundled env up. The product layer maps a bundled
-env's name to its game (:func:`marljoint.run.registry.known_game`); :func:`resolve_game` accepts a game object,
-Kuhn poker's name, or a list of payoff arrays.
+env's name to its game (:func:`marljoint.run.registry.known_game`); names are resolved in one place,
+:mod:`marljoint.best_response.resolve`.
 """
 
 from __future__ import annotations
 
 import string
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 import torch
@@ -43,7 +42,7 @@ from marljoint.best_response.population import (
     policy_device,
 )
 
-__all__ = ["KUHN_NAMES", "KnownGame", "KuhnGame", "MatrixGame", "resolve_game"]
+__all__ = ["KnownGame", "KuhnGame", "MatrixGame"]
 
 PolicyLike = FrozenPolicy | PolicyMixture | np.ndarray
 
@@ -285,39 +284,3 @@ class MatrixGame(KnownGame):
 
     def __repr__(self) -> str:
         return f"MatrixGame({self.name!r}, shape={self.shape})"
-
-
-KUHN_NAMES = ("kuhn_poker", "kuhn_poker_v0")
-"""The names :func:`resolve_game` takes for Kuhn poker (the game and its bundled env)."""
-
-
-def resolve_game(game: Any) -> KnownGame:
-    """A :class:`KnownGame` from a game object, a name, or a list of payoff arrays.
-
-    Args:
-        game: a :class:`KnownGame`; ``"kuhn_poker"`` / ``"kuhn_poker_v0"``; ``"openspiel:<game>"`` (an
-            :class:`~marljoint.best_response.openspiel_game.OpenSpielGame`); or one payoff array per player.
-
-    Raises:
-        ValueError: an unknown name or ill-formed payoffs.
-    """
-    if isinstance(game, KnownGame):
-        return game
-    if isinstance(game, str):
-        if game in KUHN_NAMES:
-            return KuhnGame()
-        if game.startswith("openspiel:"):
-            from marljoint.best_response.openspiel_game import OpenSpielGame
-
-            return OpenSpielGame(game[len("openspiel:") :])
-        raise ValueError(
-            f"unknown game {game!r}; pass 'kuhn_poker', 'openspiel:<game>', a list of payoff arrays, or a KnownGame "
-            "(a bundled matrix "
-            f"game by name: marljoint.run.registry.known_game('matrix_game_v0', {{'game': {game!r}}}))"
-        )
-    if isinstance(game, (list, tuple)):
-        return MatrixGame(game)
-    raise ValueError(
-        f"cannot compute exactly on {type(game).__name__}; exact NashConv needs a known game (Kuhn poker or a "
-        "matrix game). For other envs estimate it with best_response_gain()"
-    )

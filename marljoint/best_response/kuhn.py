@@ -65,10 +65,7 @@ KUHN_NUM_ACTIONS = 2
 KUHN_OBSERVATION_SIZE = 9
 
 _ACTION_CHARS = "pb"
-_ROW = {
-    player: {infoset: row for row, infoset in enumerate(infosets)}
-    for player, infosets in KUHN_INFOSETS.items()
-}
+_ROW = {player: {infoset: row for row, infoset in enumerate(infosets)} for player, infosets in KUHN_INFOSETS.items()}
 _TERMINALS = ("pp", "bp", "bb", "pbp", "pbb")
 _ROW_SUM_ATOL = 1e-5
 _TIE_TOL = 1e-12
@@ -116,9 +113,7 @@ def _validated_table(table: np.ndarray, name: str, fix: str) -> np.ndarray:
 
 def _validated_tables(tables: Sequence[np.ndarray]) -> list[np.ndarray]:
     if len(tables) != 2:
-        raise ValueError(
-            f"got {len(tables)} tables; pass [table_player_0, table_player_1], each of shape (6, 2)"
-        )
+        raise ValueError(f"got {len(tables)} tables; pass [table_player_0, table_player_1], each of shape (6, 2)")
     return [
         _validated_table(table, f"tables[{player}]", "Normalise each row (e.g. with a softmax).")
         for player, table in enumerate(tables)
@@ -289,9 +284,7 @@ def _best_response_values(
         return values
     if _acting_player(history) == player:
         children = [
-            _best_response_values(
-                tables, player, card, history + _ACTION_CHARS[action], opponent_reach, br_table
-            )
+            _best_response_values(tables, player, card, history + _ACTION_CHARS[action], opponent_reach, br_table)
             for action in range(KUHN_NUM_ACTIONS)
         ]
         # Ties go to pass, so the best response is deterministic.
@@ -390,13 +383,11 @@ def kuhn_mixture_table(tables: Sequence[np.ndarray], weights: np.ndarray, player
     weight_vector = np.asarray(weights, dtype=np.float64)
     if weight_vector.shape != (len(members),):
         raise ValueError(
-            f"weights has shape {weight_vector.shape} but there are {len(members)} tables; pass one weight "
-            "per table"
+            f"weights has shape {weight_vector.shape} but there are {len(members)} tables; pass one weight per table"
         )
     if not np.all(np.isfinite(weight_vector)) or np.any(weight_vector < 0) or weight_vector.sum() <= 0:
         raise ValueError(
-            f"weights = {weight_vector} must be non-negative and finite with a positive sum; pass the "
-            "meta-strategy"
+            f"weights = {weight_vector} must be non-negative and finite with a positive sum; pass the meta-strategy"
         )
     weight_vector = weight_vector / weight_vector.sum()
     stacked = np.stack(members)

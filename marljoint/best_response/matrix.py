@@ -91,8 +91,7 @@ def validate_strategies(strategies: Sequence[np.ndarray], shape: tuple[int, ...]
     """
     if len(strategies) != len(shape):
         raise ValueError(
-            f"got {len(strategies)} strategies for a game of {len(shape)} players; pass one mixed strategy "
-            "per player"
+            f"got {len(strategies)} strategies for a game of {len(shape)} players; pass one mixed strategy per player"
         )
     result = []
     for player, (strategy, size) in enumerate(zip(strategies, shape)):
@@ -109,8 +108,7 @@ def validate_strategies(strategies: Sequence[np.ndarray], shape: tuple[int, ...]
             )
         if abs(vector.sum() - 1.0) > _PROBABILITY_ATOL:
             raise ValueError(
-                f"strategies[{player}] sums to {vector.sum()}; a mixed strategy must sum to 1: divide it by "
-                "its sum"
+                f"strategies[{player}] sums to {vector.sum()}; a mixed strategy must sum to 1: divide it by its sum"
             )
         result.append(vector)
     return result

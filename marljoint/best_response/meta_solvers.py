@@ -215,8 +215,7 @@ def prd(
         average_over_last = iterations
     if not isinstance(average_over_last, (int, np.integer)) or not 1 <= average_over_last <= iterations:
         raise ValueError(
-            f"average_over_last={average_over_last!r}; pass an integer in [1, iterations={iterations}] "
-            "or None"
+            f"average_over_last={average_over_last!r}; pass an integer in [1, iterations={iterations}] or None"
         )
     strategies = [np.full(size, 1.0 / size) for size in arrays[0].shape]
     floors = [gamma / size for size in arrays[0].shape]
@@ -279,9 +278,7 @@ def regret_matching(
         for regret in regrets:
             positive = np.maximum(regret, 0.0)
             mass = positive.sum()
-            strategies.append(
-                positive / mass if mass > 0 else np.full(regret.shape[0], 1.0 / regret.shape[0])
-            )
+            strategies.append(positive / mass if mass > 0 else np.full(regret.shape[0], 1.0 / regret.shape[0]))
     average = [total / total.sum() for total in totals]
     if not refine:
         return average

@@ -53,10 +53,10 @@ from marljoint.best_response.games import KnownGame
 from marljoint.best_response.opponents import AnticipatoryAssigner, PopulationEnv
 from marljoint.best_response.oracles import (
     GAIN_METRICS,
+    check_current_format,
     check_gain_settings,
     gain_metrics,
     run_trainer_config,
-    with_saved_defaults,
 )
 from marljoint.best_response.reservoir import ReservoirBuffer
 from marljoint.checkpoint import atomic_torch_save, load_checkpoint
@@ -147,8 +147,10 @@ class NfspConfig:
                 "for as many iterations as it is asked; set anneal_lr=False"
             )
         object.__setattr__(self, "sl_hidden_sizes", tuple(int(h) for h in self.sl_hidden_sizes))
-        if isinstance(self.anticipatory, bool) or not isinstance(self.anticipatory, (int, float)) or not (
-            0.0 < self.anticipatory <= 1.0
+        if (
+            isinstance(self.anticipatory, bool)
+            or not isinstance(self.anticipatory, (int, float))
+            or not (0.0 < self.anticipatory <= 1.0)
         ):
             raise ValueError(
                 f"anticipatory must be in (0, 1], got {self.anticipatory!r} (0.1 is NFSP's usual value; at 0 the "
@@ -597,14 +599,36 @@ class NFSP:
         device: str | None = None,
         **policy_kwargs: Any,
     ) -> NFSP:
-        """Restores a run saved by :meth:`save`.
+        """Restores a run saved by :meth:`save` from ``directory/nfsp.pt``, as :meth:`from_state`.
+
+        A checkpoint of an earlier format is read through :func:`marljoint.run.migrations.read_nfsp_checkpoint`
+        (then :meth:`from_state`), which converts it.
+
+        Raises:
+            marljoint.checkpoint.CheckpointError: a missing or unreadable file, or one holding Python objects other
+                than tensors, arrays and plain values (which could run code), refused unread.
+            ValueError: as :meth:`from_state`.
+        """
+        state = load_checkpoint(Path(directory) / CHECKPOINT_NAME)
+        return cls.from_state(state, env_fn, game, device, **policy_kwargs)
+
+    @classmethod
+    def from_state(
+        cls,
+        state: Mapping[str, Any],
+        env_fn: Any,
+        game: KnownGame | None = None,
+        device: str | None = None,
+        **policy_kwargs: Any,
+    ) -> NFSP:
+        """Restores a run from its :meth:`state_dict`, in the current format.
 
         Training continues from the saved networks, reservoirs and counters; episodes that were in progress at
         the save start afresh (a PettingZoo env's state is not saved), so a continued run is not bit-identical
         to an uninterrupted one.
 
         Args:
-            directory: the directory holding ``nfsp.pt``.
+            state: a saved :meth:`state_dict`.
             env_fn: the same env factory as the saved run.
             game: the same known game, if any.
             device: the device to continue on (:attr:`NfspConfig.device`), whichever the saved run used; the saved
@@ -612,12 +636,11 @@ class NFSP:
             **policy_kwargs: as for the constructor.
 
         Raises:
-            marljoint.checkpoint.CheckpointError: a missing or unreadable file, or one holding Python objects other
-                than tensors, arrays and plain values (which could run code), refused unread.
-            ValueError: the env's agents differ from the saved run's, or a ``device`` this machine does not have.
+            ValueError: a state of an earlier format (naming the reader that converts it), the env's agents differ
+                from the saved run's, or a ``device`` this machine does not have.
         """
-        state = load_checkpoint(Path(directory) / CHECKPOINT_NAME)
-        config = NfspConfig.from_dict(with_saved_defaults(state["config"]))
+        check_current_format(state["config"], (), "nfsp")
+        config = NfspConfig.from_dict(state["config"])
         if device is not None:
             config = config.replace(device=device)
         nfsp = cls(env_fn, config, game, **policy_kwargs)

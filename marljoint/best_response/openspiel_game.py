@@ -120,9 +120,7 @@ class OpenSpielGame(KnownGame):
             self._legal.append(mask)
         self._previous = [np.asarray([p for p, _ in rows] or np.zeros(0), dtype=np.int64) for rows in previous]
         self._previous_action = [np.asarray([a for _, a in rows] or np.zeros(0), dtype=np.int64) for rows in previous]
-        self._lookup = [
-            {obs.tobytes(): row for row, obs in enumerate(self._observations[p])} for p in range(n)
-        ]
+        self._lookup = [{obs.tobytes(): row for row, obs in enumerate(self._observations[p])} for p in range(n)]
         self._terminals = self._terminal_arrays(terminals) if len(terminals) <= MAX_TERMINALS else None
 
     def _terminal_arrays(self, terminals: list) -> dict[str, np.ndarray]:
@@ -323,8 +321,9 @@ class OpenSpielTablePolicy(_TabularBase):
         for x in np.asarray(obs.detach().cpu(), dtype=np.float32).reshape(obs.shape[0], -1):
             row = self.lookup.get(x.tobytes())
             if row is None:
-                raise ValueError(f"{self.name}: an observation of player {self.player} that is none of its "
-                                 "information states")
+                raise ValueError(
+                    f"{self.name}: an observation of player {self.player} that is none of its information states"
+                )
             rows.append(row)
         return masked_head_probs([self._table[torch.as_tensor(rows, dtype=torch.long)]], mask)
 

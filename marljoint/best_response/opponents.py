@@ -279,7 +279,9 @@ class PopulationEnv:
             stacked = places >= 0
             if stack is not None and stacked.any():
                 chosen = stack.act(
-                    torch.from_numpy(places[stacked]), obs[stacked], self._generator,
+                    torch.from_numpy(places[stacked]),
+                    obs[stacked],
+                    self._generator,
                     None if mask_rows is None else mask_rows[stacked],
                 )
                 merged[g][copies[stacked], slot] = chosen.cpu().numpy().reshape(int(stacked.sum()), *action_shape)
@@ -305,7 +307,12 @@ class PopulationEnv:
         return self._stacks[seat]
 
     def _recurrent_act(
-        self, seat: int, member: int, policy: FrozenPolicy, copies: np.ndarray, obs: torch.Tensor,
+        self,
+        seat: int,
+        member: int,
+        policy: FrozenPolicy,
+        copies: np.ndarray,
+        obs: torch.Tensor,
         mask: torch.Tensor | None,
     ) -> torch.Tensor:
         """A recurrent member's actions in ``copies``, from and into its per-copy states."""
@@ -458,9 +465,7 @@ def _job_seeds(
     return np.tile(seeds.astype(np.int64), profiles)
 
 
-def _play_jobs(
-    wrapped: PopulationEnv, queue: _ProfileQueue, results: np.ndarray, max_steps: int | None
-) -> None:
+def _play_jobs(wrapped: PopulationEnv, queue: _ProfileQueue, results: np.ndarray, max_steps: int | None) -> None:
     """Steps until every job's episode has finished, writing each job's returns into its row of ``results``."""
     remaining = len(results)
     job_of_copy = dict(queue.job_of_copy)

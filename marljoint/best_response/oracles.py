@@ -14,7 +14,7 @@ import math
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 import torch
@@ -36,6 +36,7 @@ from marljoint.ppo.trainer import JointMultiAgentTrainer
 __all__ = [
     "BestResponses",
     "ExactOracle",
+    "Oracle",
     "PPOOracle",
     "BestResponseGain",
     "GAIN_METRICS",
@@ -43,7 +44,7 @@ __all__ = [
     "check_gain_settings",
     "gain_metrics",
     "run_trainer_config",
-    "with_saved_defaults",
+    "check_current_format",
     "warm_start_seat",
     "check_warm_start",
 ]
@@ -62,6 +63,27 @@ class BestResponses(NamedTuple):
     metrics: dict[str, float]
 
 
+class Oracle(Protocol):
+    """What PSRO asks for a best response: called with the populations, the meta-strategies, the learner seats and
+    a seed, it returns :class:`BestResponses`.
+
+    Attributes:
+        trains_as_tasks: its best responses can be trained as tasks of the task engine, one per seat
+            (:attr:`PsroConfig.task_split <marljoint.best_response.PsroConfig.task_split>`); False: computed in
+            this process whatever the split.
+    """
+
+    trains_as_tasks: bool
+
+    def __call__(
+        self,
+        populations: Sequence[Sequence[FrozenPolicy]],
+        strategies: Sequence[np.ndarray],
+        learners: Sequence[int],
+        seed: int,
+    ) -> BestResponses: ...
+
+
 class ExactOracle:
     """Exact best responses in a :class:`~marljoint.best_response.games.KnownGame`.
 
@@ -71,6 +93,9 @@ class ExactOracle:
     Args:
         game: the known game.
     """
+
+    trains_as_tasks = False
+    """Arithmetic on tables, faster in this process than any task would start."""
 
     def __init__(self, game: KnownGame) -> None:
         self.game = game
@@ -117,6 +142,9 @@ class PPOOracle:
     Raises:
         ValueError: ``steps`` not a positive integer.
     """
+
+    trains_as_tasks = True
+    """Each seat's PPO training is a task of its own when PSRO splits its work."""
 
     def __init__(
         self,
@@ -439,20 +467,20 @@ def gain_metrics(
     }
 
 
-_SAVED_BEFORE = {"normalize_observations": False}
-"""Trainer settings that PSRO and NFSP checkpoints saved before they existed lack, with the value those runs
-trained with (no observation normalisation, whatever the env)."""
+def check_current_format(config: Mapping[str, Any], keys: Sequence[str], command: str) -> None:
+    """Refuses a saved PSRO or NFSP config that is not in the format this version writes: one lacking any of its
+    own ``keys`` or a trainer table naming ``normalize_observations``.
 
-
-def with_saved_defaults(config: Mapping[str, Any]) -> dict[str, Any]:
-    """A saved PSRO/NFSP config with its ``trainer`` table completed by the settings it predates, so an old run
-    resumes as it ran.
-
-    Example:
-        >>> with_saved_defaults({"iterations": 3, "trainer": {"seed": 1}})
-        {'iterations': 3, 'trainer': {'normalize_observations': False, 'seed': 1}}
+    Raises:
+        ValueError: naming the missing settings and the reader that converts such a checkpoint.
     """
     trainer = config.get("trainer")
-    if isinstance(trainer, Mapping):
-        return {**config, "trainer": {**_SAVED_BEFORE, **trainer}}
-    return {**_SAVED_BEFORE, **config}
+    missing = [key for key in keys if key not in config]
+    if not isinstance(trainer, Mapping) or "normalize_observations" not in trainer:
+        missing.append("trainer.normalize_observations")
+    if missing:
+        raise ValueError(
+            f"this {command} checkpoint is in an earlier format (its config lacks {missing}); load it through "
+            f"marljoint.run, which converts it: marljoint.run.migrations.read_{command}_checkpoint(directory) "
+            f"(what `marljoint {command} --resume` does)"
+        )

@@ -186,9 +186,7 @@ class ConstantPolicy(_TabularBase):
         for k, probs in enumerate(head_probs):
             vector = np.asarray(probs, dtype=np.float64).reshape(-1)
             if not np.all(np.isfinite(vector)) or np.any(vector < 0) or vector.sum() <= 0:
-                raise ValueError(
-                    f"head_probs[{k}] = {vector} must be non-negative and finite with a positive sum"
-                )
+                raise ValueError(f"head_probs[{k}] = {vector} must be non-negative and finite with a positive sum")
             checked.append(vector / vector.sum())
         self.head_probs = checked
         self.has_head_axis = bool(has_head_axis) or len(checked) > 1

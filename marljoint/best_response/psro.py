@@ -38,20 +38,20 @@ from marljoint.best_response.games import KnownGame
 from marljoint.best_response.members import member_from_plain, member_to_plain
 from marljoint.best_response.meta_game import MetaGame
 from marljoint.best_response.meta_solvers import META_SOLVERS, get_meta_solver
-from marljoint.best_response.opponents import simulate_profiles
 from marljoint.best_response.oracles import (
     GAIN_METRICS,
     ExactOracle,
+    Oracle,
     PPOOracle,
+    check_current_format,
     check_gain_settings,
     check_warm_start,
     gain_metrics,
     run_trainer_config,
-    with_saved_defaults,
 )
 from marljoint.best_response.population import FrozenPolicy, PolicyMixture, UniformPolicy
-from marljoint.best_response.psro_tasks import PsroTasks
 from marljoint.best_response.psro_tasks import derived_seed as _derived_seed
+from marljoint.best_response.psro_tasks import psro_steps
 from marljoint.checkpoint import atomic_torch_save, load_checkpoint
 from marljoint.collect.config import CollectionConfig
 from marljoint.env.pettingzoo import PettingZooJointEnv
@@ -67,12 +67,6 @@ _EVALUATIONS = ("auto", "exact", "simulation")
 _INITIAL_POLICIES = ("uniform", "network")
 _ENGINES = ("ray", "local")
 CHECKPOINT_NAME = "psro.pt"
-# What a psro.pt holding pickled objects is, if marljoint wrote it, and what to do.
-_FORMER_FORMAT = (
-    "a PSRO checkpoint of an earlier marljoint version, which pickled its population of networks and is no longer "
-    "read: start the run afresh (marljoint psro ... --force)"
-)
-
 PSRO_METRICS: dict[str, str] = {
     "iteration": "PSRO iteration (0 = the initial population)",
     "wall_time": "seconds since the run started (resumed runs continue the count)",
@@ -204,15 +198,12 @@ class PsroConfig:
 
     @classmethod
     def from_dict(cls, values: Mapping[str, Any]) -> PsroConfig:
-        """Builds a config from :meth:`to_dict` output (``num_workers``, the older name of :attr:`task_split`,
-        still loads).
+        """Builds a config from :meth:`to_dict` output (an older run's is converted by
+        :func:`marljoint.run.migrations.migrate_psro_config`).
 
         Raises:
             ValueError: naming unknown keys.
         """
-        values = dict(values)
-        if "num_workers" in values and "task_split" not in values:
-            values["task_split"] = values.pop("num_workers")
         return cls(**known_fields(cls, values))
 
 
@@ -253,7 +244,7 @@ def _check_game(config: PsroConfig, spec: JointSpec, game: KnownGame | None) -> 
             raise ValueError(f"symmetric=True but {game!r} is not symmetric; use symmetric=False")
 
 
-class PSRO(PsroTasks):
+class PSRO:
     """PSRO with populations of frozen policies, an empirical meta-game and a meta-solver.
 
     Args:
@@ -306,7 +297,7 @@ class PSRO(PsroTasks):
         self.solver = get_meta_solver(config.meta_solver)
         self.policy_kwargs = policy_kwargs
         if game is not None and config.oracle == "exact":
-            self.oracle: Callable[..., Any] = ExactOracle(game)
+            self.oracle: Oracle = ExactOracle(game)
         else:
             self.oracle = PPOOracle(
                 self.env,
@@ -316,11 +307,12 @@ class PSRO(PsroTasks):
                 policy_scale=config.warm_start_policy_scale,
                 **policy_kwargs,
             )
-        self._eval_env: PettingZooJointEnv | None = None
         self._gain_env: PettingZooJointEnv | None = None
         self.meta_game = MetaGame(self.num_players, config.symmetric)
         self.populations: list[list[FrozenPolicy]] = []
         self._tables: list[list[np.ndarray]] = [[] for _ in range(self.num_players)]
+        self._steps = psro_steps(self, self._tables)
+        """Where the steps' work runs (in this process or as tasks), chosen once for the run."""
         self.strategies: list[np.ndarray] = []
         self.strategy_history: list[list[np.ndarray]] = []
         self.iteration = 0
@@ -357,10 +349,7 @@ class PSRO(PsroTasks):
         """
         learners = [0] if self.config.symmetric else list(range(self.num_players))
         seed = _derived_seed(self.config.seed, self.iteration + 1, 1)
-        if self.config.task_split > 0 and isinstance(self.oracle, PPOOracle):
-            responses = self._best_responses_as_tasks(learners)
-        else:
-            responses = self.oracle(self.populations, self.strategies, learners, seed)
+        responses = self._steps.best_responses(learners, seed)
         metrics = dict(responses.metrics)
         metrics.update(self._regrets(responses.policies))
         for seat in learners:
@@ -378,17 +367,7 @@ class PSRO(PsroTasks):
         missing = self.meta_game.missing_profiles()
         episodes = 0
         if len(missing):
-            if self.game is not None and self.evaluation == "exact":
-                values = self.game.profile_values(self._tables, missing)
-            else:
-                if self.config.task_split > 0:
-                    values = self._simulate_as_tasks(missing)
-                else:
-                    seed = _derived_seed(self.config.seed, self.iteration, 2)
-                    values, _ = simulate_profiles(
-                        self._evaluation_env(), self.populations, missing, self.config.episodes_per_entry, seed
-                    )
-                episodes = len(missing) * self.config.episodes_per_entry
+            values, episodes = self._steps.meta_game_entries(missing)
             self.meta_game.fill(missing, values)
         return {"meta_game_entries": float(len(missing)), "eval_episodes": float(episodes)}
 
@@ -501,10 +480,33 @@ class PSRO(PsroTasks):
         device: str | None = None,
         **policy_kwargs: Any,
     ) -> PSRO:
-        """Resumes a run saved by :meth:`save`.
+        """Resumes a run saved by :meth:`save` from ``directory/psro.pt``, as :meth:`from_state`.
+
+        A checkpoint of an earlier format is read through :func:`marljoint.run.migrations.read_psro_checkpoint`
+        (then :meth:`from_state`), which converts it.
+
+        Raises:
+            marljoint.checkpoint.CheckpointError: a missing or unreadable file, or one holding pickled Python
+                objects (which could run code), refused unread.
+            ValueError: as :meth:`from_state`.
+        """
+        state = load_checkpoint(Path(directory) / CHECKPOINT_NAME)
+        return cls.from_state(state, env_fn, game, config, device, **policy_kwargs)
+
+    @classmethod
+    def from_state(
+        cls,
+        state: Mapping[str, Any],
+        env_fn: Any,
+        game: KnownGame | None = None,
+        config: PsroConfig | None = None,
+        device: str | None = None,
+        **policy_kwargs: Any,
+    ) -> PSRO:
+        """Resumes a run from its :meth:`state_dict`, in the current format.
 
         Args:
-            directory: the directory holding ``psro.pt``.
+            state: a saved :meth:`state_dict`.
             env_fn: the same env factory as the saved run.
             game: the same known game, if any.
             config: replaces the saved config (e.g. more ``iterations``); the saved one when ``None``.
@@ -513,12 +515,11 @@ class PSRO(PsroTasks):
             **policy_kwargs: as for the constructor.
 
         Raises:
-            marljoint.checkpoint.CheckpointError: a missing or unreadable file, or one holding pickled Python
-                objects (as written by earlier versions, or crafted to run code), which is refused unread.
-            ValueError: the env's agents differ from the saved run's, or a ``device`` this machine does not have.
+            ValueError: a state of an earlier format (naming the reader that converts it), the env's agents differ
+                from the saved run's, or a ``device`` this machine does not have.
         """
-        state = load_checkpoint(Path(directory) / CHECKPOINT_NAME, _FORMER_FORMAT)
-        config = config or PsroConfig.from_dict(with_saved_defaults(state["config"]))
+        check_current_format(state["config"], ("task_split",), "psro")
+        config = config or PsroConfig.from_dict(state["config"])
         if device is not None:
             config = config.replace(device=device)
         psro = cls.__new__(cls)
@@ -541,13 +542,6 @@ class PSRO(PsroTasks):
         return psro
 
     # ------------------------------------------------------------------ internals
-    def _evaluation_env(self) -> PettingZooJointEnv:
-        if self._eval_env is None:
-            self._eval_env = PettingZooJointEnv(
-                self.env_fn, num_envs=self.config.eval_num_envs, seed=_derived_seed(self.config.seed, 0, 4)
-            )
-        return self._eval_env
-
     def _tabulate_new(self) -> None:
         """Tables of the members not tabulated yet (known games only)."""
         if self.game is None:

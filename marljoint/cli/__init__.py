@@ -172,7 +172,8 @@ def _add_train(subparsers: Any) -> None:
         metavar="FILE",
         type=Path,
         help="TOML file of settings: any JointTrainerConfig field under its own name (learning_rate, n_epochs, "
-        "...) and env, env_kwargs, total_steps, redundancy, redundancy_coef, checkpoint_every, keep_checkpoints; "
+        "...) and env, env_kwargs, total_steps, redundancy, redundancy_coef, self_play, mmd, checkpoint_every, "
+        "keep_checkpoints; "
         "a run's config.toml works as is",
     )
     p.add_argument(
@@ -186,6 +187,14 @@ def _add_train(subparsers: Any) -> None:
         metavar="LAMBDA",
         type=_non_negative_float,
         help=f"weight λ of the redundancy penalty (default {default('redundancy_coef')}; needs --redundancy)",
+    )
+    p.add_argument(
+        "--self-play",
+        metavar="KIND",
+        choices=("ppo", "mmd"),
+        help="self-play of a two-player zero-sum game: mmd adds each seat's α·KL(π ‖ magnet) to its PPO loss "
+        "(magnetic mirror descent; its settings are the mmd table of config.toml) and, on an OpenSpiel game or "
+        "kuhn_poker_v0, starts from the self-play trainer settings; ppo (or leaving it out): plain PPO",
     )
     p.add_argument(
         "--checkpoint-every",
@@ -341,6 +350,7 @@ def _new_spec(args: argparse.Namespace, options: dict[str, Any]) -> Any:
         values.update(file_values)
         overrides = config_overrides(args.config, file_values, options)
     values.update(options)
+    values = {**_self_play_defaults(values), **values}
     if "env" in values and "env_kwargs" not in values:
         values["env_kwargs"] = {}
     spec = _with_auto_workers(RunSpec.from_dict(values), args)
@@ -348,6 +358,14 @@ def _new_spec(args: argparse.Namespace, options: dict[str, Any]) -> Any:
         raise RunError("--redundancy-coef needs --redundancy KIND (xcorr, cka or hsic)")
     _say_overrides(args, overrides)
     return spec
+
+
+def _self_play_defaults(values: dict[str, Any]) -> dict[str, Any]:
+    """The settings ``self_play`` starts from on the run's env (under the preset, --config and options)."""
+    from marljoint.run.defaults import DEFAULT_ENV
+    from marljoint.run.recipes import self_play_settings
+
+    return self_play_settings(values.get("env", DEFAULT_ENV), values.get("self_play"))
 
 
 def _train_one(spec: Any, out: Path, args: argparse.Namespace) -> int:

@@ -34,6 +34,7 @@ from marljoint.policies.recurrent import RECURRENT_KINDS
 from marljoint.ppo.config import JointTrainerConfig
 from marljoint.run.exploitability import OPENSPIEL_POLICY
 from marljoint.run.lock import RunLock
+from marljoint.run.migrations import read_nfsp_checkpoint, read_psro_checkpoint
 from marljoint.run.presets import Preset
 from marljoint.run.recipes import BUNDLED_ENVS, auto_meta_solver, env_factory, recipe_for
 from marljoint.run.registry import known_game
@@ -387,7 +388,7 @@ def _run_psro(args: argparse.Namespace) -> int:
 
             connect_ray(args.ray_address)
         if args.resume:
-            psro = PSRO.load(out, factory, game, config)
+            psro = PSRO.from_state(read_psro_checkpoint(out), factory, game, config)
         else:
             psro = PSRO(factory, config, game)
     except (ValueError, CheckpointError) as exc:
@@ -423,7 +424,10 @@ def _run_nfsp(args: argparse.Namespace) -> int:
         config = NfspConfig(
             trainer=trainer, seed=args.seed, device=args.device, **settings, **_gain_settings(args, game, 50_000)
         )
-        nfsp = NFSP.load(out, factory, game, device=args.device) if args.resume else NFSP(factory, config, game)
+        if args.resume:
+            nfsp = NFSP.from_state(read_nfsp_checkpoint(out), factory, game, device=args.device)
+        else:
+            nfsp = NFSP(factory, config, game)
     except (ValueError, CheckpointError) as exc:
         raise _fail("nfsp", str(exc)) from None
     record = _recorder("nfsp", nfsp, out, args, args.iterations)

@@ -21,6 +21,7 @@ DEDICATED_OPTIONS = {
     "total_steps": ("--total-steps", "total_steps"),
     "num_envs": ("--num-envs", "num_envs"),
     "seed": ("--seed", "seed"),
+    "self_play": ("--self-play", "self_play"),
     "redundancy": ("--redundancy", "redundancy"),
     "redundancy_coef": ("--redundancy-coef", "redundancy_coef"),
     "checkpoint_every": ("--checkpoint-every", "checkpoint_every"),

@@ -97,8 +97,8 @@ class CollectionConfig:
         return dataclasses.replace(self, **changes)
 
     def to_dict(self) -> dict[str, Any]:
-        """The fields as a plain dict (``policy_lag`` only when it is not 0 and ``balance`` only when it is on, so
-        configs written before they existed read the same)."""
+        """The fields as a plain dict (``policy_lag`` only when it is not 0 and ``balance`` only when it is on: a
+        collection that leaves them at their defaults writes neither)."""
         out = dataclasses.asdict(self)
         if not out["policy_lag"]:
             del out["policy_lag"]

@@ -83,8 +83,7 @@ class LocalCollector:
     def load_state(self, state: Mapping[str, Any] | None) -> None:
         """Restores the :meth:`~marljoint.collect.Collector.state` of any collector over the same copies (this
         one's, or a subprocess or Ray collector's: the copies continue exactly where they stopped); ``None`` makes
-        the next rollout reset the env with the seed. An older snapshot without noise generators keeps the current
-        ones.
+        the next rollout reset the env with the seed. A state without noise generators keeps the current ones.
 
         Raises:
             ValueError: for a state that is unreadable or holds another number of copies.

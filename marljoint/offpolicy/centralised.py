@@ -15,52 +15,16 @@ from torch import nn
 from marljoint.auxiliary import AuxFn
 from marljoint.env.base import JointObs
 from marljoint.env.spaces import JointSpec
-from marljoint.offpolicy.config import OffPolicyConfig
+from marljoint.offpolicy.config import OffPolicyConfig, sac_config
 from marljoint.offpolicy.replay import JointTransitions
-from marljoint.offpolicy.sac import SacAlgorithm, SacConfig
+from marljoint.offpolicy.sac import SacAlgorithm
 from marljoint.offpolicy.value import flat_obs
 from marljoint.policies.optim import clip_member_grads_
 
-__all__ = ["ACTOR_CRITIC_ALGORITHMS", "RUN_SAC_SETTINGS", "CentralisedActorCritic", "sac_config"]
+__all__ = ["ACTOR_CRITIC_ALGORITHMS", "CentralisedActorCritic"]
 
 ACTOR_CRITIC_ALGORITHMS = ("masac", "maddpg")
 """The centralised-critic actor-critics the off-policy trainer runs (``SacConfig.variant``)."""
-
-RUN_SAC_SETTINGS = ("variant", "gamma", "hidden_sizes", "share_parameters")
-""":class:`~marljoint.offpolicy.sac.SacConfig` fields taken from :class:`OffPolicyConfig` (the algorithm, γ, the
-actors' widths, sharing), not from its ``sac`` table."""
-
-
-def sac_config(config: OffPolicyConfig) -> SacConfig:
-    """The :class:`~marljoint.offpolicy.sac.SacConfig` of an off-policy config whose algorithm is masac or maddpg.
-
-    Raises:
-        ValueError: for a ``sac`` key that is a setting of the run, an unknown key (listing the valid ones) or an
-            invalid value.
-    """
-    table = dict(config.sac)
-    misplaced = sorted(set(table) & set(RUN_SAC_SETTINGS))
-    if misplaced:
-        raise ValueError(
-            f"sac.{misplaced[0]} is set by the off-policy config itself (algorithm, gamma, hidden_sizes, "
-            f"share_parameters); set {misplaced[0]} there instead"
-        )
-    valid = sorted(f for f in SacConfig.__dataclass_fields__ if f not in RUN_SAC_SETTINGS)
-    unknown = sorted(set(table) - set(valid))
-    if unknown:
-        raise ValueError(f"unknown sac setting(s) {unknown}; valid keys: {valid}")
-    if "critic_hidden_sizes" in table:
-        table["critic_hidden_sizes"] = tuple(table["critic_hidden_sizes"])
-    try:
-        return SacConfig(
-            variant=config.algorithm,
-            gamma=config.gamma,
-            hidden_sizes=tuple(config.hidden_sizes),
-            share_parameters=config.share_parameters,
-            **table,
-        )
-    except TypeError as exc:
-        raise ValueError(f"sac: {exc}") from None
 
 
 def _action_space(spec: JointSpec, algorithm: str) -> gymnasium.spaces.Space:

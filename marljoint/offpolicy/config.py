@@ -8,7 +8,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["ALGORITHMS", "VALUE_ALGORITHMS", "OffPolicyConfig"]
+from marljoint.offpolicy.sac import SacConfig
+
+__all__ = ["ALGORITHMS", "RUN_SAC_SETTINGS", "VALUE_ALGORITHMS", "OffPolicyConfig", "sac_config"]
 
 VALUE_ALGORITHMS = ("vdn", "qmix")
 """The value-decomposition algorithms."""
@@ -148,8 +150,6 @@ class OffPolicyConfig:
             if self.sac:
                 raise ValueError(f"sac settings apply to masac and maddpg, not {self.algorithm}; drop them")
             return
-        from marljoint.offpolicy.centralised import sac_config
-
         sac_config(self)
 
     @property
@@ -198,3 +198,40 @@ def _widths(value: Any) -> tuple[int, ...]:
     if not widths or not all(_is_int(w) and w > 0 for w in widths):
         raise ValueError(f"hidden_sizes must be a list of positive integer widths such as [64, 64], got {value!r}")
     return widths
+
+
+RUN_SAC_SETTINGS = ("variant", "gamma", "hidden_sizes", "share_parameters")
+""":class:`~marljoint.offpolicy.sac.SacConfig` fields taken from :class:`OffPolicyConfig` (the algorithm, γ, the
+actors' widths, sharing), not from its ``sac`` table."""
+
+
+def sac_config(config: OffPolicyConfig) -> SacConfig:
+    """The :class:`~marljoint.offpolicy.sac.SacConfig` of an off-policy config whose algorithm is masac or maddpg.
+
+    Raises:
+        ValueError: for a ``sac`` key that is a setting of the run, an unknown key (listing the valid ones) or an
+            invalid value.
+    """
+    table = dict(config.sac)
+    misplaced = sorted(set(table) & set(RUN_SAC_SETTINGS))
+    if misplaced:
+        raise ValueError(
+            f"sac.{misplaced[0]} is set by the off-policy config itself (algorithm, gamma, hidden_sizes, "
+            f"share_parameters); set {misplaced[0]} there instead"
+        )
+    valid = sorted(f for f in SacConfig.__dataclass_fields__ if f not in RUN_SAC_SETTINGS)
+    unknown = sorted(set(table) - set(valid))
+    if unknown:
+        raise ValueError(f"unknown sac setting(s) {unknown}; valid keys: {valid}")
+    if "critic_hidden_sizes" in table:
+        table["critic_hidden_sizes"] = tuple(table["critic_hidden_sizes"])
+    try:
+        return SacConfig(
+            variant=config.algorithm,
+            gamma=config.gamma,
+            hidden_sizes=tuple(config.hidden_sizes),
+            share_parameters=config.share_parameters,
+            **table,
+        )
+    except TypeError as exc:
+        raise ValueError(f"sac: {exc}") from None

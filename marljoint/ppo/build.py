@@ -98,17 +98,16 @@ def units_from_policies(
     return units
 
 
-def check_trunk_layout(policy: Any, policy_state: Mapping[str, Any], config: Mapping[str, Any]) -> None:
+def check_trunk_layout(policy: Any, policy_state: Mapping[str, Any]) -> None:
     """Refuses a checkpoint whose critic layout (own trunk or shared) or observation statistics differ from the
     network's, with the fix."""
     if not isinstance(policy, ActorCritic):
         return
     saved_stats = any(key.startswith("obs_normalizer.") for key in policy_state)
     if saved_stats != (policy.obs_normalizer is not None):
-        hint = "" if "normalize_observations" in config else " (checkpoints written before it existed)"
         raise ValueError(
-            f"the checkpoint's networks {'normalise' if saved_stats else 'do not normalise'} observations"
-            f"{hint}, this trainer's {'do not' if saved_stats else 'do'}; build the trainer with "
+            f"the checkpoint's networks {'normalise' if saved_stats else 'do not normalise'} observations, this "
+            f"trainer's {'do not' if saved_stats else 'do'}; build the trainer with "
             f"normalize_observations={saved_stats} (normalize_observations = {str(saved_stats).lower()} in a run's "
             "config.toml)"
         )
@@ -118,9 +117,8 @@ def check_trunk_layout(policy: Any, policy_state: Mapping[str, Any], config: Map
     if saved_own_trunk == (not policy.share_trunk):
         return
     saved = "a critic trunk of its own" if saved_own_trunk else "a critic that reads the actor's trunk"
-    hint = "" if "share_trunk" in config else " (checkpoints written before separate networks became the default)"
     raise ValueError(
-        f"the checkpoint's networks have {saved}{hint}, this trainer's do not; build the trainer with "
+        f"the checkpoint's networks have {saved}, this trainer's do not; build the trainer with "
         f"share_trunk={not saved_own_trunk} (share_trunk = {str(not saved_own_trunk).lower()} in a run's config.toml)"
     )
 

@@ -80,7 +80,7 @@ def derive_settings(spec: JointSpec, config: JointTrainerConfig) -> tuple[JointT
     """
     changes: dict[str, Any] = {}
     derived: dict[str, str] = {}
-    if config.normalize_observations is None:
+    if config.network.normalize_observations is None:
         unbounded = [a for a, o in zip(spec.agents, spec.observations) if o.kind == "flat" and o.unbounded]
         changes["normalize_observations"] = bool(unbounded)
         if unbounded:
@@ -89,7 +89,7 @@ def derive_settings(spec: JointSpec, config: JointTrainerConfig) -> tuple[JointT
             )
         else:
             derived["normalize_observations"] = "off: every agent's observation space is bounded"
-    if config.gamma is None:
+    if config.ppo.gamma is None:
         changes["gamma"], derived["gamma"] = _gamma_rule(spec.episode_limit)
     box = [a for a, layout in zip(spec.agents, spec.actions) if layout.kind == "box"]
     values = BOX_ACTION_SETTINGS if box else DISCRETE_ACTION_SETTINGS
@@ -170,31 +170,32 @@ def derive_acting_device(
         >>> derive_acting_device(JointTrainerConfig(device="meta"), [small])[0].acting_device
         'cpu'
     """
-    if config.acting_device != "auto":
+    runtime, num_envs = config.runtime, config.ppo.num_envs
+    if runtime.acting_device != "auto":
         return config, {}
-    learner = torch.device(config.device)
+    learner = torch.device(runtime.device)
     if learner.type == "cpu":
         return config.replace(acting_device="cpu"), {"acting_device": "cpu: the learner's device is the CPU"}
     if config.collection.multiprocess:
         return config.replace(acting_device="cpu"), {
             "acting_device": "cpu: the env workers act on CPU copies of the networks; the rollout is assembled on "
-            f"the CPU and moved to {config.device} once per iteration"
+            f"the CPU and moved to {runtime.device} once per iteration"
         }
     if any(isinstance(m, torch.nn.modules.conv._ConvNd) for network in networks for m in network.modules()):
-        return config.replace(acting_device=config.device), {
-            "acting_device": f"{config.device}: the networks are convolutional, whose forward costs far less there "
+        return config.replace(acting_device=runtime.device), {
+            "acting_device": f"{runtime.device}: the networks are convolutional, whose forward costs far less there "
             "than on the CPU"
         }
-    work = config.num_envs * sum(_work_per_copy(network) for network in networks)
+    work = num_envs * sum(_work_per_copy(network) for network in networks)
     if work >= ACTING_WORK_THRESHOLD:
-        return config.replace(acting_device=config.device), {
-            "acting_device": f"{config.device}: about {work:,} multiply-adds per env step ({config.num_envs} copies), "
+        return config.replace(acting_device=runtime.device), {
+            "acting_device": f"{runtime.device}: about {work:,} multiply-adds per env step ({num_envs} copies), "
             f"at least {ACTING_WORK_THRESHOLD:,}: the device computes them faster than a CPU core, launches and "
             "copies included"
         }
     return config.replace(acting_device="cpu"), {
-        "acting_device": f"cpu: about {work:,} multiply-adds per env step ({config.num_envs} copies), below "
-        f"{ACTING_WORK_THRESHOLD:,}: on {config.device} each step would wait on kernel launches and host-device "
+        "acting_device": f"cpu: about {work:,} multiply-adds per env step ({num_envs} copies), below "
+        f"{ACTING_WORK_THRESHOLD:,}: on {runtime.device} each step would wait on kernel launches and host-device "
         "copies, so a CPU copy of the networks acts (its weights refreshed before every rollout)"
     }
 
@@ -267,16 +268,17 @@ def settings_of_policies(
         ValueError: if ``normalize_observations`` is set and some given network disagrees.
     """
     has = [getattr(p, "obs_normalizer", None) is not None for p in policies]
-    if config.normalize_observations is None:
+    normalize = config.network.normalize_observations
+    if normalize is None:
         value = any(has)
         reason = "the given policies " + ("normalise observations" if value else "do not normalise observations")
         return config.replace(normalize_observations=value), {"normalize_observations": reason}
-    wrong = [i for i, h in enumerate(has) if h != config.normalize_observations]
+    wrong = [i for i, h in enumerate(has) if h != normalize]
     if wrong:
         raise ValueError(
-            f"normalize_observations={config.normalize_observations}, but the policies of agents {wrong} were built "
-            f"with normalize_observations={not config.normalize_observations}; build them with "
-            f"ActorCritic(..., normalize_observations={config.normalize_observations}) or leave the setting None"
+            f"normalize_observations={normalize}, but the policies of agents {wrong} were built "
+            f"with normalize_observations={not normalize}; build them with "
+            f"ActorCritic(..., normalize_observations={normalize}) or leave the setting None"
         )
     return config, {}
 

@@ -21,7 +21,7 @@ from marljoint.auxiliary import AuxOutput
 from marljoint.collect.rollout import JointRollout
 from marljoint.policies import ActorCritic, clip_member_grads_
 from marljoint.policies.actor_critic import PolicyOutput
-from marljoint.policies.joint import JointPolicy
+from marljoint.policies.joint import JointPolicy, NetworkSlot
 from marljoint.policies.normalizer import RunningNormalizer
 from marljoint.policies.recurrent import resolve_replay
 from marljoint.ppo.config import JointTrainerConfig
@@ -29,6 +29,7 @@ from marljoint.ppo.divergence import DivergenceError, all_finite, first_non_fini
 from marljoint.ppo.gae import compute_gae
 from marljoint.ppo.losses import explained_variance, masked_mean, normalize_advantages, policy_loss, value_loss
 from marljoint.ppo.ppo_settings import PpoConfig
+from marljoint.ppo.regularizer import PolicyRegularizer, RegularizerBatch
 from marljoint.ppo.sequences import SequenceChunks, chunk_rows, pad_row
 
 __all__ = ["JointStats", "Learner"]
@@ -142,7 +143,7 @@ class _Totals:
 
 
 class NetworkUnit:
-    """One network and its optimizers, serving some agents (a whole group, or one agent).
+    """One network and its optimizers, serving the agents of its :attr:`slot` (a whole group, or one agent).
 
     Gradients are clipped per network: the actor and the critic each on their own (one network when they share a
     trunk), and per member of stacked per-agent weights. A network shared by several agents is one network: its
@@ -169,12 +170,11 @@ class NetworkUnit:
         stacked: bool,
         agent_names: Sequence[str],
     ) -> None:
-        self.group = group
+        self.slot = NetworkSlot(group, tuple(agent_indices), stacked)
+        """Which agents the network serves: the description :class:`~marljoint.policies.JointPolicy` takes."""
         self.policy = policy
-        self.agent_indices = agent_indices
         self.optimizer = optimizer
         self.critic_optimizer = critic_optimizer
-        self.stacked = stacked
         self.actor_params = list(policy.actor_parameters())
         self.critic_params = list(policy.critic_parameters())
         if getattr(policy, "share_trunk", False):
@@ -186,6 +186,21 @@ class NetworkUnit:
         names = [agent_names[i] for i in agent_indices]
         # Member m's network name: its agent's, or the agents' joined by "+" for one network shared by several.
         self.network_names = names if self.members == len(names) else ["+".join(names)]
+
+    @property
+    def group(self) -> int:
+        """Index into ``spec.groups`` of the agents' group."""
+        return self.slot.group
+
+    @property
+    def agent_indices(self) -> tuple[int, ...]:
+        """The agents the network serves, in ``possible_agents`` order."""
+        return self.slot.agents
+
+    @property
+    def stacked(self) -> bool:
+        """The network holds the whole group; False: it serves one agent."""
+        return self.slot.whole_group
 
     def member_active(self, active: torch.Tensor) -> torch.Tensor:
         """``[members]`` bool from the per-agent ``active`` mask; a shared network must be frozen as a whole."""
@@ -259,6 +274,9 @@ class Learner:
         """Whether an update centres PPO's trust region on the weights it starts from and reweights the rows by
         ``π_prox / π_behaviour`` (decoupled PPO, for rollouts collected with older weights); on with policy lag 1,
         off otherwise (plain PPO against the stored behaviour log-probs)."""
+        self.regularizer: PolicyRegularizer | None = None
+        """A term of the joint loss computed from the policy's outputs (e.g. magnetic mirror descent's KL to the
+        magnet), or ``None``."""
 
     def compute_advantages(self, rollout: JointRollout) -> tuple[torch.Tensor, torch.Tensor]:
         """GAE advantages and returns, ``[T', E, N]`` each, over the rows of ``rollout.extended()``.
@@ -317,13 +335,11 @@ class Learner:
             DivergenceError: a minibatch's loss or a gradient is not finite (raised before any optimizer steps on
                 it), or a parameter is not finite after the epochs; names the metric and the agent or network.
         """
-        rollout.validate()
-        if rollout.spec.agents != self.spec.agents:
-            raise ValueError(
-                f"rollout agents {list(rollout.spec.agents)} differ from the trainer's {list(self.spec.agents)}"
-            )
+        self._check_rollout(rollout)
         active_mask = self._active_mask(active)
         call_aux = _aux_caller(aux_fn) if aux_fn is not None else None
+        if self.regularizer is not None:
+            self.regularizer.begin_update(self)
         batch = self._flatten(rollout, active_mask)
         if self.decoupled:
             batch = batch._replace(proximal=self._proximal_log_probs(batch))
@@ -344,6 +360,14 @@ class Learner:
             active_on_device,
         )
         return totals.stats(batch.explained_var)
+
+    def _check_rollout(self, rollout: JointRollout) -> None:
+        """Refuses a rollout whose shapes disagree or whose agents are not the trainer's (ValueError)."""
+        rollout.validate()
+        if rollout.spec.agents != self.spec.agents:
+            raise ValueError(
+                f"rollout agents {list(rollout.spec.agents)} differ from the trainer's {list(self.spec.agents)}"
+            )
 
     def _epochs(
         self,
@@ -531,6 +555,11 @@ class Learner:
             # has one mover), and frozen agents as well as trained ones.
             aux = call_aux(features, mb_alive)
             joint = joint + aux.loss
+        if self.regularizer is not None:
+            masks = [None if m is None else m[idx] for m in batch.masks]
+            joint = joint + self.regularizer(
+                RegularizerBatch(policy, outputs, [o[idx] for o in batch.obs], mb_alive, masks, mb_valid)
+            )
         return _MinibatchLoss(joint, pg, vl, ent, aux)
 
     def _step(self, loss: _MinibatchLoss, active_mask: torch.Tensor) -> dict[str, torch.Tensor]:

@@ -47,6 +47,7 @@ class TrainerPersistence:
             "env_steps": self.env_steps,
             "lr_scale": self.learner.lr_scale,
             "pending_moves": None if self._pending is None else self._pending.to("cpu").fields(),
+            **({} if self.learner.regularizer is None else {"regularizer": self.learner.regularizer.state_dict()}),
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -63,7 +64,7 @@ class TrainerPersistence:
                 "build the trainer with the same share_parameters setting"
             )
         for unit, policy_state, optimizer_states in zip(self.learner.units, state["policies"], state["optimizers"]):
-            check_trunk_layout(unit.policy, policy_state, state.get("config", {}))
+            check_trunk_layout(unit.policy, policy_state)
             unit.policy.load_state_dict(policy_state)
             for optimizer, optimizer_state in zip(unit.optimizers(), optimizer_states):
                 optimizer.load_state_dict(optimizer_state)
@@ -73,6 +74,8 @@ class TrainerPersistence:
         self.iteration = int(state["iteration"])
         self.env_steps = int(state["env_steps"])
         self.learner.lr_scale = float(state.get("lr_scale", 1.0))
+        if self.learner.regularizer is not None and state.get("regularizer") is not None:
+            self.learner.regularizer.load_state_dict(state["regularizer"])
         pending = state.get("pending_moves")
         self._pending = (
             None if pending is None else JointRollout(**{**pending, "spec": self.spec}).to(self.config.acting_device)

@@ -23,7 +23,7 @@ from marljoint.collect.rollout import JointRollout, carry_pending_moves
 from marljoint.env.base import JointEnv, JointObs
 from marljoint.env.check import BlankImageWarning, blank_image_agents, blank_image_message
 from marljoint.policies import ActorCritic, AgentPolicy
-from marljoint.policies.joint import JointPolicy, NetworkSlot
+from marljoint.policies.joint import JointPolicy
 from marljoint.policies.normalizer import RunningNormalizer
 from marljoint.ppo.build import (
     check_device_available,
@@ -123,7 +123,7 @@ class JointMultiAgentTrainer(TrainerPersistence):
             env: the JointEnv.
             config: hyperparameters (defaults when ``None``).
             **policy_kwargs: passed to every ``ActorCritic`` (e.g. ``log_std_init``); ``hidden_sizes`` defaults to
-                ``config.hidden_sizes``.
+                ``config.network.hidden_sizes``.
 
         Returns:
             The trainer.
@@ -140,13 +140,13 @@ class JointMultiAgentTrainer(TrainerPersistence):
     def _setup(
         self, env: JointEnv, config: JointTrainerConfig, units: list[NetworkUnit], derived: dict[str, str]
     ) -> None:
-        if config.num_envs != env.num_envs:
+        if config.ppo.num_envs != env.num_envs:
             raise ValueError(
-                f"config.num_envs is {config.num_envs} but the env has {env.num_envs} copies; build the env with "
-                f"num_envs={config.num_envs}, or set num_envs={env.num_envs} in the config"
+                f"config.num_envs is {config.ppo.num_envs} but the env has {env.num_envs} copies; build the env with "
+                f"num_envs={config.ppo.num_envs}, or set num_envs={env.num_envs} in the config"
             )
         config, acting = derive_acting_device(config, [u.policy for u in units])
-        check_device_available(config.acting_device)
+        check_device_available(config.runtime.acting_device)
         derived = {**derived, **acting}
         self.env = env
         self.config = config
@@ -155,22 +155,22 @@ class JointMultiAgentTrainer(TrainerPersistence):
         ``acting_device="auto"``, ``recurrent_replay="auto"``) has the value in :attr:`config`: ``{setting: reason}``
         (see :func:`~marljoint.ppo.derived.derive_settings`, :func:`~marljoint.ppo.derived.derive_threads`,
         :func:`~marljoint.ppo.derived.derive_acting_device` and :func:`~marljoint.ppo.derived.derive_replay`)."""
-        if config.torch_threads is not None:
-            set_torch_threads(config.torch_threads)
+        if config.runtime.torch_threads is not None:
+            set_torch_threads(config.runtime.torch_threads)
         self.spec = env.spec
-        self.device = torch.device(config.device)
-        self._generator = torch.Generator().manual_seed(config.seed)
+        self.device = torch.device(config.runtime.device)
+        self._generator = torch.Generator().manual_seed(config.runtime.seed)
         n = self.spec.num_agents
-        self.value_normalizer = RunningNormalizer(n, device=self.device) if config.value_normalization else None
+        self.value_normalizer = RunningNormalizer(n, device=self.device) if config.ppo.value_normalization else None
         # Moves of the last rollout whose outcome lies in the next one (turn-based games), or None.
         self._pending: JointRollout | None = None
-        if config.centralized_critic:
+        if config.network.centralized_critic:
             critic_input_size(self.spec)
         self.joint_policy = JointPolicy(
             self.spec,
             [u.policy for u in units],
-            [NetworkSlot(u.group, u.agent_indices, u.stacked) for u in units],
-            centralized=config.centralized_critic,
+            [u.slot for u in units],
+            centralized=config.network.centralized_critic,
             value_normalizer=self.value_normalizer,
             device=self.device,
         )
@@ -179,7 +179,7 @@ class JointMultiAgentTrainer(TrainerPersistence):
         self.learner = Learner(config, self.joint_policy, units, self._generator)
         """The optimizers and the one-backward update."""
         # Collecting workers compute on one thread each, whatever the learner's count.
-        self.collector: Collector = make_collector(env, config.collection, config.seed)
+        self.collector: Collector = make_collector(env, config.collection, config.runtime.seed)
         """Plays the rollouts (the backend of ``config.collection``)."""
         self.iteration = 0
         self.env_steps = 0
@@ -196,7 +196,7 @@ class JointMultiAgentTrainer(TrainerPersistence):
         """The policy the collector acts with: :attr:`joint_policy` itself, or its copy on ``config.acting_device``
         (made when first asked for, refreshed from :attr:`joint_policy` before every rollout)."""
         if self._acting_policy is None:
-            where = torch.device(self.config.acting_device)
+            where = torch.device(self.config.runtime.acting_device)
             self._acting_policy = self.joint_policy if where == self.device else self.joint_policy.copy_to(where)
         return self._acting_policy
 
@@ -255,12 +255,12 @@ class JointMultiAgentTrainer(TrainerPersistence):
         acting = self.acting_policy
         if acting is not self.joint_policy:
             acting.copy_weights_from(self.joint_policy)
-        ro = self.collector.collect(acting, self.config.rollout_steps)
+        ro = self.collector.collect(acting, self.config.ppo.rollout_steps)
         self.env_steps += ro.steps * ro.num_envs
         # The moves to carry are found where the rollout was collected: their host reads need no device sync.
         ro.carried = self._pending
         ro.deferred = None
-        ro.deferred, self._pending = carry_pending_moves(ro.extended(), self.config.bootstrap_truncation)
+        ro.deferred, self._pending = carry_pending_moves(ro.extended(), self.config.ppo.bootstrap_truncation)
         if acting is not self.joint_policy:
             ro = ro.to(self.device)  # once per iteration: the update reads it on the learner's device
         return ro
@@ -345,7 +345,7 @@ class JointMultiAgentTrainer(TrainerPersistence):
         Raises:
             ValueError: with ``anneal_lr`` and no ``end_iteration``.
         """
-        if self.config.anneal_lr:
+        if self.config.optim.anneal_lr:
             if end_iteration is None:
                 raise ValueError(
                     "anneal_lr decays the learning rate to 0 at the end of the run, so iterate() needs "
@@ -399,7 +399,7 @@ class JointMultiAgentTrainer(TrainerPersistence):
         """
         if not isinstance(total_steps, (int, np.integer)) or total_steps < 1:
             raise ValueError(f"total_steps must be a positive integer, got {total_steps!r}")
-        per_iteration = self.config.rollout_steps * self.env.num_envs
+        per_iteration = self.config.ppo.rollout_steps * self.env.num_envs
         iterations = math.ceil(total_steps / per_iteration)
         end_iteration = self.iteration + iterations
         history = []

@@ -131,7 +131,12 @@ def build_trainer(spec: RunSpec, env: Any) -> Any:
         return build_offpolicy_trainer(spec, env)
 
     try:
-        return JointMultiAgentTrainer.from_env(env, spec.trainer)
+        trainer = JointMultiAgentTrainer.from_env(env, spec.trainer)
+        if spec.self_play == "mmd":
+            from marljoint.best_response.mmd import attach_mmd
+
+            attach_mmd(trainer, spec.mmd_config())
+        return trainer
     except ValueError as exc:
         raise RunError(f"cannot build the trainer for env {spec.env!r}: {exc}") from None
 

@@ -58,6 +58,8 @@ RUN_DEFAULTS: dict[str, Any] = {
     "exploitability_steps": 20_000,
     "exploitability_episodes": 200,
     "wandb_project": None,
+    "self_play": None,
+    "mmd": None,
     "algorithm": None,
     "offpolicy": {},
 }

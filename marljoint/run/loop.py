@@ -196,6 +196,8 @@ class RunLoop:
         trainer = self.trainer
         rollout, stats, seconds = trainer.iterate(total, aux_fn=self.aux_fn)
         metrics = trainer.iteration_metrics(rollout, stats, seconds)
+        if trainer.learner.regularizer is not None:  # the self-play term's schedule and size (mmd/alpha, mmd/kl)
+            metrics.update(trainer.learner.regularizer.metrics())
         every = self.spec.eval_every
         evaluated = every is not None and (trainer.iteration % every == 0 or trainer.iteration >= total)
         if evaluated:

@@ -7,9 +7,13 @@ format alone. The run layer applies them on read; content already in the current
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
+from marljoint.best_response import nfsp, psro
+from marljoint.checkpoint import load_checkpoint
 from marljoint.collect.config import CollectionConfig
 
 __all__ = [
@@ -18,8 +22,19 @@ __all__ = [
     "collection_from_keys",
     "migrate_checkpoint",
     "migrate_collection_keys",
+    "migrate_best_response_state",
+    "migrate_psro_config",
     "migrate_saved_config",
+    "read_nfsp_checkpoint",
+    "read_psro_checkpoint",
 ]
+
+PICKLED_PSRO = (
+    "a PSRO checkpoint of an earlier marljoint version, which pickled its population of networks and is no longer "
+    "read: start the run afresh (marljoint psro ... --force)"
+)
+"""What a ``psro.pt`` holding pickled objects is, if marljoint wrote it, and what to do: the one older format that
+cannot be converted (reading it would run code from the file)."""
 
 COLLECTION_KEYS = ("vector_mode", "num_env_workers", "num_workers", "extra")
 """Settings of older configs, now :attr:`JointTrainerConfig.collection`: ``vector_mode="subprocess"`` with
@@ -127,3 +142,56 @@ def migrate_checkpoint(checkpoint: Mapping[str, Any]) -> dict[str, Any]:
     if isinstance(env, Mapping) and generators is not None and "env" in env and "copy_generators" not in env:
         out["env"] = {**env, "copy_generators": generators}
     return out
+
+
+def migrate_psro_config(values: Mapping[str, Any]) -> dict[str, Any]:
+    """A saved :class:`~marljoint.best_response.PsroConfig` dict in the current format: ``num_workers``, the older
+    name of ``task_split``, renamed, and the trainer settings it predates filled (:func:`migrate_saved_config`).
+
+    Example:
+        >>> migrate_psro_config({"num_workers": 3, "trainer": {"seed": 1}})
+        {'trainer': {'normalize_observations': False, 'seed': 1}, 'task_split': 3}
+    """
+    out = migrate_saved_config(values)
+    if "num_workers" in out and "task_split" not in out:
+        out["task_split"] = out.pop("num_workers")
+    return out
+
+
+def migrate_best_response_state(state: Mapping[str, Any], kind: str) -> dict[str, Any]:
+    """A PSRO (``kind="psro"``) or NFSP (``kind="nfsp"``) checkpoint's state with its config in the current format,
+    as :meth:`PSRO.from_state <marljoint.best_response.PSRO.from_state>` and
+    :meth:`NFSP.from_state <marljoint.best_response.NFSP.from_state>` take it.
+
+    Example:
+        >>> migrate_best_response_state({"config": {"iterations": 3, "trainer": {}}, "iteration": 1}, "nfsp")
+        {'config': {'iterations': 3, 'trainer': {'normalize_observations': False}}, 'iteration': 1}
+
+    Raises:
+        ValueError: a ``kind`` other than ``"psro"`` or ``"nfsp"``.
+    """
+    convert = {"psro": migrate_psro_config, "nfsp": migrate_saved_config}.get(kind)
+    if convert is None:
+        raise ValueError(f"kind must be 'psro' or 'nfsp', got {kind!r}")
+    return {**state, "config": convert(state["config"])}
+
+
+def read_psro_checkpoint(directory: str | os.PathLike[str]) -> dict[str, Any]:
+    """The state of a PSRO run's ``psro.pt``, in the current format whichever version wrote it.
+
+    Raises:
+        marljoint.checkpoint.CheckpointError: a missing or unreadable file, or one holding pickled objects (the
+            format earlier versions wrote, which is refused unread, saying to start afresh).
+    """
+    state = load_checkpoint(Path(directory) / psro.CHECKPOINT_NAME, PICKLED_PSRO)
+    return migrate_best_response_state(state, "psro")
+
+
+def read_nfsp_checkpoint(directory: str | os.PathLike[str]) -> dict[str, Any]:
+    """The state of an NFSP run's ``nfsp.pt``, in the current format whichever version wrote it.
+
+    Raises:
+        marljoint.checkpoint.CheckpointError: a missing or unreadable file, or one holding Python objects other
+            than tensors, arrays and plain values, refused unread.
+    """
+    return migrate_best_response_state(load_checkpoint(Path(directory) / nfsp.CHECKPOINT_NAME), "nfsp")

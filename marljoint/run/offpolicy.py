@@ -5,6 +5,7 @@ as the PPO trainer's."""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from types import SimpleNamespace
 from typing import Any
 
 import torch
@@ -127,6 +128,8 @@ class OffPolicyRun:
         self.trainer = trainer
         self.config = run_config
         self.derived: dict[str, str] = {}
+        # The run loop reads learner.regularizer (PPO's self-play term, --self-play mmd): an off-policy run has none.
+        self.learner = SimpleNamespace(regularizer=None)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.trainer, name)

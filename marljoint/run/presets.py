@@ -33,12 +33,14 @@ from marljoint.ppo.config import JointTrainerConfig
 from marljoint.run.defaults import DEFAULT_TRAINER
 from marljoint.run.spec import RunSpec
 
-__all__ = ["ALL_PRESETS", "BEST_RESPONSE_PRESETS", "COMMANDS", "PRESETS", "Preset", "get_preset"]
+__all__ = ["ALL_PRESETS", "BEST_RESPONSE_PRESETS", "COMMANDS", "PRESETS", "SELF_PLAY_PRESETS", "Preset", "get_preset"]
 
 
-COMMANDS = ("train", "best_response")
-"""The commands a :class:`Preset` applies to: ``marljoint train`` (``--preset NAME``), or ``marljoint psro`` and
-``marljoint nfsp``, which take the preset of their env (:func:`~marljoint.run.recipes.recipe_for`)."""
+COMMANDS = ("train", "best_response", "self_play")
+"""The commands a :class:`Preset` applies to: ``marljoint train`` (``--preset NAME``), ``marljoint psro`` and
+``marljoint nfsp``, which take the preset of their env (:func:`~marljoint.run.recipes.recipe_for`), or
+``marljoint train --self-play``, which starts from the self-play preset of its env
+(:func:`~marljoint.run.recipes.self_play_settings`)."""
 
 
 @dataclass(frozen=True)
@@ -58,7 +60,7 @@ class Preset:
         config_kwargs: :class:`JointTrainerConfig` fields (of the best responses, for ``"best_response"``).
         total_steps: the env-step budget a ``"train"`` preset was measured with.
         description: one line on the task and the choices.
-        command: ``"train"`` or ``"best_response"`` (:data:`COMMANDS`).
+        command: ``"train"``, ``"best_response"`` or ``"self_play"`` (:data:`COMMANDS`).
         br_steps: env steps of PPO best-response training per PSRO iteration.
         episodes_per_entry: episodes per simulated meta-game entry.
         eval_num_envs: env copies for meta-game simulation.
@@ -326,12 +328,41 @@ BEST_RESPONSE_PRESETS["openspiel"] = dataclasses.replace(
     meta_solver="prd",
 )
 
+SELF_PLAY_PRESETS: dict[str, Preset] = {
+    "openspiel": Preset(
+        name="openspiel",
+        env_name=OPENSPIEL_PREFIX,
+        command="self_play",
+        config_kwargs=dict(
+            num_envs=256,
+            rollout_steps=8,
+            gamma=1.0,
+            gae_lambda=1.0,
+            learning_rate=1e-3,
+            ent_coef=0.0,
+            n_epochs=4,
+            minibatch_size=512,
+            num_minibatches=None,
+            hidden_sizes=(128,),
+            share_parameters=False,
+        ),
+        description="marljoint train --self-play on an OpenSpiel game or the bundled Kuhn poker (unless the command "
+        "line or --config says otherwise): many copies of the short episodes, undiscounted returns, one network "
+        "per seat, no entropy bonus (MMD's KL to the magnet regularises instead); measured on Kuhn and Leduc poker "
+        "(docs/best_response.md)",
+    ),
+}
+"""The presets of ``marljoint train --self-play`` (:func:`~marljoint.run.recipes.self_play_settings`):
+``"openspiel"`` for OpenSpiel games and the bundled Kuhn poker."""
+
 ALL_PRESETS: dict[str, Preset] = {
     **{name: preset for name, preset in PRESETS.items()},
     **{f"best_response/{name}": preset for name, preset in BEST_RESPONSE_PRESETS.items()},
+    **{f"self_play/{name}": preset for name, preset in SELF_PLAY_PRESETS.items()},
 }
-"""The one table of named setting bundles: ``marljoint train``'s presets by name, and the best-response presets
-as ``best_response/<env name>`` (``best_response/general``, ``best_response/openspiel``)."""
+"""The one table of named setting bundles: ``marljoint train``'s presets by name, the best-response presets
+as ``best_response/<env name>`` (``best_response/general``, ``best_response/openspiel``), and the self-play
+presets as ``self_play/<name>`` (``self_play/openspiel``)."""
 
 
 def get_preset(name: str) -> Preset:

@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from marljoint.env.openspiel import OPENSPIEL_PREFIX
-from marljoint.run.presets import BEST_RESPONSE_PRESETS, Preset
+from marljoint.run.presets import BEST_RESPONSE_PRESETS, SELF_PLAY_PRESETS, Preset
 from marljoint.run.registry import resolve_env
 
 __all__ = [
@@ -25,6 +25,7 @@ __all__ = [
     "auto_meta_solver",
     "env_factory",
     "recipe_for",
+    "self_play_settings",
 ]
 
 BUNDLED_ENVS = ("kuhn_poker_v0", "matrix_game_v0", "bucket_brigade_v0")
@@ -36,6 +37,17 @@ GENERAL_RECIPE = BEST_RESPONSE_PRESETS["general"]
 """Every other env's best-response preset."""
 OPENSPIEL_RECIPE = BEST_RESPONSE_PRESETS["openspiel"]
 """OpenSpiel games' best-response preset (Kuhn poker's, with the changes measured on Leduc poker)."""
+SELF_PLAY_TRAINER: dict[str, Any] = dict(SELF_PLAY_PRESETS["openspiel"].config_kwargs)
+"""The trainer settings ``marljoint train --self-play`` starts from on an OpenSpiel game or the bundled Kuhn poker:
+those of the ``self_play/openspiel`` preset."""
+
+
+def self_play_settings(env_name: str, self_play: str | None) -> dict[str, Any]:
+    """The run settings ``--self-play`` starts from on ``env_name``: :data:`SELF_PLAY_TRAINER` for an OpenSpiel
+    game or the bundled Kuhn poker, nothing for other envs (their own defaults) or without self-play."""
+    if self_play is None or not (env_name.startswith(OPENSPIEL_PREFIX) or env_name == "kuhn_poker_v0"):
+        return {}
+    return {"self_play": self_play, **SELF_PLAY_TRAINER}
 
 
 def auto_meta_solver(recipe: Preset, players: int, oracle: str = "ppo") -> str:

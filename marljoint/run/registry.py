@@ -27,7 +27,8 @@ from typing import Any
 import numpy as np
 
 import marljoint_envs
-from marljoint.best_response.games import KUHN_NAMES, KnownGame, KuhnGame, MatrixGame
+from marljoint.best_response.games import KnownGame, MatrixGame
+from marljoint.best_response.resolve import game_by_name
 from marljoint.env.openspiel import OPENSPIEL_PREFIX, load_openspiel_game, openspiel_env
 
 __all__ = [
@@ -261,13 +262,9 @@ def known_game(env_name: str, env_kwargs: dict[str, Any] | None = None) -> Known
             naming the count and the alternative.
     """
     kwargs = dict(env_kwargs or {})
-    if env_name.startswith(OPENSPIEL_PREFIX):
-        from marljoint.best_response.openspiel_game import OpenSpielGame
-
-        parameters = {k: v for k, v in kwargs.items() if k != "render_mode"}
-        return OpenSpielGame(env_name[len(OPENSPIEL_PREFIX) :].strip(), parameters)
-    if env_name in KUHN_NAMES:
-        return KuhnGame()
+    known = game_by_name(env_name, kwargs)
+    if known is not None:
+        return known
     if env_name == "matrix_game_v0":
         from marljoint_envs import matrix_game_v0
 

@@ -85,6 +85,12 @@ class RunSpec:
     wandb_project: str | None = None
     """Also log every metrics row to this Weights & Biases project (``pip install "marljoint[wandb]"``; set
     ``WANDB_MODE=offline`` without network). ``None``: CSV and TensorBoard only."""
+    self_play: str | None = RUN_DEFAULTS["self_play"]
+    """``"mmd"``: magnetic mirror descent self-play of a two-player zero-sum game (each seat's PPO loss plus
+    α·KL(π ‖ magnet), :mod:`marljoint.best_response.mmd`); ``"ppo"`` or ``None``: plain PPO of every agent."""
+    mmd: Mapping[str, Any] | None = RUN_DEFAULTS["mmd"]
+    """:class:`~marljoint.best_response.MmdConfig` settings (a TOML table) with ``self_play = "mmd"``; ``None``:
+    its defaults."""
     trainer: JointTrainerConfig = field(default_factory=lambda: JointTrainerConfig(**DEFAULT_TRAINER))
     """The trainer's hyperparameters: :class:`~marljoint.JointTrainerConfig`'s defaults with
     :data:`~marljoint.run.defaults.DEFAULT_TRAINER` applied (:mod:`marljoint.run.defaults` says why)."""
@@ -126,6 +132,7 @@ class RunSpec:
             raise RunError("exploitability_episodes must be at least 2 (a confidence interval needs two), got 1")
         if self.wandb_project is not None and (not isinstance(self.wandb_project, str) or not self.wandb_project):
             raise RunError(f"wandb_project must be a project name, got {self.wandb_project!r}")
+        self.mmd_config()
         if self.redundancy is not None:
             self.penalty()
         elif not isinstance(self.redundancy_coef, (int, float)) or isinstance(self.redundancy_coef, bool):
@@ -134,6 +141,11 @@ class RunSpec:
             raise RunError(f"offpolicy must be a table of settings, got {self.offpolicy!r}")
         object.__setattr__(self, "offpolicy", dict(self.offpolicy))
         check_algorithm(self.algorithm, self.trainer, self.offpolicy)
+        if self.self_play == "mmd" and self.algorithm not in (None, "mappo", "ippo"):
+            raise RunError(
+                f"self_play = 'mmd' regularises the PPO loss, but algorithm={self.algorithm!r} trains off-policy; "
+                "drop one of the two"
+            )
 
     def penalty(self) -> Any:
         """The redundancy penalty (an ``aux_fn``), or ``None``."""
@@ -146,6 +158,27 @@ class RunSpec:
         except (TypeError, ValueError) as exc:
             raise RunError(f"redundancy: {exc}") from None
 
+    def mmd_config(self) -> Any:
+        """The :class:`~marljoint.best_response.MmdConfig` of ``self_play = "mmd"``, or ``None``.
+
+        Raises:
+            RunError: an unknown ``self_play``, invalid ``mmd`` settings, or ``mmd`` without ``self_play = "mmd"``.
+        """
+        from marljoint.best_response.mmd import SELF_PLAY_KINDS, MmdConfig
+
+        if self.self_play is not None and self.self_play not in SELF_PLAY_KINDS:
+            raise RunError(f"self_play must be one of {SELF_PLAY_KINDS} (or unset), got {self.self_play!r}")
+        if self.self_play != "mmd":
+            if self.mmd is not None:
+                raise RunError(f'mmd settings {dict(self.mmd)} need self_play = "mmd" (--self-play mmd)')
+            return None
+        if self.mmd is not None and not isinstance(self.mmd, Mapping):
+            raise RunError(f"mmd must be a table of MmdConfig settings, got {self.mmd!r}")
+        try:
+            return MmdConfig.from_dict(self.mmd or {})
+        except (TypeError, ValueError) as exc:
+            raise RunError(f"mmd: {exc}") from None
+
     def to_dict(self) -> dict[str, Any]:
         """The run fields followed by the trainer fields, flat (as in ``config.toml``)."""
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "trainer"}
@@ -154,6 +187,8 @@ class RunSpec:
         for name in OPTIONAL_SETTINGS:  # PPO runs as configured write neither
             if not out[name]:
                 del out[name]
+        if self.self_play == "mmd":  # every MMD setting in effect, the defaults included
+            out["mmd"] = self.mmd_config().to_dict()
         out.update(self.trainer.to_dict())
         return out
 

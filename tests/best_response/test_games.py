@@ -9,7 +9,7 @@ from _kuhn_tables import ALWAYS_PASS, UNIFORM, equilibrium
 
 from marljoint import JointMultiAgentTrainer, JointTrainerConfig, PettingZooJointEnv
 from marljoint.best_response import exploitability, nash_conv
-from marljoint.best_response.games import KuhnGame, MatrixGame, resolve_game
+from marljoint.best_response.games import KuhnGame, MatrixGame
 from marljoint.best_response.kuhn import (
     kuhn_infoset_observations,
     kuhn_mixture_table,
@@ -18,6 +18,7 @@ from marljoint.best_response.kuhn import (
     tables_from_policy,
 )
 from marljoint.best_response.population import ConstantPolicy, KuhnTablePolicy, PolicyMixture, UniformPolicy
+from marljoint.best_response.resolve import resolve_game
 from marljoint.run.registry import known_game
 from marljoint_envs import kuhn_poker_v0, matrix_game_v0
 
@@ -54,9 +55,7 @@ def test_torch_policy_tables_match_tables_from_policy():
     game = KuhnGame()
     for player in range(2):
         np.testing.assert_allclose(game.table(policies[player], player), expected[player], atol=1e-12)
-    assert nash_conv(game, policies) == pytest.approx(
-        nash_conv(game, expected), abs=1e-12
-    )
+    assert nash_conv(game, policies) == pytest.approx(nash_conv(game, expected), abs=1e-12)
 
 
 def test_kuhn_policies_are_queried_once_in_one_batch():

@@ -210,16 +210,17 @@ def test_psro_with_warm_start_reports_which_learners_started_warm():
         PsroConfig(warm_start="yes")
 
 
-def test_a_saved_psro_config_with_the_older_name_of_the_task_split_loads():
-    old = {**PsroConfig().to_dict(), "num_workers": 3}
-    del old["task_split"]
-    assert PsroConfig.from_dict(old).task_split == 3
-
-
 def test_estimating_the_exploitability_leaves_the_run_as_it_is():
     def run(gain_every):
-        config = PsroConfig(iterations=2, br_steps=256, trainer=SMALL_PPO, seed=3, gain_every=gain_every,
-                            gain_steps=256, gain_episodes=16)
+        config = PsroConfig(
+            iterations=2,
+            br_steps=256,
+            trainer=SMALL_PPO,
+            seed=3,
+            gain_every=gain_every,
+            gain_steps=256,
+            gain_episodes=16,
+        )
         psro = PSRO(biased_rps, config, game=known_game("matrix_game_v0", {"game": "biased_rps"}))
         return psro, psro.run()
 

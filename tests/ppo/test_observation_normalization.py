@@ -232,11 +232,9 @@ def test_bounded_envs_train_exactly_as_before_normalisation_existed():
 
 
 def test_saved_configs_that_predate_the_setting_load_with_it_off():
-    from marljoint.best_response.oracles import with_saved_defaults
     from marljoint.run.migrations import migrate_saved_config
 
-    for as_saved in (migrate_saved_config, with_saved_defaults):
-        assert as_saved({"gamma": 0.9}) == {"gamma": 0.9, "normalize_observations": False}
-        assert as_saved({"normalize_observations": None}) == {"normalize_observations": None}
-        nested = as_saved({"iterations": 3, "trainer": {"seed": 1}})  # a PSRO/NFSP checkpoint's config
-        assert nested == {"iterations": 3, "trainer": {"seed": 1, "normalize_observations": False}}
+    assert migrate_saved_config({"gamma": 0.9}) == {"gamma": 0.9, "normalize_observations": False}
+    assert migrate_saved_config({"normalize_observations": None}) == {"normalize_observations": None}
+    nested = migrate_saved_config({"iterations": 3, "trainer": {"seed": 1}})  # a PSRO/NFSP checkpoint's config
+    assert nested == {"iterations": 3, "trainer": {"seed": 1, "normalize_observations": False}}

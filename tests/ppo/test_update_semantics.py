@@ -188,8 +188,7 @@ def test_variable_agent_envs_still_train_with_separate_networks():
 def test_a_checkpoint_of_the_other_critic_layout_is_refused_with_the_fix():
     shared = _trainer(share_trunk=True)
     state = shared.state_dict()
-    del state["config"]["share_trunk"]  # as written before separate networks became the default
-    with pytest.raises(ValueError, match=r"reads the actor's trunk \(checkpoints written before .*share_trunk=True"):
+    with pytest.raises(ValueError, match=r"reads the actor's trunk, this trainer's do not; .*share_trunk=True"):
         _trainer().load_state_dict(state)
     with pytest.raises(ValueError, match="have a critic trunk of its own, .*share_trunk=False"):
         _trainer(share_trunk=True).load_state_dict(_trainer().state_dict())

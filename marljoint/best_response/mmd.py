@@ -1,0 +1,243 @@
+"""Magnetic mirror descent (MMD) self-play: PPO of both seats plus a reverse KL to a magnet policy.
+
+Sokota et al. (2022, arXiv 2206.05825) show that mirror descent regularised towards a *magnet* policy ρ converges
+in its last iterate to the regularised equilibrium of a two-player zero-sum game; with the magnet moved to the
+current policy every few updates (or the regularisation annealed) the iterates approach a Nash equilibrium. Its deep
+form is PPO with one more term. Each seat i maximises, per update t,
+
+    E[ clipped surrogate of A ]  −  α_t · E_{s ~ visited}[ KL(π_θ(·|s) ‖ ρ(·|s)) ]
+
+with ``KL(π ‖ ρ) = Σ_a π(a|s) (log π(a|s) − log ρ(a|s))`` summed exactly over the legal actions (the actions are
+discrete), on the states the seat moved at in the rollout. The terms of both seats enter the one joint loss, so the
+update keeps its one backward. The schedule (:class:`MmdConfig`): ``α_t = α · f(t)`` and the step size (the
+learning rate) ``η_t = η · f(t)`` with ``f(t) = 1 / sqrt(1 + t / τ)`` (``"inverse_sqrt"``) or ``f = 1``
+(``"constant"``); the magnet is either a frozen copy of the policy refreshed every ``K`` updates (``"moving"``) or
+the uniform policy over the legal actions (``"uniform"``, which makes the term an entropy bonus).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from marljoint.policies.joint import JointPolicy
+from marljoint.ppo.losses import masked_mean
+from marljoint.ppo.regularizer import RegularizerBatch
+
+__all__ = ["MAGNETS", "SCHEDULES", "SELF_PLAY_KINDS", "MmdConfig", "MmdRegularizer", "attach_mmd", "magnet_kl"]
+
+MAGNETS = ("moving", "uniform")
+"""Kinds of magnet: a copy of the policy refreshed every ``magnet_every`` updates, or the uniform policy."""
+SCHEDULES = ("inverse_sqrt", "constant")
+"""How α and the learning rate decay with the update count t: ``1 / sqrt(1 + t / τ)``, or not at all."""
+SELF_PLAY_KINDS = ("ppo", "mmd")
+"""The self-play of the joint trainer: plain PPO of both seats, or PPO with the KL to a magnet (MMD)."""
+
+
+@dataclass(frozen=True)
+class MmdConfig:
+    """The settings of magnetic mirror descent self-play (the paper's notation in brackets).
+
+    The defaults are those measured on OpenSpiel's Kuhn and Leduc poker (``docs/best_response.md``).
+    """
+
+    alpha: float = 1.0
+    """α, the weight of KL(π ‖ ρ) at update 0 (> 0)."""
+    magnet: str = "moving"
+    """ρ: ``"moving"`` (a frozen copy of the policy, refreshed every ``magnet_every`` updates) or ``"uniform"``."""
+    magnet_every: int = 10
+    """Updates between two refreshes of a moving magnet (≥ 1)."""
+    schedule: str = "inverse_sqrt"
+    """``"inverse_sqrt"``: α_t = α / sqrt(1 + t / τ); ``"constant"``: α_t = α."""
+    decay_updates: float = 100.0
+    """τ of ``"inverse_sqrt"``, in updates (> 0)."""
+    anneal_step_size: bool = True
+    """Also scale the learning rate (the step size η) by the schedule's factor."""
+
+    def __post_init__(self) -> None:
+        _positive_number("alpha", self.alpha, "e.g. alpha=0.05")
+        _positive_number("decay_updates", self.decay_updates, "e.g. decay_updates=100")
+        if self.magnet not in MAGNETS:
+            raise ValueError(f"magnet must be one of {MAGNETS}, got {self.magnet!r}")
+        if self.schedule not in SCHEDULES:
+            raise ValueError(f"schedule must be one of {SCHEDULES}, got {self.schedule!r}")
+        if isinstance(self.magnet_every, bool) or not isinstance(self.magnet_every, int) or self.magnet_every < 1:
+            raise ValueError(f"magnet_every must be a positive integer (updates), got {self.magnet_every!r}")
+        if not isinstance(self.anneal_step_size, bool):
+            raise ValueError(f"anneal_step_size must be true or false, got {self.anneal_step_size!r}")
+
+    def factor(self, update: int) -> float:
+        """The schedule's factor f(t) at update ``t`` (0-based): ``1 / sqrt(1 + t / τ)``, or 1."""
+        if self.schedule == "constant":
+            return 1.0
+        return 1.0 / math.sqrt(1.0 + update / self.decay_updates)
+
+    def alpha_at(self, update: int) -> float:
+        """α_t, the KL weight of update ``t``."""
+        return self.alpha * self.factor(update)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The fields as a plain mapping (a TOML table of ``config.toml``)."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any]) -> MmdConfig:
+        """The config of a mapping of its fields (missing ones take their defaults).
+
+        Raises:
+            ValueError: for an unknown field (listing the valid ones) or an invalid value.
+        """
+        names = [f.name for f in dataclasses.fields(cls)]
+        unknown = sorted(set(values) - set(names))
+        if unknown:
+            raise ValueError(f"unknown mmd setting(s) {unknown}; valid settings: {names}")
+        return cls(**dict(values))
+
+
+def _positive_number(name: str, value: Any, example: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{name} must be a finite number > 0, got {value!r}; {example}")
+
+
+def magnet_kl(
+    logits: torch.Tensor, magnet_logits: torch.Tensor | None, mask: torch.Tensor | None, nvec: Sequence[int]
+) -> torch.Tensor:
+    """KL(π ‖ ρ) per row, exact over the legal actions and summed over the heads.
+
+    Args:
+        logits: ``[..., sum(nvec)]`` the policy's logits (heads concatenated).
+        magnet_logits: ``[..., sum(nvec)]`` the magnet's logits; ``None`` for the uniform magnet.
+        mask: ``[..., sum(nvec)]`` bool, True where an action is legal; ``None`` allows every action. A head with
+            no legal action counts as all legal (as the action distributions treat it).
+        nvec: choices per head.
+
+    Returns:
+        ``[...]`` the divergence, with its gradient with respect to ``logits`` (the magnet's is not followed).
+
+    Example:
+        >>> import torch
+        >>> round(float(magnet_kl(torch.tensor([0.0, 0.0]), None, None, (2,))), 6)
+        0.0
+    """
+    if mask is None:
+        mask = torch.ones_like(logits, dtype=torch.bool)
+    if magnet_logits is None:
+        magnet_logits = torch.zeros_like(logits)
+    # Illegal actions get the most negative finite logit, not -inf: their terms are exactly 0 and no inf - inf
+    # puts a NaN into the gradient.
+    fill = torch.finfo(logits.dtype).min
+    sizes = [int(n) for n in nvec]
+    total = logits.new_zeros(logits.shape[:-1])
+    for head, ref, legal in zip(logits.split(sizes, -1), magnet_logits.split(sizes, -1), mask.split(sizes, -1)):
+        legal = legal | ~legal.any(-1, keepdim=True)
+        log_p = head.masked_fill(~legal, fill).log_softmax(-1)
+        log_rho = ref.detach().masked_fill(~legal, fill).log_softmax(-1)
+        total = total + (log_p.exp() * (log_p - log_rho) * legal).sum(-1)
+    return total
+
+
+class MmdRegularizer:
+    """The MMD term of the joint loss (a :class:`~marljoint.ppo.regularizer.PolicyRegularizer`) and its schedule.
+
+    Args:
+        policy: the joint policy being trained (its copy is the moving magnet).
+        config: the settings.
+    """
+
+    def __init__(self, policy: JointPolicy, config: MmdConfig) -> None:
+        self.config = config
+        self.magnet = policy.copy_to(policy.device) if config.magnet == "moving" else None
+        if self.magnet is not None:
+            self.magnet.train(False)
+        self.updates = 0
+        """Updates begun so far (t of the next one)."""
+        self.alpha = config.alpha_at(0)
+        """α of the update in progress."""
+        self._kl_sum = 0.0
+        self._kl_count = 0
+
+    def begin_update(self, learner: Any) -> None:
+        """Refreshes a moving magnet every ``magnet_every`` updates and sets α_t (and η_t) of update t."""
+        t = self.updates
+        if self.magnet is not None and t > 0 and t % self.config.magnet_every == 0:
+            self.magnet.copy_weights_from(learner.joint_policy)
+        self.alpha = self.config.alpha_at(t)
+        if self.config.anneal_step_size:
+            learner.set_learning_rate_scale(self.config.factor(t))
+        self.updates = t + 1
+
+    def __call__(self, batch: RegularizerBatch) -> torch.Tensor:
+        """α_t · Σ_seats mean over the seat's rows of KL(π ‖ ρ)."""
+        policy = batch.policy
+        magnet_outputs = None
+        if self.magnet is not None:
+            with torch.no_grad():
+                magnet_outputs = self.magnet.forward(list(batch.obs), batch.alive)
+        columns = []
+        for k, (network, out) in enumerate(zip(policy.networks, batch.outputs)):
+            ref = None if magnet_outputs is None else magnet_outputs[k].head
+            columns.append(magnet_kl(out.head, ref, policy.network_masks(k, batch.masks), network.action.nvec))
+        kl = masked_mean(policy.agent_columns(columns), batch.valid)  # [N]
+        self._kl_sum += float(kl.detach().sum())
+        self._kl_count += 1
+        return self.alpha * kl.sum()
+
+    def metrics(self) -> dict[str, float]:
+        """``mmd/alpha`` and ``mmd/kl`` (the KL summed over the seats, mean over the minibatches since the last
+        call); the mean restarts after each call."""
+        kl = self._kl_sum / self._kl_count if self._kl_count else math.nan
+        self._kl_sum, self._kl_count = 0.0, 0
+        return {"mmd/alpha": self.alpha, "mmd/kl": kl}
+
+    def state_dict(self) -> dict[str, Any]:
+        """The update count and the magnet's weights (for checkpoints)."""
+        return {"updates": self.updates, "magnet": None if self.magnet is None else self.magnet.weights()}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restores :meth:`state_dict`."""
+        self.updates = int(state["updates"])
+        self.alpha = self.config.alpha_at(max(self.updates - 1, 0))
+        if self.magnet is not None and state.get("magnet") is not None:
+            self.magnet.load_weights(state["magnet"])
+
+
+def attach_mmd(trainer: Any, config: MmdConfig) -> MmdRegularizer:
+    """Makes a joint trainer's updates MMD updates: attaches :class:`MmdRegularizer` to its learner.
+
+    Args:
+        trainer: a :class:`~marljoint.JointMultiAgentTrainer` of a two-player game.
+        config: the MMD settings.
+
+    Returns:
+        The regulariser (its :meth:`~MmdRegularizer.metrics` and state for checkpoints).
+
+    Raises:
+        ValueError: the env does not have exactly two agents, an agent's actions are not categorical, the
+            networks are recurrent, or ``anneal_lr`` would fight the MMD step-size schedule.
+    """
+    spec = trainer.spec
+    if spec.num_agents != 2:
+        raise ValueError(
+            f"self_play='mmd' is for two-player zero-sum games; this env has {spec.num_agents} agents "
+            f"{list(spec.agents)}; use self_play='ppo' (or leave it unset)"
+        )
+    kinds = {group.action.kind for group in spec.groups}
+    if "box" in kinds:
+        raise ValueError(
+            "self_play='mmd' needs categorical (Discrete or MultiDiscrete) actions; this env has Box actions"
+        )
+    if trainer.config.recurrent is not None:
+        raise ValueError(f"self_play='mmd' needs feed-forward networks, got recurrent={trainer.config.recurrent!r}")
+    if trainer.config.anneal_lr and config.anneal_step_size:
+        raise ValueError(
+            "anneal_lr=True and mmd anneal_step_size=True would both set the learning rate; set anneal_lr=False "
+            "(the MMD schedule anneals it) or mmd anneal_step_size=false"
+        )
+    regularizer = MmdRegularizer(trainer.joint_policy, config)
+    trainer.learner.regularizer = regularizer
+    return regularizer

@@ -1,0 +1,58 @@
+"""The interface of a policy regulariser: a term of the joint loss computed from the policy's own outputs.
+
+An aux function (:mod:`marljoint.auxiliary`) sees only the agents' encoder features; a regulariser sees the
+minibatch's observations, action masks and network outputs, so it can compare the current action distribution with
+another policy's on the same rows (the KL to the magnet of magnetic mirror descent). It enters the same joint loss,
+before the one backward.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, NamedTuple, Protocol
+
+import torch
+
+from marljoint.policies.actor_critic import PolicyOutput
+from marljoint.policies.joint import JointPolicy
+
+__all__ = ["PolicyRegularizer", "RegularizerBatch"]
+
+
+class RegularizerBatch(NamedTuple):
+    """One minibatch as a regulariser sees it (``B`` rows).
+
+    Attributes:
+        policy: the joint policy being trained.
+        outputs: its outputs on the rows, one :class:`~marljoint.policies.PolicyOutput` per network.
+        obs: per group, ``[B, n_g, *obs_shape]``.
+        alive: ``[B, N]`` bool, the agents present on each row.
+        masks: per group, ``[B, n_g, sum(nvec)]`` bool action masks, or ``None``.
+        valid: ``[B, N]`` bool, the rows each agent trains on (it moved there).
+    """
+
+    policy: JointPolicy
+    outputs: Sequence[PolicyOutput]
+    obs: Sequence[torch.Tensor]
+    alive: torch.Tensor
+    masks: Sequence[torch.Tensor | None]
+    valid: torch.Tensor
+
+
+class PolicyRegularizer(Protocol):
+    """A term added to the joint loss of every minibatch (``Learner.regularizer``)."""
+
+    def begin_update(self, learner: Any) -> None:
+        """Called once at the start of every update, before its first minibatch (schedules live here)."""
+
+    def __call__(self, batch: RegularizerBatch) -> torch.Tensor:
+        """The term on one minibatch: a scalar tensor with its graph, added to the joint loss."""
+
+    def metrics(self) -> dict[str, float]:
+        """Metrics of the term since the last call (logged with each iteration)."""
+
+    def state_dict(self) -> dict[str, Any]:
+        """Its state, saved in the trainer's checkpoints."""
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restores :meth:`state_dict`."""

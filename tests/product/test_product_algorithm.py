@@ -263,6 +263,10 @@ SAC_BAD = {
         ["--algorithm", "masac", "--set", "offpolicy={sac={gamma=0.5}}"],
         "offpolicy: sac.gamma is set by the off-policy config itself",
     ),
+    "mmd-self-play": (
+        ["--algorithm", "vdn", "--self-play", "mmd"],
+        "self_play = 'mmd' regularises the PPO loss, but algorithm='vdn' trains off-policy; drop one",
+    ),
     "bad-sac-value": (
         ["--algorithm", "maddpg", "--set", "offpolicy={sac={tau=0.0}}"],
         "offpolicy: tau=0.0 must lie in (0.0, 1.0]",

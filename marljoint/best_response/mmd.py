@@ -46,9 +46,9 @@ class MmdConfig:
     The defaults are those measured on OpenSpiel's Kuhn and Leduc poker (``docs/best_response.md``).
     """
 
-    alpha: float = 1.0
-    """α, the weight of KL(π ‖ ρ) at update 0 (> 0)."""
-    magnet: str = "moving"
+    alpha: float = 0.5
+    """α, the weight of KL(π ‖ ρ) at update 0 (> 0), in the units of the advantages."""
+    magnet: str = "uniform"
     """ρ: ``"moving"`` (a frozen copy of the policy, refreshed every ``magnet_every`` updates) or ``"uniform"``."""
     magnet_every: int = 10
     """Updates between two refreshes of a moving magnet (≥ 1)."""

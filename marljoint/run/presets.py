@@ -334,21 +334,23 @@ SELF_PLAY_PRESETS: dict[str, Preset] = {
         env_name=OPENSPIEL_PREFIX,
         command="self_play",
         config_kwargs=dict(
-            num_envs=256,
+            num_envs=512,
             rollout_steps=8,
             gamma=1.0,
             gae_lambda=1.0,
             learning_rate=1e-3,
             ent_coef=0.0,
             n_epochs=4,
-            minibatch_size=512,
-            num_minibatches=None,
+            normalize_advantages=False,
+            num_minibatches=4,
             hidden_sizes=(128,),
             share_parameters=False,
         ),
         description="marljoint train --self-play on an OpenSpiel game or the bundled Kuhn poker (unless the command "
-        "line or --config says otherwise): many copies of the short episodes, undiscounted returns, one network "
-        "per seat, no entropy bonus (MMD's KL to the magnet regularises instead); measured on Kuhn and Leduc poker "
+        "line or --config says otherwise): many copies of the short episodes (large batches: the last iterate of "
+        "self-play jitters with the sampling noise of each update), undiscounted returns, one network per seat, no "
+        "entropy bonus (MMD's KL to the magnet regularises instead), advantages not normalised (so alpha keeps the "
+        "units of the payoffs in which the equilibrium it approaches is defined); measured on Kuhn and Leduc poker "
         "(docs/best_response.md)",
     ),
 }

@@ -82,7 +82,7 @@ def _weights(policy):
 
 def test_the_moving_magnet_is_refreshed_every_k_updates_and_the_learning_rate_follows_the_schedule():
     trainer = _mock_trainer()
-    regularizer = attach_mmd(trainer, MmdConfig(magnet_every=2, decay_updates=1.0))
+    regularizer = attach_mmd(trainer, MmdConfig(alpha=1.0, magnet="moving", magnet_every=2, decay_updates=1.0))
     start = _weights(trainer.joint_policy)
     trainer.iterate()
     trainer.iterate()
@@ -99,12 +99,12 @@ def test_the_moving_magnet_is_refreshed_every_k_updates_and_the_learning_rate_fo
 
 def test_the_magnet_and_the_update_count_survive_a_checkpoint():
     trainer = _mock_trainer()
-    attach_mmd(trainer, MmdConfig(magnet_every=1))
+    attach_mmd(trainer, MmdConfig(magnet="moving", magnet_every=1))
     trainer.iterate()
     trainer.iterate()
     state = trainer.state_dict()
     other = _mock_trainer()
-    restored = attach_mmd(other, MmdConfig(magnet_every=1))
+    restored = attach_mmd(other, MmdConfig(magnet="moving", magnet_every=1))
     other.load_state_dict(state)
     assert restored.updates == 2
     for a, b in zip(_weights(restored.magnet), _weights(trainer.learner.regularizer.magnet)):
@@ -186,6 +186,7 @@ def test_marljoint_train_self_play_mmd_trains_on_kuhn_poker(tmp_path):
     config = read_config_file(out / "config.toml")
     assert config["self_play"] == "mmd" and config["mmd"]["alpha"] == 0.5
     assert config["hidden_sizes"] == [128] and config["gamma"] == 1.0  # the self-play settings of the game
+    assert config["normalize_advantages"] is False and config["mmd"]["magnet"] == "uniform"
     with (out / "metrics.csv").open(newline="") as f:
         rows = list(csv.DictReader(f))
     assert len(rows) == 2 and float(rows[-1]["mmd/alpha"]) == pytest.approx(0.5 / math.sqrt(1.01))
@@ -204,15 +205,15 @@ def test_marljoint_train_refuses_mmd_on_three_agents_in_one_line(tmp_path, capsy
 
 @pytest.mark.slow
 def test_mmd_self_play_approaches_the_equilibrium_of_kuhn_poker():
-    env = PettingZooJointEnv(kuhn_poker_v0.raw_env, num_envs=256, seed=0)
-    spec = RunSpec.from_dict({"env": "kuhn_poker_v0", "env_kwargs": {}, "self_play": "mmd"})
     from marljoint.run.recipes import SELF_PLAY_TRAINER
 
+    env = PettingZooJointEnv(kuhn_poker_v0.raw_env, num_envs=SELF_PLAY_TRAINER["num_envs"], seed=0)
+    spec = RunSpec.from_dict({"env": "kuhn_poker_v0", "env_kwargs": {}, "self_play": "mmd"})
     trainer = JointMultiAgentTrainer.from_env(env, spec.trainer.replace(**SELF_PLAY_TRAINER))
     attach_mmd(trainer, MmdConfig())
     game = KuhnGame()
     for _ in range(60):
         trainer.iterate()
     tables = [game.table(trainer.agent_policy(seat), seat) for seat in range(2)]
-    # Uniform play: 11/24 ≈ 0.458; this seed ends at 0.24 after its 123k env steps (the benchmark goes further).
-    assert game.nash_conv(tables) / 2 < 0.3
+    # Uniform play: 11/24 ≈ 0.458; this seed ends at 0.11 after its 246k env steps (the benchmark goes further).
+    assert game.nash_conv(tables) / 2 < 0.2

@@ -28,6 +28,7 @@ from marljoint.env import (
     episode_limit,
     make_joint_env,
 )
+from marljoint.offpolicy import OffPolicyConfig, OffPolicyTrainer, SacAlgorithm, SacConfig
 from marljoint.policies import JointPolicy
 from marljoint.ppo import (
     AuxOutput,
@@ -112,9 +113,13 @@ __all__ = [
     "JointTrainerConfig",
     "LocalCollector",
     "ObservationLayout",
+    "OffPolicyConfig",
+    "OffPolicyTrainer",
     "PettingZooJointEnv",
     "RunLock",
     "RunLocked",
+    "SacAlgorithm",
+    "SacConfig",
     "SnapshotTrustError",
     "SubprocessJointEnv",
     "__version__",

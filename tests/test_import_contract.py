@@ -54,6 +54,8 @@ FORBIDDEN = {
     "redundancy": ("marljoint.ppo", "marljoint.env", "marljoint.distributed", "marljoint.best_response"),
     "auxiliary": ("marljoint.ppo", "marljoint.redundancy"),
     "ppo": ("marljoint.best_response", "marljoint.distributed", "marljoint_envs", "marljoint.redundancy"),
+    # The off-policy path sits beside ppo, over env, policies and collect: neither learner imports the other.
+    "offpolicy": ("marljoint.ppo", "marljoint.best_response", "marljoint.distributed", "marljoint_envs"),
 }
 LIBRARY_FORBIDDEN = ("marljoint_envs",)
 

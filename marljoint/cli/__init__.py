@@ -131,6 +131,14 @@ def _add_train(subparsers: Any) -> None:
         help=f"torch device of the networks: {default('device')} (default), cuda, cuda:1, mps",
     )
     p.add_argument(
+        "--algorithm",
+        choices=["mappo", "ippo", "vdn", "qmix", "masac", "maddpg"],
+        help="mappo/ippo: PPO with/without the centralised critic; vdn/qmix: value decomposition trained off-policy "
+        "(Discrete actions; --set offpolicy={...} tunes it; see docs/value_decomposition.md); masac/maddpg: "
+        "off-policy actor-critics with centralised critics (one Discrete or Box space; --set "
+        "offpolicy={sac={...}}; see docs/masac.md). Default: PPO as centralized_critic says",
+    )
+    p.add_argument(
         "--recurrent",
         choices=["gru", "lstm"],
         help="give every network a recurrent core (hidden states per agent and env copy, truncated BPTT); "

@@ -34,6 +34,7 @@ DEDICATED_OPTIONS = {
     "rollout_steps": ("--rollout-steps", "rollout_steps"),
     "device": ("--device", "device"),
     "recurrent": ("--recurrent", "recurrent"),
+    "algorithm": ("--algorithm", "algorithm"),
 }
 """Setting -> (its option of ``marljoint train``, the attribute argparse stores it in)."""
 

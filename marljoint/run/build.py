@@ -10,6 +10,7 @@ from marljoint.ppo.config import JointTrainerConfig
 from marljoint.run import memory
 from marljoint.run.errors import RunError
 from marljoint.run.memory import format_bytes
+from marljoint.run.offpolicy import OFFPOLICY_ALGORITHMS, build_offpolicy_trainer
 from marljoint.run.registry import EnvSpecError, ResolvedEnv, resolve_env, supersuit_wrappers, wrapped_factory
 from marljoint.run.spec import RunSpec
 
@@ -122,8 +123,12 @@ def _refuse_oversized(estimate: Any, config: JointTrainerConfig, agents: int) ->
 
 
 def build_trainer(spec: RunSpec, env: Any) -> Any:
-    """The :class:`~marljoint.JointMultiAgentTrainer` of a run, on ``env``."""
+    """The :class:`~marljoint.JointMultiAgentTrainer` of a run, on ``env`` (the off-policy trainer of a vdn, qmix,
+    masac or maddpg run)."""
     from marljoint.ppo.trainer import JointMultiAgentTrainer
+
+    if spec.algorithm in OFFPOLICY_ALGORITHMS:
+        return build_offpolicy_trainer(spec, env)
 
     try:
         trainer = JointMultiAgentTrainer.from_env(env, spec.trainer)

@@ -16,11 +16,13 @@ from marljoint.ppo.config import JointTrainerConfig
 from marljoint.run import _toml, migrations
 from marljoint.run.defaults import DEFAULT_ENV, DEFAULT_ENV_KWARGS, DEFAULT_TOTAL_STEPS, DEFAULT_TRAINER, RUN_DEFAULTS
 from marljoint.run.errors import RunError
+from marljoint.run.offpolicy import check_algorithm, with_algorithm_defaults
 from marljoint.run.registry import EnvSpecError, supersuit_wrappers
 from marljoint.run.rundir import CONFIG_FILE
 
 __all__ = [
     "MACHINE_SETTINGS",
+    "OPTIONAL_SETTINGS",
     "RESUMABLE_CHANGES",
     "RunSpec",
     "iterations_for",
@@ -30,6 +32,10 @@ __all__ = [
     "resume_spec",
     "write_config",
 ]
+
+OPTIONAL_SETTINGS = ("algorithm", "offpolicy")
+"""Run settings that ``config.toml`` (:meth:`RunSpec.to_dict`) holds only when they are set: a PPO run as
+``centralized_critic`` says writes neither, so its file is what it was before ``algorithm`` existed."""
 
 
 @dataclass(frozen=True)
@@ -88,6 +94,13 @@ class RunSpec:
     trainer: JointTrainerConfig = field(default_factory=lambda: JointTrainerConfig(**DEFAULT_TRAINER))
     """The trainer's hyperparameters: :class:`~marljoint.JointTrainerConfig`'s defaults with
     :data:`~marljoint.run.defaults.DEFAULT_TRAINER` applied (:mod:`marljoint.run.defaults` says why)."""
+    algorithm: str | None = RUN_DEFAULTS["algorithm"]
+    """``mappo`` or ``ippo`` (PPO with or without ``centralized_critic``), ``vdn`` or ``qmix`` (value
+    decomposition, trained off-policy), or ``masac`` or ``maddpg`` (off-policy actor-critics with centralised
+    critics); ``None``: PPO as ``centralized_critic`` says."""
+    offpolicy: Mapping[str, Any] = field(default_factory=lambda: dict(RUN_DEFAULTS["offpolicy"]))
+    """The off-policy runs' own settings (:class:`~marljoint.offpolicy.OffPolicyConfig` fields other than those of
+    the run: ``[offpolicy]`` in ``config.toml``, with masac's and maddpg's in ``[offpolicy.sac]``)."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.env, str) or not self.env:
@@ -124,6 +137,15 @@ class RunSpec:
             self.penalty()
         elif not isinstance(self.redundancy_coef, (int, float)) or isinstance(self.redundancy_coef, bool):
             raise RunError(f"redundancy_coef must be a number, got {self.redundancy_coef!r}")
+        if not isinstance(self.offpolicy, Mapping):
+            raise RunError(f"offpolicy must be a table of settings, got {self.offpolicy!r}")
+        object.__setattr__(self, "offpolicy", dict(self.offpolicy))
+        check_algorithm(self.algorithm, self.trainer, self.offpolicy)
+        if self.self_play == "mmd" and self.algorithm not in (None, "mappo", "ippo"):
+            raise RunError(
+                f"self_play = 'mmd' regularises the PPO loss, but algorithm={self.algorithm!r} trains off-policy; "
+                "drop one of the two"
+            )
 
     def penalty(self) -> Any:
         """The redundancy penalty (an ``aux_fn``), or ``None``."""
@@ -162,6 +184,9 @@ class RunSpec:
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "trainer"}
         out["env_kwargs"] = dict(self.env_kwargs)
         out["wrappers"] = [w if isinstance(w, str) else dict(w) for w in self.wrappers]
+        for name in OPTIONAL_SETTINGS:  # PPO runs as configured write neither
+            if not out[name]:
+                del out[name]
         if self.self_play == "mmd":  # every MMD setting in effect, the defaults included
             out["mmd"] = self.mmd_config().to_dict()
         out.update(self.trainer.to_dict())
@@ -175,6 +200,7 @@ class RunSpec:
             RunError: for unknown keys (listing the valid ones) or invalid values (naming the field).
         """
         base = base or cls()
+        values = with_algorithm_defaults(values)
         run_names = [f.name for f in dataclasses.fields(cls) if f.name != "trainer"]
         trainer_names = [f.name for f in dataclasses.fields(JointTrainerConfig)]
         try:

@@ -3,9 +3,10 @@
 import gymnasium
 import pytest
 import torch
-from _sac_helpers import BOX, DISCRETE, OBS, N, make_algorithm, make_batch
 
 from marljoint.offpolicy.sac_networks import gumbel_softmax_straight_through, squashed_gaussian_log_prob
+
+from ._sac_helpers import BOX, DISCRETE, OBS, N, make_algorithm, make_batch
 
 
 def test_squashed_gaussian_log_prob_matches_a_numerical_change_of_variables():

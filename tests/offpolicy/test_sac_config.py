@@ -3,9 +3,10 @@
 import gymnasium
 import pytest
 import torch
-from _sac_helpers import BOX, DISCRETE, OBS, STATE, N, make_algorithm, make_batch
 
 from marljoint.offpolicy.sac import SacAlgorithm, SacConfig
+
+from ._sac_helpers import BOX, DISCRETE, OBS, STATE, N, make_algorithm, make_batch
 
 
 @pytest.mark.parametrize(

@@ -1,9 +1,10 @@
 """The redundancy penalty on the actors' encoders joins the SAC loss: one backward reaches every agent's encoder."""
 
 import pytest
-from _sac_helpers import BOX, DISCRETE, N, make_algorithm, make_batch
 
 from marljoint.redundancy import RedundancyPenalty
+
+from ._sac_helpers import BOX, DISCRETE, N, make_algorithm, make_batch
 
 
 def _encoder_grads(algo, batch, aux_fn):

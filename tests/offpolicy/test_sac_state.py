@@ -2,7 +2,8 @@
 
 import pytest
 import torch
-from _sac_helpers import BOX, DISCRETE, make_algorithm, make_batch
+
+from ._sac_helpers import BOX, DISCRETE, make_algorithm, make_batch
 
 
 @pytest.mark.parametrize("variant", ["masac", "maddpg"])

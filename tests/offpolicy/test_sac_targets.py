@@ -7,10 +7,11 @@ import gymnasium
 import pytest
 import torch
 import torch.nn.functional as F
-from _sac_helpers import BOX, DISCRETE, N, make_algorithm, make_batch
 
 from marljoint.offpolicy import sac, sac_networks
 from marljoint.offpolicy.sac import SacAlgorithm, SacConfig, discrete_soft_value, soft_td_target
+
+from ._sac_helpers import BOX, DISCRETE, N, make_algorithm, make_batch
 
 
 @pytest.mark.parametrize("module", [sac, sac_networks], ids=lambda m: m.__name__)

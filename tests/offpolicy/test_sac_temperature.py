@@ -4,9 +4,10 @@ import math
 
 import pytest
 import torch
-from _sac_helpers import BOX, DISCRETE, N, make_algorithm, make_batch
 
 from marljoint.offpolicy.sac import temperature_loss
+
+from ._sac_helpers import BOX, DISCRETE, N, make_algorithm, make_batch
 
 
 @pytest.mark.parametrize(

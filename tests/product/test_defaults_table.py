@@ -20,6 +20,7 @@ from marljoint.run.defaults import (
     library_default,
     product_default,
 )
+from marljoint.run.spec import OPTIONAL_SETTINGS
 from marljoint.run.train import RunSpec, read_config_file
 from tests.product._product_helpers import run_cli
 
@@ -39,13 +40,16 @@ def _plain(value):
 def test_every_setting_has_exactly_one_row():
     names = [row.setting for row in defaults_table()]
     assert len(names) == len(set(names))
-    assert names == list(RunSpec().to_dict())  # the config.toml keys, in their order
+    # The config.toml keys, in their order; algorithm and offpolicy are written only when set.
+    assert names == list(RunSpec(algorithm="vdn", offpolicy={"batch_size": 32}).to_dict())
+    assert [name for name in names if name not in OPTIONAL_SETTINGS] == list(RunSpec().to_dict())
 
 
 def test_product_defaults_are_the_run_spec_defaults():
     fresh = RunSpec().to_dict()
     for row in defaults_table():
-        assert _plain(row.product) == _plain(fresh[row.setting]), row.setting
+        value = getattr(RunSpec(), row.setting) if row.setting in OPTIONAL_SETTINGS else fresh[row.setting]
+        assert _plain(row.product) == _plain(value), row.setting
 
 
 def test_library_defaults_are_the_trainer_config_defaults_and_changes_say_why():
@@ -117,6 +121,7 @@ def test_a_fresh_run_writes_the_product_defaults(tmp_path):
         elif row.setting == "collection":
             assert value == {"backend": "local", "workers": 2}
         else:
-            assert _plain(value) == _plain(row.product) or (value == "absent" and row.product is None), row.setting
+            unset = row.product is None or row.setting in OPTIONAL_SETTINGS
+            assert _plain(value) == _plain(row.product) or (value == "absent" and unset), row.setting
     assert written["learning_rate"] == 1e-3  # mock_v0's discrete actions, by the rule the table names
     assert dataclasses.asdict(RunSpec().trainer)["learning_rate"] is None

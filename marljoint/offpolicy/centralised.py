@@ -1,0 +1,175 @@
+"""MASAC and MADDPG as algorithms of the off-policy trainer: :class:`CentralisedActorCritic` adapts
+:class:`~marljoint.offpolicy.sac.SacAlgorithm` (tensors of one batch layout) to the env adapter's observations and
+the replay buffer's :class:`~marljoint.offpolicy.JointTransitions`."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import gymnasium
+import numpy as np
+import torch
+from torch import nn
+
+from marljoint.auxiliary import AuxFn
+from marljoint.env.base import JointObs
+from marljoint.env.spaces import JointSpec
+from marljoint.offpolicy.config import OffPolicyConfig, sac_config
+from marljoint.offpolicy.replay import JointTransitions
+from marljoint.offpolicy.sac import SacAlgorithm
+from marljoint.offpolicy.value import flat_obs
+from marljoint.policies.optim import clip_member_grads_
+
+__all__ = ["ACTOR_CRITIC_ALGORITHMS", "CentralisedActorCritic"]
+
+ACTOR_CRITIC_ALGORITHMS = ("masac", "maddpg")
+"""The centralised-critic actor-critics the off-policy trainer runs (``SacConfig.variant``)."""
+
+
+def _action_space(spec: JointSpec, algorithm: str) -> gymnasium.spaces.Space:
+    """Every agent's one action space (Discrete, or a one-dimensional Box).
+
+    Raises:
+        ValueError: for MultiDiscrete actions, or agents whose action spaces differ.
+    """
+    first = spec.actions[0]
+    for agent, layout in zip(spec.agents, spec.actions):
+        if layout.kind == "multidiscrete":
+            raise ValueError(
+                f"{algorithm} needs Discrete or Box actions, but agent {agent!r} acts in a MultiDiscrete space; "
+                "train it with --algorithm mappo, ippo, vdn or qmix"
+            )
+        if layout != first or not np.array_equal(layout.low, first.low) or not np.array_equal(layout.high, first.high):
+            raise ValueError(
+                f"{algorithm} trains agents of one action space, but agent {agent!r}'s differs from "
+                f"{spec.agents[0]!r}'s; train it with --algorithm mappo or ippo"
+            )
+    if first.kind == "discrete":
+        return gymnasium.spaces.Discrete(first.nvec[0])
+    return gymnasium.spaces.Box(np.asarray(first.low, np.float32), np.asarray(first.high, np.float32))
+
+
+class CentralisedActorCritic:
+    """MASAC or MADDPG (:class:`~marljoint.offpolicy.sac.SacAlgorithm`) as an
+    :class:`~marljoint.offpolicy.OffPolicyAlgorithm`.
+
+    Every agent's flat observation is padded with zeros to the largest; the critics' global state is the N padded
+    observations concatenated. An agent acts when it is present (and, in a turn-based game, on its turn): its rows
+    enter the losses (``alive``), and it bootstraps where it is present after the step (``next_alive``). Each env
+    copy's exploration noise comes from its own generator. Discrete agents' legal actions at the next state enter
+    the soft values; those at the current state are not stored, so an env with action masks is refused.
+
+    Args:
+        spec: the env's agents and layouts.
+        config: the off-policy settings (``algorithm`` masac or maddpg; its ``sac`` table).
+        seed: seeds the initial weights and the loss's sampling noise.
+
+    Raises:
+        ValueError: for action spaces SAC cannot train, action masks, or invalid settings.
+    """
+
+    def __init__(self, spec: JointSpec, config: OffPolicyConfig, seed: int) -> None:
+        if any(layout.has_mask for layout in spec.observations):
+            raise ValueError(
+                f"{config.algorithm} does not store the legal actions an agent chose from, so an env with action "
+                "masks is refused; train it with --algorithm mappo, ippo, vdn or qmix"
+            )
+        self.spec, self.config = spec, config
+        self.sac_config = sac_config(config)
+        self.obs_dim = max(group.observation.size for group in spec.groups)
+        space = _action_space(spec, config.algorithm)
+        self.discrete = isinstance(space, gymnasium.spaces.Discrete)
+        self.sac = SacAlgorithm(
+            self.sac_config,
+            num_agents=spec.num_agents,
+            obs_dim=self.obs_dim,
+            state_dim=spec.num_agents * self.obs_dim,
+            action_space=space,
+            seed=seed,
+        )
+
+    @property
+    def networks(self) -> list[nn.Module]:
+        """Actor, critic and (masac with a learned temperature) temperature: one optimiser and clip each."""
+        return [net for _, net in self.sac.networks()]
+
+    @property
+    def learning_rates(self) -> list[float]:
+        """The learning rate of each of :attr:`networks`."""
+        return list(self.sac.learning_rates().values())
+
+    def clip_grads(self, network: nn.Module, max_norm: float) -> float:
+        """Clips each agent's gradient in ``network`` to ``max_norm`` on its own (its parameters have the agent
+        axis first); the largest agent's norm before clipping (0 where the network got no gradient)."""
+        if all(p.grad is None for p in network.parameters()):
+            return 0.0
+        return float(clip_member_grads_(network.parameters(), max_norm).max())
+
+    def _agents_obs(self, per_group: Sequence[Any]) -> torch.Tensor:
+        """Per group ``[B, n_g, ...]`` → ``[B, N, obs_dim]`` float32 in agent order, zero-padded."""
+        rows = per_group[0].shape[0]
+        out = torch.zeros(rows, self.spec.num_agents, self.obs_dim)
+        for group, obs in zip(self.spec.groups, per_group):
+            flat = flat_obs(obs)
+            out[:, list(group.agent_indices), : flat.shape[-1]] = flat
+        return out
+
+    @torch.no_grad()
+    def act(
+        self, obs: JointObs, env_steps: int, generators: Sequence[torch.Generator], greedy: bool = False
+    ) -> list[np.ndarray]:
+        """Per group ``[E, n_g]`` int64 (Discrete) or ``[E, n_g, D]`` float32 (Box) actions: sampled, copy e's noise
+        from ``generators[e]``, or greedy (the mean action, the most likely one)."""
+        x = self._agents_obs(obs.obs)
+        if greedy:
+            chosen = self.sac.act(x, explore=False)
+        else:
+            rows = [self.sac.act(x[e : e + 1], explore=True, generator=generators[e]) for e in range(x.shape[0])]
+            chosen = torch.cat(rows)
+        dtype = np.int64 if self.discrete else np.float32
+        return [chosen[:, list(group.agent_indices)].numpy().astype(dtype) for group in self.spec.groups]
+
+    def batch(self, transitions: JointTransitions) -> dict[str, torch.Tensor]:
+        """The :mod:`~marljoint.offpolicy.sac` batch layout of sampled transitions."""
+        obs, next_obs = self._agents_obs(transitions.obs), self._agents_obs(transitions.next_obs)
+        rows = obs.shape[0]
+        out = {
+            "obs": obs,
+            "state": obs.reshape(rows, -1),
+            "actions": transitions.actions,
+            "rewards": transitions.rewards.float(),
+            "next_obs": next_obs,
+            "next_state": next_obs.reshape(rows, -1),
+            "terminated": transitions.terminated,
+            "truncated": transitions.truncated,
+            "alive": transitions.deciding,
+            "next_alive": transitions.next_present,
+        }
+        if self.discrete:
+            masks = torch.zeros(rows, self.spec.num_agents, self.sac.spaces.action_size, dtype=torch.bool)
+            for group, mask in zip(self.spec.groups, transitions.next_masks):
+                masks[:, list(group.agent_indices)] = mask
+            out["next_masks"] = masks
+        return out
+
+    def loss(self, batch: JointTransitions, aux_fn: AuxFn | None = None) -> tuple[torch.Tensor, dict[str, Any]]:
+        """The joint loss (critics, actors, temperatures, ``aux_fn`` on the actors' encoder features) of a batch;
+        the auxiliary metrics under ``aux_metrics``."""
+        total, stats = self.sac.loss(self.batch(batch), aux_fn)
+        known = {"critic_loss", "actor_loss", "alpha_loss", "aux_loss", "total_loss", "actor_updated"}
+        own = {k: v for k, v in stats.items() if k in known or k.split("/")[0] in ("q", "alpha", "entropy")}
+        own["aux_metrics"] = {k: v for k, v in stats.items() if k not in own}
+        return total, own
+
+    def update_targets(self) -> None:
+        """Polyak update of the target critics (and MADDPG's target actors)."""
+        self.sac.update_targets()
+
+    def state_dict(self) -> dict[str, Any]:
+        """Online and target weights, temperatures, the loss's noise generator and its call count."""
+        return {"sac": self.sac.state_dict()}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restores :meth:`state_dict` output."""
+        self.sac.load_state_dict(state["sac"])

@@ -1,0 +1,237 @@
+"""The settings of the off-policy trainer (VDN, QMIX, MASAC, MADDPG): one frozen, validated dataclass."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from marljoint.offpolicy.sac import SacConfig
+
+__all__ = ["ALGORITHMS", "RUN_SAC_SETTINGS", "VALUE_ALGORITHMS", "OffPolicyConfig", "sac_config"]
+
+VALUE_ALGORITHMS = ("vdn", "qmix")
+"""The value-decomposition algorithms."""
+ALGORITHMS = (*VALUE_ALGORITHMS, "masac", "maddpg")
+"""The algorithms :class:`OffPolicyConfig` trains: value decomposition, and the centralised-critic actor-critics
+(:mod:`marljoint.offpolicy.sac`, their settings in :attr:`OffPolicyConfig.sac`)."""
+
+_CHOICES = {
+    "algorithm": ALGORITHMS,
+    "target_update": ("polyak", "periodic"),
+    "exploration": ("epsilon", "boltzmann"),
+    "team_reward": ("mean", "sum"),
+}
+
+
+@dataclass(frozen=True)
+class OffPolicyConfig:
+    """Hyperparameters of :class:`~marljoint.offpolicy.OffPolicyTrainer`.
+
+    Example:
+        >>> cfg = OffPolicyConfig(algorithm="qmix", num_envs=4, batch_size=64)
+        >>> cfg.transitions_per_iteration
+        64
+    """
+
+    algorithm: str = "vdn"
+    """``"vdn"`` (the team value is the sum of the agents' utilities) or ``"qmix"`` (a monotonic mixing network
+    whose weights are produced by hypernetworks from the global state), or ``"masac"`` / ``"maddpg"`` (an actor
+    per agent and centralised critics, :mod:`marljoint.offpolicy.sac`; the exploration, target and learning-rate
+    settings here are then unused, and :attr:`sac` holds theirs)."""
+    num_envs: int = 8
+    """E, env copies stepped together."""
+    rollout_steps: int = 16
+    """Joint steps played in every env copy per iteration (an iteration stores ``rollout_steps × num_envs``
+    joint transitions)."""
+    gamma: float = 0.99
+    """Discount factor."""
+    hidden_sizes: tuple[int, ...] = (64, 64)
+    """Hidden layer sizes of every agent's Q network encoder (the last is the feature size the redundancy penalty
+    reads)."""
+    share_parameters: bool = True
+    """Agents of a group share one Q network (their one-hot agent id appended to the observation)."""
+    learning_rate: float = 5e-4
+    """Adam learning rate of every network (Q networks and mixer)."""
+    adam_eps: float = 1e-5
+    """Adam epsilon."""
+    max_grad_norm: float = 10.0
+    """Global gradient-norm clip, applied to each network separately."""
+    buffer_size: int = 50_000
+    """Joint transitions the replay buffer holds (the oldest are overwritten)."""
+    batch_size: int = 128
+    """Joint transitions per gradient step."""
+    learning_starts: int = 1_000
+    """Joint transitions stored before the first gradient step."""
+    updates_per_iteration: int | None = None
+    """Gradient steps after each iteration's collection; ``None``: one per 16 stored transitions
+    (:attr:`updates`), so each transition is sampled about ``batch_size / 16`` times whatever the iteration's size."""
+    double_q: bool = True
+    """Double-Q targets: the online networks choose the next action, the target networks value it."""
+    target_update: str = "polyak"
+    """``"polyak"`` (target ← τ·online + (1−τ)·target after every gradient step) or ``"periodic"`` (a copy every
+    ``target_update_interval`` gradient steps)."""
+    tau: float = 0.01
+    """Polyak coefficient τ."""
+    target_update_interval: int = 200
+    """Gradient steps between periodic target copies."""
+    exploration: str = "epsilon"
+    """``"epsilon"`` (a uniformly random legal action with probability ε, else the greedy one) or ``"boltzmann"``
+    (a legal action drawn from ``softmax(Q / temperature)``)."""
+    exploration_start: float = 1.0
+    """ε (or the temperature) at the first env step."""
+    exploration_end: float = 0.05
+    """ε (or the temperature) from ``exploration_steps`` env steps on."""
+    exploration_steps: int = 20_000
+    """Env steps over which ε (or the temperature) falls linearly from start to end."""
+    mixer_embed_dim: int = 32
+    """QMIX: width of the mixing network's hidden layer."""
+    hypernet_hidden: int = 64
+    """QMIX: hidden width of the hypernetworks producing the mixing weights."""
+    team_reward: str = "mean"
+    """How the agents' rewards of a step form the team reward the mixer learns: ``"mean"`` over the agents present
+    at the step, or ``"sum"``."""
+    reward_scale: float = 1.0
+    """Factor on the team reward before it enters the TD target: rewards of hundreds per step (bucket brigade's)
+    give utilities of tens of thousands, which networks starting near zero take long to reach."""
+    seed: int = 0
+    """Seed of the env resets, the exploration noise, the initial weights and the replay sampling."""
+    sac: Mapping[str, Any] = field(default_factory=dict)
+    """masac and maddpg: :class:`~marljoint.offpolicy.sac.SacConfig` fields other than ``variant``, ``gamma``,
+    ``hidden_sizes`` and ``share_parameters`` (which come from the fields above); empty: SacConfig's defaults
+    (``docs/masac.md``)."""
+
+    def __post_init__(self) -> None:
+        for name, allowed in _CHOICES.items():
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"{name} must be one of {list(allowed)}, got {getattr(self, name)!r}")
+        for name in ("num_envs", "rollout_steps", "buffer_size", "batch_size"):
+            _positive_int(name, getattr(self, name))
+        if self.updates_per_iteration is not None:
+            _positive_int("updates_per_iteration", self.updates_per_iteration)
+        for name in ("target_update_interval", "mixer_embed_dim", "hypernet_hidden"):
+            _positive_int(name, getattr(self, name))
+        for name in ("learning_starts", "exploration_steps"):
+            if not _is_int(getattr(self, name)) or getattr(self, name) < 0:
+                raise ValueError(f"{name} must be a non-negative integer, got {getattr(self, name)!r}")
+        object.__setattr__(self, "hidden_sizes", _widths(self.hidden_sizes))
+        _in_range("gamma", self.gamma, 0.0, 1.0, "a discount in [0, 1]")
+        _in_range("tau", self.tau, 0.0, 1.0, "a Polyak coefficient in (0, 1]", open_low=True)
+        _in_range("exploration_start", self.exploration_start, 0.0, math.inf, "a non-negative number")
+        _in_range("exploration_end", self.exploration_end, 0.0, math.inf, "a non-negative number")
+        if self.exploration == "epsilon" and max(self.exploration_start, self.exploration_end) > 1.0:
+            raise ValueError(
+                f"epsilon-greedy exploration needs probabilities in [0, 1], got exploration_start="
+                f"{self.exploration_start!r} and exploration_end={self.exploration_end!r}; lower them or use "
+                "exploration='boltzmann'"
+            )
+        for name in ("learning_rate", "adam_eps", "max_grad_norm", "reward_scale"):
+            _in_range(name, getattr(self, name), 0.0, math.inf, "a positive number", open_low=True)
+        if not isinstance(self.double_q, bool) or not isinstance(self.share_parameters, bool):
+            raise ValueError(
+                f"double_q and share_parameters must be true or false, got {self.double_q!r}, {self.share_parameters!r}"
+            )
+        if not _is_int(self.seed) or not 0 <= self.seed < 2**63:
+            raise ValueError(f"seed must be an integer in [0, 2**63 - 1], got {self.seed!r}")
+        self._check_sac()
+        if self.batch_size > self.buffer_size:
+            raise ValueError(
+                f"batch_size={self.batch_size} exceeds buffer_size={self.buffer_size}; raise buffer_size or lower "
+                "batch_size"
+            )
+
+    def _check_sac(self) -> None:
+        if not isinstance(self.sac, Mapping):
+            raise ValueError(f"sac must be a table of SacConfig settings, got {self.sac!r}")
+        object.__setattr__(self, "sac", dict(self.sac))
+        if self.algorithm in VALUE_ALGORITHMS:
+            if self.sac:
+                raise ValueError(f"sac settings apply to masac and maddpg, not {self.algorithm}; drop them")
+            return
+        sac_config(self)
+
+    @property
+    def transitions_per_iteration(self) -> int:
+        """Joint transitions stored per iteration: ``rollout_steps × num_envs``."""
+        return self.rollout_steps * self.num_envs
+
+    @property
+    def updates(self) -> int:
+        """Gradient steps per iteration: ``updates_per_iteration``, or one per 16 transitions stored."""
+        if self.updates_per_iteration is not None:
+            return self.updates_per_iteration
+        return max(1, self.transitions_per_iteration // 16)
+
+    def replace(self, **changes: Any) -> OffPolicyConfig:
+        """A copy with ``changes`` applied (validated again)."""
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The settings as plain values (as written to ``config.toml``)."""
+        out = dataclasses.asdict(self)
+        out["hidden_sizes"] = list(self.hidden_sizes)
+        out["sac"] = {k: list(v) if isinstance(v, tuple) else v for k, v in self.sac.items()}
+        return out
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _positive_int(name: str, value: Any) -> None:
+    if not _is_int(value) or value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+
+
+def _in_range(name: str, value: Any, low: float, high: float, what: str, open_low: bool = False) -> None:
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if not number or math.isnan(value) or value > high or value < low or (open_low and value == low):
+        raise ValueError(f"{name} must be {what}, got {value!r}")
+
+
+def _widths(value: Any) -> tuple[int, ...]:
+    if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
+        raise ValueError(f"hidden_sizes must be a list of positive integer widths such as [64, 64], got {value!r}")
+    widths = tuple(value)
+    if not widths or not all(_is_int(w) and w > 0 for w in widths):
+        raise ValueError(f"hidden_sizes must be a list of positive integer widths such as [64, 64], got {value!r}")
+    return widths
+
+
+RUN_SAC_SETTINGS = ("variant", "gamma", "hidden_sizes", "share_parameters")
+""":class:`~marljoint.offpolicy.sac.SacConfig` fields taken from :class:`OffPolicyConfig` (the algorithm, γ, the
+actors' widths, sharing), not from its ``sac`` table."""
+
+
+def sac_config(config: OffPolicyConfig) -> SacConfig:
+    """The :class:`~marljoint.offpolicy.sac.SacConfig` of an off-policy config whose algorithm is masac or maddpg.
+
+    Raises:
+        ValueError: for a ``sac`` key that is a setting of the run, an unknown key (listing the valid ones) or an
+            invalid value.
+    """
+    table = dict(config.sac)
+    misplaced = sorted(set(table) & set(RUN_SAC_SETTINGS))
+    if misplaced:
+        raise ValueError(
+            f"sac.{misplaced[0]} is set by the off-policy config itself (algorithm, gamma, hidden_sizes, "
+            f"share_parameters); set {misplaced[0]} there instead"
+        )
+    valid = sorted(f for f in SacConfig.__dataclass_fields__ if f not in RUN_SAC_SETTINGS)
+    unknown = sorted(set(table) - set(valid))
+    if unknown:
+        raise ValueError(f"unknown sac setting(s) {unknown}; valid keys: {valid}")
+    if "critic_hidden_sizes" in table:
+        table["critic_hidden_sizes"] = tuple(table["critic_hidden_sizes"])
+    try:
+        return SacConfig(
+            variant=config.algorithm,
+            gamma=config.gamma,
+            hidden_sizes=tuple(config.hidden_sizes),
+            share_parameters=config.share_parameters,
+            **table,
+        )
+    except TypeError as exc:
+        raise ValueError(f"sac: {exc}") from None

@@ -1,0 +1,294 @@
+"""The off-policy training loop: collect with exploration, store joint transitions, sample, one joint loss, one
+backward, per-network clipping and optimiser steps, target updates; checkpoints with an exact resume."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Any, NamedTuple
+
+import numpy as np
+import torch
+
+from marljoint.auxiliary import AuxFn
+from marljoint.checkpoint import atomic_torch_save, load_checkpoint
+from marljoint.collect.noise import copy_generators, generators_from_states
+from marljoint.collect.snapshots import read_state, restore_env
+from marljoint.env.base import JointEnv, JointObs
+from marljoint.offpolicy.base import OffPolicyAlgorithm
+from marljoint.offpolicy.centralised import CentralisedActorCritic
+from marljoint.offpolicy.config import VALUE_ALGORITHMS, OffPolicyConfig
+from marljoint.offpolicy.replay import JointTransitions, ReplayBuffer
+from marljoint.offpolicy.transitions import joint_transitions
+from marljoint.offpolicy.value import ValueDecomposition
+
+__all__ = ["OffPolicyTrainer", "Played"]
+
+
+class Played(NamedTuple):
+    """What one iteration's collection played.
+
+    Attributes:
+        steps: joint steps per env copy.
+        episode_returns: ``[k, N]`` float64 returns of the episodes that finished.
+        episode_lengths: ``[k]`` their lengths.
+    """
+
+    steps: int
+    episode_returns: np.ndarray
+    episode_lengths: np.ndarray
+
+
+def _seed(seed: int, purpose: int) -> int:
+    return int(np.random.SeedSequence([int(seed) % 2**63, purpose]).generate_state(1)[0])
+
+
+def _build_algorithm(spec: Any, config: OffPolicyConfig, init: torch.Generator) -> OffPolicyAlgorithm:
+    if config.algorithm in VALUE_ALGORITHMS:
+        return ValueDecomposition(spec, config, init)
+    return CentralisedActorCritic(spec, config, _seed(config.seed, 1))
+
+
+def _copy_obs(obs: JointObs) -> JointObs:
+    """A copy of what the env returned (its arrays may be reused by the next step)."""
+    masks = tuple(None if m is None else m.copy() for m in obs.action_masks)
+    return JointObs(tuple(o.copy() for o in obs.obs), obs.alive.copy(), obs.acting.copy(), masks)
+
+
+class OffPolicyTrainer:
+    """Trains an :class:`~marljoint.offpolicy.OffPolicyAlgorithm` (VDN or QMIX by default) on a JointEnv.
+
+    Every env copy explores with its own noise generator, addressed by its global index, and the env copies may
+    step in this process or in workers (:class:`~marljoint.env.SubprocessJointEnv`): the same seed gives the same
+    transitions, bit for bit. A checkpoint holds the networks, the optimisers, the replay buffer, the generators
+    and (by :meth:`env_state`) the env copies mid-episode, so a resumed run continues bit-identically.
+
+    Args:
+        env: the env copies (``config.num_envs`` of them).
+        config: the settings.
+        algorithm: the algorithm to train; ``None`` builds the one ``config.algorithm`` names
+            (:class:`~marljoint.offpolicy.ValueDecomposition` for vdn and qmix,
+            :class:`~marljoint.offpolicy.CentralisedActorCritic` for masac and maddpg). An algorithm with
+            ``learning_rates`` (one per network) gets those; else every network takes ``config.learning_rate``.
+
+    Raises:
+        ValueError: if the env's number of copies differs from ``config.num_envs``, or an agent's actions are
+            not Discrete (value methods), or not one Discrete or Box space (masac, maddpg).
+
+    Example:
+        >>> from marljoint import PettingZooJointEnv
+        >>> from marljoint_envs import mock_v0
+        >>> env = PettingZooJointEnv(mock_v0.parallel_env, num_envs=2, seed=0)
+        >>> trainer = OffPolicyTrainer(env, OffPolicyConfig(num_envs=2, rollout_steps=4, learning_starts=8))
+        >>> _ = trainer.train(16)
+        >>> trainer.env_steps
+        16
+    """
+
+    def __init__(self, env: JointEnv, config: OffPolicyConfig, algorithm: OffPolicyAlgorithm | None = None) -> None:
+        if env.num_envs != config.num_envs:
+            raise ValueError(
+                f"the env has {env.num_envs} copies but num_envs={config.num_envs}; build the env with "
+                f"num_envs={config.num_envs}"
+            )
+        self.env, self.config, self.spec = env, config, env.spec
+        init = torch.Generator().manual_seed(_seed(config.seed, 1))
+        self.algorithm = algorithm if algorithm is not None else _build_algorithm(env.spec, config, init)
+        networks = self.algorithm.networks
+        rates = getattr(self.algorithm, "learning_rates", None) or [config.learning_rate] * len(networks)
+        self.optimizers = [
+            torch.optim.Adam(net.parameters(), lr=rate, eps=config.adam_eps) for net, rate in zip(networks, rates)
+        ]
+        self._generator = torch.Generator().manual_seed(_seed(config.seed, 2))
+        self.copy_generators = copy_generators(config.seed, env.num_envs)
+        self.buffer: ReplayBuffer | None = None
+        self.current: JointObs | None = None
+        self.iteration = 0
+        self.env_steps = 0
+        self.gradient_steps = 0
+        self.derived: dict[str, str] = {}
+
+    @property
+    def generator(self) -> torch.Generator:
+        """The generator of replay sampling (and of sampled evaluation actions)."""
+        return self._generator
+
+    def act(self, obs: JointObs, deterministic: bool = True) -> list[np.ndarray]:
+        """Actions for a :class:`~marljoint.JointObs` (evaluation): greedy on Q, or exploring at the current
+        schedule value with noise from :attr:`generator`."""
+        copies = [self._generator] * obs.alive.shape[0]
+        return self.algorithm.act(obs, self.env_steps, copies, greedy=deterministic)
+
+    def collect(self) -> Played:
+        """Plays ``rollout_steps`` joint steps in every copy, storing each joint transition in the replay buffer."""
+        if self.current is None:
+            self.current = _copy_obs(self.env.reset(seed=self.config.seed))
+        returns, lengths = [], []
+        for _ in range(self.config.rollout_steps):
+            before = self.current
+            actions = self.algorithm.act(before, self.env_steps, self.copy_generators)
+            step = self.env.step(actions)
+            transitions = joint_transitions(self.spec, before, actions, step)
+            if self.buffer is None:
+                self.buffer = ReplayBuffer(self.config.buffer_size, transitions)
+            self.buffer.add(transitions)
+            self.env_steps += self.env.num_envs
+            if len(step.episode_lengths):
+                returns.append(step.episode_returns.copy())
+                lengths.append(step.episode_lengths.copy())
+            self.current = _copy_obs(JointObs(step.obs, step.alive, step.acting, step.action_masks))
+        n = self.spec.num_agents
+        return Played(
+            self.config.rollout_steps,
+            np.concatenate(returns) if returns else np.zeros((0, n)),
+            np.concatenate(lengths) if lengths else np.zeros(0, np.int64),
+        )
+
+    def update(self, aux_fn: AuxFn | None = None) -> dict[str, float]:
+        """:attr:`~OffPolicyConfig.updates` gradient steps once ``learning_starts`` transitions are stored.
+
+        Returns:
+            The last step's statistics (empty before learning starts), with ``gradient_steps``.
+        """
+        stats: dict[str, float] = {}
+        if self.buffer is None or len(self.buffer) < max(self.config.learning_starts, 1):
+            return {"gradient_steps": float(self.gradient_steps)}
+        for _ in range(self.config.updates):
+            stats = self.gradient_step(aux_fn)
+        return {**stats, "gradient_steps": float(self.gradient_steps)}
+
+    def gradient_step(self, aux_fn: AuxFn | None = None) -> dict[str, float]:
+        """One sampled batch: one joint loss, one backward, per-network clip and optimiser step, target update."""
+        batch = self.buffer.sample(self.config.batch_size, self._generator)
+        loss, stats = self.algorithm.loss(batch, aux_fn)
+        for optimizer in self.optimizers:
+            optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        # An algorithm whose networks stack one member per agent clips each agent on its own (clip_grads).
+        clip = getattr(self.algorithm, "clip_grads", None)
+        for k, (network, optimizer) in enumerate(zip(self.algorithm.networks, self.optimizers)):
+            if clip is not None:
+                stats[f"grad_norm/{k}"] = clip(network, self.config.max_grad_norm)
+            else:
+                norm = torch.nn.utils.clip_grad_norm_(network.parameters(), self.config.max_grad_norm)
+                stats[f"grad_norm/{k}"] = float(norm)
+            optimizer.step()
+        self.algorithm.update_targets()
+        self.gradient_steps += 1
+        return stats
+
+    def iterate(self, total: int | None = None, aux_fn: AuxFn | None = None) -> tuple[Played, dict[str, float], float]:
+        """One iteration (collection, then the gradient steps): ``(played, stats, seconds)``. ``total`` (the
+        run's number of iterations) is accepted for the run loop's sake and unused."""
+        started = time.perf_counter()
+        played = self.collect()
+        stats = self.update(aux_fn)
+        self.iteration += 1
+        return played, stats, time.perf_counter() - started
+
+    def train(self, total_steps: int, aux_fn: AuxFn | None = None) -> list[dict[str, Any]]:
+        """Iterates until ``total_steps`` env steps (rounded up to whole iterations); the metrics of each."""
+        rows = []
+        while self.env_steps < total_steps:
+            rows.append(self.iteration_metrics(*self.iterate(aux_fn=aux_fn)))
+        return rows
+
+    def iteration_metrics(self, played: Played, stats: Mapping[str, float], seconds: float) -> dict[str, Any]:
+        """Flat metrics of one iteration: counters, episode returns, exploration and the update's statistics."""
+        transitions = played.steps * self.env.num_envs
+        returns = played.episode_returns
+        row: dict[str, Any] = {
+            "iteration": self.iteration,
+            "env_steps": self.env_steps,
+            "agent_steps": transitions * self.spec.num_agents,
+            "sps": transitions / seconds if seconds > 0 else 0.0,
+            "episodes": len(returns),
+            "episode_return_mean": float(returns.mean()) if len(returns) else float("nan"),
+            "episode_length_mean": float(played.episode_lengths.mean()) if len(returns) else float("nan"),
+            "exploration": self.algorithm.exploration_value(self.env_steps)
+            if hasattr(self.algorithm, "exploration_value")
+            else float("nan"),
+            "buffer_size": 0 if self.buffer is None else len(self.buffer),
+        }
+        for i, agent in enumerate(self.spec.agents):
+            row[f"episode_return/{agent}"] = float(returns[:, i].mean()) if len(returns) else float("nan")
+        stats = dict(stats)
+        # The auxiliary loss's own metrics keep their names (redundancy/...), as in a PPO run's log.
+        row.update({k: float(v) for k, v in stats.pop("aux_metrics", {}).items()})
+        row.update({f"offpolicy/{k}": float(v) for k, v in stats.items()})
+        return row
+
+    def close(self) -> None:
+        """Nothing to release: the env belongs to the caller."""
+
+    # ------------------------------------------------------------------ persistence
+    def state_dict(self) -> dict[str, Any]:
+        """Networks, targets, optimisers, the replay buffer, the generators and the counters."""
+        return {
+            "config": self.config.to_dict(),
+            "agents": list(self.spec.agents),
+            "algorithm": self.algorithm.state_dict(),
+            "optimizers": [o.state_dict() for o in self.optimizers],
+            "buffer": None if self.buffer is None else self.buffer.state_dict(),
+            "generator": self._generator.get_state(),
+            "iteration": self.iteration,
+            "env_steps": self.env_steps,
+            "gradient_steps": self.gradient_steps,
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restores :meth:`state_dict` output into a trainer built for the same env and config.
+
+        Raises:
+            ValueError: if the agents differ.
+        """
+        if list(state["agents"]) != list(self.spec.agents):
+            raise ValueError(f"checkpoint agents {state['agents']} differ from this env's {list(self.spec.agents)}")
+        self.algorithm.load_state_dict(state["algorithm"])
+        for optimizer, saved in zip(self.optimizers, state["optimizers"]):
+            optimizer.load_state_dict(saved)
+        self.buffer = None
+        if state["buffer"] is not None:
+            example = JointTransitions(**state["buffer"]["transitions"])
+            self.buffer = ReplayBuffer(self.config.buffer_size, example)
+            self.buffer.load_state_dict(state["buffer"])
+        self._generator.set_state(state["generator"])
+        self.iteration, self.env_steps = int(state["iteration"]), int(state["env_steps"])
+        self.gradient_steps = int(state["gradient_steps"])
+
+    def env_state(self) -> dict[str, Any] | None:
+        """The env copies mid-episode and the copies' exploration generators (``None`` before the first step).
+
+        Raises:
+            TypeError: if the env has no ``get_state()``.
+        """
+        if self.current is None:
+            return None
+        get_state = getattr(self.env, "get_state", None)
+        if get_state is None:
+            raise TypeError(f"{type(self.env).__name__} has no get_state(), so its episodes cannot be saved")
+        return {"env": get_state(), "copy_generators": [g.get_state() for g in self.copy_generators]}
+
+    def load_env_state(self, state: Mapping[str, Any] | None, trust_snapshot: bool = False) -> None:
+        """Restores :meth:`env_state` output (``None``: the env is reset at the next collection).
+
+        ``trust_snapshot`` is accepted for the run loop's sake: a snapshot is always checked against this user's
+        key before it is unpickled.
+        """
+        if state is None:
+            self.current = None
+            return
+        current, generators = restore_env(self.env, read_state(state))
+        self.current = _copy_obs(current)
+        if generators is not None:
+            self.copy_generators = generators_from_states(generators)
+
+    def save(self, path: Any) -> None:
+        """Writes :meth:`state_dict` and :meth:`env_state` to ``path`` (atomically)."""
+        atomic_torch_save({"trainer": self.state_dict(), "env": self.env_state()}, path)
+
+    def load(self, path: Any) -> None:
+        """Restores a :meth:`save` file."""
+        saved = load_checkpoint(path)
+        self.load_state_dict(saved["trainer"])
+        self.load_env_state(saved["env"])

@@ -204,7 +204,8 @@ class ValueDecomposition:
             aux_fn: a cross-agent auxiliary loss (e.g. :class:`~marljoint.redundancy.RedundancyPenalty`).
 
         Returns:
-            ``(joint scalar loss, stats)`` with stats ``td_loss``, ``q_taken``, ``td_target``, ``aux_loss``,
+            ``(joint scalar loss, stats)`` with stats ``td_loss``, ``q_taken``, ``td_target``, ``reward_scale``
+            (the factor on the team reward), ``aux_loss``,
             ``total_loss`` and, with ``aux_fn``, ``aux_metrics`` (the aux function's metrics, by their names).
         """
         rows = batch.actions.shape[0]
@@ -222,6 +223,7 @@ class ValueDecomposition:
             "td_loss": float(td_loss.detach()),
             "q_taken": float(q_tot.detach().mean()),
             "td_target": float(targets.mean()),
+            "reward_scale": self.reward_scale.factor,
             "aux_loss": 0.0,
         }
         total = td_loss

@@ -1,5 +1,5 @@
 """The off-policy path: a replay buffer of joint transitions, exploration schedules, target networks, value
-decomposition (VDN, QMIX) and the off-policy trainer."""
+decomposition (VDN, QMIX), the reward scale of its TD targets and the off-policy trainer."""
 
 from marljoint.offpolicy.base import OffPolicyAlgorithm
 from marljoint.offpolicy.config import ALGORITHMS, OffPolicyConfig
@@ -7,6 +7,7 @@ from marljoint.offpolicy.exploration import explore, linear_schedule
 from marljoint.offpolicy.functional import double_q_values, masked_max, td_targets, team_rewards
 from marljoint.offpolicy.mixers import QmixMixer, VdnMixer
 from marljoint.offpolicy.replay import JointTransitions, ReplayBuffer
+from marljoint.offpolicy.reward_scale import RewardScale
 from marljoint.offpolicy.targets import TargetNetworks, polyak_update
 from marljoint.offpolicy.trainer import OffPolicyTrainer, Played
 from marljoint.offpolicy.transitions import joint_transitions
@@ -22,6 +23,7 @@ __all__ = [
     "Played",
     "QmixMixer",
     "ReplayBuffer",
+    "RewardScale",
     "TargetNetworks",
     "ValueDecomposition",
     "VdnMixer",

@@ -1,5 +1,6 @@
 """The off-policy path: a replay buffer of joint transitions, exploration schedules, target networks, value
-decomposition (VDN, QMIX), the centralised-critic actor-critics (MASAC, MADDPG) and the off-policy trainer."""
+decomposition (VDN, QMIX), the reward scale of its TD targets, the centralised-critic actor-critics (MASAC, MADDPG)
+and the off-policy trainer."""
 
 from marljoint.offpolicy.base import OffPolicyAlgorithm
 from marljoint.offpolicy.centralised import CentralisedActorCritic
@@ -8,6 +9,7 @@ from marljoint.offpolicy.exploration import explore, linear_schedule
 from marljoint.offpolicy.functional import double_q_values, masked_max, td_targets, team_rewards
 from marljoint.offpolicy.mixers import QmixMixer, VdnMixer
 from marljoint.offpolicy.replay import JointTransitions, ReplayBuffer
+from marljoint.offpolicy.reward_scale import RewardScale
 from marljoint.offpolicy.sac import SacAlgorithm, SacConfig
 from marljoint.offpolicy.targets import TargetNetworks, polyak_update
 from marljoint.offpolicy.trainer import OffPolicyTrainer, Played
@@ -25,6 +27,7 @@ __all__ = [
     "Played",
     "QmixMixer",
     "ReplayBuffer",
+    "RewardScale",
     "SacAlgorithm",
     "SacConfig",
     "TargetNetworks",

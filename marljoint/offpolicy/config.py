@@ -93,9 +93,11 @@ class OffPolicyConfig:
     team_reward: str = "mean"
     """How the agents' rewards of a step form the team reward the mixer learns: ``"mean"`` over the agents present
     at the step, or ``"sum"``."""
-    reward_scale: float = 1.0
-    """Factor on the team reward before it enters the TD target: rewards of hundreds per step (bucket brigade's)
-    give utilities of tens of thousands, which networks starting near zero take long to reach."""
+    reward_scale: float | str = "auto"
+    """Factor on the team reward before it enters the TD target, or ``"auto"``: one over the running standard
+    deviation of the team rewards stored so far (:class:`~marljoint.offpolicy.reward_scale.RewardScale`), so the
+    TD targets have the same scale on any env (rewards of hundreds per step would otherwise give utilities of tens
+    of thousands, which networks starting near zero take long to reach)."""
     seed: int = 0
     """Seed of the env resets, the exploration noise, the initial weights and the replay sampling."""
     sac: Mapping[str, Any] = field(default_factory=dict)
@@ -127,7 +129,9 @@ class OffPolicyConfig:
                 f"{self.exploration_start!r} and exploration_end={self.exploration_end!r}; lower them or use "
                 "exploration='boltzmann'"
             )
-        for name in ("learning_rate", "adam_eps", "max_grad_norm", "reward_scale"):
+        if self.reward_scale != "auto":
+            _in_range("reward_scale", self.reward_scale, 0.0, math.inf, "'auto' or a positive number", open_low=True)
+        for name in ("learning_rate", "adam_eps", "max_grad_norm"):
             _in_range(name, getattr(self, name), 0.0, math.inf, "a positive number", open_low=True)
         if not isinstance(self.double_q, bool) or not isinstance(self.share_parameters, bool):
             raise ValueError(

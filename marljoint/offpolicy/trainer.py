@@ -132,6 +132,8 @@ class OffPolicyTrainer:
             if self.buffer is None:
                 self.buffer = ReplayBuffer(self.config.buffer_size, transitions)
             self.buffer.add(transitions)
+            if hasattr(self.algorithm, "observe"):
+                self.algorithm.observe(transitions)
             self.env_steps += self.env.num_envs
             if len(step.episode_lengths):
                 returns.append(step.episode_returns.copy())

@@ -23,6 +23,7 @@ from marljoint.offpolicy.functional import (
 )
 from marljoint.offpolicy.mixers import QmixMixer, VdnMixer
 from marljoint.offpolicy.replay import JointTransitions
+from marljoint.offpolicy.reward_scale import RewardScale
 from marljoint.offpolicy.targets import TargetNetworks
 from marljoint.policies.layers import StackedLinear, StackedMLP
 
@@ -149,6 +150,7 @@ class ValueDecomposition:
             self.mixer = VdnMixer()
         online: list[nn.Module] = [*self.groups, self.mixer]
         self.targets = TargetNetworks(online, config.target_update, config.tau, config.target_update_interval)
+        self.reward_scale = RewardScale(config.reward_scale)
 
     @property
     def networks(self) -> list[nn.Module]:
@@ -202,7 +204,8 @@ class ValueDecomposition:
             aux_fn: a cross-agent auxiliary loss (e.g. :class:`~marljoint.redundancy.RedundancyPenalty`).
 
         Returns:
-            ``(joint scalar loss, stats)`` with stats ``td_loss``, ``q_taken``, ``td_target``, ``aux_loss``,
+            ``(joint scalar loss, stats)`` with stats ``td_loss``, ``q_taken``, ``td_target``, ``reward_scale``
+            (the factor on the team reward), ``aux_loss``,
             ``total_loss`` and, with ``aux_fn``, ``aux_metrics`` (the aux function's metrics, by their names).
         """
         rows = batch.actions.shape[0]
@@ -220,6 +223,7 @@ class ValueDecomposition:
             "td_loss": float(td_loss.detach()),
             "q_taken": float(q_tot.detach().mean()),
             "td_target": float(targets.mean()),
+            "reward_scale": self.reward_scale.factor,
             "aux_loss": 0.0,
         }
         total = td_loss
@@ -246,19 +250,24 @@ class ValueDecomposition:
             next_values.append(double_q_values(chooser, target_next, batch.next_masks[g], True))
         next_state = torch.cat([o.reshape(rows, -1) for o in batch.next_obs], -1)
         next_tot = target_mixer(self._scatter(next_values, rows), batch.next_deciding, next_state)
-        rewards = team_rewards(batch.rewards, batch.alive, self.config.team_reward) * self.config.reward_scale
+        rewards = team_rewards(batch.rewards, batch.alive, self.config.team_reward) * self.reward_scale.factor
         return td_targets(rewards, batch.next_present.any(-1), next_tot, self.config.gamma)
+
+    def observe(self, stored: JointTransitions) -> None:
+        """Counts just-stored transitions' team rewards in the ``"auto"`` reward scale's statistics."""
+        self.reward_scale.observe(team_rewards(stored.rewards, stored.alive, self.config.team_reward))
 
     def update_targets(self) -> None:
         """Moves the target networks after a gradient step (Polyak or periodic)."""
         self.targets.update()
 
     def state_dict(self) -> dict[str, Any]:
-        """The online and target weights."""
+        """The online and target weights, and the reward scale's statistics."""
         return {
             "groups": [n.state_dict() for n in self.groups],
             "mixer": self.mixer.state_dict(),
             "targets": self.targets.state_dict(),
+            "reward_scale": self.reward_scale.state_dict(),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -275,3 +284,4 @@ class ValueDecomposition:
             network.load_state_dict(saved)
         self.mixer.load_state_dict(state["mixer"])
         self.targets.load_state_dict(state["targets"])
+        self.reward_scale.load_state_dict(state["reward_scale"])

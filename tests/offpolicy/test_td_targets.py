@@ -18,6 +18,7 @@ from marljoint.offpolicy import (
     team_rewards,
 )
 from marljoint.offpolicy.functional import decode_actions, encode_actions, joint_action_mask
+from marljoint.offpolicy.reward_scale import RewardScale
 from marljoint_envs import counter_v0
 
 
@@ -107,8 +108,11 @@ def test_vdn_targets_by_hand_with_termination_truncation_masks_and_dead_agents()
     assert targets.tolist() == [2.0, 3.0]
     terminal = batch._replace(next_present=torch.zeros_like(batch.next_present))
     assert algorithm.targets_of(terminal).tolist() == [1.5, 2.0]
-    algorithm.config = algorithm.config.replace(reward_scale=0.5)  # scales the reward, not the bootstrap
+    algorithm.reward_scale = RewardScale(0.5)  # scales the reward, not the bootstrap
     assert algorithm.targets_of(batch).tolist() == [1.25, 2.0]
+    algorithm.reward_scale = RewardScale("auto")
+    algorithm.observe(batch)  # team rewards [1.5, 2.0]: std 0.25, factor 4
+    assert algorithm.targets_of(batch).tolist() == [1.5 * 4 + 0.5, 2.0 * 4 + 1.0]
 
 
 def test_value_methods_refuse_non_discrete_actions():

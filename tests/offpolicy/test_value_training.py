@@ -45,7 +45,7 @@ def test_boltzmann_exploration_and_polyak_targets_run():
         ({"tau": 0.0}, r"tau must be a Polyak coefficient in \(0, 1\], got 0.0"),
         ({"exploration_start": 2.0}, "epsilon-greedy exploration needs probabilities in"),
         ({"learning_rate": 0}, "learning_rate must be a positive number, got 0"),
-        ({"reward_scale": -1.0}, "reward_scale must be a positive number, got -1.0"),
+        ({"reward_scale": -1.0}, "reward_scale must be 'auto' or a positive number, got -1.0"),
         ({"double_q": 1}, "double_q and share_parameters must be true or false"),
         ({"seed": -1}, r"seed must be an integer in \[0, 2\*\*63 - 1\], got -1"),
         ({"hidden_sizes": "64"}, "hidden_sizes must be a list of positive integer widths"),

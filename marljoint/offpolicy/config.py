@@ -66,8 +66,9 @@ class OffPolicyConfig:
     learning_starts: int = 1_000
     """Joint transitions stored before the first gradient step."""
     updates_per_iteration: int | None = None
-    """Gradient steps after each iteration's collection; ``None``: one per 16 stored transitions
-    (:attr:`updates`), so each transition is sampled about ``batch_size / 16`` times whatever the iteration's size."""
+    """Gradient steps after each iteration's collection; ``None``: one per :attr:`transitions_per_update` stored
+    transitions (:attr:`updates`; 16 for vdn and qmix, 4 for masac and maddpg), so each transition is sampled about
+    ``batch_size / transitions_per_update`` times whatever the iteration's size."""
     double_q: bool = True
     """Double-Q targets: the online networks choose the next action, the target networks value it."""
     target_update: str = "polyak"
@@ -162,11 +163,19 @@ class OffPolicyConfig:
         return self.rollout_steps * self.num_envs
 
     @property
+    def transitions_per_update(self) -> int:
+        """Stored transitions per gradient step when ``updates_per_iteration`` is ``None``: 16 for the value methods,
+        4 for the actor-critics, whose actors and temperatures learn from the critics and need more steps per
+        transition (measured on simple_spread with continuous actions: ``docs/learning.md``, "MASAC against PPO")."""
+        return 4 if self.algorithm in ("masac", "maddpg") else 16
+
+    @property
     def updates(self) -> int:
-        """Gradient steps per iteration: ``updates_per_iteration``, or one per 16 transitions stored."""
+        """Gradient steps per iteration: ``updates_per_iteration``, or one per :attr:`transitions_per_update`
+        transitions stored."""
         if self.updates_per_iteration is not None:
             return self.updates_per_iteration
-        return max(1, self.transitions_per_iteration // 16)
+        return max(1, self.transitions_per_iteration // self.transitions_per_update)
 
     def replace(self, **changes: Any) -> OffPolicyConfig:
         """A copy with ``changes`` applied (validated again)."""

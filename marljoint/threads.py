@@ -137,8 +137,7 @@ def set_torch_threads(count: int) -> None:
     Raises:
         ValueError: for a count below 1.
     """
-    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
-        raise ValueError(f"count must be a positive integer, got {count!r}")
+    _check_count(count)
     import torch
 
     torch.set_num_threads(count)
@@ -158,10 +157,15 @@ def limit_threads(count: int) -> None:
     Raises:
         ValueError: for a count below 1.
     """
-    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
-        raise ValueError(f"count must be a positive integer, got {count!r}")
+    _check_count(count)
     for name in THREAD_ENV_VARS:
         os.environ[name] = str(count)
     torch = sys.modules.get("torch")
     if torch is not None and torch.get_num_threads() != count:
         torch.set_num_threads(count)
+
+
+def _check_count(count: int) -> None:
+    """Refuses a thread count that is not a positive integer."""
+    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+        raise ValueError(f"count must be a positive integer, got {count!r}")

@@ -11,8 +11,15 @@ with ``KL(π ‖ ρ) = Σ_a π(a|s) (log π(a|s) − log ρ(a|s))`` summed exact
 discrete), on the states the seat moved at in the rollout. The terms of both seats enter the one joint loss, so the
 update keeps its one backward. The schedule (:class:`MmdConfig`): ``α_t = α · f(t)`` and the step size (the
 learning rate) ``η_t = η · f(t)`` with ``f(t) = 1 / sqrt(1 + t / τ)`` (``"inverse_sqrt"``) or ``f = 1``
-(``"constant"``); the magnet is either a frozen copy of the policy refreshed every ``K`` updates (``"moving"``) or
-the uniform policy over the legal actions (``"uniform"``, which makes the term an entropy bonus).
+(``"constant"``); the magnet is a frozen copy of the policy refreshed every ``K`` updates (``"moving"``), a
+frozen copy whose parameters move a fraction β of the way to the policy's after every update (``"ema"``), or the
+uniform policy over the legal actions (``"uniform"``, which makes the term an entropy bonus).
+
+The ``"ema"`` magnet is the deep-RL form of the paper's magnet update ``ρ_{t+1} ∝ ρ_t^{1−η̃} π_{t+1}^{η̃}``, a
+geometric step of the magnet towards the latest policy: at the start of every update t > 0 each network parameter
+becomes ``p_ρ ← (1 − β)·p_ρ + β·p_π`` (β = ``magnet_rate``; the step acts on the parameters, not on the
+distributions), and the buffers (observation statistics, agent codes) are copied
+(:meth:`~marljoint.policies.JointPolicy.move_weights_towards`).
 """
 
 from __future__ import annotations
@@ -31,8 +38,9 @@ from marljoint.ppo.regularizer import RegularizerBatch
 
 __all__ = ["MAGNETS", "SCHEDULES", "SELF_PLAY_KINDS", "MmdConfig", "MmdRegularizer", "attach_mmd", "magnet_kl"]
 
-MAGNETS = ("moving", "uniform")
-"""Kinds of magnet: a copy of the policy refreshed every ``magnet_every`` updates, or the uniform policy."""
+MAGNETS = ("moving", "uniform", "ema")
+"""Kinds of magnet: a copy of the policy refreshed every ``magnet_every`` updates, the uniform policy, or a copy
+whose parameters move a fraction ``magnet_rate`` towards the policy's after every update."""
 SCHEDULES = ("inverse_sqrt", "constant")
 """How α and the learning rate decay with the update count t: ``1 / sqrt(1 + t / τ)``, or not at all."""
 SELF_PLAY_KINDS = ("ppo", "mmd")
@@ -49,9 +57,13 @@ class MmdConfig:
     alpha: float = 0.5
     """α, the weight of KL(π ‖ ρ) at update 0 (> 0), in the units of the advantages."""
     magnet: str = "uniform"
-    """ρ: ``"moving"`` (a frozen copy of the policy, refreshed every ``magnet_every`` updates) or ``"uniform"``."""
+    """ρ: ``"moving"`` (a frozen copy of the policy, refreshed every ``magnet_every`` updates), ``"uniform"``, or
+    ``"ema"`` (a frozen copy whose parameters move ``magnet_rate`` of the way to the policy's after every update)."""
     magnet_every: int = 10
     """Updates between two refreshes of a moving magnet (≥ 1)."""
+    magnet_rate: float = 0.05
+    """β of the ``"ema"`` magnet, in (0, 1]: the fraction of the way its parameters move towards the policy's per
+    update (1 makes it the policy of the previous update)."""
     schedule: str = "inverse_sqrt"
     """``"inverse_sqrt"``: α_t = α / sqrt(1 + t / τ); ``"constant"``: α_t = α."""
     decay_updates: float = 100.0
@@ -68,6 +80,9 @@ class MmdConfig:
             raise ValueError(f"schedule must be one of {SCHEDULES}, got {self.schedule!r}")
         if isinstance(self.magnet_every, bool) or not isinstance(self.magnet_every, int) or self.magnet_every < 1:
             raise ValueError(f"magnet_every must be a positive integer (updates), got {self.magnet_every!r}")
+        rate = self.magnet_rate
+        if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0.0 < rate <= 1.0:
+            raise ValueError(f"magnet_rate must be a number in (0, 1], got {rate!r}; e.g. magnet_rate=0.05")
         if not isinstance(self.anneal_step_size, bool):
             raise ValueError(f"anneal_step_size must be true or false, got {self.anneal_step_size!r}")
 
@@ -151,7 +166,7 @@ class MmdRegularizer:
 
     def __init__(self, policy: JointPolicy, config: MmdConfig) -> None:
         self.config = config
-        self.magnet = policy.copy_to(policy.device) if config.magnet == "moving" else None
+        self.magnet = policy.copy_to(policy.device) if config.magnet in ("moving", "ema") else None
         if self.magnet is not None:
             self.magnet.train(False)
         self.updates = 0
@@ -162,10 +177,14 @@ class MmdRegularizer:
         self._kl_count = 0
 
     def begin_update(self, learner: Any) -> None:
-        """Refreshes a moving magnet every ``magnet_every`` updates and sets α_t (and η_t) of update t."""
+        """Refreshes a moving magnet every ``magnet_every`` updates (moves an ``"ema"`` one ``magnet_rate`` of the
+        way to the policy at every update t > 0) and sets α_t (and η_t) of update t."""
         t = self.updates
-        if self.magnet is not None and t > 0 and t % self.config.magnet_every == 0:
-            self.magnet.copy_weights_from(learner.joint_policy)
+        if self.magnet is not None and t > 0:
+            if self.config.magnet == "ema":
+                self.magnet.move_weights_towards(learner.joint_policy, self.config.magnet_rate)
+            elif t % self.config.magnet_every == 0:
+                self.magnet.copy_weights_from(learner.joint_policy)
         self.alpha = self.config.alpha_at(t)
         if self.config.anneal_step_size:
             learner.set_learning_rate_scale(self.config.factor(t))

@@ -421,6 +421,34 @@ class JointPolicy(GroupStates):
         if self.value_normalizer is not None and source.value_normalizer is not None:
             self.value_normalizer.load_state_dict(source.value_normalizer.state_dict())
 
+    def move_weights_towards(self, source: JointPolicy, rate: float) -> None:
+        """Moves every network parameter a fraction ``rate`` of the way to ``source``'s, in place:
+        ``p ← (1 − rate)·p + rate·p_source``; buffers (observation statistics, agent one-hot codes) and value
+        statistics are copied as :meth:`copy_weights_from` copies them.
+
+        ``rate=1`` is :meth:`copy_weights_from`; ``rate=0`` leaves the parameters as they are (the buffers are
+        still copied). A slowly moving copy of a policy (an exponential moving average of its parameters) is
+        this, applied after every update.
+
+        Args:
+            source: a policy of the same architecture (a :meth:`copy_to` of this one, or this one's original).
+            rate: β in [0, 1].
+
+        Raises:
+            ValueError: ``rate`` outside [0, 1].
+        """
+        if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0.0 <= rate <= 1.0:
+            raise ValueError(f"rate must be a number in [0, 1], got {rate!r}; e.g. rate=0.05")
+        rate = float(rate)
+        with torch.no_grad():
+            for network, origin in zip(self.networks, source.networks):
+                for tensor, value in zip(network.parameters(), origin.parameters(), strict=True):
+                    tensor.mul_(1.0 - rate).add_(value.to(tensor.device), alpha=rate)
+                for tensor, value in zip(network.buffers(), origin.buffers(), strict=True):
+                    tensor.copy_(value)
+        if self.value_normalizer is not None and source.value_normalizer is not None:
+            self.value_normalizer.load_state_dict(source.value_normalizer.state_dict())
+
     def train(self, mode: bool = True) -> None:
         """Sets every network's training mode."""
         for network in self.networks:

@@ -121,7 +121,7 @@ def test_without_mmd_the_checkpoint_has_no_regularizer_entry():
         ({"alpha": 0.0}, "alpha must be a finite number > 0, got 0.0"),
         ({"alpha": float("nan")}, "alpha must be a finite number > 0"),
         ({"decay_updates": -1}, "decay_updates must be a finite number > 0, got -1"),
-        ({"magnet": "previous"}, r"magnet must be one of \('moving', 'uniform'\), got 'previous'"),
+        ({"magnet": "previous"}, r"magnet must be one of \('moving', 'uniform', 'ema'\), got 'previous'"),
         ({"schedule": "linear"}, r"schedule must be one of \('inverse_sqrt', 'constant'\), got 'linear'"),
         ({"magnet_every": 0}, "magnet_every must be a positive integer"),
         ({"anneal_step_size": "yes"}, "anneal_step_size must be true or false"),
@@ -150,11 +150,12 @@ def test_mmd_refuses_envs_that_are_not_two_player_and_a_second_learning_rate_sch
 
 
 def test_run_settings_round_trip_through_config_toml(tmp_path):
-    spec = RunSpec.from_dict({"env": "kuhn_poker_v0", "env_kwargs": {}, "self_play": "mmd", "mmd": {"alpha": 0.5}})
-    assert spec.mmd_config() == MmdConfig(alpha=0.5)
+    settings = {"alpha": 0.5, "magnet": "ema", "magnet_rate": 0.2}
+    spec = RunSpec.from_dict({"env": "kuhn_poker_v0", "env_kwargs": {}, "self_play": "mmd", "mmd": settings})
+    assert spec.mmd_config() == MmdConfig(**settings)
     write_config(spec, tmp_path / "config.toml")
     values = read_config_file(tmp_path / "config.toml")
-    assert values["self_play"] == "mmd" and values["mmd"] == MmdConfig(alpha=0.5).to_dict()
+    assert values["self_play"] == "mmd" and values["mmd"] == MmdConfig(**settings).to_dict()
     again = RunSpec.from_dict(values)
     assert again.mmd_config() == spec.mmd_config() and again.trainer == spec.trainer
     assert RunSpec().mmd_config() is None and "mmd" not in read_config_file(_written(RunSpec(), tmp_path))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
+from marljoint.best_response.average import PolicyAverage
 from marljoint.collect import CollectionConfig, Collector, LocalCollector
 from marljoint.env import (
     ActionLayout,
@@ -116,6 +117,7 @@ __all__ = [
     "OffPolicyConfig",
     "OffPolicyTrainer",
     "PettingZooJointEnv",
+    "PolicyAverage",
     "RunLock",
     "RunLocked",
     "SacAlgorithm",

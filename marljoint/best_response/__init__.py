@@ -3,11 +3,14 @@
 - :class:`PSRO` / :class:`PsroConfig`: populations of frozen best responses, an empirical meta-game estimated
   entry by entry, and a meta-solver from :data:`META_SOLVERS`.
 - :class:`NFSP` / :class:`NfspConfig`: PPO best responses plus supervised average policies.
-- :class:`MmdConfig` / :func:`attach_mmd`: magnetic mirror descent self-play of the joint trainer.
+- :class:`MmdConfig` / :func:`attach_mmd`: magnetic mirror descent self-play of the joint trainer;
+  :class:`PolicyAverage`: the reach-weighted average of tabulated iterates, whose exploitability no-regret
+  self-play bounds.
 - :func:`nash_conv` / :func:`exploitability`: exact for games with a known tree (matrix games, Kuhn poker);
   :func:`best_response_gain` estimates NashConv with a confidence interval everywhere else.
 """
 
+from marljoint.best_response.average import PolicyAverage
 from marljoint.best_response.exploitability import (
     exploitability,
     kuhn_exploitability,
@@ -30,6 +33,7 @@ from marljoint.best_response.kuhn import (
     kuhn_mixture_table,
     kuhn_policy_value,
     kuhn_profile_values,
+    kuhn_reach,
     tables_from_policy,
 )
 from marljoint.best_response.matrix import (
@@ -120,6 +124,7 @@ __all__ = [
     "PPOOracle",
     "PSRO",
     "PSRO_METRICS",
+    "PolicyAverage",
     "PolicyMixture",
     "PopulationEnv",
     "PsroConfig",
@@ -141,6 +146,7 @@ __all__ = [
     "kuhn_nash_conv",
     "kuhn_policy_value",
     "kuhn_profile_values",
+    "kuhn_reach",
     "lemke_howson",
     "magnet_kl",
     "matrix_exploitability",

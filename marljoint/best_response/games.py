@@ -31,6 +31,7 @@ from marljoint.best_response.kuhn import (
     kuhn_mixture_table,
     kuhn_policy_value,
     kuhn_profile_values,
+    kuhn_reach,
 )
 from marljoint.best_response.matrix import action_values, validate_payoffs, validate_strategies
 from marljoint.best_response.population import (
@@ -76,6 +77,12 @@ class KnownGame:
 
     def mixture_table(self, tables: Sequence[np.ndarray], weights: np.ndarray, player: int) -> np.ndarray:
         """The table of the behaviour policy equivalent to playing member ``k`` with ``weights[k]`` per episode."""
+        raise NotImplementedError
+
+    def reach(self, tables: Sequence[np.ndarray], player: int) -> np.ndarray:
+        """``[K, S_p]``: for each of ``K`` tables of ``player``, the player's own probability of reaching each of
+        its information sets (the product of its own action probabilities on the way there; chance and the other
+        players left out). ``S_p`` is the number of rows of the player's table (1 for a matrix game)."""
         raise NotImplementedError
 
     def values(self, tables: Sequence[np.ndarray]) -> np.ndarray:
@@ -194,6 +201,10 @@ class KuhnGame(KnownGame):
     def mixture_table(self, tables: Sequence[np.ndarray], weights: np.ndarray, player: int) -> np.ndarray:
         return kuhn_mixture_table(tables, weights, player)
 
+    def reach(self, tables: Sequence[np.ndarray], player: int) -> np.ndarray:
+        self._check_player(player)
+        return kuhn_reach(np.stack([self.check_table(table, player) for table in tables]), player)
+
     def values(self, tables: Sequence[np.ndarray]) -> np.ndarray:
         return np.asarray(kuhn_policy_value(tables))
 
@@ -251,6 +262,11 @@ class MatrixGame(KnownGame):
     def mixture_table(self, tables: Sequence[np.ndarray], weights: np.ndarray, player: int) -> np.ndarray:
         stacked = np.stack([self.check_table(t, player) for t in tables])
         return normalised_weights(weights, len(tables)) @ stacked
+
+    def reach(self, tables: Sequence[np.ndarray], player: int) -> np.ndarray:
+        for table in tables:
+            self.check_table(table, player)
+        return np.ones((len(tables), 1))  # one decision, always reached
 
     def values(self, tables: Sequence[np.ndarray]) -> np.ndarray:
         strategies = validate_strategies(tables, self.shape)

@@ -36,6 +36,7 @@ __all__ = [
     "kuhn_profile_values",
     "kuhn_best_response",
     "kuhn_mixture_table",
+    "kuhn_reach",
     "tables_from_policy",
 ]
 
@@ -340,15 +341,35 @@ def kuhn_best_response(tables: Sequence[np.ndarray], player: int) -> tuple[float
     return float(total) / len(KUHN_DEALS), br_table
 
 
-def _own_reach(table: np.ndarray, player: int) -> np.ndarray:
-    """``player``'s own probability of playing to each of its information sets, shape ``[6]``."""
-    reach = np.ones(KUHN_NUM_INFOSETS)
+def kuhn_reach(tables: np.ndarray, player: int) -> np.ndarray:
+    """``player``'s own probability of playing to each of its information sets, for ``K`` tables at once.
+
+    Example:
+        >>> table = np.tile([0.25, 0.75], (6, 1))  # pass with 1/4 everywhere
+        >>> kuhn_reach(table[None], 0)[0].tolist()  # (card, "pb") is reached by passing first
+        [1.0, 0.25, 1.0, 0.25, 1.0, 0.25]
+
+    Args:
+        tables: ``[K, 6, 2]`` row-stochastic tables in ``player``'s :data:`KUHN_INFOSETS` order.
+        player: 0 or 1.
+
+    Returns:
+        ``[K, 6]`` float64.
+    """
+    _check_player(player)
+    tables = np.asarray(tables, dtype=np.float64)
+    reach = np.ones(tables.shape[:2])
     for row, (card, history) in enumerate(KUHN_INFOSETS[player]):
         for depth, action_char in enumerate(history):
             if _acting_player(history[:depth]) == player:
                 earlier_row = _ROW[player][(card, history[:depth])]
-                reach[row] *= table[earlier_row, _ACTION_CHARS.index(action_char)]
+                reach[:, row] *= tables[:, earlier_row, _ACTION_CHARS.index(action_char)]
     return reach
+
+
+def _own_reach(table: np.ndarray, player: int) -> np.ndarray:
+    """``player``'s own probability of playing to each of its information sets, shape ``[6]``."""
+    return kuhn_reach(np.asarray(table)[None], player)[0]
 
 
 def kuhn_mixture_table(tables: Sequence[np.ndarray], weights: np.ndarray, player: int) -> np.ndarray:

@@ -120,6 +120,7 @@ class OpenSpielGame(KnownGame):
             self._legal.append(mask)
         self._previous = [np.asarray([p for p, _ in rows] or np.zeros(0), dtype=np.int64) for rows in previous]
         self._previous_action = [np.asarray([a for _, a in rows] or np.zeros(0), dtype=np.int64) for rows in previous]
+        self._levels = [_rows_by_depth(self._previous[p]) for p in range(n)]
         self._lookup = [{obs.tobytes(): row for row, obs in enumerate(self._observations[p])} for p in range(n)]
         self._terminals = self._terminal_arrays(terminals) if len(terminals) <= MAX_TERMINALS else None
 
@@ -144,13 +145,22 @@ class OpenSpielGame(KnownGame):
         out[:, decided] = reach[:, rows[decided]] * tables[:, rows[decided], actions[decided]]
         return out
 
+    def reach(self, tables: Sequence[np.ndarray], player: int) -> np.ndarray:
+        """``[K, S_p]``: for each of ``K`` tables ``[S_p, A]`` of ``player`` (checked here), the product of the
+        player's own action probabilities on the way to each of its information states.
+
+        One gather and multiply per depth of the player's own decisions: milliseconds on games of 100k
+        information states."""
+        self._check_player(player)
+        return self._reach(np.stack([self.check_table(table, player) for table in tables]), player)
+
     def _reach(self, tables: np.ndarray, player: int) -> np.ndarray:
-        """``[K, S_p]``: the product of the player's own probabilities on the way to each information state."""
+        """:meth:`reach` of checked tables ``[K, S_p, A]``."""
         previous, action = self._previous[player], self._previous_action[player]
         reach = np.ones(tables.shape[:2])
-        for row in range(tables.shape[1]):  # a state's predecessor is met before it
-            if previous[row] >= 0:
-                reach[:, row] = reach[:, previous[row]] * tables[:, previous[row], action[row]]
+        for rows in self._levels[player]:  # a level's predecessors are all in the levels before it
+            before = previous[rows]
+            reach[:, rows] = reach[:, before] * tables[:, before, action[rows]]
         return reach
 
     def _tensor(self, state: Any, player: int) -> list[float]:
@@ -293,6 +303,18 @@ class OpenSpielGame(KnownGame):
     def __repr__(self) -> str:
         sizes = [len(k) for k in self.keys]
         return f"OpenSpielGame({self.name!r}, information_states={sizes})"
+
+
+def _rows_by_depth(previous: np.ndarray) -> list[np.ndarray]:
+    """The rows that have a predecessor (``previous >= 0``), grouped by the number of the player's own decisions
+    before them (1, 2, ...): each group depends only on the groups before it. Predecessors come first in the
+    enumeration, so one pass in row order gives every depth."""
+    depth = np.zeros(len(previous), dtype=np.int64)
+    for row in np.flatnonzero(previous >= 0):
+        depth[row] = depth[previous[row]] + 1
+    order = np.argsort(depth, kind="stable")
+    bounds = np.searchsorted(depth[order], np.arange(1, int(depth.max(initial=0)) + 2))
+    return [order[start:stop] for start, stop in zip(bounds[:-1], bounds[1:])]
 
 
 class OpenSpielTablePolicy(_TabularBase):

@@ -202,6 +202,7 @@ class RunLoop:
         evaluated = every is not None and (trainer.iteration % every == 0 or trainer.iteration >= total)
         if evaluated:
             metrics.update(self._evaluate())
+        self.tracker.observe(trainer, trainer.iteration)  # the average policy of MMD self-play, where kept
         if self.tracker.due(trainer.iteration, total, evaluated):
             metrics.update(self.tracker.measure(trainer, trainer.iteration))
         self._new_best = self._new_best or self.tracker.take_new_best()

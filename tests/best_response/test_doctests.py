@@ -8,7 +8,10 @@ import pytest
 MODULES = [
     "marljoint.cli.best_response",
     "marljoint.run.recipes",
-    *(f"marljoint.best_response.{name}" for name in ("exploitability", "meta_game", "nfsp", "psro", "reservoir")),
+    *(
+        f"marljoint.best_response.{name}"
+        for name in ("average", "exploitability", "kuhn", "meta_game", "nfsp", "psro", "reservoir")
+    ),
 ]
 
 

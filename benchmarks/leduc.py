@@ -9,6 +9,11 @@ an OpenSpiel game, ``marljoint.run.recipes.recipe_for``):
 * ``mmd``: magnetic mirror descent self-play of the joint trainer (``marljoint train --self-play mmd``'s settings);
 * ``ppo-selfplay``: plain PPO self-play with the same trainer settings (``--self-play ppo``).
 
+The ``mmd`` runs also report their average policy (the reach-weighted average of the iterates, weight t at
+iteration t; the policy MMD's guarantee is about) as a row of its own, ``mmd-average``: in the summary CSV, the
+table and the figure (a dashed line in ``mmd``'s colour, from the ``average_exploitability`` column of ``mmd``'s
+metrics).
+
 ``--game`` runs them on another OpenSpiel game (``openspiel:kuhn_poker``, ``"openspiel:liars_dice(dice_sides=4)"``);
 OpenSpiel's anchors are Leduc's and are drawn for Leduc only. Self-play is scored every 10 s of training, on the
 action distributions of both seats (``benchmarks/selfplay.py``); ``--set`` items then are ``MmdConfig`` fields
@@ -46,6 +51,10 @@ from selfplay import SELF_PLAY_METHODS, run_self_play
 
 GAME = "openspiel:leduc_poker"
 METHODS = ("psro-sim", "psro-exact", "nfsp", *SELF_PLAY_METHODS)
+AVERAGE_OF = {"mmd-average": "mmd"}
+"""Rows reported beside a method: the average policy of its runs (``average_exploitability`` of its metrics)."""
+REPORTED = ("psro-sim", "psro-exact", "nfsp", "mmd", "mmd-average", "ppo-selfplay")
+"""The methods and reported averages, in the order of the table and the figure's legend."""
 CHECKPOINTS = (10.0, 60.0, 300.0, 600.0)
 FIELDS = ("method", "seed", "checkpoint_s", "exploitability", "iterations", "wall_s")
 
@@ -104,12 +113,14 @@ def build(
     return PSRO(factory, PsroConfig(**settings), game)
 
 
-def at_checkpoints(history: list[dict[str, Any]], checkpoints: tuple[float, ...]) -> list[tuple[float, float, int]]:
-    """``(checkpoint, exploitability of the last iteration finished by then, its iteration)`` per checkpoint."""
+def at_checkpoints(
+    history: list[dict[str, Any]], checkpoints: tuple[float, ...], key: str = "exploitability"
+) -> list[tuple[float, float, int]]:
+    """``(checkpoint, history[key] of the last iteration finished by then, its iteration)`` per checkpoint."""
     out = []
     for t in checkpoints:
         done = [row for row in history if row["wall_time"] <= t]
-        out.append((t, float(done[-1]["exploitability"]), int(done[-1]["iteration"])) if done else (t, math.nan, -1))
+        out.append((t, float(done[-1][key]), int(done[-1]["iteration"])) if done else (t, math.nan, -1))
     return out
 
 
@@ -171,10 +182,13 @@ def _self_play_rows(
     )
     record(history)
     wall = history[-1]["wall_time"]
+    reported = [(method, "exploitability")]
+    reported += [(name, "average_exploitability") for name, of in AVERAGE_OF.items() if of == method]
     return [
-        {"method": method, "seed": seed, "checkpoint_s": t, "exploitability": value, "iterations": iteration,
+        {"method": name, "seed": seed, "checkpoint_s": t, "exploitability": value, "iterations": iteration,
          "wall_s": round(wall, 1)}
-        for t, value, iteration in at_checkpoints(history, checkpoints)
+        for name, key in reported
+        for t, value, iteration in at_checkpoints(history, checkpoints, key)
     ]
 
 
@@ -215,7 +229,7 @@ def report(path: Path, anchors: bool = False) -> str:
     checkpoints = sorted({float(r["checkpoint_s"]) for r in rows})
     lines = ["| method | " + " | ".join(f"{t:.0f} s" for t in checkpoints) + " | seeds |",
              "|---|" + "---|" * len(checkpoints) + "---|"]
-    for method in METHODS:
+    for method in REPORTED:
         mine = [r for r in rows if r["method"] == method]
         if not mine:
             continue
@@ -259,16 +273,22 @@ def plot_curves(directory: Path, out: Path, goal: float = 0.2, title: str = "Led
 
     colours = {
         "psro-sim": "tab:blue", "psro-exact": "tab:green", "nfsp": "tab:orange", "mmd": "tab:red",
-        "ppo-selfplay": "tab:purple",
+        "mmd-average": "tab:red", "ppo-selfplay": "tab:purple",
     }
     fig, ax = plt.subplots(figsize=(8.0, 4.0))
     drawn = 0
-    for method in METHODS:
-        for k, path in enumerate(metrics_files(directory, method)):
+    for method in REPORTED:
+        key = "average_exploitability" if method in AVERAGE_OF else "exploitability"
+        labelled = False
+        for path in metrics_files(directory, AVERAGE_OF.get(method, method)):
             with path.open(newline="") as f:
-                rows = [r for r in csv.DictReader(f) if float(r["wall_time"]) > 0]
-            ax.plot([float(r["wall_time"]) for r in rows], [float(r["exploitability"]) for r in rows],
-                    color=colours[method], linewidth=1, alpha=0.8, label=method if k == 0 else None)
+                rows = [r for r in csv.DictReader(f) if float(r["wall_time"]) > 0 and r.get(key) not in (None, "")]
+            if not rows:  # metrics written before the average was kept
+                continue
+            ax.plot([float(r["wall_time"]) for r in rows], [float(r[key]) for r in rows], color=colours[method],
+                    linewidth=1, alpha=0.8, linestyle="--" if method in AVERAGE_OF else "-",
+                    label=None if labelled else method)
+            labelled = True
             drawn += 1
     for (label, seconds, value), marker in zip(ANCHORS if anchors else (), ("", "s", "^", "*")):
         if seconds is None:
@@ -352,9 +372,12 @@ def main() -> None:
                 if new:
                     writer.writeheader()
                 writer.writerows(rows)
-            summary = ", ".join(f"{r['checkpoint_s']:.0f} s: {r['exploitability']:.3f}" for r in rows)
             finished = rows[-1]["iterations"] if rows else 0
-            print(f"{method} seed {seed}: {summary} ({finished} iterations by the last checkpoint)", flush=True)
+            for name in dict.fromkeys(r["method"] for r in rows):  # the method, then any average it reports
+                summary = ", ".join(
+                    f"{r['checkpoint_s']:.0f} s: {r['exploitability']:.3f}" for r in rows if r["method"] == name
+                )
+                print(f"{name} seed {seed}: {summary} ({finished} iterations by the last checkpoint)", flush=True)
 
 
 if __name__ == "__main__":

@@ -5,10 +5,17 @@ Used by ``benchmarks/leduc.py`` (methods ``mmd`` and ``ppo-selfplay``): both sea
 wall-time budget. Every ``eval_every`` seconds of training the current policy of each seat (its action
 distribution, not the greedy action) is tabulated over every information state of the game and scored by
 OpenSpiel's NashConv / 2; the scoring is not counted in the wall time.
+
+MMD's no-regret guarantee bounds the exploitability of its *average* policy, so ``mmd`` also keeps the average as
+``marljoint train --self-play mmd`` does (:class:`~marljoint.best_response.PolicyAverage`: after every iteration t the
+current policies are tabulated and added with weight t, reach-weighted); each history row then also holds
+``average_exploitability`` (NaN before the first iteration). The tabulation and the reach computation are not counted
+in the wall time either.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Any
 
@@ -35,9 +42,14 @@ def self_play_trainer(game: str, method: str, seed: int, trainer_changes: dict[s
     return trainer, known_game(game), regularizer
 
 
-def exploitability_of(trainer: Any, game: Any) -> float:
-    """OpenSpiel's exploitability (NashConv / 2) of the trainer's current policies."""
-    tables = [game.table(trainer.agent_policy(seat), seat) for seat in range(game.num_players)]
+def current_tables(trainer: Any, game: Any) -> list[Any]:
+    """The tables of the trainer's current policies (their action distributions at every information state)."""
+    return [game.table(trainer.agent_policy(seat), seat) for seat in range(game.num_players)]
+
+
+def exploitability_of(trainer: Any, game: Any, tables: list[Any] | None = None) -> float:
+    """OpenSpiel's exploitability (NashConv / 2) of the trainer's current policies (or of ``tables``)."""
+    tables = current_tables(trainer, game) if tables is None else tables
     return float(game.nash_conv(tables)) / game.num_players
 
 
@@ -52,9 +64,13 @@ def run_self_play(
     callback: Any = None,
 ) -> list[dict[str, Any]]:
     """Trains for ``seconds`` of wall time; one history row per scoring: iteration, wall_time (training only),
-    exploitability, env_steps."""
+    exploitability, env_steps (and, for ``mmd``, average_exploitability and the MMD metrics)."""
+    from marljoint.best_response import PolicyAverage
+
     trainer, known, regularizer = self_play_trainer(game, method, seed, trainer_changes or {}, mmd_changes or {})
-    history = [{"iteration": 0, "wall_time": 0.0, "exploitability": exploitability_of(trainer, known), "env_steps": 0}]
+    average = PolicyAverage(known) if method == "mmd" else None
+    first = {"iteration": 0, "wall_time": 0.0, "exploitability": exploitability_of(trainer, known), "env_steps": 0}
+    history = [first if average is None else {**first, "average_exploitability": math.nan}]
     trained, next_eval, done = 0.0, eval_every, False
     while not done:
         tick = time.perf_counter()
@@ -63,14 +79,20 @@ def run_self_play(
         trained += last
         # The run stops before an iteration that would likely end past the budget: the last row falls within it.
         done = trained + 1.5 * last > seconds
+        tables = None
+        if average is not None:  # every iterate enters the average, outside the timed training
+            tables = current_tables(trainer, known)
+            average.add(tables, float(trainer.iteration))
         if trained >= next_eval or done:
             next_eval = trained + eval_every
             row = {
                 "iteration": trainer.iteration,
                 "wall_time": trained,
-                "exploitability": exploitability_of(trainer, known),
+                "exploitability": exploitability_of(trainer, known, tables),
                 "env_steps": trainer.env_steps,
             }
+            if average is not None:
+                row["average_exploitability"] = exploitability_of(trainer, known, average.tables())
             if regularizer is not None:
                 row.update(regularizer.metrics())
             history.append(row)

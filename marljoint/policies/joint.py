@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import itertools
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, NamedTuple
 
@@ -412,47 +411,44 @@ class JointPolicy(GroupStates):
     def copy_weights_from(self, source: JointPolicy) -> None:
         """Loads ``source``'s current weights and value statistics into this policy (a :meth:`copy_to` of it), one
         tensor copy each, across devices."""
-        with torch.no_grad():
-            for network, origin in zip(self.networks, source.networks):
-                # Buffers kept out of the state dict (the agent one-hot codes) are copied too.
-                mine = itertools.chain(network.parameters(), network.buffers())
-                for tensor, value in zip(mine, itertools.chain(origin.parameters(), origin.buffers()), strict=True):
-                    tensor.copy_(value)
-        if self.value_normalizer is not None and source.value_normalizer is not None:
-            self.value_normalizer.load_state_dict(source.value_normalizer.state_dict())
+        _transfer_weights(self, source, None)
 
     def move_weights_towards(self, source: JointPolicy, rate: float) -> None:
-        """Moves every network parameter a fraction ``rate`` of the way to ``source``'s, in place:
-        ``p ← (1 − rate)·p + rate·p_source``; buffers (observation statistics, agent one-hot codes) and value
-        statistics are copied as :meth:`copy_weights_from` copies them.
-
-        ``rate=1`` is :meth:`copy_weights_from`; ``rate=0`` leaves the parameters as they are (the buffers are
-        still copied). A slowly moving copy of a policy (an exponential moving average of its parameters) is
-        this, applied after every update.
+        """Moves every network parameter ``rate`` of the way to ``source``'s, in place: ``p ← (1 − rate)·p +
+        rate·p_source`` (repeated, an exponential moving average); buffers (observation statistics, agent codes)
+        and value statistics are copied as :meth:`copy_weights_from` copies them.
 
         Args:
-            source: a policy of the same architecture (a :meth:`copy_to` of this one, or this one's original).
-            rate: β in [0, 1].
+            source: a policy of the same architecture.
+            rate: in [0, 1]; 1 is :meth:`copy_weights_from`, 0 keeps the parameters.
 
         Raises:
             ValueError: ``rate`` outside [0, 1].
         """
         if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0.0 <= rate <= 1.0:
             raise ValueError(f"rate must be a number in [0, 1], got {rate!r}; e.g. rate=0.05")
-        rate = float(rate)
-        with torch.no_grad():
-            for network, origin in zip(self.networks, source.networks):
-                for tensor, value in zip(network.parameters(), origin.parameters(), strict=True):
-                    tensor.mul_(1.0 - rate).add_(value.to(tensor.device), alpha=rate)
-                for tensor, value in zip(network.buffers(), origin.buffers(), strict=True):
-                    tensor.copy_(value)
-        if self.value_normalizer is not None and source.value_normalizer is not None:
-            self.value_normalizer.load_state_dict(source.value_normalizer.state_dict())
+        _transfer_weights(self, source, float(rate))
 
     def train(self, mode: bool = True) -> None:
         """Sets every network's training mode."""
         for network in self.networks:
             network.train(mode)
+
+
+def _transfer_weights(target: JointPolicy, source: JointPolicy, rate: float | None) -> None:
+    """Copies ``source``'s parameters into ``target``'s (``rate=None``) or moves them ``rate`` of the way there;
+    buffers, kept out of the state dict (the agent one-hot codes) or not, and value statistics are copied."""
+    with torch.no_grad():
+        for network, origin in zip(target.networks, source.networks):
+            for tensor, value in zip(network.parameters(), origin.parameters(), strict=True):
+                if rate is None:
+                    tensor.copy_(value)
+                else:
+                    tensor.mul_(1.0 - rate).add_(value.to(tensor.device), alpha=rate)
+            for tensor, value in zip(network.buffers(), origin.buffers(), strict=True):
+                tensor.copy_(value)
+    if target.value_normalizer is not None and source.value_normalizer is not None:
+        target.value_normalizer.load_state_dict(source.value_normalizer.state_dict())
 
 
 def _as_numpy(state: dict[str, torch.Tensor]) -> dict[str, Any]:

@@ -2,13 +2,17 @@
 the CSV rows and the per-run metrics (nothing about learning is asserted: that is what the benchmark measures)."""
 
 import csv
+import math
 import sys
 
+import numpy as np
 import pytest
 from _benchmark_module import benchmark_module
 
+from marljoint.run.registry import known_game
 
-def test_mmd_and_plain_self_play_run_through_the_leduc_script_on_kuhn_poker(tmp_path, monkeypatch):
+
+def test_mmd_and_plain_self_play_run_through_the_leduc_script_on_kuhn_poker(tmp_path, monkeypatch, capsys):
     pytest.importorskip("pyspiel")
     with benchmark_module("leduc") as bench:
         out = tmp_path / "kuhn.csv"
@@ -18,9 +22,47 @@ def test_mmd_and_plain_self_play_run_through_the_leduc_script_on_kuhn_poker(tmp_
         monkeypatch.setattr(sys, "argv", argv + ["--out", str(tmp_path / "runs"), "--csv", str(out)])
         bench.main()
         rows = list(csv.DictReader(out.open(newline="")))
-        assert [r["method"] for r in rows] == ["mmd", "mmd", "ppo-selfplay", "ppo-selfplay"]
+        methods = ["mmd", "mmd", "mmd-average", "mmd-average", "ppo-selfplay", "ppo-selfplay"]
+        assert [r["method"] for r in rows] == methods
         assert all(0.0 < float(r["exploitability"]) < 2.0 for r in rows)
         with (tmp_path / "runs" / "mmd" / "seed0" / "metrics.csv").open(newline="") as f:
             metrics = list(csv.DictReader(f))
         assert list(metrics[0])[:4] == ["iteration", "wall_time", "exploitability", "env_steps"]
         assert float(metrics[1]["mmd/alpha"]) == 0.8  # the settings reached MmdConfig (a constant α)
+        assert math.isnan(float(metrics[0]["average_exploitability"]))  # nothing averaged before iteration 1
+        averages = {float(r["checkpoint_s"]): float(r["exploitability"]) for r in rows if r["method"] == "mmd-average"}
+        assert averages[60.0] == float(metrics[-1]["average_exploitability"])
+        with (tmp_path / "runs" / "ppo-selfplay" / "seed0" / "metrics.csv").open(newline="") as f:
+            assert "average_exploitability" not in next(csv.DictReader(f))
+        argv = ["leduc.py", "--report", "--game", "openspiel:kuhn_poker", "--csv", str(out)]
+        monkeypatch.setattr(sys, "argv", argv)
+        capsys.readouterr()  # the runs' own lines
+        bench.main()
+        table = [line.split("|")[1].strip() for line in capsys.readouterr().out.splitlines()[2:]]
+        assert table == ["mmd", "mmd-average", "ppo-selfplay"]
+
+
+def test_the_average_of_the_self_play_benchmark_is_the_linear_reach_weighted_average(monkeypatch):
+    pytest.importorskip("pyspiel")
+    with benchmark_module("selfplay") as bench:
+        iterates = []
+        original = bench.current_tables
+
+        def recording(trainer, game):
+            tables = original(trainer, game)
+            iterates.append(tables)
+            return tables
+
+        monkeypatch.setattr(bench, "current_tables", recording)
+        history = bench.run_self_play(
+            "openspiel:kuhn_poker", "mmd", 0, 0.5, eval_every=0.0, trainer_changes={"num_envs": 16}
+        )
+        iterates = iterates[1:]  # the first tabulation scores the initial policies (row 0), outside the average
+        game = known_game("openspiel:kuhn_poker")
+        by_hand = [
+            game.mixture_table([tables[p] for tables in iterates], np.arange(1.0, len(iterates) + 1), p)
+            for p in range(2)
+        ]
+        assert history[-1]["iteration"] == len(iterates) >= 1
+        expected = game.nash_conv(by_hand) / 2
+        assert history[-1]["average_exploitability"] == pytest.approx(expected, abs=1e-9)

@@ -115,6 +115,31 @@ def test_an_empty_average_and_a_state_of_another_game_are_refused():
         three.load_state_dict(matrix.state_dict())
 
 
+def test_a_saved_average_of_other_table_shapes_is_refused():
+    average = PolicyAverage(KuhnGame())
+    average.add([np.full((6, 2), 0.5)] * 2, 1.0)
+    state = average.state_dict()
+    state["numerators"][0] = np.zeros((3, 2))
+    with pytest.raises(ValueError, match=r"the saved average of player 0 has shape \(3, 2\), expected \(6, 2\)"):
+        PolicyAverage(KuhnGame()).load_state_dict(state)
+
+
+def test_on_an_openspiel_game_the_average_is_its_mixture_table():
+    pytest.importorskip("pyspiel")
+    from marljoint.best_response import OpenSpielGame
+
+    game = OpenSpielGame("leduc_poker")
+    rng = np.random.default_rng(RNG_SEED)
+    iterates = [[game.check_table(rng.random(game.legal_mask(p).shape) ** 3, p) for p in range(2)] for _ in range(3)]
+    average = PolicyAverage(game)
+    for weight, tables in enumerate(iterates, start=1):
+        average.add(tables, float(weight))
+    for player, table in enumerate(average.tables()):
+        members = [tables[player] for tables in iterates]
+        expected = game.mixture_table(members, np.array([1.0, 2.0, 3.0]), player)
+        np.testing.assert_allclose(table, expected, rtol=0, atol=1e-12)
+
+
 def test_openspiels_reach_is_vectorised_by_depth_and_matches_the_walk_row_by_row():
     pytest.importorskip("pyspiel")
     from marljoint.best_response import OpenSpielGame

@@ -3,6 +3,9 @@ setting is validated and written to config.toml, and a resumed run continues it 
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -12,6 +15,9 @@ from marljoint.checkpoint import list_checkpoints, load_checkpoint
 from marljoint.run.errors import RunError
 from marljoint.run.train import RunSpec, read_config_file, resume_spec, train_run, write_config
 from marljoint_envs import mock_v0
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "product"))
+from _product_helpers import run_cli  # noqa: E402
 
 
 def _mock_trainer():
@@ -64,6 +70,15 @@ def test_magnet_rate_round_trips_through_config_toml(tmp_path):
     values = read_config_file(tmp_path / "config.toml")
     assert values["mmd"]["magnet"] == "ema" and values["mmd"]["magnet_rate"] == 0.125
     assert RunSpec.from_dict(values).mmd_config() == MmdConfig(magnet="ema", magnet_rate=0.125)
+
+
+def test_marljoint_train_refuses_a_bad_magnet_rate_in_one_line(tmp_path, capsys):
+    args = ["train", "--env", "kuhn_poker_v0", "--self-play", "mmd", "--num-envs", "4", "--total-steps", "64"]
+    settings = 'mmd={magnet = "ema", magnet_rate = 0}'
+    assert run_cli([*args, "--set", settings, "--out", str(tmp_path / "run"), "--quiet"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "magnet_rate must be a number in (0, 1], got 0" in err
+    assert not (tmp_path / "run").exists()
 
 
 TINY = {"num_envs": 4, "rollout_steps": 16, "n_epochs": 2, "hidden_sizes": [16], "minibatch_size": 32}

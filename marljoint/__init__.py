@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
-from marljoint.best_response.average import PolicyAverage
 from marljoint.collect import CollectionConfig, Collector, LocalCollector
 from marljoint.env import (
     ActionLayout,
@@ -117,7 +116,6 @@ __all__ = [
     "OffPolicyConfig",
     "OffPolicyTrainer",
     "PettingZooJointEnv",
-    "PolicyAverage",
     "RunLock",
     "RunLocked",
     "SacAlgorithm",

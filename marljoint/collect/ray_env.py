@@ -210,7 +210,8 @@ class RayJointEnv:
         return sliced_snapshot(self.num_envs, self.slices, workers)
 
     def close(self) -> None:
-        """Closes the copies and stops the actors."""
+        """Closes the copies and stops the actors (an env dropped without it loses its actors with their last
+        handles, as Ray ends those)."""
         if self._closed:
             return
         self._closed = True
@@ -222,12 +223,6 @@ class RayJointEnv:
         for actor in self._actors:
             ray.kill(actor)
         self._actors = []
-
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except Exception:
-            pass
 
     def __repr__(self) -> str:
         return f"RayJointEnv(num_envs={self.num_envs}, num_workers={self.num_workers}, agents={list(self.spec.agents)})"

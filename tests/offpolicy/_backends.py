@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import functools
 
-import numpy as np
-import torch
+from rollout_checks import same_state
 
 from marljoint import PettingZooJointEnv
 from marljoint.offpolicy import OffPolicyConfig, OffPolicyTrainer
@@ -33,27 +32,14 @@ def trainer_on(env, algorithm: str) -> OffPolicyTrainer:
     return OffPolicyTrainer(env, OffPolicyConfig(algorithm=algorithm, **settings))
 
 
-def same(a, b) -> bool:
-    """Whether two nested states (tensors, arrays, dicts, sequences, scalars) hold the same bits."""
-    if isinstance(a, torch.Tensor):
-        return torch.equal(a, b)
-    if isinstance(a, np.ndarray):
-        return np.array_equal(a, b)
-    if isinstance(a, dict):
-        return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
-    if isinstance(a, (list, tuple)):
-        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
-    return a == b
-
-
 def assert_same_run(a: OffPolicyTrainer, b: OffPolicyTrainer) -> None:
     """Networks, targets, optimisers, replay storage, generators and counters are equal bit for bit."""
     assert a.env_steps == b.env_steps and a.gradient_steps == b.gradient_steps > 0
     state_a, state_b = a.state_dict(), b.state_dict()
     for key in state_a:
-        assert same(state_a[key], state_b[key]), key
+        assert same_state(state_a[key], state_b[key]), key
     generators = [t.env_state()["copy_generators"] for t in (a, b)]
-    assert same(*generators)
+    assert same_state(*generators)
 
 
 def assert_gives_the_in_process_run(algorithm: str, make_env) -> None:

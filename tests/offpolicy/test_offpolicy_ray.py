@@ -3,6 +3,7 @@ and fail loudly when an actor dies."""
 
 import numpy as np
 import pytest
+from rollout_checks import same_state
 
 from marljoint import PettingZooJointEnv, RayJointEnv
 from marljoint.env import SubprocessJointEnv
@@ -14,7 +15,6 @@ from ._backends import (
     NUM_ENVS,
     assert_gives_the_in_process_run,
     assert_same_run,
-    same,
     trainer_on,
 )
 
@@ -64,9 +64,9 @@ def test_a_ray_snapshot_restores_into_subprocess_workers_of_the_same_split_and_b
             env.step(actions)
         workers.set_state(env.get_state())
         a, b = env.step(actions), workers.step(actions)
-        assert all(same(x, y) for x, y in zip(a[:-1], b[:-1]))  # final_waiting: None here, all False there
+        assert all(same_state(x, y) for x, y in zip(a[:-1], b[:-1]))  # final_waiting: None here, all False there
         restored = env.set_state(workers.get_state())
-        assert same(restored.obs, workers.current().obs)
+        assert same_state(restored.obs, workers.current().obs)
         one = SubprocessJointEnv(DISCRETE, num_envs=3, num_workers=1, seed=5)
         one.reset()
         with pytest.raises(ValueError, match=r"split \[\(0, 3\)\] over 1 workers, this one splits them"):

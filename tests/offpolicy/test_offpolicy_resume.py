@@ -2,8 +2,8 @@
 env copies mid-episode."""
 
 import pytest
+from rollout_checks import same_state
 
-from ._backends import same
 from ._helpers import mock_env, tiny_trainer
 
 
@@ -19,8 +19,8 @@ def test_resume_is_bit_identical_to_an_uninterrupted_run(algorithm, tmp_path):
     resumed.load(tmp_path / "ckpt.pt")
     resumed.train(72)
     assert resumed.env_steps == straight.env_steps == 72
-    assert same(resumed.state_dict(), straight.state_dict())
-    assert same(resumed.env_state()["copy_generators"], straight.env_state()["copy_generators"])
+    assert same_state(resumed.state_dict(), straight.state_dict())
+    assert same_state(resumed.env_state()["copy_generators"], straight.env_state()["copy_generators"])
 
 
 def test_a_checkpoint_of_other_agents_is_refused(tmp_path):

@@ -6,7 +6,6 @@ import json
 from pathlib import Path
 
 import numpy as np
-import torch
 
 from marljoint.checkpoint import list_checkpoints, load_checkpoint
 from marljoint.cli import main
@@ -113,14 +112,3 @@ def broken_env():
             raise RuntimeError("this env is broken at its first step")
 
     return Broken(counter_v0.parallel_env())
-
-
-def same_state(a, b) -> bool:
-    """Whether two nested checkpoint states (tensors, dicts, sequences, scalars) hold the same bits."""
-    if isinstance(a, torch.Tensor):
-        return torch.equal(a, b)
-    if isinstance(a, dict):
-        return a.keys() == b.keys() and all(same_state(a[k], b[k]) for k in a)
-    if isinstance(a, (list, tuple)):
-        return len(a) == len(b) and all(same_state(x, y) for x, y in zip(a, b))
-    return a == b

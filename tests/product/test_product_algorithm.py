@@ -6,7 +6,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from _product_helpers import newest_checkpoint, run_cli, same_state, train_args
+from _product_helpers import newest_checkpoint, run_cli, train_args
+from rollout_checks import same_state
 
 from marljoint.checkpoint import list_checkpoints
 from marljoint.run.train import RunSpec, load_run_spec

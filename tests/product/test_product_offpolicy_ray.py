@@ -6,7 +6,8 @@ from __future__ import annotations
 import pickle
 
 import pytest
-from _product_helpers import newest_checkpoint, run_cli, same_state
+from _product_helpers import newest_checkpoint, run_cli
+from rollout_checks import same_state
 
 from marljoint.trust import verify
 

@@ -135,11 +135,15 @@ class RayJointEnv:
                 raise
         return results
 
-    def _call(self, method: str, *args: Any) -> list[Any]:
-        """``method(*args)`` in every actor at once; the answers in :attr:`slices` order."""
+    def _live_actors(self) -> list[Any]:
+        """The actors, or a RuntimeError once the env is closed."""
         if self._closed:
             raise RuntimeError(f"{self!r} is closed; build a new env")
-        return self._gather([getattr(actor, method).remote(*args) for actor in self._actors])
+        return self._actors
+
+    def _call(self, method: str, *args: Any) -> list[Any]:
+        """``method(*args)`` in every actor at once; the answers in :attr:`slices` order."""
+        return self._gather([getattr(actor, method).remote(*args) for actor in self._live_actors()])
 
     def reset(self, seed: int | None = None) -> JointObs:
         """Resets every copy (copy e with ``seed + e``, as :meth:`~marljoint.env.PettingZooJointEnv.reset`).
@@ -171,9 +175,8 @@ class RayJointEnv:
         if not self._reset_done:
             raise RuntimeError("step() was called before reset(); call env.reset(seed=...) first")
         arrays = action_arrays(self.spec, self.num_envs, actions)
-        if self._closed:
-            raise RuntimeError(f"{self!r} is closed; build a new env")
-        refs = [actor.step.remote([arr[a:b] for arr in arrays]) for actor, (a, b) in zip(self._actors, self.slices)]
+        actors = self._live_actors()
+        refs = [actor.step.remote([arr[a:b] for arr in arrays]) for actor, (a, b) in zip(actors, self.slices)]
         return join_steps(self._gather(refs))
 
     def get_state(self) -> bytes:
@@ -198,9 +201,7 @@ class RayJointEnv:
         entries = sliced_snapshot_entries(state, self.slices)
         # A collector's snapshot pairs each worker's copies with what it keeps beside them.
         pieces = [entry[0] if isinstance(entry, tuple) else entry for entry in entries]
-        if self._closed:
-            raise RuntimeError(f"{self!r} is closed; build a new env")
-        refs = [actor.set_state.remote(piece) for actor, piece in zip(self._actors, pieces)]
+        refs = [actor.set_state.remote(piece) for actor, piece in zip(self._live_actors(), pieces)]
         current = join_obs(self._gather(refs))
         self._reset_done = True
         return current

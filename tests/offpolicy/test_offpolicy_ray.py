@@ -1,11 +1,12 @@
 """Env copies stepped in Ray actors (RayJointEnv) give the in-process off-policy run bit for bit, resume exactly,
-and fail loudly when an actor dies."""
+and fail loudly when an actor dies or its env raises."""
 
 import numpy as np
 import pytest
+from pettingzoo.utils.wrappers import BaseParallelWrapper
 from rollout_checks import same_state
 
-from marljoint import PettingZooJointEnv, RayJointEnv
+from marljoint import EnvCopyError, PettingZooJointEnv, RayJointEnv
 from marljoint.env import SubprocessJointEnv
 
 from ._backends import (
@@ -90,6 +91,28 @@ def test_a_dead_actor_is_named_and_the_env_closed():
     assert env.closed and not env.actors
     with pytest.raises(RuntimeError, match="is closed; build a new env"):
         env.reset()
+
+
+class _ThirdCopyFails(BaseParallelWrapper):
+    """mock_v0 whose copy 2 (first reset with seed 2) raises on its first step."""
+
+    def reset(self, seed=None, options=None):
+        if seed is not None and not hasattr(self, "first_seed"):
+            self.first_seed = seed
+        return super().reset(seed=seed, options=options)
+
+    def step(self, actions):
+        if self.first_seed == 2:
+            raise ValueError("this copy refuses to step")
+        return super().step(actions)
+
+
+def test_an_env_error_in_an_actor_names_the_global_copy_and_closes_the_env():
+    env = RayJointEnv(lambda: _ThirdCopyFails(DISCRETE()), num_envs=3, num_workers=2, seed=0)
+    env.reset()
+    with pytest.raises(EnvCopyError, match=r"^env copy 2 raised ValueError: this copy refuses to step \(in step"):
+        env.step([np.zeros((3, 2), np.int64)])
+    assert env.closed
 
 
 @pytest.mark.parametrize("workers", [0, -1, True, 1.5])

@@ -1,5 +1,6 @@
 """marljoint train --algorithm vdn|qmix|masac|maddpg --ray: the env copies step in Ray actors, the run is the
-in-process run bit for bit and resumes exactly; --policy-lag and --balance are refused in one line."""
+in-process run bit for bit and resumes exactly; --policy-lag and --balance are refused in one line, and
+--env-workers auto chooses no policy lag for them."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ import pytest
 from _product_helpers import newest_checkpoint, run_cli
 from rollout_checks import same_state
 
+from marljoint.run.collection import with_auto_workers
+from marljoint.run.spec import RunSpec
 from marljoint.trust import verify
 
 CONFIG = "\n".join(
@@ -63,3 +66,9 @@ def test_policy_lag_and_balance_are_refused_in_one_line(algorithm, case, tmp_pat
     assert err.count("\n") == 1 and "Traceback" not in err and expected in err, err
     assert "drop --policy-lag and --balance" in err
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("algorithm,lag", [("vdn", 0), ("maddpg", 0), ("mappo", 1)])
+def test_env_workers_auto_collects_without_lag_for_off_policy_runs(algorithm, lag):
+    spec = with_auto_workers(RunSpec.from_dict({"env": "mock_v0", "algorithm": algorithm, "num_envs": 4}), cores=4)
+    assert spec.trainer.collection.backend == "subprocess" and spec.trainer.collection.policy_lag == lag

@@ -48,6 +48,7 @@ def test_a_vdn_run_on_ray_actors_is_the_in_process_run_and_resumes_bit_identical
     assert ray["env_steps"] == 4 * 64 and ray["gradient_steps"] > 0
     for key in ("algorithm", "optimizers", "buffer", "generator", "env_steps", "gradient_steps"):
         assert same_state(local[key], ray[key]), key
+    assert run_cli(["eval", str(tmp_path / "ray"), "--episodes", "2"]) == 0  # evaluation plays in-process
 
 
 REFUSED = {

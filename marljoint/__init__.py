@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
-from marljoint.collect import CollectionConfig, Collector, LocalCollector
+from marljoint.collect import CollectionConfig, Collector, LocalCollector, RayJointEnv
 from marljoint.env import (
     ActionLayout,
     BlankImageWarning,
@@ -116,6 +116,7 @@ __all__ = [
     "OffPolicyConfig",
     "OffPolicyTrainer",
     "PettingZooJointEnv",
+    "RayJointEnv",
     "RunLock",
     "RunLocked",
     "SacAlgorithm",

@@ -2,6 +2,7 @@
 the key that signs env snapshots lives in a directory of the test session, never in the user's own."""
 
 import os
+import sys
 
 import pytest
 import torch
@@ -33,3 +34,23 @@ def snapshot_key_home(tmp_path_factory):
         os.environ.pop(HOME_VARIABLE, None)
     else:
         os.environ[HOME_VARIABLE] = previous
+
+
+@pytest.fixture(scope="session")
+def ray_local():
+    """One local Ray instance for the session (2 CPUs, no dashboard), for the tests that use Ray actors; test
+    modules are pickled by value so worker processes need not import them."""
+    ray = pytest.importorskip("ray")
+    from ray import cloudpickle
+
+    for name, module in list(sys.modules.items()):
+        if name.startswith(("test_", "tests.")) or ".test_" in name:
+            cloudpickle.register_pickle_by_value(module)
+    from marljoint.distributed import connect_ray
+
+    started = not ray.is_initialized()
+    if started:
+        connect_ray(num_cpus=2)
+    yield ray
+    if started:
+        ray.shutdown()

@@ -1,4 +1,5 @@
-"""Bit-identity checks shared by the tests of the ways to collect a rollout (in-process, subprocess, Ray)."""
+"""Bit-identity checks shared by the tests of the ways to collect a rollout or step env copies (in-process,
+subprocess, Ray)."""
 
 import numpy as np
 import torch
@@ -37,3 +38,17 @@ def assert_same_parameters(a, b):
     for p, q in zip(a.policies, b.policies):
         for (name, x), (_, y) in zip(p.state_dict().items(), q.state_dict().items()):
             assert torch.equal(x, y), name
+
+
+def same_state(a, b) -> bool:
+    """Whether two nested states (tensors, arrays, dicts, sequences, scalars; a checkpoint's, a trainer's) hold the
+    same bits."""
+    if isinstance(a, torch.Tensor):
+        return torch.equal(a, b)
+    if isinstance(a, np.ndarray):
+        return np.array_equal(a, b)
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(same_state(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return len(a) == len(b) and all(same_state(x, y) for x, y in zip(a, b))
+    return a == b

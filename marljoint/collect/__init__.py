@@ -2,7 +2,8 @@
 
 A :class:`Collector` plays rollouts with a :class:`~marljoint.policies.JointPolicy`: in this process
 (:class:`LocalCollector`), in a :class:`~marljoint.env.SubprocessJointEnv`'s workers (:class:`SubprocessCollector`)
-or in Ray actors (:class:`RayCollector`), optionally one rollout ahead of the update (:class:`OverlappedCollector`,
+or in Ray actors (:class:`RayCollector`; :class:`RayJointEnv` only steps env copies there, for a trainer
+that acts in its own process), optionally one rollout ahead of the update (:class:`OverlappedCollector`,
 ``policy_lag=1``), chosen by a :class:`CollectionConfig` (:func:`make_collector`). All give the same rollout bit
 for bit: the subprocess and Ray collectors are one orchestration (:class:`SlicedCollector`) over two transports
 (pipes, Ray actors). Also here: the rollout storage ``[T, E, N, ...]``, the moves a turn-based rollout
@@ -20,6 +21,7 @@ from marljoint.collect.orchestration import SlicedCollector, SliceTransport
 from marljoint.collect.overlap import OverlappedCollector
 from marljoint.collect.padded import PaddedPolicy, RowPadding
 from marljoint.collect.ray import RayCollector, WorkerLostError
+from marljoint.collect.ray_env import RayJointEnv
 from marljoint.collect.rollout import PER_AGENT_FIELDS, JointRollout, carry_pending_moves
 from marljoint.collect.slices import SliceWorker, assemble, blueprint, rollout_piece
 from marljoint.collect.subprocess import SubprocessCollector
@@ -36,6 +38,7 @@ __all__ = [
     "OverlappedCollector",
     "PaddedPolicy",
     "RayCollector",
+    "RayJointEnv",
     "RowPadding",
     "SliceTransport",
     "SliceWorker",

@@ -17,10 +17,10 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from marljoint.collect.orchestration import SlicedCollector
+from marljoint.collect.ray_actors import raise_env_copy_error, ray_actor_class
 from marljoint.collect.slices import SliceWorker
 from marljoint.collect.snapshots import cut_memory, read_memory, read_state, resliced
-from marljoint.distributed.ray import connect_ray
-from marljoint.env.base import EnvCopyError, split_copies
+from marljoint.env.base import split_copies
 from marljoint.env.pettingzoo import PettingZooJointEnv
 from marljoint.env.spaces import JointSpec
 from marljoint.trust import adopt_key, user_key
@@ -95,16 +95,7 @@ class RayTransport:
     def _start(self) -> None:
         if self._ray is not None:
             return
-        ray = connect_ray()
-        cpus = ray.cluster_resources().get("CPU", 0)
-        workers = len(self.slices)
-        if cpus < workers:
-            raise ValueError(
-                f"{workers} Ray rollout workers need {workers} CPUs, but the Ray cluster has "
-                f"{cpus:g}; use fewer workers or add CPUs to the cluster"
-            )
-        self._ray = ray
-        self._actor_class = ray.remote(num_cpus=1, max_restarts=0)(_RaySlice)
+        self._ray, self._actor_class = ray_actor_class(_RaySlice, len(self.slices), "rollout workers")
 
     def _spawn(self, k: int) -> Any:
         start, stop = self.slices[k]
@@ -170,8 +161,7 @@ class RayTransport:
                 ) from exc
             return None
         except ray.exceptions.RayTaskError as exc:
-            if isinstance(exc.cause, EnvCopyError):  # the env raised: named as in one process
-                raise EnvCopyError(*exc.cause.args[:5], traceback=str(exc)) from None
+            raise_env_copy_error(exc)
             raise
 
     def state(self) -> dict[str, Any] | None:

@@ -31,7 +31,7 @@ import numpy as np
 
 from marljoint.env.spaces import JointSpec
 
-__all__ = ["EnvCopyError", "JointEnv", "JointObs", "JointStep", "split_copies"]
+__all__ = ["EnvCopyError", "JointEnv", "JointObs", "JointStep", "join_obs", "join_steps", "split_copies"]
 
 
 class EnvCopyError(RuntimeError):
@@ -174,3 +174,53 @@ def split_copies(num_envs: int, parts: int) -> list[tuple[int, int]]:
         )
     bounds = np.linspace(0, num_envs, parts + 1).round().astype(int)
     return [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])]
+
+
+def join_obs(pieces: Sequence[JointObs]) -> JointObs:
+    """The :class:`JointObs` of consecutive slices of the copies, side by side along the env axis (new arrays).
+
+    Args:
+        pieces: one per slice, in copy order; per group ``[E_k, n_g, ...]``, flags ``[E_k, N]``.
+
+    Returns:
+        The state of all ``E = sum(E_k)`` copies, as one env holding them all would return it.
+    """
+    groups = range(len(pieces[0].obs))
+    return JointObs(
+        obs=tuple(np.concatenate([p.obs[g] for p in pieces]) for g in groups),
+        alive=np.concatenate([p.alive for p in pieces]),
+        acting=np.concatenate([p.acting for p in pieces]),
+        action_masks=tuple(_join_optional([p.action_masks[g] for p in pieces]) for g in groups),
+    )
+
+
+def join_steps(pieces: Sequence[JointStep]) -> JointStep:
+    """The :class:`JointStep` of consecutive slices of the copies, side by side along the env axis (new arrays).
+
+    Finished episodes are listed slice by slice, which is copy order: the order one env holding every copy lists
+    them in.
+
+    Args:
+        pieces: one per slice, in copy order; per group ``[E_k, n_g, ...]``, flags ``[E_k, N]``, episodes ``[k_j, N]``.
+
+    Returns:
+        The step of all ``E = sum(E_k)`` copies, as one env holding them all would return it.
+    """
+    joined = join_obs([JointObs(p.obs, p.alive, p.acting, p.action_masks) for p in pieces])
+    groups = range(len(pieces[0].obs))
+    return JointStep(
+        *joined,
+        rewards=np.concatenate([p.rewards for p in pieces]),
+        terminated=np.concatenate([p.terminated for p in pieces]),
+        truncated=np.concatenate([p.truncated for p in pieces]),
+        final_obs=tuple(np.concatenate([p.final_obs[g] for p in pieces]) for g in groups),
+        reset_envs=np.concatenate([p.reset_envs for p in pieces]),
+        episode_returns=np.concatenate([p.episode_returns for p in pieces]),
+        episode_lengths=np.concatenate([p.episode_lengths for p in pieces]),
+        final_waiting=_join_optional([p.final_waiting for p in pieces]),
+    )
+
+
+def _join_optional(arrays: Sequence[np.ndarray | None]) -> np.ndarray | None:
+    """Arrays joined along the env axis; ``None`` where the slices have none (Box actions, simultaneous moves)."""
+    return None if arrays[0] is None else np.concatenate(arrays)

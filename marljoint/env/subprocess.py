@@ -15,10 +15,18 @@ import numpy as np
 
 from marljoint.env.base import EnvCopyError, JointObs, JointStep, split_copies
 from marljoint.env.pettingzoo import PettingZooJointEnv
+from marljoint.env.spaces import JointSpec
 from marljoint.threads import limit_threads
 from marljoint.trust import SnapshotTrustError, sign, verify
 
-__all__ = ["EnvWorker", "SubprocessJointEnv", "make_joint_env"]
+__all__ = [
+    "EnvWorker",
+    "SubprocessJointEnv",
+    "action_arrays",
+    "make_joint_env",
+    "sliced_snapshot",
+    "sliced_snapshot_entries",
+]
 
 
 class _SharedArrays:
@@ -343,19 +351,7 @@ class SubprocessJointEnv:
         """Steps every copy in parallel (same contract as :meth:`PettingZooJointEnv.step`)."""
         if not self._reset_done:
             raise RuntimeError("step() was called before reset(); call env.reset(seed=...) first")
-        if isinstance(actions, np.ndarray) or len(actions) != len(self._actions):
-            raise ValueError(
-                f"step() needs one action array per agent group ({len(self._actions)} groups), got "
-                f"{'an array' if isinstance(actions, np.ndarray) else f'{len(actions)} arrays'}"
-            )
-        for g, (buf, act) in enumerate(zip(self._actions, actions)):
-            arr = act.detach().cpu().numpy() if hasattr(act, "detach") else np.asarray(act)
-            if arr.shape != buf.shape:
-                group = self.spec.groups[g]
-                raise ValueError(
-                    f"actions for group {list(group.agents)} have shape {arr.shape}, expected {buf.shape} "
-                    f"([num_envs, agents in group, *action_shape] for {group.action.kind} actions)"
-                )
+        for buf, arr in zip(self._actions, action_arrays(self.spec, self.num_envs, actions)):
             buf[...] = arr
         for conn in self._conns:
             conn.send(("step", None))
@@ -474,24 +470,11 @@ class SubprocessJointEnv:
                 anything is unpickled).
             ValueError: if the snapshot is unreadable or was taken with another split of the copies.
         """
-        payload = verify(state)  # before unpickling: bytes that are not this user's could run code
-        try:
-            snapshot = pickle.loads(payload)
-            slices = [tuple(s) for s in snapshot["slices"]]
-            workers = list(snapshot["workers"])
-        except Exception as exc:  # unpickling damaged bytes raises many types
-            raise ValueError(f"the env state cannot be unpickled ({type(exc).__name__}: {exc})") from exc
-        if slices != self.slices:
-            raise ValueError(
-                f"the env state was saved by a subprocess env with copies split {slices} over "
-                f"{len(slices)} workers, this one splits them {self.slices}; resume with the same num_envs and "
-                "number of workers"
-            )
-        return workers
+        return sliced_snapshot_entries(state, self.slices)
 
     def snapshot(self, workers: Sequence[Any]) -> bytes:
         """A snapshot in :meth:`get_state`'s format from per-worker entries (what :meth:`worker_states` reads)."""
-        return sign(pickle.dumps({"num_envs": self.num_envs, "slices": self.slices, "workers": list(workers)}))
+        return sliced_snapshot(self.num_envs, self.slices, workers)
 
     @property
     def closed(self) -> bool:
@@ -527,6 +510,71 @@ class SubprocessJointEnv:
             f"SubprocessJointEnv(num_envs={self.num_envs}, num_workers={self.num_workers}, "
             f"agents={list(self.spec.agents)})"
         )
+
+
+def action_arrays(spec: JointSpec, num_envs: int, actions: Sequence[Any]) -> list[np.ndarray]:
+    """The actions of one step as numpy arrays, checked against the groups' shapes before they leave this process.
+
+    Args:
+        spec: the env's agents and groups.
+        num_envs: E.
+        actions: per group, ``[E, n_g, *action_shape_g]`` arrays or tensors.
+
+    Returns:
+        One array per group (views where the input already is a numpy array).
+
+    Raises:
+        ValueError: for another number of groups, or an array of another shape (naming the group and the shape).
+    """
+    groups = spec.groups
+    if isinstance(actions, np.ndarray) or len(actions) != len(groups):
+        raise ValueError(
+            f"step() needs one action array per agent group ({len(groups)} groups), got "
+            f"{'an array' if isinstance(actions, np.ndarray) else f'{len(actions)} arrays'}"
+        )
+    arrays = []
+    for group, act in zip(groups, actions):
+        arr = act.detach().cpu().numpy() if hasattr(act, "detach") else np.asarray(act)
+        expected = (num_envs, group.size, *group.action.shape)
+        if arr.shape != expected:
+            raise ValueError(
+                f"actions for group {list(group.agents)} have shape {arr.shape}, expected {expected} "
+                f"([num_envs, agents in group, *action_shape] for {group.action.kind} actions)"
+            )
+        arrays.append(arr)
+    return arrays
+
+
+def sliced_snapshot(num_envs: int, slices: Sequence[tuple[int, int]], workers: Sequence[Any]) -> bytes:
+    """The signed snapshot of an env whose copies step in workers: each worker's entry, in :attr:`slices` order.
+
+    The format of :meth:`SubprocessJointEnv.get_state` (and of the other multi-worker envs, which restore each
+    other's snapshots), read back by :func:`sliced_snapshot_entries`.
+    """
+    return sign(pickle.dumps({"num_envs": num_envs, "slices": list(slices), "workers": list(workers)}))
+
+
+def sliced_snapshot_entries(state: bytes, slices: Sequence[tuple[int, int]]) -> list[Any]:
+    """The per-worker entries of a :func:`sliced_snapshot`, checked against the split ``slices`` of the copies.
+
+    Raises:
+        marljoint.trust.SnapshotTrustError: if the snapshot is not signed with this user's key (checked before
+            anything is unpickled).
+        ValueError: if the snapshot is unreadable or was taken with another split of the copies.
+    """
+    payload = verify(state)  # before unpickling: bytes that are not this user's could run code
+    try:
+        snapshot = pickle.loads(payload)
+        saved = [tuple(s) for s in snapshot["slices"]]
+        workers = list(snapshot["workers"])
+    except Exception as exc:  # unpickling damaged bytes raises many types
+        raise ValueError(f"the env state cannot be unpickled ({type(exc).__name__}: {exc})") from exc
+    if saved != [tuple(s) for s in slices]:
+        raise ValueError(
+            f"the env state was saved with copies split {saved} over {len(saved)} workers, this one splits them "
+            f"{list(slices)}; resume with the same num_envs and number of workers"
+        )
+    return workers
 
 
 def make_joint_env(

@@ -31,7 +31,8 @@ def _env_factory(spec: RunSpec, **extra_kwargs: Any) -> Any:
 
 def make_env(spec: RunSpec, num_envs: int | None = None, seed: int | None = None, **extra_kwargs: Any) -> Any:
     """Builds the JointEnv of a run: the env its collection backend collects from
-    (:meth:`~marljoint.collect.CollectionConfig.make_env`: worker processes for ``"subprocess"``).
+    (:meth:`~marljoint.collect.CollectionConfig.make_env`: worker processes for ``"subprocess"``; for an
+    off-policy run, which acts in this process, Ray actors stepping the copies for ``"ray"``).
 
     Args:
         spec: the run.
@@ -48,6 +49,7 @@ def make_env(spec: RunSpec, num_envs: int | None = None, seed: int | None = None
             factory,
             num_envs=spec.trainer.num_envs if num_envs is None else num_envs,
             seed=spec.trainer.seed if seed is None else seed,
+            acts_here=spec.algorithm in OFFPOLICY_ALGORITHMS,
         )
     except Exception as exc:  # env constructors raise anything for bad keyword arguments
         raise RunError(f"env {spec.env!r} with kwargs {dict(spec.env_kwargs)} cannot be built: {exc}") from None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from marljoint.collect.config import CollectionConfig
+from marljoint.run.offpolicy import OFFPOLICY_ALGORITHMS
 from marljoint.run.spec import RunSpec
 from marljoint.threads import auto_workers
 
@@ -18,13 +19,16 @@ def with_auto_workers(
     Args:
         spec: the run.
         policy_lag: the workers' policy lag; ``None``: 1 for feed-forward policies, where the decoupled update was
-            measured to learn as lag 0 does, 0 for recurrent ones.
+            measured to learn as lag 0 does, 0 for recurrent ones and for off-policy runs (which act at every env
+            step, so their workers only step the copies).
         balance: hand env copies between the workers by their measured speed.
         cores: the cores to plan for (``None``: this process's).
     """
     workers = auto_workers(spec.trainer.num_envs, cores)
     if workers == 0:  # one core: the learner collects in-process
         return RunSpec.from_dict({"collection": {"backend": "local"}}, base=spec)
-    lag = policy_lag if policy_lag is not None else int(spec.trainer.recurrent is None)
+    lag = policy_lag
+    if lag is None:
+        lag = int(spec.trainer.recurrent is None and spec.algorithm not in OFFPOLICY_ALGORITHMS)
     collection = CollectionConfig("subprocess", workers=workers, policy_lag=lag, balance=bool(balance))
     return RunSpec.from_dict({"collection": collection.to_dict()}, base=spec)

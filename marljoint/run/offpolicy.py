@@ -95,10 +95,11 @@ def check_algorithm(algorithm: str | None, trainer: Any, table: Mapping[str, Any
         if trainer.device != "cpu":
             raise RunError(f"{algorithm} trains on the CPU, got device={trainer.device!r}; drop --device")
         collection = trainer.collection
-        if collection.backend == "ray" or collection.policy_lag or collection.balance:
+        if collection.policy_lag or collection.balance:
             raise RunError(
-                f"{algorithm} steps its env copies in this process or in worker processes (--env-workers K); "
-                "drop --ray, --policy-lag and --balance"
+                f"{algorithm} acts in this process at every env step, so there is no rollout to collect ahead "
+                "or to rebalance (its env copies may step in --env-workers K or --ray workers); drop --policy-lag "
+                "and --balance"
             )
         offpolicy_config(algorithm, trainer, table)
         return

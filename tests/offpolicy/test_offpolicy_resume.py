@@ -2,19 +2,9 @@
 env copies mid-episode."""
 
 import pytest
-import torch
+from rollout_checks import same_state
 
 from ._helpers import mock_env, tiny_trainer
-
-
-def _same(a, b):
-    if isinstance(a, torch.Tensor):
-        return torch.equal(a, b)
-    if isinstance(a, dict):
-        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
-    if isinstance(a, (list, tuple)):
-        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
-    return a == b
 
 
 @pytest.mark.parametrize("algorithm", ["vdn", "qmix"])
@@ -29,8 +19,8 @@ def test_resume_is_bit_identical_to_an_uninterrupted_run(algorithm, tmp_path):
     resumed.load(tmp_path / "ckpt.pt")
     resumed.train(72)
     assert resumed.env_steps == straight.env_steps == 72
-    assert _same(resumed.state_dict(), straight.state_dict())
-    assert _same(resumed.env_state()["copy_generators"], straight.env_state()["copy_generators"])
+    assert same_state(resumed.state_dict(), straight.state_dict())
+    assert same_state(resumed.env_state()["copy_generators"], straight.env_state()["copy_generators"])
 
 
 def test_a_checkpoint_of_other_agents_is_refused(tmp_path):

@@ -1,6 +1,6 @@
 """MASAC and MADDPG through the off-policy trainer: Box actions stored as floats, the redundancy penalty reaching
-every agent's actor encoder in one backward, per-agent clipping, workers giving the in-process run bit for bit,
-and refused spaces."""
+every agent's actor encoder in one backward, per-agent clipping and refused spaces (workers giving the in-process
+run bit for bit: test_offpolicy_collectors.py)."""
 
 import functools
 
@@ -8,7 +8,6 @@ import pytest
 import torch
 
 from marljoint import PettingZooJointEnv
-from marljoint.env import SubprocessJointEnv
 from marljoint.offpolicy import CentralisedActorCritic, OffPolicyConfig, OffPolicyTrainer
 from marljoint.redundancy import RedundancyPenalty
 from marljoint_envs import bucket_brigade_v0, identity_v0
@@ -75,23 +74,6 @@ def test_each_agents_gradient_is_clipped_on_its_own():
     assert norm > 1e-3
     per_agent = torch.stack([p.grad.flatten(1).pow(2).sum(1) for p in critic.parameters()]).sum(0).sqrt()
     assert torch.all(per_agent <= 1e-3 * 1.001)
-
-
-@pytest.mark.parametrize("algorithm", ["masac", "maddpg"])
-def test_subprocess_workers_give_the_in_process_run(algorithm):
-    local = sac_trainer(PettingZooJointEnv(BOX, num_envs=4, seed=0), algorithm, num_envs=4)
-    local.train(64)
-    workers = SubprocessJointEnv(BOX, num_envs=4, num_workers=2, seed=0)
-    try:
-        remote = sac_trainer(workers, algorithm, num_envs=4)
-        remote.train(64)
-    finally:
-        workers.close()
-    for x, y in zip(local.buffer.storage, remote.buffer.storage):
-        for a, b in zip(*((x, y) if isinstance(x, tuple) else ((x,), (y,)))):
-            assert torch.equal(a, b)
-    for a, b in zip(local.algorithm.sac.parameters(), remote.algorithm.sac.parameters()):
-        assert torch.equal(a, b)
 
 
 def test_a_multidiscrete_env_is_refused():

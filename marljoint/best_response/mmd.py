@@ -36,13 +36,25 @@ from marljoint.policies.joint import JointPolicy
 from marljoint.ppo.losses import masked_mean
 from marljoint.ppo.regularizer import RegularizerBatch
 
-__all__ = ["MAGNETS", "SCHEDULES", "SELF_PLAY_KINDS", "MmdConfig", "MmdRegularizer", "attach_mmd", "magnet_kl"]
+__all__ = [
+    "ALPHA_UNITS",
+    "MAGNETS",
+    "SCHEDULES",
+    "SELF_PLAY_KINDS",
+    "MmdConfig",
+    "MmdRegularizer",
+    "attach_mmd",
+    "magnet_kl",
+]
 
 MAGNETS = ("moving", "uniform", "ema")
 """Kinds of magnet: a copy of the policy refreshed every ``magnet_every`` updates, the uniform policy, or a copy
 whose parameters move a fraction ``magnet_rate`` towards the policy's after every update."""
 SCHEDULES = ("inverse_sqrt", "constant")
 """How α and the learning rate decay with the update count t: ``1 / sqrt(1 + t / τ)``, or not at all."""
+ALPHA_UNITS = ("payoff", "advantage_std")
+"""The units of α: those of the advantages (the game's payoffs), or one standard deviation of the seat's advantages
+on the minibatch (the same α then means the same relative weight in a game of any payoff scale)."""
 SELF_PLAY_KINDS = ("ppo", "mmd")
 """The self-play of the joint trainer: plain PPO of both seats, or PPO with the KL to a magnet (MMD)."""
 
@@ -55,7 +67,11 @@ class MmdConfig:
     """
 
     alpha: float = 0.5
-    """α, the weight of KL(π ‖ ρ) at update 0 (> 0), in the units of the advantages."""
+    """α, the weight of KL(π ‖ ρ) at update 0 (> 0), in ``alpha_units``."""
+    alpha_units: str = "payoff"
+    """``"payoff"``: α is in the units of the advantages (the game's payoffs); ``"advantage_std"``: in standard
+    deviations of the seat's advantages on each minibatch, so that it weighs the KL against the surrogate the same
+    way whatever the game's payoff scale."""
     magnet: str = "uniform"
     """ρ: ``"moving"`` (a frozen copy of the policy, refreshed every ``magnet_every`` updates), ``"uniform"``, or
     ``"ema"`` (a frozen copy whose parameters move ``magnet_rate`` of the way to the policy's after every update)."""
@@ -76,6 +92,8 @@ class MmdConfig:
         _positive_number("decay_updates", self.decay_updates, "e.g. decay_updates=100")
         if self.magnet not in MAGNETS:
             raise ValueError(f"magnet must be one of {MAGNETS}, got {self.magnet!r}")
+        if self.alpha_units not in ALPHA_UNITS:
+            raise ValueError(f"alpha_units must be one of {ALPHA_UNITS}, got {self.alpha_units!r}")
         if self.schedule not in SCHEDULES:
             raise ValueError(f"schedule must be one of {SCHEDULES}, got {self.schedule!r}")
         if isinstance(self.magnet_every, bool) or not isinstance(self.magnet_every, int) or self.magnet_every < 1:
@@ -175,6 +193,7 @@ class MmdRegularizer:
         """α of the update in progress."""
         self._kl_sum = 0.0
         self._kl_count = 0
+        self._scale_sum = 0.0
 
     def begin_update(self, learner: Any) -> None:
         """Refreshes a moving magnet every ``magnet_every`` updates (moves an ``"ema"`` one ``magnet_rate`` of the
@@ -191,7 +210,8 @@ class MmdRegularizer:
         self.updates = t + 1
 
     def __call__(self, batch: RegularizerBatch) -> torch.Tensor:
-        """α_t · Σ_seats mean over the seat's rows of KL(π ‖ ρ)."""
+        """α_t · Σ_seats s_i · (mean over the seat's rows of KL(π ‖ ρ)), with s_i = 1 (``alpha_units="payoff"``)
+        or the standard deviation of seat i's advantages on its rows of the minibatch (``"advantage_std"``)."""
         policy = batch.policy
         magnet_outputs = None
         if self.magnet is not None:
@@ -202,16 +222,21 @@ class MmdRegularizer:
             ref = None if magnet_outputs is None else magnet_outputs[k].head
             columns.append(magnet_kl(out.head, ref, policy.network_masks(k, batch.masks), network.action.nvec))
         kl = masked_mean(policy.agent_columns(columns), batch.valid)  # [N]
+        scale = advantage_scale(batch.advantages, batch.valid) if self.config.alpha_units == "advantage_std" else None
         self._kl_sum += float(kl.detach().sum())
+        self._scale_sum += 1.0 if scale is None else float(scale.mean())
         self._kl_count += 1
-        return self.alpha * kl.sum()
+        return self.alpha * (kl.sum() if scale is None else (scale * kl).sum())
 
     def metrics(self) -> dict[str, float]:
-        """``mmd/alpha`` and ``mmd/kl`` (the KL summed over the seats, mean over the minibatches since the last
-        call); the mean restarts after each call."""
-        kl = self._kl_sum / self._kl_count if self._kl_count else math.nan
-        self._kl_sum, self._kl_count = 0.0, 0
-        return {"mmd/alpha": self.alpha, "mmd/kl": kl}
+        """``mmd/alpha``, ``mmd/kl`` (the KL summed over the seats) and ``mmd/scale`` (the units of α: 1, or the
+        seats' mean advantage standard deviation), means over the minibatches since the last call; the means restart
+        after each call."""
+        count = self._kl_count
+        kl = self._kl_sum / count if count else math.nan
+        scale = self._scale_sum / count if count else math.nan
+        self._kl_sum, self._scale_sum, self._kl_count = 0.0, 0.0, 0
+        return {"mmd/alpha": self.alpha, "mmd/kl": kl, "mmd/scale": scale}
 
     def state_dict(self) -> dict[str, Any]:
         """The update count and the magnet's weights (for checkpoints)."""
@@ -223,6 +248,30 @@ class MmdRegularizer:
         self.alpha = self.config.alpha_at(max(self.updates - 1, 0))
         if self.magnet is not None and state.get("magnet") is not None:
             self.magnet.load_weights(state["magnet"])
+
+
+def advantage_scale(advantages: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+    """Each seat's standard deviation of its advantages over its valid rows, detached (a seat with fewer than two
+    rows, or advantages all equal, gets the smallest positive normal float instead of 0).
+
+    Args:
+        advantages: ``[B, N]``.
+        valid: ``[B, N]`` bool.
+
+    Returns:
+        ``[N]``.
+
+    Example:
+        >>> import torch
+        >>> advantage_scale(torch.tensor([[1.0, 2.0], [3.0, 2.0]]), torch.ones(2, 2, dtype=torch.bool))
+        tensor([1.4142e+00, 1.1755e-38])
+    """
+    weights = valid.to(advantages.dtype)
+    count = weights.sum(0)
+    mean = (advantages * weights).sum(0) / count.clamp_min(1.0)
+    variance = ((advantages - mean).square() * weights).sum(0) / (count - 1.0).clamp_min(1.0)
+    tiny = torch.finfo(advantages.dtype).tiny
+    return variance.detach().sqrt().clamp_min(tiny)
 
 
 def attach_mmd(trainer: Any, config: MmdConfig) -> MmdRegularizer:

@@ -558,7 +558,7 @@ class Learner:
         if self.regularizer is not None:
             masks = [None if m is None else m[idx] for m in batch.masks]
             joint = joint + self.regularizer(
-                RegularizerBatch(policy, outputs, [o[idx] for o in batch.obs], mb_alive, masks, mb_valid)
+                RegularizerBatch(policy, outputs, [o[idx] for o in batch.obs], mb_alive, masks, mb_valid, mb_adv)
             )
         return _MinibatchLoss(joint, pg, vl, ent, aux)
 

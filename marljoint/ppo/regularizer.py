@@ -29,6 +29,8 @@ class RegularizerBatch(NamedTuple):
         alive: ``[B, N]`` bool, the agents present on each row.
         masks: per group, ``[B, n_g, sum(nvec)]`` bool action masks, or ``None``.
         valid: ``[B, N]`` bool, the rows each agent trains on (it moved there).
+        advantages: ``[B, N]`` the advantages the surrogate of the minibatch uses (normalised where the trainer
+            normalises them); meaningful on the ``valid`` rows only.
     """
 
     policy: JointPolicy
@@ -37,6 +39,7 @@ class RegularizerBatch(NamedTuple):
     alive: torch.Tensor
     masks: Sequence[torch.Tensor | None]
     valid: torch.Tensor
+    advantages: torch.Tensor
 
 
 class PolicyRegularizer(Protocol):

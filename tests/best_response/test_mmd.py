@@ -14,6 +14,8 @@ import torch
 
 from marljoint import JointMultiAgentTrainer, JointTrainerConfig, PettingZooJointEnv
 from marljoint.best_response import KuhnGame, MmdConfig, attach_mmd, magnet_kl
+from marljoint.best_response.mmd import advantage_scale
+from marljoint.ppo.losses import masked_mean
 from marljoint.run.errors import RunError
 from marljoint.run.train import RunSpec, read_config_file, write_config
 from marljoint_envs import kuhn_poker_v0, mock_v0
@@ -97,6 +99,54 @@ def test_the_moving_magnet_is_refreshed_every_k_updates_and_the_learning_rate_fo
     assert metrics["mmd/alpha"] == regularizer.alpha and metrics["mmd/kl"] >= 0.0
 
 
+def test_the_advantage_scale_is_each_seats_standard_deviation_over_its_valid_rows():
+    advantages = torch.tensor([[1.0, 5.0], [3.0, -1.0], [100.0, 2.0]])
+    valid = torch.tensor([[True, True], [True, True], [False, True]])
+    scale = advantage_scale(advantages, valid)
+    assert scale[0] == pytest.approx(float(np.std([1.0, 3.0], ddof=1)))
+    assert scale[1] == pytest.approx(float(np.std([5.0, -1.0, 2.0], ddof=1)))
+    lone = advantage_scale(torch.tensor([[4.0], [9.0]]), torch.tensor([[True], [False]]))
+    assert float(lone[0]) == torch.finfo(torch.float32).tiny  # one row: no spread to measure
+
+
+class _Recording:
+    """A regulariser that records the batches and terms of the one it wraps."""
+
+    def __init__(self, inner):
+        self.inner, self.calls = inner, []
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def __call__(self, batch):
+        term = self.inner(batch)
+        self.calls.append((batch, term.detach()))
+        return term
+
+
+def test_alpha_in_advantage_standard_deviations_weighs_each_seats_kl_by_its_scale():
+    # The same update once in payoff units and once in advantage_std units: the term is α · Σ_i s_i KL_i.
+    terms = {}
+    for units in ("payoff", "advantage_std"):
+        trainer = _mock_trainer()
+        regularizer = attach_mmd(trainer, MmdConfig(alpha=0.7, alpha_units=units))
+        recording = trainer.learner.regularizer = _Recording(regularizer)
+        trainer.iterate()
+        batch, term = recording.calls[0]
+        terms[units] = (batch, float(term), regularizer.metrics())
+    batch, term, metrics = terms["advantage_std"]
+    policy = batch.policy
+    columns = [
+        magnet_kl(out.head, None, policy.network_masks(k, batch.masks), network.action.nvec)
+        for k, (network, out) in enumerate(zip(policy.networks, batch.outputs))
+    ]
+    kl = masked_mean(policy.agent_columns(columns), batch.valid)
+    scale = advantage_scale(batch.advantages, batch.valid)
+    assert term == pytest.approx(float(0.7 * (scale * kl).sum()), rel=1e-5)
+    assert metrics["mmd/scale"] > 0 and terms["payoff"][2]["mmd/scale"] == 1.0
+    assert terms["payoff"][1] == pytest.approx(float(0.7 * kl.sum()), rel=1e-5)
+
+
 def test_the_magnet_and_the_update_count_survive_a_checkpoint():
     trainer = _mock_trainer()
     attach_mmd(trainer, MmdConfig(magnet="moving", magnet_every=1))
@@ -125,6 +175,7 @@ def test_without_mmd_the_checkpoint_has_no_regularizer_entry():
         ({"schedule": "linear"}, r"schedule must be one of \('inverse_sqrt', 'constant'\), got 'linear'"),
         ({"magnet_every": 0}, "magnet_every must be a positive integer"),
         ({"anneal_step_size": "yes"}, "anneal_step_size must be true or false"),
+        ({"alpha_units": "chips"}, r"alpha_units must be one of \('payoff', 'advantage_std'\), got 'chips'"),
     ],
 )
 def test_bad_settings_name_the_field_and_the_value(changes, match):

@@ -628,6 +628,7 @@ def _print_traceback(exc: BaseException) -> None:
 
 def _user_errors() -> tuple[type[BaseException], ...]:
     from marljoint.checkpoint import CheckpointError
+    from marljoint.collect import WorkerLostError
     from marljoint.distributed import RayUnavailable
     from marljoint.env import EnvCopyError
     from marljoint.ppo.divergence import DivergenceError
@@ -643,6 +644,7 @@ def _user_errors() -> tuple[type[BaseException], ...]:
         RayUnavailable,
         EnvCopyError,
         DivergenceError,
+        WorkerLostError,
     )
     return (*errors, MemoryError, OSError, ValueError)
 

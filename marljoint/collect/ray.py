@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from marljoint.collect.orchestration import SlicedCollector
-from marljoint.collect.ray_actors import raise_env_copy_error, ray_actor_class
+from marljoint.collect.ray_actors import WorkerLostError, raise_env_copy_error, ray_actor_class
 from marljoint.collect.slices import SliceWorker
 from marljoint.collect.snapshots import cut_memory, read_memory, read_state, resliced
 from marljoint.env.base import split_copies
@@ -26,10 +26,6 @@ from marljoint.env.spaces import JointSpec
 from marljoint.trust import adopt_key, user_key
 
 __all__ = ["RayCollector", "RayTransport", "WorkerLostError"]
-
-
-class WorkerLostError(RuntimeError):
-    """A rollout worker kept dying after the allowed number of restarts."""
 
 
 class _RaySlice:

@@ -7,7 +7,12 @@ from typing import Any
 from marljoint.distributed.ray import connect_ray
 from marljoint.env.base import EnvCopyError
 
-__all__ = ["raise_env_copy_error", "ray_actor_class"]
+__all__ = ["WorkerLostError", "raise_env_copy_error", "ray_actor_class"]
+
+
+class WorkerLostError(RuntimeError):
+    """A Ray actor (a rollout worker, or the actor stepping a slice of a :class:`RayJointEnv`) died, or kept dying
+    after the allowed number of restarts."""
 
 
 def ray_actor_class(body: type, workers: int, role: str) -> tuple[Any, Any]:

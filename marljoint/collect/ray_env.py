@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from marljoint.collect.ray_actors import raise_env_copy_error, ray_actor_class
+from marljoint.collect.ray_actors import WorkerLostError, raise_env_copy_error, ray_actor_class
 from marljoint.env.base import JointObs, JointStep, join_obs, join_steps, split_copies
 from marljoint.env.pettingzoo import PettingZooJointEnv
 from marljoint.env.subprocess import action_arrays, sliced_snapshot, sliced_snapshot_entries
@@ -73,7 +73,7 @@ class RayJointEnv:
     Raises:
         ValueError: for a non-positive ``num_workers`` or ``num_envs``, or a Ray cluster with fewer CPUs than
             actors.
-        RuntimeError: from any call, when an actor has died (its copies are lost, the env is closed: build a new
+        WorkerLostError: from any call, when an actor has died (its copies are lost, the env is closed: build a new
             one; a run resumes from its last checkpoint).
         EnvCopyError: an env copy raised in an actor (named as in one process, with the actor's traceback as
             text); the env is closed.
@@ -124,7 +124,7 @@ class RayJointEnv:
             except ray.exceptions.RayActorError as exc:
                 self.close()
                 a, b = self.slices[w]
-                raise RuntimeError(
+                raise WorkerLostError(
                     f"env worker {w} (the Ray actor stepping env copies {a}..{b - 1}) died ({type(exc).__name__}); "
                     "its copies are lost, so the env is closed: build a new one (a run continues from its last "
                     "checkpoint with marljoint train --resume)"

@@ -73,3 +73,18 @@ def test_policy_lag_and_balance_are_refused_in_one_line(algorithm, case, tmp_pat
 def test_env_workers_auto_collects_without_lag_for_off_policy_runs(algorithm, lag):
     spec = with_auto_workers(RunSpec.from_dict({"env": "mock_v0", "algorithm": algorithm, "num_envs": 4}), cores=4)
     assert spec.trainer.collection.backend == "subprocess" and spec.trainer.collection.policy_lag == lag
+
+
+def test_a_lost_env_worker_ends_the_run_with_one_line_and_status_2(tmp_path, monkeypatch, capsys):
+    from marljoint.collect import WorkerLostError
+    from marljoint.offpolicy import OffPolicyTrainer
+
+    def lost(self):
+        raise WorkerLostError("env worker 1 (the Ray actor stepping env copies 2..3) died (RayActorError)")
+
+    monkeypatch.setattr(OffPolicyTrainer, "collect", lost)
+    config = tmp_path / "vdn.toml"
+    config.write_text(CONFIG)
+    assert run_cli(vdn_args(tmp_path / "run", config, 4 * 64)) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "env worker 1 (the Ray actor stepping env copies 2..3) died" in err[0]

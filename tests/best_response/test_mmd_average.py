@@ -4,14 +4,13 @@ average's exploitability logged while training, exported for OpenSpiel and carri
 from __future__ import annotations
 
 import csv
-import json
 
 import numpy as np
 import pytest
+from _kuhn_tables import column, openspiel_exploitability, run_tables
 
 from marljoint.best_response import KuhnGame, MatrixGame, PolicyAverage, kuhn_exploitability, kuhn_mixture_table
 from marljoint.checkpoint import list_checkpoints, load_checkpoint
-from marljoint.run.evaluate import load_run
 from marljoint.run.train import RunSpec, resume_spec, train_run
 
 RNG_SEED = 7
@@ -174,16 +173,8 @@ def _rows(run_dir):
         return list(csv.DictReader(f))
 
 
-def _column(rows, name):
-    return [float(r[name]) for r in rows if r.get(name) not in (None, "")]
-
-
 def _tables_at(run_dir, iteration):
-    run = load_run(run_dir, run_dir / "checkpoints" / f"ckpt_{iteration:07d}.pt")
-    try:
-        return KuhnGame().tables([run.agent_policy(0), run.agent_policy(1)])
-    finally:
-        run.close()
+    return run_tables(run_dir, run_dir / "checkpoints" / f"ckpt_{iteration:07d}.pt")
 
 
 @pytest.fixture(scope="module")
@@ -196,31 +187,28 @@ def mmd_run(tmp_path_factory):
 def test_the_logged_average_is_the_linear_reach_weighted_average_of_every_iterate(mmd_run):
     run_dir, rows = mmd_run
     iterates = [_tables_at(run_dir, t) for t in range(1, 5)]
-    logged = _column(rows, "exploit/average_exploitability")
+    logged = column(rows, "exploit/average_exploitability")
     assert len(logged) == 2  # measured after iterations 2 and 4
     for position, last in enumerate((2, 4)):
         weights = np.arange(1.0, last + 1)
         average = [kuhn_mixture_table([tables[p] for tables in iterates[:last]], weights, p) for p in range(2)]
         assert logged[position] == pytest.approx(kuhn_exploitability(average), abs=1e-9)
-    assert _column(rows, "exploit/average_nash_conv") == pytest.approx([2 * v for v in logged])
-    assert logged[-1] != pytest.approx(_column(rows, "exploit/exploitability")[-1], abs=1e-6)
+    assert column(rows, "exploit/average_nash_conv") == pytest.approx([2 * v for v in logged])
+    assert logged[-1] != pytest.approx(column(rows, "exploit/exploitability")[-1], abs=1e-6)
 
 
 def test_openspiel_reads_the_average_policy_with_the_logged_exploitability(mmd_run):
-    pyspiel = pytest.importorskip("pyspiel")
     run_dir, rows = mmd_run
-    with open(run_dir / "openspiel_average_policy.json") as f:
-        policy = {key: [tuple(pair) for pair in pairs] for key, pairs in json.load(f).items()}
-    assert len(policy) == 12
-    nash_conv = pyspiel.nash_conv(pyspiel.load_game("kuhn_poker"), policy)
-    assert nash_conv / 2 == pytest.approx(_column(rows, "exploit/average_exploitability")[-1], abs=1e-9)
+    assert openspiel_exploitability(run_dir / "openspiel_average_policy.json") == pytest.approx(
+        column(rows, "exploit/average_exploitability")[-1], abs=1e-9
+    )
     assert (run_dir / "openspiel_policy.json").is_file()
 
 
 def test_without_mmd_self_play_no_average_is_kept(tmp_path):
     train_run(_spec(2), tmp_path / "plain", progress=False)
     rows = _rows(tmp_path / "plain")
-    assert _column(rows, "exploit/exploitability") and not any("average" in name for name in rows[0])
+    assert column(rows, "exploit/exploitability") and not any("average" in name for name in rows[0])
     assert not (tmp_path / "plain" / "openspiel_average_policy.json").exists()
     state = load_checkpoint(list_checkpoints(tmp_path / "plain" / "checkpoints")[-1])["run"]
     assert "policy_average" not in state
@@ -232,7 +220,7 @@ def test_a_resumed_run_continues_the_same_average_exactly(mmd_run, tmp_path):
     train_run(_spec(4, self_play="mmd"), run_dir, progress=False, stop_after=3)
     train_run(resume_spec(run_dir), run_dir, resume=True, progress=False)
     for name in ("exploit/average_exploitability", "exploit/exploitability"):
-        assert _column(_rows(run_dir), name) == _column(whole_rows, name)
+        assert column(_rows(run_dir), name) == column(whole_rows, name)
     whole, resumed = (
         load_checkpoint(list_checkpoints(d / "checkpoints")[-1])["run"]["policy_average"] for d in (whole_dir, run_dir)
     )

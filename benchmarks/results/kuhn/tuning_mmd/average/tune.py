@@ -24,7 +24,12 @@ if ema is not None:
         self.updates = t + 1
     M.MmdRegularizer.begin_update = begin_update
     mch["magnet"] = "moving"
+uniform_start = mch.pop("uniform_start", False)
 trainer, known, reg = self_play_trainer(game, method, seed, tch, mch)
+if uniform_start:
+    with torch.no_grad():
+        for net in reg.magnet.networks:
+            net.actor_head.weight.zero_(); net.actor_head.bias.zero_()
 P = known.num_players
 acc = {k: [None]*P for k in ("avg", "lin", "tail", "quad")}
 wsum = {k: [None]*P for k in acc}

@@ -242,8 +242,9 @@ def test_marljoint_train_self_play_mmd_trains_on_kuhn_poker(tmp_path):
     with (out / "metrics.csv").open(newline="") as f:
         rows = list(csv.DictReader(f))
     assert len(rows) == 2 and float(rows[-1]["mmd/alpha"]) == pytest.approx(0.5 / math.sqrt(1.01))
+    assert float(rows[-1]["mmd/scale"]) == 1.0  # alpha_units = "payoff"
     documented = (Path(__file__).resolve().parents[2] / "docs" / "metrics.md").read_text()
-    assert "| `mmd/alpha` |" in documented and "| `mmd/kl` |" in documented
+    assert all(f"| `mmd/{name}` |" in documented for name in ("alpha", "kl", "scale"))
 
 
 def test_marljoint_train_refuses_mmd_on_three_agents_in_one_line(tmp_path, capsys):

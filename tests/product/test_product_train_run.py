@@ -96,7 +96,7 @@ def test_the_metrics_table_in_the_docs_matches_what_a_run_writes(run_dir):
     # --eval-every (tested in test_product_nothing_lost.py).
     optional = {"redundancy/variance_hinge", "eval/episode_return_mean", "eval/episode_return/<agent>"}
     optional.add("eval/best_episode_return_mean")
-    optional |= {"mmd/alpha", "mmd/kl"}  # only with --self-play mmd (tests/best_response/test_mmd.py)
+    optional |= {"mmd/alpha", "mmd/kl", "mmd/scale"}  # only with --self-play mmd (tests/best_response/test_mmd.py)
     # Only in two-player zero-sum games or with --exploitability-every (test_product_zero_sum_eval.py).
     optional.update(n for n in documented if n.startswith(("exploit/", "eval/vs_random")))
     unused = [n for n, p in patterns.items() if n not in optional and not any(p.match(c) for c in columns)]

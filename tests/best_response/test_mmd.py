@@ -140,7 +140,7 @@ def test_alpha_in_advantage_standard_deviations_weighs_each_seats_kl_by_its_scal
         magnet_kl(out.head, None, policy.network_masks(k, batch.masks), network.action.nvec)
         for k, (network, out) in enumerate(zip(policy.networks, batch.outputs))
     ]
-    kl = masked_mean(policy.agent_columns(columns), batch.valid)
+    kl = masked_mean(policy.agent_columns(columns), batch.valid).detach()
     scale = advantage_scale(batch.advantages, batch.valid)
     assert term == pytest.approx(float(0.7 * (scale * kl).sum()), rel=1e-5)
     assert metrics["mmd/scale"] > 0 and terms["payoff"][2]["mmd/scale"] == 1.0

@@ -1,6 +1,8 @@
 """Env copies stepped in Ray actors (RayJointEnv) give the in-process off-policy run bit for bit, resume exactly,
 and fail loudly when an actor dies or its env raises."""
 
+import time
+
 import numpy as np
 import pytest
 from pettingzoo.utils.wrappers import BaseParallelWrapper
@@ -79,6 +81,19 @@ def test_a_ray_snapshot_restores_into_subprocess_workers_of_the_same_split_and_b
         env.close(), workers.close()
 
 
+def _kill_and_wait(actor, timeout=60.0):
+    """Kills a Ray actor and returns once it no longer answers (ray.kill only requests the kill)."""
+    ray.kill(actor)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            ray.get(actor.__ray_ready__.remote(), timeout=10)
+        except ray.exceptions.RayActorError:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"the Ray actor {actor} still answers {timeout} s after ray.kill")
+
+
 def test_a_dead_actor_is_named_and_the_env_closed():
     env = RayJointEnv(DISCRETE, num_envs=2, num_workers=2, seed=0)
     with pytest.raises(RuntimeError, match=r"step\(\) was called before reset\(\)"):
@@ -86,7 +101,7 @@ def test_a_dead_actor_is_named_and_the_env_closed():
     env.reset()
     with pytest.raises(ValueError, match=r"actions for group \['agent_0', 'agent_1'\] have shape \(3, 2\)"):
         env.step([np.zeros((3, 2), np.int64)])
-    ray.kill(env.actors[1])
+    _kill_and_wait(env.actors[1])
     with pytest.raises(WorkerLostError, match=r"env worker 1 \(the Ray actor stepping env copies 1\.\.1\) died"):
         env.step([np.zeros((2, 2), np.int64)])
     assert env.closed and not env.actors

@@ -1,10 +1,13 @@
-import json, sys, time
+import json
+import sys
+import time
+
 import numpy as np
 import torch
 
 torch.set_num_threads(1)
 sys.path.insert(0, "/work/main/benchmarks")
-from selfplay import self_play_trainer
+from selfplay import self_play_trainer  # noqa: E402
 
 game, method, seed, budget, every, tch, mch, tag = (
     sys.argv[1],
@@ -39,7 +42,7 @@ if ema is not None:
     M.MmdRegularizer.begin_update = begin_update
     mch["magnet"] = "moving"
 uniform_start = mch.pop("uniform_start", False)
-END = tch.pop("end_iteration", None)
+END = tch.pop("end_iteration", None)  # with anneal_lr: the iteration the run ends at
 trainer, known, reg = self_play_trainer(game, method, seed, tch, mch)
 if uniform_start:
     with torch.no_grad():
@@ -87,7 +90,7 @@ train_t = 0.0
 out = open(f"/tmp/avg46/{tag}.log", "w")
 while trainer.env_steps < budget:
     a = time.perf_counter()
-    (trainer.iterate(end_iteration=END) if END else trainer.iterate())
+    trainer.iterate(end_iteration=END) if END else trainer.iterate()
     train_t += time.perf_counter() - a
     ts = tables()
     accumulate(ts, trainer.iteration)
@@ -99,7 +102,11 @@ while trainer.env_steps < budget:
         et = known.nash_conv(avg_tables("tail")) / P if acc["tail"][0] is not None else float("nan")
         eq = known.nash_conv(avg_tables("quad")) / P
         m = reg.metrics() if reg else {}
-        line = f"{tag} steps={trainer.env_steps} it={trainer.iteration} t={train_t:.0f}s last={e:.4f} avg={ea:.4f} lin={el:.4f} tail={et:.4f} quad={eq:.4f} alpha={m.get('mmd/alpha', 0):.3f} scale={m.get('mmd/scale', 0):.3f}"
+        line = (
+            f"{tag} steps={trainer.env_steps} it={trainer.iteration} t={train_t:.0f}s last={e:.4f} avg={ea:.4f} "
+            f"lin={el:.4f} tail={et:.4f} quad={eq:.4f} alpha={m.get('mmd/alpha', 0):.3f} "
+            f"scale={m.get('mmd/scale', 0):.3f}"
+        )
         print(line, flush=True)
         out.write(line + "\n")
         out.flush()

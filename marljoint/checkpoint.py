@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import inspect
 import io
+import json
 import os
 import pickle
 import re
@@ -24,6 +25,8 @@ import torch
 __all__ = [
     "CheckpointError",
     "atomic_torch_save",
+    "atomic_write_bytes",
+    "atomic_write_json",
     "checkpoint_path",
     "list_checkpoints",
     "load_checkpoint",
@@ -55,24 +58,22 @@ _SAFE_GLOBALS = [
 ]
 
 
-def atomic_torch_save(state: dict[str, Any], path: str | os.PathLike[str]) -> None:
-    """Saves ``state`` so that ``path`` always holds either the old file or the complete new one.
+def atomic_write_bytes(data: bytes | memoryview, path: str | os.PathLike[str]) -> None:
+    """Writes ``data`` so that ``path`` always holds either the old file or the complete new one.
 
     The bytes go to a temporary file in the same directory, are flushed and fsynced, and the file is renamed over
-    ``path`` (an atomic operation on POSIX and Windows). A crash mid-write leaves the previous checkpoint intact.
+    ``path`` (an atomic operation on POSIX and Windows). A crash mid-write leaves the previous file intact.
 
     Args:
-        state: a ``torch.save``-able mapping.
-        path: destination file.
+        data: the file's bytes.
+        path: destination file (its directory is created).
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    buffer = io.BytesIO()
-    torch.save({"format": _MAGIC, "state": state}, buffer)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(buffer.getbuffer())
+            f.write(data)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -80,7 +81,7 @@ def atomic_torch_save(state: dict[str, Any], path: str | os.PathLike[str]) -> No
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
-    try:
+    try:  # the rename itself reaches the disk once the directory is synced
         dir_fd = os.open(path.parent, os.O_RDONLY)
     except OSError:
         return
@@ -90,6 +91,24 @@ def atomic_torch_save(state: dict[str, Any], path: str | os.PathLike[str]) -> No
         pass
     finally:
         os.close(dir_fd)
+
+
+def atomic_write_json(value: Any, path: str | os.PathLike[str]) -> None:
+    """Writes ``value`` as JSON with :func:`atomic_write_bytes` (a reader never sees half a file)."""
+    atomic_write_bytes(json.dumps(value).encode(), path)
+
+
+def atomic_torch_save(state: dict[str, Any], path: str | os.PathLike[str]) -> None:
+    """Saves ``state`` so that ``path`` always holds either the old file or the complete new one
+    (:func:`atomic_write_bytes`): a crash mid-write leaves the previous checkpoint intact.
+
+    Args:
+        state: a ``torch.save``-able mapping.
+        path: destination file.
+    """
+    buffer = io.BytesIO()
+    torch.save({"format": _MAGIC, "state": state}, buffer)
+    atomic_write_bytes(buffer.getbuffer(), path)
 
 
 def load_checkpoint(path: str | os.PathLike[str], former_objects: str | None = None) -> dict[str, Any]:

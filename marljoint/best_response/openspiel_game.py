@@ -12,9 +12,6 @@ from ``state.information_state_string(player)`` to ``[(action, probability), ...
 
 from __future__ import annotations
 
-import json
-import os
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -24,6 +21,7 @@ import torch
 
 from marljoint.best_response.games import KnownGame
 from marljoint.best_response.population import FrozenPolicy, _TabularBase, masked_head_probs
+from marljoint.checkpoint import atomic_write_json
 from marljoint.env.openspiel import OPENSPIEL_PREFIX, import_pyspiel, load_openspiel_game
 
 __all__ = ["MAX_INFORMATION_STATES", "MAX_TERMINALS", "OpenSpielGame", "OpenSpielTablePolicy"]
@@ -241,15 +239,7 @@ class OpenSpielGame(KnownGame):
         """
         path = Path(path)
         policy = {key: [[a, p] for a, p in pairs] for key, pairs in self.policy_dict(tables).items()}
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        try:
-            with os.fdopen(fd, "w") as handle:
-                json.dump(policy, handle)
-            os.replace(tmp, path)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            raise
+        atomic_write_json(policy, path)
         return path
 
     # ------------------------------------------------------------------ scoring, by OpenSpiel

@@ -34,6 +34,7 @@ Usage::
     python benchmarks/leduc.py --methods psro-sim --seeds 0 --set warm_start=false --csv fresh.csv  # a variant
     python benchmarks/leduc.py --game openspiel:kuhn_poker --methods mmd ppo-selfplay --seconds 120 \\
         --checkpoints 10 60 120 --csv benchmarks/results/kuhn/runs.csv
+    python benchmarks/leduc.py --methods mmd --env-workers 2 --csv two_workers.csv  # collect in 2 processes
 """
 
 from __future__ import annotations
@@ -132,14 +133,19 @@ def run_one(
     checkpoints: tuple[float, ...],
     changes: tuple[dict[str, Any], dict[str, Any]] = ({}, {}),
     game_name: str = GAME,
+    env_workers: int | str | None = None,
+    policy_lag: int | None = None,
 ) -> list[dict[str, Any]]:
-    """Runs one (method, seed) for ``seconds`` and returns its summary rows."""
+    """Runs one (method, seed) for ``seconds`` and returns its summary rows (``env_workers``, ``policy_lag``:
+    self-play only)."""
     from marljoint.run.runlog import write_metrics_csv
 
     directory = out / method / f"seed{seed}"
     directory.mkdir(parents=True, exist_ok=True)
     if method in SELF_PLAY_METHODS:
-        return _self_play_rows(method, seed, seconds, directory, checkpoints, changes, game_name)
+        return _self_play_rows(
+            method, seed, seconds, directory, checkpoints, changes, game_name, env_workers, policy_lag
+        )
     run = build(method, seed, changes, game_name)
 
     def record(_: Any) -> None:
@@ -166,9 +172,12 @@ def _self_play_rows(
     checkpoints: tuple[float, ...],
     changes: tuple[dict[str, Any], dict[str, Any]],
     game_name: str,
+    env_workers: int | str | None = None,
+    policy_lag: int | None = None,
 ) -> list[dict[str, Any]]:
     """Self-play of the joint trainer (``benchmarks/selfplay.py``): ``--set`` items are MmdConfig fields, or
-    ``trainer.X`` for the PPO settings."""
+    ``trainer.X`` for the PPO settings; ``env_workers`` and ``policy_lag`` as ``marljoint train --env-workers
+    --policy-lag`` take them."""
     from marljoint.run.runlog import write_metrics_csv
 
     first = ("iteration", "wall_time", "exploitability", "env_steps")
@@ -178,7 +187,15 @@ def _self_play_rows(
 
     mmd_changes, trainer_changes = changes
     history = run_self_play(
-        game_name, method, seed, seconds, trainer_changes=trainer_changes, mmd_changes=mmd_changes, callback=record
+        game_name,
+        method,
+        seed,
+        seconds,
+        trainer_changes=trainer_changes,
+        mmd_changes=mmd_changes,
+        callback=record,
+        env_workers=env_workers,
+        policy_lag=policy_lag,
     )
     record(history)
     wall = history[-1]["wall_time"]
@@ -325,6 +342,19 @@ def command_line() -> argparse.ArgumentParser:
     )
     parser.add_argument("--anchor", action="store_true", help="measure OpenSpiel's CFR+ for one second and stop")
     parser.add_argument(
+        "--env-workers",
+        metavar="K",
+        help="self-play methods: collect in K worker processes ('auto': one per core but the learner's), as "
+        "marljoint train --env-workers does. Default: collect in this process",
+    )
+    parser.add_argument(
+        "--policy-lag",
+        type=int,
+        choices=(0, 1),
+        help="with --env-workers, as marljoint train --policy-lag: 1 collects the next rollout during the update "
+        "(the clock then also runs through the scoring); default 0 for a number of workers, 1 for 'auto'",
+    )
+    parser.add_argument(
         "--set",
         nargs="+",
         action="extend",
@@ -355,6 +385,8 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(1)
+    if args.env_workers not in (None, "auto") and not (args.env_workers.isdigit() and int(args.env_workers) > 0):
+        raise SystemExit(f"--env-workers takes 'auto' or a positive number of workers, got {args.env_workers!r}")
     changes = parse_changes(args.set)
     done = set()
     if args.csv.is_file():
@@ -364,7 +396,17 @@ def main() -> None:
         for method in args.methods:
             if (method, seed) in done:
                 continue
-            rows = run_one(method, seed, args.seconds, args.out, tuple(args.checkpoints), changes, args.game)
+            rows = run_one(
+                method,
+                seed,
+                args.seconds,
+                args.out,
+                tuple(args.checkpoints),
+                changes,
+                args.game,
+                args.env_workers,
+                args.policy_lag,
+            )
             new = not args.csv.is_file()
             args.csv.parent.mkdir(parents=True, exist_ok=True)
             with args.csv.open("a", newline="") as f:

@@ -22,19 +22,37 @@ from typing import Any
 SELF_PLAY_METHODS = ("mmd", "ppo-selfplay")
 
 
-def self_play_trainer(game: str, method: str, seed: int, trainer_changes: dict[str, Any], mmd_changes: dict[str, Any]):
+def self_play_trainer(
+    game: str,
+    method: str,
+    seed: int,
+    trainer_changes: dict[str, Any],
+    mmd_changes: dict[str, Any],
+    env_workers: int | str | None = None,
+    policy_lag: int | None = None,
+):
     """``(trainer, known game, regulariser or None)`` with ``marljoint train --self-play``'s defaults for
-    ``game`` and the changes on top."""
-    from marljoint import JointMultiAgentTrainer, PettingZooJointEnv
+    ``game`` and the changes on top; ``env_workers`` and ``policy_lag`` as ``marljoint train --env-workers
+    --policy-lag`` take them (``"auto"``: one worker process per core but the learner's, policy lag 1 unless
+    given; a number: that many workers, policy lag 0 unless given; ``None``: collect in this process)."""
+    from marljoint import JointMultiAgentTrainer
     from marljoint.best_response.mmd import MmdConfig, attach_mmd
-    from marljoint.run.recipes import env_factory, self_play_settings
+    from marljoint.collect import CollectionConfig
+    from marljoint.run.build import make_env
+    from marljoint.run.collection import with_auto_workers
+    from marljoint.run.recipes import self_play_settings
     from marljoint.run.registry import known_game
     from marljoint.run.train import RunSpec
 
     kind = "mmd" if method == "mmd" else "ppo"
     values = {**self_play_settings(game, kind), "env": game, "env_kwargs": {}, "seed": seed, **trainer_changes}
     spec = RunSpec.from_dict(values)
-    env = PettingZooJointEnv(env_factory(game, {}), num_envs=spec.trainer.num_envs, seed=seed)
+    if env_workers == "auto":
+        spec = with_auto_workers(spec, policy_lag)
+    elif env_workers is not None:
+        collection = CollectionConfig("subprocess", workers=int(env_workers), policy_lag=policy_lag or 0)
+        spec = RunSpec.from_dict({"collection": collection.to_dict()}, base=spec)
+    env = make_env(spec)  # in this process, or worker processes with --set 'trainer.collection={...}'
     trainer = JointMultiAgentTrainer.from_env(env, spec.trainer)
     regularizer = None
     if kind == "mmd":
@@ -62,20 +80,32 @@ def run_self_play(
     trainer_changes: dict[str, Any] | None = None,
     mmd_changes: dict[str, Any] | None = None,
     callback: Any = None,
+    env_workers: int | str | None = None,
+    policy_lag: int | None = None,
 ) -> list[dict[str, Any]]:
     """Trains for ``seconds`` of wall time; one history row per scoring: iteration, wall_time (training only),
-    exploitability, env_steps (and, for ``mmd``, average_exploitability and the MMD metrics)."""
+    exploitability, env_steps (and, for ``mmd``, average_exploitability and the MMD metrics).
+
+    With ``env_workers`` and policy lag 1 (see :func:`self_play_trainer`) the workers collect the next rollout
+    while this process updates and scores, so the clock then runs through everything, scoring included: the run
+    gets no free collection time."""
     from marljoint.best_response import PolicyAverage
 
-    trainer, known, regularizer = self_play_trainer(game, method, seed, trainer_changes or {}, mmd_changes or {})
+    trainer, known, regularizer = self_play_trainer(
+        game, method, seed, trainer_changes or {}, mmd_changes or {}, env_workers, policy_lag
+    )
+    overlapped = trainer.config.collection.policy_lag > 0
     average = PolicyAverage(known) if method == "mmd" else None
     first = {"iteration": 0, "wall_time": 0.0, "exploitability": exploitability_of(trainer, known), "env_steps": 0}
     history = [first if average is None else {**first, "average_exploitability": math.nan}]
     trained, next_eval, done = 0.0, eval_every, False
+    tick = time.perf_counter()
     while not done:
-        tick = time.perf_counter()
+        if not overlapped:
+            tick = time.perf_counter()
         trainer.iterate()
         last = time.perf_counter() - tick
+        tick += last
         trained += last
         # The run stops before an iteration that would likely end past the budget: the last row falls within it.
         done = trained + 1.5 * last > seconds

@@ -100,9 +100,12 @@ class TurnBasedAdapter(PettingZooAdapter):
         if self.masks[g] is None:
             return
         row = self.masks[g][e, j]
-        if row.all():
-            return
         nvec = self.spec.actions[i].nvec
+        if len(nvec) == 1:  # one head (the common case): no split needed
+            if row.any():
+                return
+        elif row.all():
+            return
         for k, head in enumerate(np.split(row, np.cumsum(nvec)[:-1])):
             if not head.any():
                 unwrapped = getattr(self.envs[e], "unwrapped", self.envs[e])

@@ -66,3 +66,54 @@ def test_the_average_of_the_self_play_benchmark_is_the_linear_reach_weighted_ave
         assert history[-1]["iteration"] == len(iterates) >= 1
         expected = game.nash_conv(by_hand) / 2
         assert history[-1]["average_exploitability"] == pytest.approx(expected, abs=1e-9)
+
+
+def test_self_play_in_worker_processes_is_the_in_process_run_bit_for_bit():
+    pytest.importorskip("pyspiel")
+    with benchmark_module("selfplay") as bench:
+        tables = []
+        for workers in (None, 2):
+            trainer, game, _ = bench.self_play_trainer(
+                "openspiel:kuhn_poker", "mmd", 3, {"num_envs": 32}, {}, env_workers=workers
+            )
+            try:
+                backend = trainer.config.collection
+                assert (backend.backend, backend.policy_lag) == (("local", 0) if workers is None else ("subprocess", 0))
+                for _ in range(3):
+                    trainer.iterate()
+                tables.append(bench.current_tables(trainer, game))
+            finally:
+                trainer.close()
+        for here, there in zip(*tables):
+            np.testing.assert_array_equal(here, there)
+
+
+def test_the_overlapped_self_play_clock_runs_through_the_scoring(monkeypatch):
+    pytest.importorskip("pyspiel")
+    import time
+
+    with benchmark_module("selfplay") as bench:
+        original = bench.exploitability_of
+
+        def slow(*args, **kwargs):  # a scoring that takes 0.2 s
+            time.sleep(0.2)
+            return original(*args, **kwargs)
+
+        monkeypatch.setattr(bench, "exploitability_of", slow)
+        counts = {}
+        for lag in (0, 1):
+            history = bench.run_self_play(
+                "openspiel:kuhn_poker", "ppo-selfplay", 0, 1.0, eval_every=0.0, trainer_changes={"num_envs": 16},
+                env_workers=1, policy_lag=lag,
+            )
+            assert history[-1]["wall_time"] <= 1.0 + 1e-9
+            counts[lag] = history[-1]["iteration"]
+        # Scored after every iteration: with policy lag 1 the 0.2 s of each scoring count against the 1 s budget.
+        assert counts[1] <= 5 < counts[0]
+
+
+def test_the_leduc_script_refuses_a_bad_worker_count(monkeypatch):
+    with benchmark_module("leduc") as bench:
+        monkeypatch.setattr(sys, "argv", ["leduc.py", "--methods", "mmd", "--env-workers", "two"])
+        with pytest.raises(SystemExit, match="--env-workers takes 'auto' or a positive number of workers, got 'two'"):
+            bench.main()

@@ -12,7 +12,8 @@ an OpenSpiel game, ``marljoint.run.recipes.recipe_for``):
 The ``mmd`` runs also report their average policy (the reach-weighted average of the iterates, weight t at
 iteration t; the policy MMD's guarantee is about) as a row of its own, ``mmd-average``: in the summary CSV, the
 table and the figure (a dashed line in ``mmd``'s colour, from the ``average_exploitability`` column of ``mmd``'s
-metrics).
+metrics); runs with an ``"ema"`` or ``"moving"`` magnet (``--set magnet=ema``) also report the magnet itself as
+``mmd-magnet`` (its ``magnet_exploitability`` column).
 
 ``--game`` runs them on another OpenSpiel game (``openspiel:kuhn_poker``, ``"openspiel:liars_dice(dice_sides=4)"``);
 OpenSpiel's anchors are Leduc's and are drawn for Leduc only. Self-play is scored every 10 s of training, on the
@@ -52,9 +53,10 @@ from selfplay import SELF_PLAY_METHODS, run_self_play
 
 GAME = "openspiel:leduc_poker"
 METHODS = ("psro-sim", "psro-exact", "nfsp", *SELF_PLAY_METHODS)
-AVERAGE_OF = {"mmd-average": "mmd"}
-"""Rows reported beside a method: the average policy of its runs (``average_exploitability`` of its metrics)."""
-REPORTED = ("psro-sim", "psro-exact", "nfsp", "mmd", "mmd-average", "ppo-selfplay")
+AVERAGE_OF = {"mmd-average": ("mmd", "average_exploitability"), "mmd-magnet": ("mmd", "magnet_exploitability")}
+"""Rows reported beside a method: the average policy of its runs (``average_exploitability`` of its metrics) and,
+with an ``"ema"`` or ``"moving"`` magnet, the magnet itself (``magnet_exploitability``): ``row: (method, column)``."""
+REPORTED = ("psro-sim", "psro-exact", "nfsp", "mmd", "mmd-average", "mmd-magnet", "ppo-selfplay")
 """The methods and reported averages, in the order of the table and the figure's legend."""
 CHECKPOINTS = (10.0, 60.0, 300.0, 600.0)
 FIELDS = ("method", "seed", "checkpoint_s", "exploitability", "iterations", "wall_s")
@@ -200,7 +202,7 @@ def _self_play_rows(
     record(history)
     wall = history[-1]["wall_time"]
     reported = [(method, "exploitability")]
-    reported += [(name, "average_exploitability") for name, of in AVERAGE_OF.items() if of == method]
+    reported += [(name, key) for name, (of, key) in AVERAGE_OF.items() if of == method and key in history[-1]]
     return [
         {"method": name, "seed": seed, "checkpoint_s": t, "exploitability": value, "iterations": iteration,
          "wall_s": round(wall, 1)}
@@ -290,17 +292,17 @@ def plot_curves(directory: Path, out: Path, goal: float = 0.2, title: str = "Led
 
     colours = {
         "psro-sim": "tab:blue", "psro-exact": "tab:green", "nfsp": "tab:orange", "mmd": "tab:red",
-        "mmd-average": "tab:red", "ppo-selfplay": "tab:purple",
+        "mmd-average": "tab:red", "mmd-magnet": "tab:brown", "ppo-selfplay": "tab:purple",
     }
     fig, ax = plt.subplots(figsize=(8.0, 4.0))
     drawn = 0
     for method in REPORTED:
-        key = "average_exploitability" if method in AVERAGE_OF else "exploitability"
+        of, key = AVERAGE_OF.get(method, (method, "exploitability"))
         labelled = False
-        for path in metrics_files(directory, AVERAGE_OF.get(method, method)):
+        for path in metrics_files(directory, of):
             with path.open(newline="") as f:
                 rows = [r for r in csv.DictReader(f) if float(r["wall_time"]) > 0 and r.get(key) not in (None, "")]
-            if not rows:  # metrics written before the average was kept
+            if not rows:  # metrics written before the average was kept, or a run without a magnet
                 continue
             ax.plot([float(r["wall_time"]) for r in rows], [float(r[key]) for r in rows], color=colours[method],
                     linewidth=1, alpha=0.8, linestyle="--" if method in AVERAGE_OF else "-",

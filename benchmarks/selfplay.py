@@ -10,7 +10,8 @@ MMD's no-regret guarantee bounds the exploitability of its *average* policy, so 
 ``marljoint train --self-play mmd`` does (:class:`~marljoint.best_response.PolicyAverage`: after every iteration t the
 current policies are tabulated and added with weight t, reach-weighted); each history row then also holds
 ``average_exploitability`` (NaN before the first iteration). The tabulation and the reach computation are not counted
-in the wall time either.
+in the wall time either. With an ``"ema"`` or ``"moving"`` magnet each scoring also scores the magnet itself
+(``magnet_exploitability``).
 """
 
 from __future__ import annotations
@@ -71,6 +72,15 @@ def exploitability_of(trainer: Any, game: Any, tables: list[Any] | None = None) 
     return float(game.nash_conv(tables)) / game.num_players
 
 
+def magnet_row(trainer: Any, game: Any, regularizer: Any) -> dict[str, float]:
+    """``{"magnet_exploitability": ...}`` for an ``"ema"`` or ``"moving"`` magnet (the magnet scored as a policy of
+    its own); nothing for a uniform magnet or plain self-play."""
+    if regularizer is None or regularizer.magnet is None:
+        return {}
+    magnet = [game.table(regularizer.magnet_policy(seat), seat) for seat in range(game.num_players)]
+    return {"magnet_exploitability": exploitability_of(trainer, game, magnet)}
+
+
 def run_self_play(
     game: str,
     method: str,
@@ -97,7 +107,10 @@ def run_self_play(
     overlapped = trainer.config.collection.policy_lag > 0
     average = PolicyAverage(known) if method == "mmd" else None
     first = {"iteration": 0, "wall_time": 0.0, "exploitability": exploitability_of(trainer, known), "env_steps": 0}
-    history = [first if average is None else {**first, "average_exploitability": math.nan}]
+    if average is not None:
+        first["average_exploitability"] = math.nan
+    first.update(magnet_row(trainer, known, regularizer))
+    history = [first]
     trained, next_eval, done = 0.0, eval_every, False
     tick = time.perf_counter()
     while not done:
@@ -123,6 +136,7 @@ def run_self_play(
             }
             if average is not None:
                 row["average_exploitability"] = exploitability_of(trainer, known, average.tables())
+            row.update(magnet_row(trainer, known, regularizer))
             if regularizer is not None:
                 row.update(regularizer.metrics())
             history.append(row)

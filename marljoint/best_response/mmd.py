@@ -32,6 +32,7 @@ from typing import Any
 
 import torch
 
+from marljoint.policies import AgentPolicy
 from marljoint.policies.joint import JointPolicy
 from marljoint.ppo.losses import masked_mean
 from marljoint.ppo.regularizer import RegularizerBatch
@@ -208,6 +209,22 @@ class MmdRegularizer:
         if self.config.anneal_step_size:
             learner.set_learning_rate_scale(self.config.factor(t))
         self.updates = t + 1
+
+    def magnet_policy(self, agent: int | str) -> AgentPolicy:
+        """A frozen copy of ``agent``'s magnet ρ, a policy of its own: with an ``"ema"`` magnet the exponential
+        moving average of the policy's parameters, which smooths the iterates' noise and is often less exploitable
+        than the last iterate; with a ``"moving"`` one the policy of its last refresh.
+
+        Raises:
+            ValueError: for a ``"uniform"`` magnet, which has no network.
+        """
+        if self.magnet is None:
+            raise ValueError(
+                "a uniform magnet has no network (it is the uniform policy over the legal actions); "
+                "use magnet='ema' or 'moving'"
+            )
+        network, slot = self.magnet.network_of(agent)
+        return AgentPolicy(network, slot)
 
     def __call__(self, batch: RegularizerBatch) -> torch.Tensor:
         """α_t · Σ_seats s_i · (mean over the seat's rows of KL(π ‖ ρ)), with s_i = 1 (``alpha_units="payoff"``)

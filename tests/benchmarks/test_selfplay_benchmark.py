@@ -117,3 +117,25 @@ def test_the_leduc_script_refuses_a_bad_worker_count(monkeypatch):
         monkeypatch.setattr(sys, "argv", ["leduc.py", "--methods", "mmd", "--env-workers", "two"])
         with pytest.raises(SystemExit, match="--env-workers takes 'auto' or a positive number of workers, got 'two'"):
             bench.main()
+
+
+def test_an_ema_magnet_run_reports_the_magnet_as_its_own_row(tmp_path, monkeypatch, capsys):
+    pytest.importorskip("pyspiel")
+    with benchmark_module("leduc") as bench:
+        out = tmp_path / "kuhn.csv"
+        argv = ["leduc.py", "--game", "openspiel:kuhn_poker", "--methods", "mmd", "--seeds", "0", "--seconds", "1"]
+        argv += ["--checkpoints", "60", "--set", "trainer.num_envs=64", "magnet=ema", "magnet_rate=0.5"]
+        monkeypatch.setattr(sys, "argv", argv + ["--out", str(tmp_path / "runs"), "--csv", str(out)])
+        bench.main()
+        rows = list(csv.DictReader(out.open(newline="")))
+        assert [r["method"] for r in rows] == ["mmd", "mmd-average", "mmd-magnet"]
+        with (tmp_path / "runs" / "mmd" / "seed0" / "metrics.csv").open(newline="") as f:
+            metrics = list(csv.DictReader(f))
+        magnet = [float(m["magnet_exploitability"]) for m in metrics]
+        assert magnet[0] == float(metrics[0]["exploitability"])  # the magnet starts as the initial policy
+        assert float(rows[-1]["exploitability"]) == magnet[-1]
+        monkeypatch.setattr(sys, "argv", ["leduc.py", "--report", "--game", "openspiel:kuhn_poker", "--csv", str(out)])
+        capsys.readouterr()
+        bench.main()
+        table = [line.split("|")[1].strip() for line in capsys.readouterr().out.splitlines()[2:]]
+        assert table == ["mmd", "mmd-average", "mmd-magnet"]

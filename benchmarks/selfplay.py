@@ -53,7 +53,7 @@ def self_play_trainer(
     elif env_workers is not None:
         collection = CollectionConfig("subprocess", workers=int(env_workers), policy_lag=policy_lag or 0)
         spec = RunSpec.from_dict({"collection": collection.to_dict()}, base=spec)
-    env = make_env(spec)  # in this process, or worker processes with --set 'trainer.collection={...}'
+    env = make_env(spec)  # in this process, or in the worker processes of the collection
     trainer = JointMultiAgentTrainer.from_env(env, spec.trainer)
     regularizer = None
     if kind == "mmd":

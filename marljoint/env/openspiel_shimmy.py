@@ -29,11 +29,13 @@ class InformationStateEnv(OpenSpielCompatibilityV0):  # type: ignore[misc]
     metadata = {**OpenSpielCompatibilityV0.metadata, "name": "openspiel_information_state"}
     _observation_spaces_built = False
     _action_spaces_built = False
+    # Cached on first use; class-level defaults keep env snapshots written before the caches existed resumable.
+    _information_state: bool | None = None
+    _tensor_shape: tuple[int, ...] | None = None
 
     def __init__(self, game: Any, render_mode: str | None = None) -> None:
         # Shimmy loads the game by short name and config (and reloads it so for games seeded by a parameter).
         name = game.get_type().short_name
-        self._information_state = bool(game.get_type().provides_information_state_tensor)
         super().__init__(game_name=name, render_mode=render_mode, config=dict(game.get_parameters()) or None)
         self._episode_seeds: np.random.Generator | None = None
         self._no_action = np.zeros(self._env.num_distinct_actions(), dtype=np.int8)
@@ -44,6 +46,8 @@ class InformationStateEnv(OpenSpielCompatibilityV0):  # type: ignore[misc]
         self._chance_block = max(0, min(most, CHANCE_BLOCK))
 
     def _uses_information_state(self) -> bool:
+        if self._information_state is None:
+            self._information_state = bool(self.game_type.provides_information_state_tensor)
         return self._information_state
 
     # Built once: the spaces are fixed by the game (Shimmy rebuilds them at every step).
@@ -54,7 +58,6 @@ class InformationStateEnv(OpenSpielCompatibilityV0):  # type: ignore[misc]
             super()._update_observation_spaces()
         else:
             shape = tuple(self._env.information_state_tensor_shape())
-            self._tensor_shape = shape
             for agent in self.possible_agents:
                 self.observation_spaces[agent] = spaces.Box(-np.inf, np.inf, shape=shape, dtype=np.float32)
         self._observation_spaces_built = True
@@ -66,12 +69,14 @@ class InformationStateEnv(OpenSpielCompatibilityV0):  # type: ignore[misc]
         self._action_spaces_built = True
 
     def _update_observations(self) -> None:
-        if not self._information_state:
+        if not self._uses_information_state():
             super()._update_observations()
             return
         state = self.game_state
         if state.is_terminal():
             return
+        if self._tensor_shape is None:
+            self._tensor_shape = tuple(self._env.information_state_tensor_shape())
         shape, agents = self._tensor_shape, self.agents
         self.observations = {
             agents[i]: np.asarray(state.information_state_tensor(i), np.float32).reshape(shape) for i in self.agent_ids

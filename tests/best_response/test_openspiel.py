@@ -355,3 +355,19 @@ def test_marljoint_train_and_eval_take_an_openspiel_game(tmp_path, capsys):
     assert 'env = "openspiel:leduc_poker"' in (out / "config.toml").read_text()
     assert main(["eval", str(out), "--episodes", "4"]) == 0
     assert "player_0" in capsys.readouterr().out
+
+
+def test_an_env_restored_without_the_cached_tensor_facts_plays_on_the_same():
+    # Env snapshots written before the information-state flag and tensor shape were cached lack both attributes.
+    fresh, restored = openspiel_env("leduc_poker"), openspiel_env("leduc_poker")
+    for env in (fresh, restored):
+        env.reset(seed=7)
+    for name in ("_information_state", "_tensor_shape"):
+        restored.__dict__.pop(name, None)
+    assert restored._information_state is None and restored._tensor_shape is None
+    for _ in range(3):
+        for env in (fresh, restored):
+            env.step(int(np.flatnonzero(env.infos[env.agent_selection]["action_mask"])[0]))
+        for agent in fresh.agents:
+            np.testing.assert_array_equal(fresh.observe(agent), restored.observe(agent))
+    assert restored._information_state is True and restored._tensor_shape == fresh._tensor_shape

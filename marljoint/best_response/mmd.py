@@ -85,12 +85,22 @@ class MmdConfig:
     """``"inverse_sqrt"``: α_t = α / sqrt(1 + t / τ); ``"constant"``: α_t = α."""
     decay_updates: float = 100.0
     """τ of ``"inverse_sqrt"``, in updates (> 0)."""
+    alpha_min: float = 0.0
+    """The floor of α_t (≥ 0, in ``alpha_units``; 0: none): α_t = max(α_min, α·f(t)). The iterates then approach
+    the regularised equilibrium of α_min (a bias the docs tabulate) instead of jittering ever more as α_t falls; the
+    step size keeps following f(t)."""
     anneal_step_size: bool = True
     """Also scale the learning rate (the step size η) by the schedule's factor."""
 
     def __post_init__(self) -> None:
         _positive_number("alpha", self.alpha, "e.g. alpha=0.05")
         _positive_number("decay_updates", self.decay_updates, "e.g. decay_updates=100")
+        floor = self.alpha_min
+        if isinstance(floor, bool) or not isinstance(floor, (int, float)) or not 0.0 <= floor <= self.alpha:
+            raise ValueError(
+                f"alpha_min must be a number from 0 to alpha ({self.alpha}), got {floor!r}; e.g. alpha_min=0.2, or 0 "
+                "for no floor"
+            )
         if self.magnet not in MAGNETS:
             raise ValueError(f"magnet must be one of {MAGNETS}, got {self.magnet!r}")
         if self.alpha_units not in ALPHA_UNITS:
@@ -112,8 +122,8 @@ class MmdConfig:
         return 1.0 / math.sqrt(1.0 + update / self.decay_updates)
 
     def alpha_at(self, update: int) -> float:
-        """α_t, the KL weight of update ``t``."""
-        return self.alpha * self.factor(update)
+        """α_t, the KL weight of update ``t``: ``max(alpha_min, α · f(t))``."""
+        return max(self.alpha_min, self.alpha * self.factor(update))
 
     def to_dict(self) -> dict[str, Any]:
         """The fields as a plain mapping (a TOML table of ``config.toml``)."""

@@ -72,6 +72,15 @@ def test_the_schedule_decays_alpha_and_the_step_size_as_one_over_the_square_root
     assert constant.alpha_at(10_000) == 0.8 and constant.factor(10_000) == 1.0
 
 
+def test_alpha_min_floors_alpha_but_not_the_step_size():
+    config = MmdConfig(alpha=0.8, decay_updates=100.0, alpha_min=0.3)
+    assert config.alpha_at(0) == 0.8
+    assert config.alpha_at(100) == pytest.approx(0.8 / math.sqrt(2))  # above the floor: the schedule's value
+    assert config.alpha_at(300) == 0.4 and config.alpha_at(900) == 0.3 and config.alpha_at(10**6) == 0.3
+    assert config.factor(900) == pytest.approx(0.8 / math.sqrt(10) / 0.8)  # η_t keeps falling
+    assert MmdConfig(alpha=0.8).alpha_at(10**6) == pytest.approx(0.8 / math.sqrt(1 + 10**4))  # 0: no floor
+
+
 def _mock_trainer(**changes):
     env = PettingZooJointEnv(mock_v0.parallel_env, num_envs=2, seed=0)
     config = JointTrainerConfig(num_envs=2, rollout_steps=8, minibatch_size=8, n_epochs=1, hidden_sizes=(8,), **changes)
@@ -97,6 +106,16 @@ def test_the_moving_magnet_is_refreshed_every_k_updates_and_the_learning_rate_fo
     assert trainer.learner.lr_scale == pytest.approx(1 / math.sqrt(3))
     metrics = regularizer.metrics()
     assert metrics["mmd/alpha"] == regularizer.alpha and metrics["mmd/kl"] >= 0.0
+
+
+def test_the_run_holds_alpha_at_its_floor_while_the_learning_rate_keeps_falling():
+    trainer = _mock_trainer()
+    regularizer = attach_mmd(trainer, MmdConfig(alpha=1.0, decay_updates=1.0, alpha_min=0.6))
+    for _ in range(4):
+        trainer.iterate()
+    assert regularizer.alpha == 0.6  # 1 / sqrt(4) = 0.5 is below the floor
+    assert trainer.learner.lr_scale == pytest.approx(0.5)
+    assert regularizer.metrics()["mmd/alpha"] == 0.6
 
 
 def test_the_advantage_scale_is_each_seats_standard_deviation_over_its_valid_rows():
@@ -176,6 +195,10 @@ def test_without_mmd_the_checkpoint_has_no_regularizer_entry():
         ({"magnet_every": 0}, "magnet_every must be a positive integer"),
         ({"anneal_step_size": "yes"}, "anneal_step_size must be true or false"),
         ({"alpha_units": "chips"}, r"alpha_units must be one of \('payoff', 'advantage_std'\), got 'chips'"),
+        ({"alpha_min": -0.1}, r"alpha_min must be a number from 0 to alpha \(0.5\), got -0.1"),
+        ({"alpha_min": 0.6}, r"alpha_min must be a number from 0 to alpha \(0.5\), got 0.6"),
+        ({"alpha_min": float("nan")}, "alpha_min must be a number from 0 to alpha"),
+        ({"alpha_min": True}, "alpha_min must be a number from 0 to alpha"),
     ],
 )
 def test_bad_settings_name_the_field_and_the_value(changes, match):

@@ -8,6 +8,11 @@ of env steps (one joint step of one env copy), then plays the same fresh episode
 random policy samples uniformly). Each finished run is one CSV row in ``--out`` (a run already there is not
 trained again, so the benchmark resumes); ``--report`` prints the table (mean over seeds ± 95% CI).
 
+``--select-every N`` also keeps, for each off-policy run, the greedy policy that scored best on ``--select-episodes``
+episodes of their own (seeds 2,000,000 + k, never the reported ones) every N env steps and after the last, and
+reports it on the same evaluation episodes as a second row, ``METHOD@best`` (the selection is not counted in
+``train_seconds`` and leaves the training bits as they are without it).
+
 Usage::
 
     python benchmarks/offpolicy_learning.py --out benchmarks/results/offpolicy/runs.csv            # everything
@@ -15,6 +20,8 @@ Usage::
         --out benchmarks/results/offpolicy/runs.csv
     python benchmarks/offpolicy_learning.py --envs simple_spread_continuous --methods masac ppo random \
         --steps 30000 --episodes 100 --out benchmarks/results/offpolicy/masac.csv
+    python benchmarks/offpolicy_learning.py --envs multiwalker --methods masac --steps 300000 --select-every 25000 \
+        --out benchmarks/results/offpolicy/multiwalker_select.csv
     python benchmarks/offpolicy_learning.py --report --out benchmarks/results/offpolicy/runs.csv
 
 VDN and QMIX need Discrete actions (simple_spread, bucket_brigade), MASAC and MADDPG one Discrete or Box space
@@ -24,10 +31,13 @@ VDN and QMIX need Discrete actions (simple_spread, bucket_brigade), MASAC and MA
 from __future__ import annotations
 
 import argparse
+import copy
 import csv
 import functools
+import math
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -50,38 +60,99 @@ METHODS = (*OFFPOLICY, "ppo", "random")
 FIELDS = ("env", "method", "seed", "env_steps", "train_seconds", "episodes", "return_mean", "return_std")
 
 
-def train_value(name: str, algorithm: str, seed: int, env_steps: int, changes: dict[str, Any]) -> tuple[Any, float]:
-    """The off-policy trainer with its defaults (``changes`` applied); returns (the trainer, seconds)."""
+SELECT_BASE_SEED = 2_000_000
+"""Episodes ``SELECT_BASE_SEED + k`` choose the best policy of a run (``--select-every``); the reported returns use
+episodes ``1_000_000 + k``, so the choice never sees the episodes it is scored on."""
+
+
+@dataclass
+class Selection:
+    """The policy of a run that did best on the selection episodes (``--select-every``)."""
+
+    every: int
+    episodes: int
+    env_steps: int = 0
+    score: float = -math.inf
+    state: dict[str, Any] | None = None
+    curve: list[tuple[int, float]] = field(default_factory=list)
+
+    def consider(self, trainer: Any, task: suite.Task) -> None:
+        """Scores the trainer's greedy policy on the selection episodes and keeps its networks if best so far. The
+        trainer's generator is restored afterwards, so training goes on with the same bits as without selection."""
+        saved = trainer.generator.get_state()
+        score = float(suite.evaluate_marljoint(trainer, task, True, self.episodes, SELECT_BASE_SEED).mean())
+        trainer.generator.set_state(saved)
+        self.curve.append((trainer.env_steps, score))
+        if score > self.score:
+            self.env_steps, self.score = trainer.env_steps, score
+            self.state = copy.deepcopy(trainer.algorithm.state_dict())
+
+
+def train_value(
+    name: str, algorithm: str, seed: int, env_steps: int, changes: dict[str, Any], selection: Selection | None = None
+) -> tuple[Any, float]:
+    """The off-policy trainer with its defaults (``changes`` applied); returns (the trainer, seconds). With
+    ``selection``, the greedy policy is scored every ``selection.every`` env steps and after the last (not
+    counted in the seconds)."""
     from marljoint import PettingZooJointEnv
     from marljoint.offpolicy import OffPolicyConfig, OffPolicyTrainer
 
     config = OffPolicyConfig(algorithm=algorithm, seed=seed, **changes)
     env = PettingZooJointEnv(TASKS[name].factory, num_envs=config.num_envs, seed=seed)
     trainer = OffPolicyTrainer(env, config)
-    start = time.perf_counter()
-    trainer.train(env_steps)
-    seconds = time.perf_counter() - start
+    seconds = 0.0
+    marks = [env_steps] if selection is None else [*range(selection.every, env_steps, selection.every), env_steps]
+    for mark in marks:
+        start = time.perf_counter()
+        trainer.train(mark)
+        seconds += time.perf_counter() - start
+        if selection is not None:
+            selection.consider(trainer, TASKS[name])
+            print(f"{name} {algorithm} seed={seed} env_steps={trainer.env_steps} select={selection.curve[-1][1]:.2f}")
     env.close()
     return trainer, seconds
 
 
-def run_one(name: str, method: str, seed: int, env_steps: int, episodes: int, changes: dict[str, Any]) -> dict:
-    """Trains one (env, method, seed) and evaluates it greedily on the suite's fixed evaluation episodes."""
+def run_one(
+    name: str, method: str, seed: int, env_steps: int, episodes: int, changes: dict[str, Any], select: tuple[int, int]
+) -> list[dict]:
+    """Trains one (env, method, seed) and evaluates it greedily on the suite's fixed evaluation episodes: one row,
+    and for an off-policy method with ``select = (every, episodes)`` a second (``@best``) for the policy that did
+    best on the selection episodes."""
     task = TASKS[name]
     base_seed = 1_000_000
     seconds, trained = 0.0, env_steps
     label = method
+    extra = []
     if method in OFFPOLICY:
-        trainer, seconds = train_value(name, method, seed, env_steps, changes)
+        selection = Selection(*select) if select[0] > 0 else None
+        trainer, seconds = train_value(name, method, seed, env_steps, changes, selection)
         label = suite.variant_label(changes).replace("marljoint", method)
         returns = suite.evaluate_marljoint(trainer, task, True, episodes, base_seed)
+        if selection is not None and selection.state is not None:
+            trainer.algorithm.load_state_dict(selection.state)
+            best = suite.evaluate_marljoint(trainer, task, True, episodes, base_seed)
+            extra.append(
+                {
+                    "env": name,
+                    "method": f"{label}@best",
+                    "seed": seed,
+                    "env_steps": trained,
+                    "train_seconds": round(seconds, 1),
+                    "episodes": episodes,
+                    "return_mean": float(best.mean()),
+                    "return_std": float(best.std()),
+                }
+            )
+            curve = " ".join(f"{steps}:{score:.1f}" for steps, score in selection.curve)
+            print(f"selection ({select[1]} episodes per score; chose {selection.env_steps}): {curve}", flush=True)
     elif method == "ppo":
         trainer, seconds = suite.train_marljoint(task, seed, env_steps)
         returns = suite.evaluate_marljoint(trainer, task, True, episodes, base_seed)
     else:
         trained = 0
         returns = suite.evaluate(task, suite.random_actor(seed), episodes, base_seed)
-    return {
+    row = {
         "env": name,
         "method": label,
         "seed": seed,
@@ -91,6 +162,7 @@ def run_one(name: str, method: str, seed: int, env_steps: int, episodes: int, ch
         "return_mean": float(returns.mean()),
         "return_std": float(returns.std()),
     }
+    return [row, *extra]
 
 
 def done_runs(path: Path) -> set[tuple[str, str, int, int]]:
@@ -138,6 +210,14 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=200_000, help="env steps of every training run")
     parser.add_argument("--episodes", type=int, default=200, help="greedy evaluation episodes")
     parser.add_argument("--set", nargs="*", default=[], help="OffPolicyConfig changes, key=value (TOML values)")
+    parser.add_argument(
+        "--select-every",
+        type=int,
+        default=0,
+        help="off-policy runs: score the greedy policy every N env steps on --select-episodes other episodes and "
+        "also report the best one (a second row, method@best); 0: off",
+    )
+    parser.add_argument("--select-episodes", type=int, default=20, help="episodes per selection score")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/offpolicy/runs.csv"))
     parser.add_argument("--report", action="store_true", help="print the table of --out and stop")
     args = parser.parse_args()
@@ -157,9 +237,10 @@ def main() -> None:
                 label = suite.variant_label(changes).replace("marljoint", method) if method in OFFPOLICY else method
                 if (name, label, seed, steps) in done:
                     continue
-                row = run_one(name, method, seed, steps, args.episodes, changes)
-                append(args.out, row)
-                print(functools.reduce(lambda a, b: f"{a} {b}", (f"{k}={v}" for k, v in row.items())), flush=True)
+                select = (args.select_every, args.select_episodes)
+                for row in run_one(name, method, seed, steps, args.episodes, changes, select):
+                    append(args.out, row)
+                    print(functools.reduce(lambda a, b: f"{a} {b}", (f"{k}={v}" for k, v in row.items())), flush=True)
 
 
 if __name__ == "__main__":

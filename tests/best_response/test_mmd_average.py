@@ -4,6 +4,7 @@ average's exploitability logged while training, exported for OpenSpiel and carri
 from __future__ import annotations
 
 import csv
+import math
 
 import numpy as np
 import pytest
@@ -227,3 +228,41 @@ def test_a_resumed_run_continues_the_same_average_exactly(mmd_run, tmp_path):
     assert whole["count"] == resumed["count"] == 4 and whole["total_weight"] == resumed["total_weight"] == 10.0
     for key in ("numerators", "denominators", "last"):
         assert all(np.array_equal(a, b) for a, b in zip(whole[key], resumed[key]))
+
+
+def test_the_best_policy_is_the_least_exploitable_of_every_policy_measured_so_far(mmd_run):
+    run_dir, rows = mmd_run
+    measured = [r for r in rows if r.get("exploit/exploitability")]
+    best = column(rows, "exploit/best_policy_exploitability")
+    assert len(best) == len(measured) == 2
+    running = math.inf
+    for row, logged in zip(measured, best):
+        running = min(running, float(row["exploit/exploitability"]), float(row["exploit/average_exploitability"]))
+        assert logged == pytest.approx(running, abs=1e-12)
+    assert openspiel_exploitability(run_dir / "openspiel_best_policy.json") == pytest.approx(best[-1], abs=1e-9)
+
+
+def test_the_best_policy_counts_the_magnet_and_survives_a_resume(tmp_path):
+    # Rock-paper-scissors: uniform play is the equilibrium, so a slow "ema" magnet, which stays near the initial
+    # (nearly uniform) policy, is the least exploitable policy while the iterates move away from it.
+    values = {"env": "matrix_game_v0", "env_kwargs": {"game": "rps"}, "total_steps": 6 * 64, "checkpoint_every": 1}
+    values.update(TINY, learning_rate=0.05, keep_checkpoints=20, exploitability_every=2, self_play="mmd")
+    spec = RunSpec.from_dict({**values, "mmd": {"magnet": "ema", "magnet_rate": 0.01, "alpha": 0.01}})
+    whole = tmp_path / "whole"
+    train_run(spec, whole, progress=False)
+    rows = [r for r in _rows(whole) if r.get("exploit/exploitability")]
+    first_magnet = float(rows[0]["exploit/magnet_exploitability"])
+    others = (float(rows[0]["exploit/exploitability"]), float(rows[0]["exploit/average_exploitability"]))
+    assert first_magnet < min(others)
+    assert float(rows[-1]["exploit/magnet_exploitability"]) > first_magnet  # the later measurements are worse
+    assert column(_rows(whole), "exploit/best_policy_exploitability") == pytest.approx([first_magnet] * len(rows))
+    resumed = tmp_path / "resumed"
+    train_run(spec, resumed, progress=False, stop_after=3)
+    train_run(resume_spec(resumed), resumed, resume=True, progress=False)
+    assert column(_rows(resumed), "exploit/best_policy_exploitability")[-1] == pytest.approx(first_magnet)
+
+
+def test_plain_self_play_scores_one_policy_and_writes_no_best_policy_file(tmp_path):
+    train_run(_spec(2), tmp_path / "plain", progress=False)
+    assert "exploit/best_policy_exploitability" not in _rows(tmp_path / "plain")[0]
+    assert not (tmp_path / "plain" / "openspiel_best_policy.json").exists()

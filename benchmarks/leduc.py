@@ -13,7 +13,9 @@ The ``mmd`` runs also report their average policy (the reach-weighted average of
 iteration t; the policy MMD's guarantee is about) as a row of its own, ``mmd-average``: in the summary CSV, the
 table and the figure (a dashed line in ``mmd``'s colour, from the ``average_exploitability`` column of ``mmd``'s
 metrics); runs with an ``"ema"`` or ``"moving"`` magnet (``--set magnet=ema``) also report the magnet itself as
-``mmd-magnet`` (its ``magnet_exploitability`` column).
+``mmd-magnet`` (its ``magnet_exploitability`` column). ``mmd-best`` is the least exploitable policy scored so
+far (current, average or magnet; ``best_policy_exploitability``): what ``marljoint train --self-play mmd
+--exploitability-every K`` writes to ``openspiel_best_policy.json``, chosen by the exact measure.
 
 ``--game`` runs them on another OpenSpiel game (``openspiel:kuhn_poker``, ``"openspiel:liars_dice(dice_sides=4)"``);
 OpenSpiel's anchors are Leduc's and are drawn for Leduc only. Self-play is scored every 10 s of training, on the
@@ -53,10 +55,16 @@ from selfplay import SELF_PLAY_METHODS, run_self_play
 
 GAME = "openspiel:leduc_poker"
 METHODS = ("psro-sim", "psro-exact", "nfsp", *SELF_PLAY_METHODS)
-AVERAGE_OF = {"mmd-average": ("mmd", "average_exploitability"), "mmd-magnet": ("mmd", "magnet_exploitability")}
-"""Rows reported beside a method: the average policy of its runs (``average_exploitability`` of its metrics) and,
-with an ``"ema"`` or ``"moving"`` magnet, the magnet itself (``magnet_exploitability``): ``row: (method, column)``."""
-REPORTED = ("psro-sim", "psro-exact", "nfsp", "mmd", "mmd-average", "mmd-magnet", "ppo-selfplay")
+AVERAGE_OF = {
+    "mmd-average": ("mmd", "average_exploitability"),
+    "mmd-magnet": ("mmd", "magnet_exploitability"),
+    "mmd-best": ("mmd", "best_policy_exploitability"),
+}
+"""Rows reported beside a method: the average policy of its runs (``average_exploitability`` of its metrics),
+with an ``"ema"`` or ``"moving"`` magnet the magnet itself (``magnet_exploitability``), and the least exploitable
+policy scored so far (``best_policy_exploitability``, what ``openspiel_best_policy.json`` of ``marljoint train``
+holds): ``row: (method, column)``."""
+REPORTED = ("psro-sim", "psro-exact", "nfsp", "mmd", "mmd-average", "mmd-magnet", "mmd-best", "ppo-selfplay")
 """The methods and reported averages, in the order of the table and the figure's legend."""
 CHECKPOINTS = (10.0, 60.0, 300.0, 600.0)
 FIELDS = ("method", "seed", "checkpoint_s", "exploitability", "iterations", "wall_s")
@@ -292,7 +300,7 @@ def plot_curves(directory: Path, out: Path, goal: float = 0.2, title: str = "Led
 
     colours = {
         "psro-sim": "tab:blue", "psro-exact": "tab:green", "nfsp": "tab:orange", "mmd": "tab:red",
-        "mmd-average": "tab:red", "mmd-magnet": "tab:brown", "ppo-selfplay": "tab:purple",
+        "mmd-average": "tab:red", "mmd-magnet": "tab:brown", "mmd-best": "tab:pink", "ppo-selfplay": "tab:purple",
     }
     fig, ax = plt.subplots(figsize=(8.0, 4.0))
     drawn = 0

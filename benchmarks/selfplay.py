@@ -94,7 +94,8 @@ def run_self_play(
     policy_lag: int | None = None,
 ) -> list[dict[str, Any]]:
     """Trains for ``seconds`` of wall time; one history row per scoring: iteration, wall_time (training only),
-    exploitability, env_steps (and, for ``mmd``, average_exploitability and the MMD metrics).
+    exploitability, env_steps (and, for ``mmd``, average_exploitability, best_policy_exploitability, the least
+    exploitable of the policies scored so far as ``marljoint train`` keeps it, and the MMD metrics).
 
     With ``env_workers`` and policy lag 1 (see :func:`self_play_trainer`) the workers collect the next rollout
     while this process updates and scores, so the clock then runs through everything, scoring included: the run
@@ -109,9 +110,11 @@ def run_self_play(
     first = {"iteration": 0, "wall_time": 0.0, "exploitability": exploitability_of(trainer, known), "env_steps": 0}
     if average is not None:
         first["average_exploitability"] = math.nan
+        first["best_policy_exploitability"] = math.nan
     first.update(magnet_row(trainer, known, regularizer))
     history = [first]
     trained, next_eval, done = 0.0, eval_every, False
+    best = math.inf
     tick = time.perf_counter()
     while not done:
         if not overlapped:
@@ -137,6 +140,11 @@ def run_self_play(
             if average is not None:
                 row["average_exploitability"] = exploitability_of(trainer, known, average.tables())
             row.update(magnet_row(trainer, known, regularizer))
+            if average is not None:  # the least exploitable policy measured so far (openspiel_best_policy.json)
+                kinds = ("exploitability", "average_exploitability", "magnet_exploitability")
+                scored = [row[k] for k in kinds if k in row]
+                best = min(best, *scored)
+                row["best_policy_exploitability"] = best
             if regularizer is not None:
                 row.update(regularizer.metrics())
             history.append(row)

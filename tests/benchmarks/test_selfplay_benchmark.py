@@ -22,7 +22,7 @@ def test_mmd_and_plain_self_play_run_through_the_leduc_script_on_kuhn_poker(tmp_
         monkeypatch.setattr(sys, "argv", argv + ["--out", str(tmp_path / "runs"), "--csv", str(out)])
         bench.main()
         rows = list(csv.DictReader(out.open(newline="")))
-        methods = ["mmd", "mmd", "mmd-average", "mmd-average", "ppo-selfplay", "ppo-selfplay"]
+        methods = ["mmd", "mmd", "mmd-average", "mmd-average", "mmd-best", "mmd-best", "ppo-selfplay", "ppo-selfplay"]
         assert [r["method"] for r in rows] == methods
         assert all(0.0 < float(r["exploitability"]) < 2.0 for r in rows)
         with (tmp_path / "runs" / "mmd" / "seed0" / "metrics.csv").open(newline="") as f:
@@ -32,6 +32,11 @@ def test_mmd_and_plain_self_play_run_through_the_leduc_script_on_kuhn_poker(tmp_
         assert math.isnan(float(metrics[0]["average_exploitability"]))  # nothing averaged before iteration 1
         averages = {float(r["checkpoint_s"]): float(r["exploitability"]) for r in rows if r["method"] == "mmd-average"}
         assert averages[60.0] == float(metrics[-1]["average_exploitability"])
+        scored = [min(float(m["exploitability"]), float(m["average_exploitability"])) for m in metrics[1:]]
+        best = [float(m["best_policy_exploitability"]) for m in metrics[1:]]
+        assert best == list(np.minimum.accumulate(scored))  # the least exploitable policy so far
+        bests = {float(r["checkpoint_s"]): float(r["exploitability"]) for r in rows if r["method"] == "mmd-best"}
+        assert bests[60.0] == best[-1] <= averages[60.0]
         with (tmp_path / "runs" / "ppo-selfplay" / "seed0" / "metrics.csv").open(newline="") as f:
             assert "average_exploitability" not in next(csv.DictReader(f))
         argv = ["leduc.py", "--report", "--game", "openspiel:kuhn_poker", "--csv", str(out)]
@@ -39,7 +44,7 @@ def test_mmd_and_plain_self_play_run_through_the_leduc_script_on_kuhn_poker(tmp_
         capsys.readouterr()  # the runs' own lines
         bench.main()
         table = [line.split("|")[1].strip() for line in capsys.readouterr().out.splitlines()[2:]]
-        assert table == ["mmd", "mmd-average", "ppo-selfplay"]
+        assert table == ["mmd", "mmd-average", "mmd-best", "ppo-selfplay"]
 
 
 def test_the_average_of_the_self_play_benchmark_is_the_linear_reach_weighted_average(monkeypatch):
@@ -128,14 +133,16 @@ def test_an_ema_magnet_run_reports_the_magnet_as_its_own_row(tmp_path, monkeypat
         monkeypatch.setattr(sys, "argv", argv + ["--out", str(tmp_path / "runs"), "--csv", str(out)])
         bench.main()
         rows = list(csv.DictReader(out.open(newline="")))
-        assert [r["method"] for r in rows] == ["mmd", "mmd-average", "mmd-magnet"]
+        assert [r["method"] for r in rows] == ["mmd", "mmd-average", "mmd-magnet", "mmd-best"]
         with (tmp_path / "runs" / "mmd" / "seed0" / "metrics.csv").open(newline="") as f:
             metrics = list(csv.DictReader(f))
         magnet = [float(m["magnet_exploitability"]) for m in metrics]
         assert magnet[0] == float(metrics[0]["exploitability"])  # the magnet starts as the initial policy
-        assert float(rows[-1]["exploitability"]) == magnet[-1]
+        assert float(rows[2]["exploitability"]) == magnet[-1]
+        kinds = ("exploitability", "average_exploitability", "magnet_exploitability")
+        assert float(rows[3]["exploitability"]) == min(float(m[k]) for m in metrics[1:] for k in kinds)
         monkeypatch.setattr(sys, "argv", ["leduc.py", "--report", "--game", "openspiel:kuhn_poker", "--csv", str(out)])
         capsys.readouterr()
         bench.main()
         table = [line.split("|")[1].strip() for line in capsys.readouterr().out.splitlines()[2:]]
-        assert table == ["mmd", "mmd-average", "mmd-magnet"]
+        assert table == ["mmd", "mmd-average", "mmd-magnet", "mmd-best"]

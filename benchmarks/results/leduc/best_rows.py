@@ -1,9 +1,10 @@
-"""Adds the ``mmd-best`` rows to ``runs.csv`` from the runs' metrics files: at each checkpoint, the least
-exploitability of the current and the average policy over every scoring so far (what ``benchmarks/leduc.py`` now
-reports as ``mmd-best`` and ``marljoint train`` keeps in ``openspiel_best_policy.json``). These runs were made
-before that row existed; their metrics hold every scoring, so the rows are the ones the script would have written.
+"""Adds the ``mmd-best`` rows to a results folder's ``runs.csv`` from its ``mmd_seed<k>_metrics.csv`` files: at
+each checkpoint of the folder's ``mmd`` rows, the least exploitability of the current, the average and (where
+scored) the magnet policy over every scoring so far (what ``benchmarks/leduc.py`` now reports as ``mmd-best`` and
+``marljoint train`` keeps in ``openspiel_best_policy.json``). The runs of these folders were made before that row
+existed; their metrics hold every scoring, so the rows are the ones the script would have written.
 
-    python benchmarks/results/leduc/clip01_alpha_min/best_rows.py
+    python benchmarks/results/leduc/best_rows.py benchmarks/results/leduc/clip01_alpha_min
 """
 
 import csv
@@ -11,17 +12,17 @@ import math
 import sys
 from pathlib import Path
 
-here = Path(__file__).resolve().parent
-sys.path.insert(0, str(here.parents[2]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from leduc import at_checkpoints  # noqa: E402
 
-CHECKPOINTS = (10.0, 60.0, 300.0, 600.0)
+here = Path(sys.argv[1])
 KINDS = ("exploitability", "average_exploitability", "magnet_exploitability")
 
 with (here / "runs.csv").open(newline="") as f:
     rows = list(csv.DictReader(f))
 fields = list(rows[0])
 rows = [r for r in rows if r["method"] != "mmd-best"]
+checkpoints = sorted({float(r["checkpoint_s"]) for r in rows if r["method"] == "mmd"})
 for path in sorted(here.glob("mmd_seed*_metrics.csv")):
     seed = int(path.name[len("mmd_seed") :].split("_")[0])
     with path.open(newline="") as f:
@@ -32,7 +33,7 @@ for path in sorted(here.glob("mmd_seed*_metrics.csv")):
         row["best_policy_exploitability"] = best
     history[0]["best_policy_exploitability"] = math.nan
     wall = next(r["wall_s"] for r in rows if r["method"] == "mmd" and int(r["seed"]) == seed)
-    for t, value, iteration in at_checkpoints(history, CHECKPOINTS, "best_policy_exploitability"):
+    for t, value, iteration in at_checkpoints(history, checkpoints, "best_policy_exploitability"):
         rows.append(
             {"method": "mmd-best", "seed": seed, "checkpoint_s": t, "exploitability": value, "iterations": iteration,
              "wall_s": wall}

@@ -228,7 +228,8 @@ def _add_train(subparsers: Any) -> None:
         help="measure the current policies' exploitability every K iterations (exploit/... columns): exactly for "
         "Kuhn poker, matrix games and small OpenSpiel games (also writing openspiel_policy.json where the game has "
         "an OpenSpiel form), else approximately with PPO best responses in two-player envs; the least exploitable "
-        "checkpoint is kept as checkpoints/best.pt",
+        "checkpoint is kept as checkpoints/best.pt; with --self-play mmd the average policy is scored too, and the "
+        "least exploitable policy so far is written to openspiel_best_policy.json",
     )
     p.add_argument(
         "--wandb",

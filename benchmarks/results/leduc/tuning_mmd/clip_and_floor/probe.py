@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 torch.set_num_threads(1)
-sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[4] / "benchmarks"))
+sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[4]))
 from selfplay import current_tables, self_play_trainer  # noqa: E402
 
 from marljoint.best_response import PolicyAverage  # noqa: E402

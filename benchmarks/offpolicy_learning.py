@@ -132,18 +132,7 @@ def run_one(
         if selection is not None and selection.state is not None:
             trainer.algorithm.load_state_dict(selection.state)
             best = suite.evaluate_marljoint(trainer, task, True, episodes, base_seed)
-            extra.append(
-                {
-                    "env": name,
-                    "method": f"{label}@best",
-                    "seed": seed,
-                    "env_steps": trained,
-                    "train_seconds": round(seconds, 1),
-                    "episodes": episodes,
-                    "return_mean": float(best.mean()),
-                    "return_std": float(best.std()),
-                }
-            )
+            extra.append(result_row(name, f"{label}@best", seed, trained, seconds, best))
             curve = " ".join(f"{steps}:{score:.1f}" for steps, score in selection.curve)
             print(f"selection ({select[1]} episodes per score; chose {selection.env_steps}): {curve}", flush=True)
     elif method == "ppo":
@@ -152,17 +141,21 @@ def run_one(
     else:
         trained = 0
         returns = suite.evaluate(task, suite.random_actor(seed), episodes, base_seed)
-    row = {
+    return [result_row(name, label, seed, trained, seconds, returns), *extra]
+
+
+def result_row(name: str, label: str, seed: int, env_steps: int, seconds: float, returns: np.ndarray) -> dict:
+    """One CSV row: the run and its greedy returns' mean and standard deviation over the evaluation episodes."""
+    return {
         "env": name,
         "method": label,
         "seed": seed,
-        "env_steps": trained,
+        "env_steps": env_steps,
         "train_seconds": round(seconds, 1),
-        "episodes": episodes,
+        "episodes": len(returns),
         "return_mean": float(returns.mean()),
         "return_std": float(returns.std()),
     }
-    return [row, *extra]
 
 
 def done_runs(path: Path) -> set[tuple[str, str, int, int]]:

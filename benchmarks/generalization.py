@@ -123,10 +123,15 @@ FIELDS = ("env", "method", "seed", "env_steps", "train_seconds", "mode", "episod
 
 # ------------------------------------------------------------------ training
 def train_marljoint(
-    task: Task, seed: int, env_steps: int, changes: dict[str, Any] | None = None
+    task: Task,
+    seed: int,
+    env_steps: int,
+    changes: dict[str, Any] | None = None,
+    callback: Callable[[Any, dict[str, Any]], None] | None = None,
 ) -> tuple[Any, float]:
     """marljoint's plain defaults (``marljoint train``'s, without a preset), with ``changes`` (``--set``) applied;
-    returns (the trainer, seconds)."""
+    returns (the trainer, seconds). ``callback(trainer, metrics)``, if given, runs after every iteration (inside the
+    seconds)."""
     from marljoint import JointMultiAgentTrainer, PettingZooJointEnv
     from marljoint.run.train import RunSpec
 
@@ -135,7 +140,7 @@ def train_marljoint(
     env = PettingZooJointEnv(task.factory, num_envs=config.num_envs, seed=seed)
     trainer = JointMultiAgentTrainer.from_env(env, config)
     start = time.perf_counter()
-    trainer.train(env_steps, keep_history=False)
+    trainer.train(env_steps, keep_history=False, callback=None if callback is None else lambda m: callback(trainer, m))
     seconds = time.perf_counter() - start
     env.close()
     return trainer, seconds

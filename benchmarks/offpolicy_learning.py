@@ -8,10 +8,11 @@ of env steps (one joint step of one env copy), then plays the same fresh episode
 random policy samples uniformly). Each finished run is one CSV row in ``--out`` (a run already there is not
 trained again, so the benchmark resumes); ``--report`` prints the table (mean over seeds ± 95% CI).
 
-``--select-every N`` also keeps, for each off-policy run, the greedy policy that scored best on ``--select-episodes``
-episodes of their own (seeds 2,000,000 + k, never the reported ones) every N env steps and after the last, and
-reports it on the same evaluation episodes as a second row, ``METHOD@best`` (the selection is not counted in
-``train_seconds`` and leaves the training bits as they are without it).
+``--select-every N`` also keeps, for each trained run (off-policy and PPO), the greedy policy that scored best on
+``--select-episodes`` episodes of their own (seeds 2,000,000 + k, never the reported ones) every N env steps (for
+PPO at the end of the first iteration past each mark) and after the last, and reports it on the same evaluation
+episodes as a second row, ``METHOD@best`` (the selection is not counted in ``train_seconds`` and leaves the
+training bits as they are without it).
 
 Usage::
 
@@ -37,6 +38,7 @@ import functools
 import math
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -75,17 +77,28 @@ class Selection:
     score: float = -math.inf
     state: dict[str, Any] | None = None
     curve: list[tuple[int, float]] = field(default_factory=list)
+    seconds: float = 0.0
 
-    def consider(self, trainer: Any, task: suite.Task) -> None:
-        """Scores the trainer's greedy policy on the selection episodes and keeps its networks if best so far. The
-        trainer's generator is restored afterwards, so training goes on with the same bits as without selection."""
+    def consider(self, trainer: Any, weights: Callable[[], dict[str, Any]], task: suite.Task) -> None:
+        """Scores the trainer's greedy policy on the selection episodes and keeps a copy of ``weights()`` (every
+        weight the policy acts with) if best so far. The trainer's generator is restored
+        afterwards, so training goes on with the same bits as without selection; the time taken is added to
+        :attr:`seconds`."""
+        start = time.perf_counter()
         saved = trainer.generator.get_state()
         score = float(suite.evaluate_marljoint(trainer, task, True, self.episodes, SELECT_BASE_SEED).mean())
         trainer.generator.set_state(saved)
         self.curve.append((trainer.env_steps, score))
         if score > self.score:
             self.env_steps, self.score = trainer.env_steps, score
-            self.state = copy.deepcopy(trainer.algorithm.state_dict())
+            self.state = copy.deepcopy(weights())
+        self.seconds += time.perf_counter() - start
+        print(f"{task_name(task)} env_steps={trainer.env_steps} select={score:.2f}", flush=True)
+
+
+def task_name(task: suite.Task) -> str:
+    """The name ``TASKS`` gives ``task``."""
+    return next(name for name, known in TASKS.items() if known is task)
 
 
 def train_value(
@@ -107,8 +120,7 @@ def train_value(
         trainer.train(mark)
         seconds += time.perf_counter() - start
         if selection is not None:
-            selection.consider(trainer, TASKS[name])
-            print(f"{name} {algorithm} seed={seed} env_steps={trainer.env_steps} select={selection.curve[-1][1]:.2f}")
+            selection.consider(trainer, trainer.algorithm.state_dict, TASKS[name])
     env.close()
     return trainer, seconds
 
@@ -117,31 +129,52 @@ def run_one(
     name: str, method: str, seed: int, env_steps: int, episodes: int, changes: dict[str, Any], select: tuple[int, int]
 ) -> list[dict]:
     """Trains one (env, method, seed) and evaluates it greedily on the suite's fixed evaluation episodes: one row,
-    and for an off-policy method with ``select = (every, episodes)`` a second (``@best``) for the policy that did
-    best on the selection episodes."""
+    and for a trained method with ``select = (every, episodes)`` a second (``@best``) for the policy that did best
+    on the selection episodes."""
     task = TASKS[name]
     base_seed = 1_000_000
     seconds, trained = 0.0, env_steps
     label = method
-    extra = []
+    selection = Selection(*select) if select[0] > 0 and method != "random" else None
     if method in OFFPOLICY:
-        selection = Selection(*select) if select[0] > 0 else None
         trainer, seconds = train_value(name, method, seed, env_steps, changes, selection)
+        load = trainer.algorithm.load_state_dict
         label = suite.variant_label(changes).replace("marljoint", method)
-        returns = suite.evaluate_marljoint(trainer, task, True, episodes, base_seed)
-        if selection is not None and selection.state is not None:
-            trainer.algorithm.load_state_dict(selection.state)
-            best = suite.evaluate_marljoint(trainer, task, True, episodes, base_seed)
-            extra.append(result_row(name, f"{label}@best", seed, trained, seconds, best))
-            curve = " ".join(f"{steps}:{score:.1f}" for steps, score in selection.curve)
-            print(f"selection ({select[1]} episodes per score; chose {selection.env_steps}): {curve}", flush=True)
     elif method == "ppo":
-        trainer, seconds = suite.train_marljoint(task, seed, env_steps)
-        returns = suite.evaluate_marljoint(trainer, task, True, episodes, base_seed)
+        callback = ppo_selection(selection, task, env_steps)
+        trainer, seconds = suite.train_marljoint(task, seed, env_steps, callback=callback)
+        seconds -= 0.0 if selection is None else selection.seconds
+        load = trainer.joint_policy.load_weights
     else:
         trained = 0
         returns = suite.evaluate(task, suite.random_actor(seed), episodes, base_seed)
-    return [result_row(name, label, seed, trained, seconds, returns), *extra]
+        return [result_row(name, label, seed, trained, seconds, returns)]
+    returns = suite.evaluate_marljoint(trainer, task, True, episodes, base_seed)
+    rows = [result_row(name, label, seed, trained, seconds, returns)]
+    if selection is not None and selection.state is not None:
+        load(selection.state)
+        best = suite.evaluate_marljoint(trainer, task, True, episodes, base_seed)
+        rows.append(result_row(name, f"{label}@best", seed, trained, seconds, best))
+        curve = " ".join(f"{steps}:{score:.1f}" for steps, score in selection.curve)
+        print(f"selection ({select[1]} episodes per score; chose {selection.env_steps}): {curve}", flush=True)
+    return rows
+
+
+def ppo_selection(selection: Selection | None, task: suite.Task, env_steps: int) -> Callable[..., None] | None:
+    """A :func:`generalization.train_marljoint` callback that scores PPO's greedy policy at the end of the first
+    iteration at or past every ``selection.every`` env steps and at the end (the schedule ``train_value`` follows
+    for the off-policy trainer, whose calls stop at the marks themselves); ``None`` without a selection."""
+    if selection is None:
+        return None
+    marks = [*range(selection.every, env_steps, selection.every), env_steps]
+
+    def callback(trainer: Any, metrics: dict[str, Any]) -> None:
+        if marks and trainer.env_steps >= marks[0]:
+            while marks and trainer.env_steps >= marks[0]:
+                marks.pop(0)
+            selection.consider(trainer, trainer.joint_policy.weights, task)
+
+    return callback
 
 
 def result_row(name: str, label: str, seed: int, env_steps: int, seconds: float, returns: np.ndarray) -> dict:
@@ -207,7 +240,7 @@ def main() -> None:
         "--select-every",
         type=int,
         default=0,
-        help="off-policy runs: score the greedy policy every N env steps on --select-episodes other episodes and "
+        help="trained runs: score the greedy policy every N env steps on --select-episodes other episodes and "
         "also report the best one (a second row, method@best); 0: off",
     )
     parser.add_argument("--select-episodes", type=int, default=20, help="episodes per selection score")

@@ -32,6 +32,7 @@ from typing import Any
 
 import torch
 
+from marljoint.collect.rollout import JointRollout
 from marljoint.policies import AgentPolicy
 from marljoint.policies.joint import JointPolicy
 from marljoint.ppo.losses import masked_mean
@@ -44,6 +45,7 @@ __all__ = [
     "SELF_PLAY_KINDS",
     "MmdConfig",
     "MmdRegularizer",
+    "OpponentReach",
     "attach_mmd",
     "magnet_kl",
 ]
@@ -91,6 +93,17 @@ class MmdConfig:
     step size keeps following f(t)."""
     anneal_step_size: bool = True
     """Also scale the learning rate (the step size η) by the schedule's factor."""
+    opponent_reach: bool = False
+    """Weight each of a seat's rows, in the surrogate and in the KL, by one over the probability of the opponents'
+    moves so far in its episode (capped at ``max_weight``, then scaled to a mean of 1 over the seat's rows of the
+    update; :class:`OpponentReach`). Sampled play visits an information state as often as the opponents (and
+    chance) lead there, so a plain update moves the policy there at that rate, and the states an opponent rarely
+    leads to, where a best response against the seat may well go, learn slowest; the tabular update MMD comes from
+    moves every state alike. The weights remove the opponents' part of that rate (not the seat's own, nor
+    chance's), at the price of noisier updates where they are large."""
+    max_weight: float = 50.0
+    """The cap of an ``opponent_reach`` weight before it is scaled (≥ 1): one over the smallest opponents'
+    probability corrected in full."""
 
     def __post_init__(self) -> None:
         _positive_number("alpha", self.alpha, "e.g. alpha=0.05")
@@ -114,6 +127,11 @@ class MmdConfig:
             raise ValueError(f"magnet_rate must be a number in (0, 1], got {rate!r}; e.g. magnet_rate=0.05")
         if not isinstance(self.anneal_step_size, bool):
             raise ValueError(f"anneal_step_size must be true or false, got {self.anneal_step_size!r}")
+        if not isinstance(self.opponent_reach, bool):
+            raise ValueError(f"opponent_reach must be true or false, got {self.opponent_reach!r}")
+        cap = self.max_weight
+        if isinstance(cap, bool) or not isinstance(cap, (int, float)) or not math.isfinite(cap) or cap < 1:
+            raise ValueError(f"max_weight must be a finite number ≥ 1, got {cap!r}; e.g. max_weight=50")
 
     def factor(self, update: int) -> float:
         """The schedule's factor f(t) at update ``t`` (0-based): ``1 / sqrt(1 + t / τ)``, or 1."""
@@ -185,6 +203,88 @@ def magnet_kl(
     return total
 
 
+class OpponentReach:
+    """The row weights of :attr:`MmdConfig.opponent_reach` and what they carry from one rollout to the next.
+
+    A seat's row at step t of an episode weighs ``min(max_weight, 1 / Π π_j(a))`` over the moves ``a`` the other
+    seats ``j`` made before t in that episode (their probabilities when they were sampled, the rollout's
+    ``log_probs``); chance's moves and the seat's own do not count. The weights are then divided by their mean over
+    each seat's rows trained in the update, so the update's step size stays the plain one on average. Episodes run
+    across rollouts: per env copy and seat, the log-probability of the seat's moves so far in the running episode is
+    carried to the next rollout, and so is the weight of each move deferred to it (a turn-based game's last move of
+    a seat, :attr:`~marljoint.collect.JointRollout.deferred`). Both are part of :meth:`state_dict`.
+
+    Args:
+        max_weight: the cap of a weight before it is scaled (≥ 1).
+    """
+
+    def __init__(self, max_weight: float) -> None:
+        self.max_weight = float(max_weight)
+        self.own_log_prob: torch.Tensor | None = None
+        """``[E, N]`` float64: each seat's log-probability of its own moves so far in each env copy's episode."""
+        self.pending: torch.Tensor | None = None
+        """``[E, N]`` float64: the unscaled weight of each seat's move deferred to the next rollout (1: none)."""
+
+    def __call__(self, rollout: JointRollout, carried: int) -> torch.Tensor:
+        """The weights of an extended rollout's rows (its first ``carried`` rows are the moves carried in).
+
+        Args:
+            rollout: :meth:`~marljoint.collect.JointRollout.extended` of the update's rollout.
+            carried: the rows carried in at its start (0 when none).
+
+        Returns:
+            ``[T', E, N]`` float32 on the rollout's device; meaningful on the rows a seat moved at.
+
+        Raises:
+            ValueError: a rollout with another number of env copies or seats than the ones before it.
+        """
+        log_probs = rollout.log_probs.detach().to("cpu", torch.float64)
+        steps, envs, seats = log_probs.shape
+        if self.own_log_prob is None or self.pending is None:
+            self.own_log_prob = torch.zeros(envs, seats, dtype=torch.float64)
+            self.pending = torch.ones(envs, seats, dtype=torch.float64)
+        if tuple(self.own_log_prob.shape) != (envs, seats):
+            raise ValueError(
+                f"a rollout of {envs} env copies and {seats} seats after rollouts of "
+                f"{tuple(self.own_log_prob.shape)}: the opponent-reach weights follow one run's env copies"
+            )
+        moved = rollout.valid.cpu()
+        ended = rollout.terminated | rollout.truncated | rollout.truncated_waiting
+        continues = (rollout.alive & ~ended).any(-1).cpu()  # [T', E]: the episode goes on after the row
+        raw = torch.ones(steps, envs, seats, dtype=torch.float64)
+        raw[:carried] = self.pending
+        own = self.own_log_prob.clone()
+        for t in range(carried, steps):
+            opponents = own.sum(-1, keepdim=True) - own
+            raw[t] = (-opponents).exp().clamp(max=self.max_weight)
+            own += torch.where(moved[t], log_probs[t], 0.0)
+            own[~continues[t]] = 0.0
+        self.own_log_prob = own
+        deferred = None if rollout.deferred is None else rollout.deferred.cpu()
+        if deferred is None:
+            self.pending = torch.ones(envs, seats, dtype=torch.float64)
+        else:
+            self.pending = torch.where(deferred.any(0), (raw * deferred).sum(0), 1.0)
+        trained = rollout.trainable.cpu().to(torch.float64)
+        mean = (raw * trained).sum((0, 1)) / trained.sum((0, 1)).clamp_min(1.0)
+        weights = raw / torch.where(mean > 0, mean, 1.0)
+        return weights.to(rollout.log_probs.device, torch.float32)
+
+    def state_dict(self) -> dict[str, Any]:
+        """The carried log-probabilities and deferred weights (tensors; ``None`` before the first rollout)."""
+        own, pending = self.own_log_prob, self.pending
+        return {
+            "own_log_prob": None if own is None else own.clone(),
+            "pending": None if pending is None else pending.clone(),
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restores :meth:`state_dict`."""
+        own, pending = state.get("own_log_prob"), state.get("pending")
+        self.own_log_prob = None if own is None else torch.as_tensor(own, dtype=torch.float64).clone()
+        self.pending = None if pending is None else torch.as_tensor(pending, dtype=torch.float64).clone()
+
+
 class MmdRegularizer:
     """The MMD term of the joint loss (a :class:`~marljoint.ppo.regularizer.PolicyRegularizer`) and its schedule.
 
@@ -202,9 +302,12 @@ class MmdRegularizer:
         """Updates begun so far (t of the next one)."""
         self.alpha = config.alpha_at(0)
         """α of the update in progress."""
+        self.reach = OpponentReach(config.max_weight) if config.opponent_reach else None
+        """The ``opponent_reach`` weights, or ``None``."""
         self._kl_sum = 0.0
         self._kl_count = 0
         self._scale_sum = 0.0
+        self._weight_max = math.nan
 
     def begin_update(self, learner: Any) -> None:
         """Refreshes a moving magnet every ``magnet_every`` updates (moves an ``"ema"`` one ``magnet_rate`` of the
@@ -236,9 +339,27 @@ class MmdRegularizer:
         network, slot = self.magnet.network_of(agent)
         return AgentPolicy(network, slot)
 
+    def row_weights(self, rollout: JointRollout, carried: int) -> torch.Tensor | None:
+        """The ``opponent_reach`` weights of the update's rows (:class:`OpponentReach`), or ``None`` without them.
+
+        Args:
+            rollout: the extended rollout of the update.
+            carried: its rows carried in.
+
+        Returns:
+            ``[T', E, N]``, or ``None``.
+        """
+        if self.reach is None:
+            return None
+        weights = self.reach(rollout, carried)
+        trained = rollout.trainable.to(weights.device)
+        self._weight_max = float(weights[trained].max()) if bool(trained.any()) else math.nan
+        return weights
+
     def __call__(self, batch: RegularizerBatch) -> torch.Tensor:
         """α_t · Σ_seats s_i · (mean over the seat's rows of KL(π ‖ ρ)), with s_i = 1 (``alpha_units="payoff"``)
-        or the standard deviation of seat i's advantages on its rows of the minibatch (``"advantage_std"``)."""
+        or the standard deviation of seat i's advantages on its rows of the minibatch (``"advantage_std"``); each
+        row's KL carries its weight where the batch has row weights (``opponent_reach``)."""
         policy = batch.policy
         magnet_outputs = None
         if self.magnet is not None:
@@ -248,7 +369,8 @@ class MmdRegularizer:
         for k, (network, out) in enumerate(zip(policy.networks, batch.outputs)):
             ref = None if magnet_outputs is None else magnet_outputs[k].head
             columns.append(magnet_kl(out.head, ref, policy.network_masks(k, batch.masks), network.action.nvec))
-        kl = masked_mean(policy.agent_columns(columns), batch.valid)  # [N]
+        rows = policy.agent_columns(columns)  # [B, N]
+        kl = masked_mean(rows if batch.weights is None else rows * batch.weights, batch.valid)  # [N]
         scale = advantage_scale(batch.advantages, batch.valid) if self.config.alpha_units == "advantage_std" else None
         self._kl_sum += float(kl.detach().sum())
         self._scale_sum += 1.0 if scale is None else float(scale.mean())
@@ -256,18 +378,25 @@ class MmdRegularizer:
         return self.alpha * (kl.sum() if scale is None else (scale * kl).sum())
 
     def metrics(self) -> dict[str, float]:
-        """``mmd/alpha``, ``mmd/kl`` (the KL summed over the seats) and ``mmd/scale`` (the units of α: 1, or the
-        seats' mean advantage standard deviation), means over the minibatches since the last call; the means restart
-        after each call."""
+        """``mmd/alpha``, ``mmd/kl`` (the KL summed over the seats, row-weighted with ``opponent_reach``) and
+        ``mmd/scale`` (the units of α: 1, or the seats' mean advantage standard deviation), means over the
+        minibatches since the last call; the means restart after each call. With ``opponent_reach`` also
+        ``mmd/weight_max``, the largest scaled row weight of the last update."""
         count = self._kl_count
         kl = self._kl_sum / count if count else math.nan
         scale = self._scale_sum / count if count else math.nan
         self._kl_sum, self._scale_sum, self._kl_count = 0.0, 0.0, 0
-        return {"mmd/alpha": self.alpha, "mmd/kl": kl, "mmd/scale": scale}
+        out = {"mmd/alpha": self.alpha, "mmd/kl": kl, "mmd/scale": scale}
+        if self.reach is not None:
+            out["mmd/weight_max"] = self._weight_max
+        return out
 
     def state_dict(self) -> dict[str, Any]:
-        """The update count and the magnet's weights (for checkpoints)."""
-        return {"updates": self.updates, "magnet": None if self.magnet is None else self.magnet.weights()}
+        """The update count, the magnet's weights and the ``opponent_reach`` carry (for checkpoints)."""
+        state = {"updates": self.updates, "magnet": None if self.magnet is None else self.magnet.weights()}
+        if self.reach is not None:
+            state["reach"] = self.reach.state_dict()
+        return state
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restores :meth:`state_dict`."""
@@ -275,6 +404,8 @@ class MmdRegularizer:
         self.alpha = self.config.alpha_at(max(self.updates - 1, 0))
         if self.magnet is not None and state.get("magnet") is not None:
             self.magnet.load_weights(state["magnet"])
+        if self.reach is not None and state.get("reach") is not None:
+            self.reach.load_state_dict(state["reach"])
 
 
 def advantage_scale(advantages: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:

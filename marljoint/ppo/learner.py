@@ -87,6 +87,8 @@ class _Batch(NamedTuple):
     sequences: SequenceChunks | None = None
     proximal: torch.Tensor | None = None
     """``[R, N]`` the taken actions' log-probs under the weights the update started from (policy lag 1 only)."""
+    row_weights: torch.Tensor | None = None
+    """``[R, N]`` the regulariser's weights of the rows' surrogate (``PolicyRegularizer.row_weights``), or ``None``."""
 
 
 class _MinibatchLoss(NamedTuple):
@@ -417,6 +419,7 @@ class Learner:
         carried = 0 if rollout.carried is None else rollout.carried.steps
         rollout = rollout.extended()
         advantages, returns = self._gae(rollout)
+        row_weights = self._row_weights(rollout, carried)
         valid = rollout.trainable
         rows = rollout.steps * rollout.num_envs
         if self.value_normalizer is not None:
@@ -440,8 +443,15 @@ class Learner:
             advantages=advantages.reshape(rows, n),
             returns=b_returns,
             explained_var=ev,
+            row_weights=None if row_weights is None else row_weights.reshape(rows, n).to(self.device),
         )
         return batch if rollout.states is None else self._with_sequences(batch, rollout, carried)
+
+    def _row_weights(self, rollout: JointRollout, carried: int) -> torch.Tensor | None:
+        """``[T', E, N]`` the regulariser's row weights of the extended rollout, or ``None`` (no regulariser, or one
+        that weights no rows)."""
+        weigh = getattr(self.regularizer, "row_weights", None)
+        return None if weigh is None else weigh(rollout, carried)
 
     def _with_sequences(self, batch: _Batch, rollout: JointRollout, carried: int) -> _Batch:
         """A recurrent rollout's rows with the padding row appended and their sequence chunks; ``rollout`` is the
@@ -477,6 +487,7 @@ class Learner:
             returns=pad_row(batch.returns),
             explained_var=batch.explained_var,
             sequences=seq,
+            row_weights=None if batch.row_weights is None else pad_row(batch.row_weights),
         )
 
     def _replay(self, batch: _Batch, picked: torch.Tensor) -> tuple[torch.Tensor, list[PolicyOutput]]:
@@ -539,11 +550,14 @@ class Learner:
         mb_adv = batch.advantages[idx]
         if cfg.normalize_advantages:
             mb_adv = normalize_advantages(mb_adv, mb_valid)
+        mb_weights = None if batch.row_weights is None else batch.row_weights[idx]
         if batch.proximal is None:
-            pg = policy_loss(log_prob, batch.log_probs[idx], mb_adv, cfg.clip_range, mb_valid)
+            pg = policy_loss(log_prob, batch.log_probs[idx], mb_adv, cfg.clip_range, mb_valid, mb_weights)
         else:  # policy lag 1: the trust region around the proximal policy, importance-weighted (decoupled PPO)
             proximal = batch.proximal[idx]
             weights = (proximal - batch.log_probs[idx]).exp()
+            if mb_weights is not None:
+                weights = weights * mb_weights
             pg = policy_loss(log_prob, proximal, mb_adv, cfg.clip_range, mb_valid, weights)
         new_values = policy.agent_columns(o.values for o in outputs)
         vl = value_loss(new_values, batch.values[idx], batch.returns[idx], cfg.clip_range_vf, mb_valid)
@@ -558,7 +572,9 @@ class Learner:
         if self.regularizer is not None:
             masks = [None if m is None else m[idx] for m in batch.masks]
             joint = joint + self.regularizer(
-                RegularizerBatch(policy, outputs, [o[idx] for o in batch.obs], mb_alive, masks, mb_valid, mb_adv)
+                RegularizerBatch(
+                    policy, outputs, [o[idx] for o in batch.obs], mb_alive, masks, mb_valid, mb_adv, mb_weights
+                )
             )
         return _MinibatchLoss(joint, pg, vl, ent, aux)
 

@@ -85,7 +85,8 @@ def policy_loss(
         advantages: ``[B, N]``.
         clip_range: ε.
         mask: ``[B, N]`` bool, valid rows.
-        weights: ``[B, N]`` importance weights (no gradient), or ``None`` for plain PPO.
+        weights: ``[B, N]`` weights of the rows' clipped surrogates (no gradient): the decoupled form's importance
+            weights, a regulariser's row weights, or their product; ``None`` for plain PPO.
 
     Returns:
         :class:`PolicyLossTerms` with ``[N]`` entries.

@@ -31,6 +31,8 @@ class RegularizerBatch(NamedTuple):
         valid: ``[B, N]`` bool, the rows each agent trains on (it moved there).
         advantages: ``[B, N]`` the advantages the surrogate of the minibatch uses (normalised where the trainer
             normalises them); meaningful on the ``valid`` rows only.
+        weights: ``[B, N]`` the row weights the regulariser's :meth:`PolicyRegularizer.row_weights` gave the
+            surrogate on these rows (a per-row term should carry them too), or ``None`` (every row weighs 1).
     """
 
     policy: JointPolicy
@@ -40,10 +42,19 @@ class RegularizerBatch(NamedTuple):
     masks: Sequence[torch.Tensor | None]
     valid: torch.Tensor
     advantages: torch.Tensor
+    weights: torch.Tensor | None = None
 
 
 class PolicyRegularizer(Protocol):
-    """A term added to the joint loss of every minibatch (``Learner.regularizer``)."""
+    """A term added to the joint loss of every minibatch (``Learner.regularizer``).
+
+    A regulariser may also weight the rows of the surrogate: when it has a method
+    ``row_weights(rollout: JointRollout, carried: int) -> torch.Tensor | None``, the learner calls it once per
+    update on the extended rollout (its first ``carried`` rows are the moves carried in,
+    :meth:`~marljoint.collect.JointRollout.extended`) and multiplies each row's clipped surrogate by the ``[T', E, N]``
+    weights it returns (``None``: every row weighs 1); the minibatch's weights reach the term as
+    :attr:`RegularizerBatch.weights`.
+    """
 
     def begin_update(self, learner: Any) -> None:
         """Called once at the start of every update, before its first minibatch (schedules live here)."""

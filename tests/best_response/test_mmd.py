@@ -199,6 +199,9 @@ def test_without_mmd_the_checkpoint_has_no_regularizer_entry():
         ({"alpha_min": 0.6}, r"alpha_min must be a number from 0 to alpha \(0.5\), got 0.6"),
         ({"alpha_min": float("nan")}, "alpha_min must be a number from 0 to alpha"),
         ({"alpha_min": True}, "alpha_min must be a number from 0 to alpha"),
+        ({"opponent_reach": 1}, "opponent_reach must be true or false, got 1"),
+        ({"max_weight": 0.5}, "max_weight must be a finite number ≥ 1, got 0.5"),
+        ({"max_weight": float("inf")}, "max_weight must be a finite number ≥ 1, got inf"),
     ],
 )
 def test_bad_settings_name_the_field_and_the_value(changes, match):

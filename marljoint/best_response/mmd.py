@@ -94,16 +94,14 @@ class MmdConfig:
     anneal_step_size: bool = True
     """Also scale the learning rate (the step size η) by the schedule's factor."""
     opponent_reach: bool = False
-    """Weight each of a seat's rows, in the surrogate and in the KL, by one over the probability of the opponents'
-    moves so far in its episode (capped at ``max_weight``, then scaled to a mean of 1 over the seat's rows of the
-    update; :class:`OpponentReach`). Sampled play visits an information state as often as the opponents (and
-    chance) lead there, so a plain update moves the policy there at that rate, and the states an opponent rarely
+    """Weight each of a seat's rows, in the surrogate and in the KL, so that an information state weighs as much as
+    the seat's own probability of reaching it, whatever the opponents' and chance's (:class:`OpponentReach`; for
+    observations that identify the information state). Sampled play visits a state as often as the opponents and
+    chance lead there, so a plain update moves the policy there at that rate, and the states an opponent rarely
     leads to, where a best response against the seat may well go, learn slowest; the tabular update MMD comes from
-    moves every state alike. The weights remove the opponents' part of that rate (not the seat's own, nor
-    chance's), at the price of noisier updates where they are large."""
-    max_weight: float = 50.0
-    """The cap of an ``opponent_reach`` weight before it is scaled (≥ 1): one over the smallest opponents'
-    probability corrected in full."""
+    moves every state alike. The price: noisier updates where the weights are large."""
+    max_weight: float = 10.0
+    """The cap of an ``opponent_reach`` weight, in multiples of the seat's mean weight (≥ 1)."""
 
     def __post_init__(self) -> None:
         _positive_number("alpha", self.alpha, "e.g. alpha=0.05")
@@ -131,7 +129,7 @@ class MmdConfig:
             raise ValueError(f"opponent_reach must be true or false, got {self.opponent_reach!r}")
         cap = self.max_weight
         if isinstance(cap, bool) or not isinstance(cap, (int, float)) or not math.isfinite(cap) or cap < 1:
-            raise ValueError(f"max_weight must be a finite number ≥ 1, got {cap!r}; e.g. max_weight=50")
+            raise ValueError(f"max_weight must be a finite number ≥ 1, got {cap!r}; e.g. max_weight=10")
 
     def factor(self, update: int) -> float:
         """The schedule's factor f(t) at update ``t`` (0-based): ``1 / sqrt(1 + t / τ)``, or 1."""
@@ -206,16 +204,21 @@ def magnet_kl(
 class OpponentReach:
     """The row weights of :attr:`MmdConfig.opponent_reach` and what they carry from one rollout to the next.
 
-    A seat's row at step t of an episode weighs ``min(max_weight, 1 / Π π_j(a))`` over the moves ``a`` the other
-    seats ``j`` made before t in that episode (their probabilities when they were sampled, the rollout's
-    ``log_probs``); chance's moves and the seat's own do not count. The weights are then divided by their mean over
-    each seat's rows trained in the update, so the update's step size stays the plain one on average. Episodes run
-    across rollouts: per env copy and seat, the log-probability of the seat's moves so far in the running episode is
-    carried to the next rollout, and so is the weight of each move deferred to it (a turn-based game's last move of
-    a seat, :attr:`~marljoint.collect.JointRollout.deferred`). Both are part of :meth:`state_dict`.
+    Seat i's rows at an information state I come from histories h ∈ I with probability ∝ r_i(I)·Q_i(h), r_i its
+    own probability of the moves leading to I and Q_i(h) the opponents' and chance's; in expectation an update
+    holds n·r_i(I)·Q_i(I) rows of I. A row's weight is ``r_i(I) / c(I)``, c(I) the number of the seat's rows of
+    the update that observe I, then divided by the seat's mean weight and capped at ``max_weight``: the total
+    weight at I becomes ∝ r_i(I), the opponents' and chance's share of the visits removed, while every row of one
+    state keeps the same weight (the rows within I keep the distribution over the hidden histories that the
+    opponents' play implies; a weight per history would erase it). The seat's observation identifies the
+    information state: games with perfect-recall observations (OpenSpiel's information-state tensors, the bundled
+    Kuhn poker); with observations that never repeat every row counts once. r_i runs across rollouts: per env copy
+    and seat, the log-probability of the seat's moves so far in the running episode is carried to the next
+    rollout, and so is that of each move deferred to it (:attr:`~marljoint.collect.JointRollout.deferred`); both are
+    part of :meth:`state_dict`.
 
     Args:
-        max_weight: the cap of a weight before it is scaled (≥ 1).
+        max_weight: the cap of a weight after the division by the mean (≥ 1).
     """
 
     def __init__(self, max_weight: float) -> None:
@@ -223,7 +226,7 @@ class OpponentReach:
         self.own_log_prob: torch.Tensor | None = None
         """``[E, N]`` float64: each seat's log-probability of its own moves so far in each env copy's episode."""
         self.pending: torch.Tensor | None = None
-        """``[E, N]`` float64: the unscaled weight of each seat's move deferred to the next rollout (1: none)."""
+        """``[E, N]`` float64: the log-probability r_i before each seat's move deferred to the next rollout."""
 
     def __call__(self, rollout: JointRollout, carried: int) -> torch.Tensor:
         """The weights of an extended rollout's rows (its first ``carried`` rows are the moves carried in).
@@ -233,16 +236,33 @@ class OpponentReach:
             carried: the rows carried in at its start (0 when none).
 
         Returns:
-            ``[T', E, N]`` float32 on the rollout's device; meaningful on the rows a seat moved at.
+            ``[T', E, N]`` float32 on the rollout's device; 1 on the rows a seat does not train on.
 
         Raises:
             ValueError: a rollout with another number of env copies or seats than the ones before it.
         """
+        own_before = self._own_log_reach(rollout, carried)  # [T', E, N]
+        trained = rollout.trainable.cpu()
+        weights = torch.ones(own_before.shape, dtype=torch.float64)
+        for g, group in enumerate(rollout.spec.groups):
+            for k, seat in enumerate(group.agent_indices):
+                rows = trained[..., seat]
+                if not bool(rows.any()):
+                    continue
+                obs = rollout.obs[g][:, :, k].cpu()[rows].reshape(int(rows.sum()), -1)
+                _, state, counts = torch.unique(obs, dim=0, return_inverse=True, return_counts=True)
+                raw = own_before[..., seat][rows].exp() / counts[state].to(torch.float64)
+                weights[..., seat][rows] = (raw / raw.mean()).clamp(max=self.max_weight)
+        return weights.to(rollout.log_probs.device, torch.float32)
+
+    def _own_log_reach(self, rollout: JointRollout, carried: int) -> torch.Tensor:
+        """``[T', E, N]`` float64: log r_i, each seat's log-probability of its own earlier moves in the row's
+        episode; advances the carry to the end of the rollout."""
         log_probs = rollout.log_probs.detach().to("cpu", torch.float64)
         steps, envs, seats = log_probs.shape
         if self.own_log_prob is None or self.pending is None:
             self.own_log_prob = torch.zeros(envs, seats, dtype=torch.float64)
-            self.pending = torch.ones(envs, seats, dtype=torch.float64)
+            self.pending = torch.zeros(envs, seats, dtype=torch.float64)
         if tuple(self.own_log_prob.shape) != (envs, seats):
             raise ValueError(
                 f"a rollout of {envs} env copies and {seats} seats after rollouts of "
@@ -251,27 +271,23 @@ class OpponentReach:
         moved = rollout.valid.cpu()
         ended = rollout.terminated | rollout.truncated | rollout.truncated_waiting
         continues = (rollout.alive & ~ended).any(-1).cpu()  # [T', E]: the episode goes on after the row
-        raw = torch.ones(steps, envs, seats, dtype=torch.float64)
-        raw[:carried] = self.pending
+        before = torch.zeros(steps, envs, seats, dtype=torch.float64)
+        before[:carried] = self.pending
         own = self.own_log_prob.clone()
         for t in range(carried, steps):
-            opponents = own.sum(-1, keepdim=True) - own
-            raw[t] = (-opponents).exp().clamp(max=self.max_weight)
+            before[t] = own
             own += torch.where(moved[t], log_probs[t], 0.0)
             own[~continues[t]] = 0.0
         self.own_log_prob = own
         deferred = None if rollout.deferred is None else rollout.deferred.cpu()
         if deferred is None:
-            self.pending = torch.ones(envs, seats, dtype=torch.float64)
+            self.pending = torch.zeros(envs, seats, dtype=torch.float64)
         else:
-            self.pending = torch.where(deferred.any(0), (raw * deferred).sum(0), 1.0)
-        trained = rollout.trainable.cpu().to(torch.float64)
-        mean = (raw * trained).sum((0, 1)) / trained.sum((0, 1)).clamp_min(1.0)
-        weights = raw / torch.where(mean > 0, mean, 1.0)
-        return weights.to(rollout.log_probs.device, torch.float32)
+            self.pending = (before * deferred).sum(0)
+        return before
 
     def state_dict(self) -> dict[str, Any]:
-        """The carried log-probabilities and deferred weights (tensors; ``None`` before the first rollout)."""
+        """The carried log-probabilities (tensors; ``None`` before the first rollout)."""
         own, pending = self.own_log_prob, self.pending
         return {
             "own_log_prob": None if own is None else own.clone(),

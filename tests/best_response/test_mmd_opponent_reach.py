@@ -1,5 +1,6 @@
-"""MMD's ``opponent_reach`` row weights: one over the opponent's probability of its moves so far in the episode,
-carried across rollouts and deferred moves, neutral when capped at 1, and part of the checkpoint."""
+"""MMD's ``opponent_reach`` row weights: the seat's own reach of the row's information state over the number of
+its rows observing that state, carried across rollouts and deferred moves, applied to the surrogate and the KL,
+and part of the checkpoint."""
 
 from __future__ import annotations
 
@@ -13,54 +14,70 @@ from marljoint.best_response import MmdConfig, attach_mmd
 from marljoint.best_response.mmd import OpponentReach
 from marljoint_envs import kuhn_poker_v0
 
-CAP = 3.0
+CAP = 1.5
 
 
-def _kuhn_trainer(seed=0, **changes):
-    env = PettingZooJointEnv(kuhn_poker_v0.raw_env, num_envs=3, seed=seed)
+def _leduc():
+    from marljoint.run.recipes import env_factory
+
+    return env_factory("openspiel:leduc_poker", {})()
+
+
+def _kuhn_trainer(seed=0, game=kuhn_poker_v0.raw_env, **changes):
+    env = PettingZooJointEnv(game, num_envs=3, seed=seed)
     settings = dict(num_envs=3, rollout_steps=3, num_minibatches=2, n_epochs=2, hidden_sizes=(8,), gamma=1.0)
     config = JointTrainerConfig(**{**settings, **changes})
     return JointMultiAgentTrainer.from_env(env, config)
 
 
 def _by_episode(rollouts):
-    """The expected unscaled weights, computed episode by episode from the rows in the order they were played.
+    """The expected weights, computed episode by episode from the rows in the order they were played.
 
     Each rollout's own rows (after its carried ones) continue the stream of the one before; a carried row is the
-    move deferred at the end of the previous rollout, and keeps the weight that move had when it was made.
+    move deferred at the end of the previous rollout, and keeps the own reach that move had when it was made. A
+    row weighs (the seat's own probability of its earlier moves in the episode) / (how many of the seat's trained
+    rows of the update observe the same), divided by the seat's mean and capped.
     """
     expected = []
     envs, seats = rollouts[0].log_probs.shape[1:]
     histories = [[] for _ in range(envs)]  # per env copy: the (seat, log-prob) moves of the running episode
-    deferred_weight = {}
+    deferred_reach = {}
     for rollout in rollouts:
         carried = 0 if rollout.carried is None else rollout.carried.steps
         full = rollout.extended()
-        raw = torch.ones(full.steps, envs, seats, dtype=torch.float64)
-        for (e, j), weight in deferred_weight.items():
-            raw[j, e, j] = weight
+        reach = torch.ones(full.steps, envs, seats, dtype=torch.float64)
+        for (e, j), value in deferred_reach.items():
+            reach[j, e, j] = value
         for t in range(carried, full.steps):
             for e in range(envs):
                 for i in range(seats):
-                    opponents = sum(lp for seat, lp in histories[e] if seat != i)
-                    raw[t, e, i] = min(CAP, math.exp(-opponents))
+                    reach[t, e, i] = math.exp(sum(lp for seat, lp in histories[e] if seat == i))
                 for i in range(seats):
                     if full.valid[t, e, i]:
                         histories[e].append((i, float(full.log_probs[t, e, i])))
                 if bool((full.terminated[t, e] | full.truncated[t, e]).any()):
                     histories[e] = []
-        deferred_weight = {}
+        deferred_reach = {}
         if full.deferred is not None:
             for t, e, j in full.deferred.nonzero().tolist():
-                deferred_weight[(e, j)] = float(raw[t, e, j])
-        trained = full.trainable.to(torch.float64)
-        mean = (raw * trained).sum((0, 1)) / trained.sum((0, 1))
-        expected.append((raw / mean, full.trainable))
+                deferred_reach[(e, j)] = float(reach[t, e, j])
+        trained = full.trainable
+        weights = torch.ones(full.steps, envs, seats, dtype=torch.float64)
+        for i in range(seats):
+            rows = [(t, e) for t in range(full.steps) for e in range(envs) if trained[t, e, i]]
+            observed = [tuple(full.obs[0][t, e, i].flatten().tolist()) for t, e in rows]
+            raw = [float(reach[t, e, i]) / observed.count(obs) for (t, e), obs in zip(rows, observed)]
+            mean = sum(raw) / len(raw)
+            for (t, e), value in zip(rows, raw):
+                weights[t, e, i] = min(CAP, value / mean)
+        expected.append((weights, trained))
     return expected
 
 
-def test_the_weights_are_one_over_the_opponents_probability_of_the_episodes_moves_so_far():
-    trainer = _kuhn_trainer()
+@pytest.mark.parametrize("game", [kuhn_poker_v0.raw_env, _leduc], ids=["kuhn", "leduc"])
+def test_a_row_weighs_its_own_reach_over_the_visits_of_its_information_state(game):
+    # Leduc poker: a seat moves several times per episode, so moves deferred across rollouts carry an own reach < 1.
+    trainer = _kuhn_trainer(game=game)
     reach = OpponentReach(CAP)
     rollouts, got = [], []
     for _ in range(6):
@@ -69,21 +86,24 @@ def test_the_weights_are_one_over_the_opponents_probability_of_the_episodes_move
         carried = 0 if rollout.carried is None else rollout.carried.steps
         got.append(reach(rollout.extended(), carried))
     assert any(r.carried is not None for r in rollouts)  # moves were carried across rollouts
-    saw_cap = False
+    capped = varied = False
     for weights, (expected, trained) in zip(got, _by_episode(rollouts)):
         assert torch.allclose(weights[trained].double(), expected[trained], rtol=1e-6)
-        saw_cap |= bool((expected[trained] < expected[trained].max()).any())
-    assert saw_cap  # the weights differ between rows: not all one
+        assert torch.equal(weights[~trained], torch.ones_like(weights[~trained]))
+        capped |= bool((expected[trained] == CAP).any())
+        varied |= bool((expected[trained] < expected[trained].max()).any())
+    assert varied and capped  # the weights differ between rows, and the cap binds on some
 
 
-def test_a_cap_of_one_leaves_the_update_as_it_is_without_the_weights():
-    plain, capped = _kuhn_trainer(), _kuhn_trainer()
+def test_weights_of_one_leave_the_update_as_it_is_without_them(monkeypatch):
+    plain, ones = _kuhn_trainer(), _kuhn_trainer()
     attach_mmd(plain, MmdConfig())
-    regularizer = attach_mmd(capped, MmdConfig(opponent_reach=True, max_weight=1.0))
+    regularizer = attach_mmd(ones, MmdConfig(opponent_reach=True))
+    monkeypatch.setattr(OpponentReach, "__call__", lambda self, rollout, carried: torch.ones(rollout.log_probs.shape))
     for _ in range(3):
         plain.iterate()
-        capped.iterate()
-    for a, b in zip(plain.joint_policy.networks, capped.joint_policy.networks):
+        ones.iterate()
+    for a, b in zip(plain.joint_policy.networks, ones.joint_policy.networks):
         for x, y in zip(a.parameters(), b.parameters()):
             assert torch.equal(x, y)
     assert regularizer.metrics()["mmd/weight_max"] == 1.0
@@ -92,7 +112,7 @@ def test_a_cap_of_one_leaves_the_update_as_it_is_without_the_weights():
 def test_larger_weights_change_the_update():
     plain, weighted = _kuhn_trainer(), _kuhn_trainer()
     attach_mmd(plain, MmdConfig())
-    regularizer = attach_mmd(weighted, MmdConfig(opponent_reach=True, max_weight=50.0))
+    regularizer = attach_mmd(weighted, MmdConfig(opponent_reach=True))
     for _ in range(3):
         plain.iterate()
         weighted.iterate()
@@ -144,7 +164,7 @@ def test_each_rows_kl_carries_its_weight_in_the_term():
     from marljoint.ppo.losses import masked_mean
 
     trainer = _kuhn_trainer()
-    regularizer = attach_mmd(trainer, MmdConfig(alpha=0.7, opponent_reach=True, max_weight=50.0))
+    regularizer = attach_mmd(trainer, MmdConfig(alpha=0.7, opponent_reach=True))
     calls = []
 
     class Recording:

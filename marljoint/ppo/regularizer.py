@@ -31,7 +31,7 @@ class RegularizerBatch(NamedTuple):
         valid: ``[B, N]`` bool, the rows each agent trains on (it moved there).
         advantages: ``[B, N]`` the advantages the surrogate of the minibatch uses (normalised where the trainer
             normalises them); meaningful on the ``valid`` rows only.
-        weights: ``[B, N]`` the row weights the regulariser's :meth:`PolicyRegularizer.row_weights` gave the
+        weights: ``[B, N]`` the row weights the regulariser's ``row_weights`` gave the
             surrogate on these rows (a per-row term should carry them too), or ``None`` (every row weighs 1).
     """
 

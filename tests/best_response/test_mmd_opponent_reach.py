@@ -4,15 +4,24 @@ and part of the checkpoint."""
 
 from __future__ import annotations
 
+import copy
+import csv
 import math
+import sys
+from pathlib import Path
 
 import pytest
 import torch
 
 from marljoint import JointMultiAgentTrainer, JointTrainerConfig, PettingZooJointEnv
-from marljoint.best_response import MmdConfig, attach_mmd
+from marljoint.best_response import MmdConfig, attach_mmd, magnet_kl
 from marljoint.best_response.mmd import OpponentReach
+from marljoint.ppo.losses import masked_mean
+from marljoint.run.train import read_config_file
 from marljoint_envs import kuhn_poker_v0
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "product"))
+from _product_helpers import run_cli  # noqa: E402
 
 CAP = 1.5
 
@@ -154,15 +163,10 @@ def test_a_rollout_of_other_env_copies_is_refused():
 
 def _copy(rollout):
     """A rollout whose tensors no later collection overwrites (the collector reuses its storage)."""
-    import copy
-
     return copy.deepcopy(rollout)
 
 
 def test_each_rows_kl_carries_its_weight_in_the_term():
-    from marljoint.best_response import magnet_kl
-    from marljoint.ppo.losses import masked_mean
-
     trainer = _kuhn_trainer()
     regularizer = attach_mmd(trainer, MmdConfig(alpha=0.7, opponent_reach=True))
     calls = []
@@ -190,3 +194,17 @@ def test_each_rows_kl_carries_its_weight_in_the_term():
     weighted = masked_mean(rows * batch.weights, batch.valid)
     assert term == pytest.approx(float(regularizer.alpha * weighted.sum()), rel=1e-5)
     assert term != pytest.approx(float(regularizer.alpha * masked_mean(rows, batch.valid).sum()), rel=1e-3)
+
+
+def test_marljoint_train_logs_the_largest_weight_and_keeps_the_settings(tmp_path):
+    out = tmp_path / "run"
+    args = ["train", "--env", "kuhn_poker_v0", "--self-play", "mmd", "--num-envs", "64", "--total-steps", "1024"]
+    settings = "mmd={opponent_reach = true, max_weight = 4.0}"
+    assert run_cli([*args, "--set", settings, "--out", str(out), "--quiet"]) == 0
+    config = read_config_file(out / "config.toml")
+    assert config["mmd"]["opponent_reach"] is True and config["mmd"]["max_weight"] == 4.0
+    with (out / "metrics.csv").open(newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert all(1.0 <= float(row["mmd/weight_max"]) <= 4.0 for row in rows)
+    documented = (Path(__file__).resolve().parents[2] / "docs" / "metrics.md").read_text()
+    assert "| `mmd/weight_max` |" in documented

@@ -97,6 +97,7 @@ def test_the_metrics_table_in_the_docs_matches_what_a_run_writes(run_dir):
     optional = {"redundancy/variance_hinge", "eval/episode_return_mean", "eval/episode_return/<agent>"}
     optional.add("eval/best_episode_return_mean")
     optional |= {"mmd/alpha", "mmd/kl", "mmd/scale"}  # only with --self-play mmd (tests/best_response/test_mmd.py)
+    optional.add("mmd/weight_max")  # only with mmd's opponent_reach (tests/best_response/test_mmd_opponent_reach.py)
     # Only in two-player zero-sum games or with --exploitability-every (test_product_zero_sum_eval.py).
     optional.update(n for n in documented if n.startswith(("exploit/", "eval/vs_random")))
     unused = [n for n, p in patterns.items() if n not in optional and not any(p.match(c) for c in columns)]

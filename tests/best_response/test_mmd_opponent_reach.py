@@ -32,7 +32,7 @@ def _leduc():
     return env_factory("openspiel:leduc_poker", {})()
 
 
-def _kuhn_trainer(seed=0, game=kuhn_poker_v0.raw_env, **changes):
+def _trainer(seed=0, game=kuhn_poker_v0.raw_env, **changes):
     env = PettingZooJointEnv(game, num_envs=3, seed=seed)
     settings = dict(num_envs=3, rollout_steps=3, num_minibatches=2, n_epochs=2, hidden_sizes=(8,), gamma=1.0)
     config = JointTrainerConfig(**{**settings, **changes})
@@ -86,7 +86,7 @@ def _by_episode(rollouts):
 @pytest.mark.parametrize("game", [kuhn_poker_v0.raw_env, _leduc], ids=["kuhn", "leduc"])
 def test_a_row_weighs_its_own_reach_over_the_visits_of_its_information_state(game):
     # Leduc poker: a seat moves several times per episode, so moves deferred across rollouts carry an own reach < 1.
-    trainer = _kuhn_trainer(game=game)
+    trainer = _trainer(game=game)
     reach = OpponentReach(CAP)
     rollouts, got = [], []
     for _ in range(6):
@@ -105,7 +105,7 @@ def test_a_row_weighs_its_own_reach_over_the_visits_of_its_information_state(gam
 
 
 def test_weights_of_one_leave_the_update_as_it_is_without_them(monkeypatch):
-    plain, ones = _kuhn_trainer(), _kuhn_trainer()
+    plain, ones = _trainer(), _trainer()
     attach_mmd(plain, MmdConfig())
     regularizer = attach_mmd(ones, MmdConfig(opponent_reach=True))
     monkeypatch.setattr(OpponentReach, "__call__", lambda self, rollout, carried: torch.ones(rollout.log_probs.shape))
@@ -119,7 +119,7 @@ def test_weights_of_one_leave_the_update_as_it_is_without_them(monkeypatch):
 
 
 def test_larger_weights_change_the_update():
-    plain, weighted = _kuhn_trainer(), _kuhn_trainer()
+    plain, weighted = _trainer(), _trainer()
     attach_mmd(plain, MmdConfig())
     regularizer = attach_mmd(weighted, MmdConfig(opponent_reach=True))
     for _ in range(3):
@@ -135,13 +135,13 @@ def test_larger_weights_change_the_update():
 
 
 def test_the_carry_survives_a_checkpoint_and_resumes_bit_identically():
-    first = _kuhn_trainer()
+    first = _trainer()
     attach_mmd(first, MmdConfig(opponent_reach=True))
     for _ in range(2):
         first.iterate()
     state = first.state_dict()
     assert state["regularizer"]["reach"]["own_log_prob"].shape == (3, 2)
-    second = _kuhn_trainer()
+    second = _trainer()
     attach_mmd(second, MmdConfig(opponent_reach=True))
     second.load_state_dict(state)
     reach_a, reach_b = first.learner.regularizer.reach, second.learner.regularizer.reach
@@ -152,7 +152,7 @@ def test_the_carry_survives_a_checkpoint_and_resumes_bit_identically():
 
 
 def test_a_rollout_of_other_env_copies_is_refused():
-    trainer = _kuhn_trainer()
+    trainer = _trainer()
     reach = OpponentReach(CAP)
     reach(trainer.collect_rollout().extended(), 0)
     reach.own_log_prob = torch.zeros(5, 2, dtype=torch.float64)
@@ -167,7 +167,7 @@ def _copy(rollout):
 
 
 def test_each_rows_kl_carries_its_weight_in_the_term():
-    trainer = _kuhn_trainer()
+    trainer = _trainer()
     regularizer = attach_mmd(trainer, MmdConfig(alpha=0.7, opponent_reach=True))
     calls = []
 

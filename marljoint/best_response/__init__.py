@@ -56,7 +56,7 @@ from marljoint.best_response.meta_solvers import (
     regret_matching,
     uniform,
 )
-from marljoint.best_response.mmd import MmdConfig, MmdRegularizer, attach_mmd, magnet_kl
+from marljoint.best_response.mmd import MmdConfig, MmdRegularizer, OpponentReach, attach_mmd, magnet_kl
 from marljoint.best_response.nfsp import NFSP, NFSP_METRICS, AveragePolicy, NfspConfig
 from marljoint.best_response.openspiel_game import MAX_INFORMATION_STATES, OpenSpielGame, OpenSpielTablePolicy
 from marljoint.best_response.opponents import (
@@ -120,6 +120,7 @@ __all__ = [
     "NFSP_METRICS",
     "NfspConfig",
     "OpenSpielGame",
+    "OpponentReach",
     "OpenSpielTablePolicy",
     "PPOOracle",
     "PSRO",

@@ -480,6 +480,12 @@ def attach_mmd(trainer: Any, config: MmdConfig) -> MmdRegularizer:
             "anneal_lr=True and mmd anneal_step_size=True would both set the learning rate; set anneal_lr=False "
             "(the MMD schedule anneals it) or mmd anneal_step_size=false"
         )
+    if config.opponent_reach and trainer.config.ppo.uniform_mix:
+        raise ValueError(
+            f"mmd opponent_reach = true computes each seat's own reach from the rollout's log-probs, which "
+            f"uniform_mix = {trainer.config.ppo.uniform_mix} makes those of the behaviour policy, not the seat's; set "
+            "one of them off"
+        )
     regularizer = MmdRegularizer(trainer.joint_policy, config)
     trainer.learner.regularizer = regularizer
     return regularizer

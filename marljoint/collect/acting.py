@@ -55,8 +55,10 @@ class _UnitActing:
         rows: int,
         total: int,
         critic_size: int | None,
+        uniform_mix: float = 0.0,
     ) -> None:
         self.policy = policy
+        self.uniform_mix = float(uniform_mix)
         self.group = group
         self.slots = _as_slice(slots)
         self.columns = _as_slice(columns)
@@ -199,6 +201,8 @@ class _UnitActing:
             logits3 = np.where(blocked, self.fill, logits3)
         shifted = logits3 - logits3.max(-1, keepdims=True)
         log_p = shifted - np.log(np.exp(shifted).sum(-1, keepdims=True))
+        if self.uniform_mix:
+            log_p = self._mixed_with_uniform(log_p)
         # Gumbel-max, as FactoredCategorical.sample_from_noise: argmax(log p - log(-log u)), u clamped above 0.
         np.maximum(uniform, np.finfo(np.float32).tiny, out=uniform)
         np.log(uniform, out=uniform)
@@ -212,6 +216,17 @@ class _UnitActing:
         if self.kind == "discrete":
             choice = choice[..., 0]
         return choice, log_probs
+
+    def _mixed_with_uniform(self, log_p: np.ndarray) -> np.ndarray:
+        """Log-probabilities of ``(1 − ε)·p + ε·uniform`` over each head's allowed choices, as
+        :meth:`~marljoint.policies.FactoredCategorical.mixed_with_uniform` computes them (the behaviour policy of
+        :attr:`~marljoint.policies.JointPolicy.uniform_mix`)."""
+        epsilon = self.uniform_mix
+        allowed = log_p > self.fill / 2  # masked and padding entries sit at the dtype's most negative value
+        share = allowed.astype(log_p.dtype) / allowed.sum(-1, keepdims=True).astype(log_p.dtype)
+        probs = np.exp(np.where(allowed, log_p, 0.0)) * allowed
+        mixture = log_p.dtype.type(1.0 - epsilon) * probs + log_p.dtype.type(epsilon) * share
+        return np.where(allowed, np.log(np.where(allowed, mixture, 1.0)), self.fill).astype(log_p.dtype)
 
 
 class _Standardiser:
@@ -260,7 +275,9 @@ class HostActing:
             slots = np.array([spec.group_of(i)[1] for i in slot.agents])
             columns = np.array(slot.agents)
             critic_size = network.critic_input_size if self.centralized else None
-            self.units.append(_UnitActing(network, slot.group, slots, columns, start, rows, total, critic_size))
+            self.units.append(
+                _UnitActing(network, slot.group, slots, columns, start, rows, total, critic_size, policy.uniform_mix)
+            )
         self.stats = None
         if policy.value_normalizer is not None:
             mean, std = policy.value_normalizer.stats(torch.float32)

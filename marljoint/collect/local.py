@@ -232,7 +232,7 @@ class _Memory:
             ro.states[g][t] = h
         masks = [m[t] if m is not None else None for m in ro.action_masks]
         outputs = padded.forward([o[t] for o in ro.obs], ro.alive[t], hidden)
-        actions, log_probs = policy.sample(outputs, masks, noise=noise)
+        actions, log_probs = policy.sample(outputs, masks, noise=noise, uniform_mix=policy.uniform_mix)
         ro.values[t] = policy.values(outputs)
         ro.log_probs[t] = log_probs
         for g, action in enumerate(actions):
@@ -264,7 +264,7 @@ def _act_with_torch(padded: PaddedPolicy, ro: JointRollout, t: int, noise: CopyN
     policy = padded.policy
     masks = [m[t] if m is not None else None for m in ro.action_masks]
     outputs = padded.forward([o[t] for o in ro.obs], ro.alive[t])
-    actions, log_probs = policy.sample(outputs, masks, noise=noise)
+    actions, log_probs = policy.sample(outputs, masks, noise=noise, uniform_mix=policy.uniform_mix)
     ro.values[t] = policy.values(outputs)
     ro.log_probs[t] = log_probs
     for g, action in enumerate(actions):

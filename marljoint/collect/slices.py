@@ -46,6 +46,7 @@ def blueprint(policy: JointPolicy) -> bytes:
             "slots": list(policy.slots),
             "centralized": policy.centralized,
             "value_normalization": policy.value_normalizer is not None,
+            "uniform_mix": policy.uniform_mix,
         }
     )
 
@@ -74,6 +75,7 @@ class SliceWorker:
         first = env.first_copy
         normalizer = RunningNormalizer(env.spec.num_agents) if parts["value_normalization"] else None
         self.policy = JointPolicy(env.spec, parts["networks"], parts["slots"], parts["centralized"], normalizer)
+        self.policy.uniform_mix = float(parts.get("uniform_mix", 0.0))
         self.collector = LocalCollector(env, seed, first_copy=first, batch_rows=total)
 
     def collect(self, weights: Mapping[str, Any], steps: int) -> dict[str, Any]:

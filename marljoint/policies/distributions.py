@@ -12,6 +12,7 @@ Categorical actions are head indices ``0 .. n_k - 1``; adding a gymnasium ``star
 
 from __future__ import annotations
 
+import copy
 import functools
 import math
 from collections.abc import Sequence
@@ -234,6 +235,36 @@ class FactoredCategorical:
         # noise to [-4.5, 16.7] (float32), so an allowed action always outscores a masked one (~dtype min).
         log_exp = uniform.clamp_(min=torch.finfo(log_p.dtype).tiny).log_().neg_().log_()
         return self._drop_head_axis((log_p - log_exp).argmax(-1))
+
+    def mixed_with_uniform(self, epsilon: float) -> FactoredCategorical:
+        """The mixture ``(1 − ε)·p + ε·u`` of this distribution and the uniform one over each head's allowed
+        choices (a behaviour policy that explores): a distribution of the same kind whose :meth:`sample`,
+        :meth:`sample_from_noise` (the same noise) and :meth:`log_prob` are the mixture's.
+
+        Args:
+            epsilon: ε in ``[0, 1)``; 0 gives a copy of this distribution.
+
+        Raises:
+            ValueError: for ε outside ``[0, 1)``.
+
+        Example:
+            >>> import torch
+            >>> dist = Categorical(torch.tensor([[10.0, 0.0, 0.0]]), mask=torch.tensor([[True, True, False]]))
+            >>> dist.mixed_with_uniform(0.2).log_prob(torch.tensor([1])).exp()  # 0.8 * p(1) + 0.2 / 2
+            tensor([0.1000])
+        """
+        if not 0.0 <= float(epsilon) < 1.0:
+            raise ValueError(f"epsilon must be in [0, 1), got {epsilon!r}")
+        mixed = copy.copy(self)
+        if epsilon == 0.0:
+            return mixed
+        log_p = self._log_p
+        fill = torch.finfo(log_p.dtype).min
+        allowed = log_p > fill / 2  # masked and padding entries sit at the dtype's most negative value
+        share = allowed.to(log_p.dtype) / allowed.sum(-1, keepdim=True).to(log_p.dtype)
+        mixture = (1.0 - float(epsilon)) * _probs(log_p) + float(epsilon) * share
+        mixed._log_p = torch.where(allowed, mixture.log(), torch.full_like(log_p, fill))
+        return mixed
 
     def mode(self) -> torch.Tensor:
         """The most likely choice of each head, ``[..., K]`` int64 (``[...]`` for :class:`Categorical`)."""

@@ -12,6 +12,7 @@ import torch
 from marljoint.env.base import JointObs, JointStep
 from marljoint.env.spaces import JointSpec
 from marljoint.policies.actor_critic import ActorCritic, PolicyOutput
+from marljoint.policies.distributions import FactoredCategorical
 from marljoint.policies.joint_states import GroupStates
 from marljoint.policies.noise import SamplingNoise, check_sampling_noise
 from marljoint.policies.normalizer import RunningNormalizer
@@ -73,6 +74,11 @@ class JointPolicy(GroupStates):
         self.centralized = bool(centralized)
         self.value_normalizer = value_normalizer
         self.device = torch.device(device)
+        self.uniform_mix = 0.0
+        """ε of the behaviour policy the rollout collectors sample from (they pass it to :meth:`sample`): each
+        categorical head plays ``(1 − ε)·π + ε·uniform`` over its allowed choices. 0: the policy itself;
+        :attr:`~marljoint.JointTrainerConfig.uniform_mix` sets it for a trainer. :meth:`act`, :meth:`evaluate`
+        and the action probabilities are always the policy's own."""
         # What act() remembers between calls for a recurrent policy: the states and alive flags after its last call.
         self._acting: tuple[tuple[torch.Tensor, ...], np.ndarray] | None = None
         # Columns of the concatenated network outputs, mapped back to possible_agents order.
@@ -207,8 +213,13 @@ class JointPolicy(GroupStates):
         deterministic: bool = False,
         generator: torch.Generator | None = None,
         noise: SamplingNoise | None = None,
+        uniform_mix: float = 0.0,
     ) -> tuple[list[torch.Tensor], torch.Tensor]:
         """Actions of every agent; returns per-group action tensors ``[B, n_g, ...]`` and ``[B, N]`` log-probs.
+
+        With ``uniform_mix`` ε > 0 the actions are drawn from the behaviour policy ``(1 − ε)·π + ε·uniform`` (over
+        each categorical head's allowed choices) and the log-probs are the behaviour policy's;
+        ``deterministic=True`` takes π's mode whatever ε is.
 
         Args:
             outputs: from :meth:`forward`.
@@ -218,9 +229,11 @@ class JointPolicy(GroupStates):
             noise: a :class:`~marljoint.policies.noise.SamplingNoise` used instead of ``generator`` (e.g.
                 :class:`~marljoint.collect.CopyNoise`: each batch row's noise from the generator of its env copy,
                 so a copy's actions do not depend on which other copies share the batch).
+            uniform_mix: ε in ``[0, 1)`` (categorical actions only), 0 by default: sample π itself.
 
         Raises:
-            ValueError: when sampling needs noise and neither ``generator`` nor ``noise`` is given.
+            ValueError: when sampling needs noise and neither ``generator`` nor ``noise`` is given, or ε > 0 for a
+                network with Box actions.
             TypeError: when ``noise`` is not a :class:`~marljoint.policies.noise.SamplingNoise`.
         """
         dists = [
@@ -229,7 +242,10 @@ class JointPolicy(GroupStates):
         ]
         if deterministic:
             actions = [dist.mode() for dist in dists]
-        elif noise is not None:
+            return self._grouped(dists, actions)
+        if uniform_mix:
+            dists = [_mixed(dist, uniform_mix) for dist in dists]
+        if noise is not None:
             draws = check_sampling_noise(noise).draw(dists)
             # A collector's generators draw on the CPU.
             actions = [dist.sample_from_noise(x.to(self.device)) for dist, x in zip(dists, draws)]
@@ -237,6 +253,12 @@ class JointPolicy(GroupStates):
             actions = [dist.sample(generator) for dist in dists]
         else:
             raise ValueError("sampling needs a generator or a noise source; pass one, or deterministic=True")
+        return self._grouped(dists, actions)
+
+    def _grouped(
+        self, dists: Sequence[Any], actions: Sequence[torch.Tensor]
+    ) -> tuple[list[torch.Tensor], torch.Tensor]:
+        """The networks' actions as per-group tensors, and their ``[B, N]`` log-probabilities under ``dists``."""
         group_actions: list[list[torch.Tensor]] = [[] for _ in self.spec.groups]
         for slot, action in zip(self.slots, actions):
             group_actions[slot.group].append(action)
@@ -405,6 +427,7 @@ class JointPolicy(GroupStates):
         if self.value_normalizer is not None:
             normalizer = RunningNormalizer(self.spec.num_agents, self.value_normalizer.min_var, device=where)
         twin = JointPolicy(self.spec, networks, self.slots, self.centralized, normalizer, device=where)
+        twin.uniform_mix = self.uniform_mix
         twin.copy_weights_from(self)
         return twin
 
@@ -467,3 +490,14 @@ def _as_numpy(state: dict[str, torch.Tensor]) -> dict[str, Any]:
 def _as_torch(state: dict[str, Any]) -> dict[str, torch.Tensor]:
     """Inverse of :func:`_as_numpy` (copies)."""
     return {k: v if isinstance(v, torch.Tensor) else torch.tensor(v) for k, v in state.items()}
+
+
+def _mixed(dist: Any, epsilon: float) -> Any:
+    """``dist`` mixed with the uniform distribution over its allowed choices (a categorical head); a Box action's
+    distribution has no such mixture, and a trainer refuses ``uniform_mix`` for Box agents."""
+    if not isinstance(dist, FactoredCategorical):
+        raise ValueError(
+            f"uniform_mix = {epsilon} mixes categorical actions with uniform play, but this network's actions are "
+            f"{type(dist).__name__}; set uniform_mix = 0 for Box actions"
+        )
+    return dist.mixed_with_uniform(epsilon)

@@ -135,6 +135,12 @@ class JointTrainerConfig:
     :meth:`~marljoint.JointMultiAgentTrainer.anneal_learning_rate`)."""
     target_kl: float | None = None
     """Stop an update's epochs early once an agent's approx KL exceeds ``1.5 × target_kl``."""
+    uniform_mix: float = 0.0
+    """ε in ``[0, 1)``: the rollouts are played by the behaviour policy ``(1 − ε)·π + ε·uniform`` (each categorical
+    head mixed with uniform play over its allowed choices), and the update corrects each agent's own rows by the
+    importance weight ``π / behaviour`` (decoupled PPO, as with ``policy_lag = 1``). What the rows of the *other*
+    agents add is more visits to the states their rare moves lead to: in self-play of a two-player game the
+    states a best response would steer to. 0 (the default): the policy itself. Categorical actions only."""
     bootstrap_truncation: bool = True
     """Bootstrap truncated episodes from V(final obs); False treats truncation as termination (for ablations)."""
     collection: CollectionConfig = field(default_factory=CollectionConfig)

@@ -272,10 +272,11 @@ class Learner:
         """How a recurrent update replays its chunks: ``"cells"`` or ``"fused"`` (the config's setting, with
         ``"auto"`` resolved for the learner's device)."""
         self.lr_scale = 1.0
-        self.decoupled = bool(config.collection.policy_lag)
+        self.decoupled = bool(config.collection.policy_lag) or config.ppo.uniform_mix > 0
         """Whether an update centres PPO's trust region on the weights it starts from and reweights the rows by
-        ``π_prox / π_behaviour`` (decoupled PPO, for rollouts collected with older weights); on with policy lag 1,
-        off otherwise (plain PPO against the stored behaviour log-probs)."""
+        ``π_prox / π_behaviour`` (decoupled PPO, for rollouts collected with older weights or with another
+        behaviour policy); on with policy lag 1 or ``uniform_mix`` > 0, off otherwise (plain PPO against the stored
+        behaviour log-probs)."""
         self.regularizer: PolicyRegularizer | None = None
         """A term of the joint loss computed from the policy's outputs (e.g. magnetic mirror descent's KL to the
         magnet), or ``None``."""

@@ -39,6 +39,7 @@ class PpoConfig:
     iterate_all_minibatches: bool = True
     max_minibatches_per_epoch: int | None = None
     target_kl: float | None = None
+    uniform_mix: float = 0.0
     bptt_length: int | None = None
 
     def __post_init__(self) -> None:
@@ -56,6 +57,13 @@ class PpoConfig:
             checks.non_negative("ent_coef", self.ent_coef)
         if self.target_kl is not None:
             checks.positive("target_kl", self.target_kl, "or None to disable early stopping")
+        if isinstance(self.uniform_mix, bool) or not isinstance(self.uniform_mix, (int, float)):
+            raise ValueError(f"uniform_mix must be a number in [0, 1), got {self.uniform_mix!r}")
+        if not 0.0 <= self.uniform_mix < 1.0:
+            raise ValueError(
+                f"uniform_mix must be in [0, 1) (the share of uniform play in the rollouts' behaviour policy), got "
+                f"{self.uniform_mix!r}; 0 plays the policy itself"
+            )
 
     def _check_schedule(self) -> None:
         """Refuses a rollout shape or a minibatch schedule that cannot be cut."""

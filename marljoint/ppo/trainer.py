@@ -22,6 +22,7 @@ from marljoint.collect.base import Collector
 from marljoint.collect.rollout import JointRollout, carry_pending_moves
 from marljoint.env.base import JointEnv, JointObs
 from marljoint.env.check import BlankImageWarning, blank_image_agents, blank_image_message
+from marljoint.env.spaces import JointSpec
 from marljoint.policies import ActorCritic, AgentPolicy
 from marljoint.policies.joint import JointPolicy
 from marljoint.policies.normalizer import RunningNormalizer
@@ -175,6 +176,7 @@ class JointMultiAgentTrainer(TrainerPersistence):
             device=self.device,
         )
         """The networks of every agent, on the learner's device."""
+        self.joint_policy.uniform_mix = _uniform_mix(self.spec, config.ppo.uniform_mix)
         self._acting_policy: JointPolicy | None = None
         self.learner = Learner(config, self.joint_policy, units, self._generator)
         """The optimizers and the one-backward update."""
@@ -423,3 +425,15 @@ class JointMultiAgentTrainer(TrainerPersistence):
             self._keys = MetricKeys(self.spec.agents)
         lr = float(self.learner.units[0].optimizer.param_groups[0]["lr"])
         return iteration_metrics(self._keys, rollout, stats, seconds, self.iteration, self.env_steps, lr)
+
+
+def _uniform_mix(spec: JointSpec, epsilon: float) -> float:
+    """``uniform_mix`` for the rollouts of ``spec``'s agents: refused (ValueError) when one has Box actions."""
+    if epsilon:
+        for agent, layout in zip(spec.agents, spec.actions):
+            if layout.kind == "box":
+                raise ValueError(
+                    f"uniform_mix = {epsilon} mixes categorical actions with uniform play, but agent {agent!r} has a "
+                    f"Box action space (shape {tuple(layout.shape)}), which has no uniform mixture; set uniform_mix = 0"
+                )
+    return float(epsilon)

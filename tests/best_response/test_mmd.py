@@ -224,6 +224,9 @@ def test_mmd_refuses_envs_that_are_not_two_player_and_a_second_learning_rate_sch
     with pytest.raises(ValueError, match="anneal_lr=True and mmd anneal_step_size=True"):
         attach_mmd(_mock_trainer(anneal_lr=True), MmdConfig())
     attach_mmd(_mock_trainer(anneal_lr=True), MmdConfig(anneal_step_size=False))
+    with pytest.raises(ValueError, match=r"opponent_reach = true computes each seat's own reach .* uniform_mix = 0.1"):
+        attach_mmd(_mock_trainer(uniform_mix=0.1), MmdConfig(opponent_reach=True))
+    attach_mmd(_mock_trainer(uniform_mix=0.1), MmdConfig())
 
 
 def test_run_settings_round_trip_through_config_toml(tmp_path):

@@ -6,7 +6,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "qre"))
-from qre import regularised_equilibrium  # noqa: E402
+from qre import others_reach, regularised_equilibrium  # noqa: E402
 
 from marljoint.run.registry import known_game  # noqa: E402
 
@@ -26,22 +26,6 @@ for p in range(P):
 last = [tables[p][end - 1] for p in range(P)]
 
 
-def others(profile, player):
-    t = game._terminals
-    o = t["chance"].copy()
-    for q in range(P):
-        if q != player:
-            o *= game._realisation(profile[q][None], q)[0]
-    rows, acts = t["rows"][player], t["actions"][player]
-    dec = rows >= 0
-    mass = np.zeros(game._legal[player].shape)
-    np.add.at(mass, (rows[dec], acts[dec]), o[dec])
-    prev, pa, tab = game._previous[player], game._previous_action[player], profile[player]
-    for lv in reversed(game._levels[player]):
-        np.add.at(mass, (prev[lv], pa[lv]), (tab[lv] * mass[lv]).sum(1))
-    return mass.max(1)
-
-
 print("average exploitability %.4f" % (game.nash_conv(avg) / P))
 for alpha in (0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.7):
     eq = regularised_equilibrium(game, alpha, 0.05, 3000 if alpha >= 0.2 else 6000)
@@ -49,7 +33,7 @@ for alpha in (0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.7):
     for name, prof in (("avg", avg), ("last", last)):
         dist = 0.0
         for p in range(P):
-            v = game.reach([eq[p]], p)[0] * others(eq, p)  # visitation under the equilibrium
+            v = game.reach([eq[p]], p)[0] * others_reach(game, eq, p)  # visitation under the equilibrium
             ent = np.where(
                 eq[p] > 0, eq[p] * (np.log(np.maximum(eq[p], 1e-300)) - np.log(np.maximum(prof[p], 1e-300))), 0
             ).sum(1)

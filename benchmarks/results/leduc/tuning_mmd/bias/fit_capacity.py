@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "qre"))
-from qre import regularised_equilibrium  # noqa: E402
+from qre import others_reach, regularised_equilibrium  # noqa: E402
 
 from marljoint.run.registry import known_game  # noqa: E402
 
@@ -26,29 +26,13 @@ P = game.num_players
 print("qre exploitability %.4f" % (game.nash_conv(eq) / P))
 
 
-def others_reach(profile, player):
-    terminals = game._terminals
-    others = terminals["chance"].copy()
-    for other in range(P):
-        if other != player:
-            others *= game._realisation(profile[other][None], other)[0]
-    rows, actions = terminals["rows"][player], terminals["actions"][player]
-    decided = rows >= 0
-    mass = np.zeros(game._legal[player].shape)
-    np.add.at(mass, (rows[decided], actions[decided]), others[decided])
-    previous, previous_action, table = game._previous[player], game._previous_action[player], profile[player]
-    for level in reversed(game._levels[player]):
-        np.add.at(mass, (previous[level], previous_action[level]), (table[level] * mass[level]).sum(1))
-    return mass.max(1)
-
-
 for hs in widths:
     fitted = []
     for p in range(P):
         obs = torch.as_tensor(game.infoset_observations(p), dtype=torch.float32)
         legal = torch.as_tensor(game.legal_mask(p)).bool()
         target = torch.as_tensor(eq[p], dtype=torch.float32)
-        visit = game.reach([eq[p]], p)[0] * others_reach(eq, p)
+        visit = game.reach([eq[p]], p)[0] * others_reach(game, eq, p)
         w = torch.as_tensor(
             visit / visit.sum() if mode == "visit" else np.ones(len(visit)) / len(visit), dtype=torch.float32
         )

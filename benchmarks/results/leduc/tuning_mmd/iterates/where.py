@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "qre"))
-from qre import regularised_equilibrium  # noqa: E402
+from qre import others_reach, regularised_equilibrium  # noqa: E402
 
 from marljoint.run.registry import known_game  # noqa: E402
 
@@ -33,25 +33,8 @@ def exploitability(profile):
     return game.nash_conv(profile) / players
 
 
-def others_reach(profile, player):
-    """``[S]``: the probability that chance and the other players bring the game to each of ``player``'s states."""
-    terminals = game._terminals
-    others = terminals["chance"].copy()
-    for other in range(players):
-        if other != player:
-            others *= game._realisation(profile[other][None], other)[0]
-    rows, actions = terminals["rows"][player], terminals["actions"][player]
-    decided = rows >= 0
-    mass = np.zeros(game._legal[player].shape)
-    np.add.at(mass, (rows[decided], actions[decided]), others[decided])
-    previous, previous_action, table = game._previous[player], game._previous_action[player], profile[player]
-    for level in reversed(game._levels[player]):
-        np.add.at(mass, (previous[level], previous_action[level]), (table[level] * mass[level]).sum(1))
-    return mass.max(1)
-
-
 equilibrium = regularised_equilibrium(game, alpha, 0.05, 3000)
-reached = [others_reach(average, p) for p in range(players)]
+reached = [others_reach(game, average, p) for p in range(players)]
 print(f"average {exploitability(average):.4f}, regularised equilibrium of {alpha}: {exploitability(equilibrium):.4f}")
 for threshold in (1e-3, 3e-3, 1e-2, 3e-2):
     for below in (True, False):

@@ -38,6 +38,23 @@ def conditional_values(game: OpenSpielGame, tables: list[np.ndarray], player: in
     return np.where(reached > 0, value / np.maximum(reached, 1e-300), 0.0)
 
 
+def others_reach(game: OpenSpielGame, profile: list[np.ndarray], player: int) -> np.ndarray:
+    """``[S]``: the probability that chance and the other players bring the game to each of ``player``'s states."""
+    terminals = game._terminals
+    others = terminals["chance"].copy()
+    for other in range(game.num_players):
+        if other != player:
+            others *= game._realisation(profile[other][None], other)[0]
+    rows, actions = terminals["rows"][player], terminals["actions"][player]
+    decided = rows >= 0
+    mass = np.zeros(game._legal[player].shape)
+    np.add.at(mass, (rows[decided], actions[decided]), others[decided])
+    previous, previous_action, table = game._previous[player], game._previous_action[player], profile[player]
+    for level in reversed(game._levels[player]):
+        np.add.at(mass, (previous[level], previous_action[level]), (table[level] * mass[level]).sum(1))
+    return mass.max(1)
+
+
 def regularised_equilibrium(game: OpenSpielGame, alpha: float, eta: float, iters: int) -> list[np.ndarray]:
     """Tabular MMD with a uniform magnet: ``π ← softmax((log π + η·Q) / (1 + η·α))`` for both players at once."""
     legal = [game._legal[p] for p in range(game.num_players)]

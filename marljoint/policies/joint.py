@@ -145,53 +145,6 @@ class JointPolicy(GroupStates):
             critic_obs = None if critic_state is None else critic_state.unsqueeze(1).expand(-1, obs.shape[1], -1)
             yield k, network, obs, critic_obs
 
-    def forward_sequence(
-        self,
-        group_obs: Sequence[torch.Tensor],
-        alive: torch.Tensor,
-        states: Sequence[torch.Tensor],
-        starts: torch.Tensor,
-        advance: torch.Tensor,
-        *,
-        replay: str = "cells",
-    ) -> list[PolicyOutput]:
-        """Replays sequence chunks of a recurrent policy (truncated BPTT); outputs flattened to ``L × B`` rows.
-
-        Args:
-            group_obs: per group, ``[L, B, n_g, *obs_shape]``.
-            alive: ``[L, B, N]`` bool.
-            states: per group, ``[B, n_g, S_g]``, the states before each chunk's first step.
-            starts: ``[L, B, N]`` bool, the agent's state is reset before that step.
-            advance: ``[L, B, N]`` bool, the agent's state advances through that step.
-            replay: ``"cells"`` or ``"fused"``: how the recurrent cores replay the chunks
-                (:meth:`~marljoint.policies.ActorCritic.forward_sequence`).
-
-        Returns:
-            One :class:`~marljoint.policies.PolicyOutput` per network with fields over ``L × B`` rows in
-            ``(step, chunk)`` order (as ``[L, B]`` flattened), and the states after the chunks ``[B, n_k, S]``.
-        """
-        length, batch = alive.shape[:2]
-        rows = length * batch
-        flat_obs = [o.reshape(rows, *o.shape[2:]) for o in group_obs]
-        critic_state = self.critic_state(flat_obs, alive.reshape(rows, -1))
-        outputs = []
-        for k, network in enumerate(self.networks):
-            agents = list(self.slots[k].agents)
-            obs = self.network_obs(k, flat_obs)
-            critic_obs = None
-            if critic_state is not None:
-                critic_obs = critic_state.view(length, batch, 1, -1).expand(-1, -1, obs.shape[1], -1)
-            out = network.forward_sequence(
-                obs.reshape(length, batch, *obs.shape[1:]),
-                self.network_state(k, states),
-                starts[:, :, agents],
-                advance[:, :, agents],
-                critic_obs,
-                replay=replay,
-            )
-            outputs.append(PolicyOutput(*(x.reshape(rows, *x.shape[2:]) for x in out[:3]), state=out.state))
-        return outputs
-
     def agent_columns(self, per_network: Iterable[torch.Tensor]) -> torch.Tensor:
         """Concatenates ``[B, n_k]`` network outputs into ``[B, N]`` in ``possible_agents`` order."""
         parts = list(per_network)
@@ -240,12 +193,11 @@ class JointPolicy(GroupStates):
             network.distribution(out.head, self.network_masks(k, masks))
             for k, (network, out) in enumerate(zip(self.networks, outputs))
         ]
+        if uniform_mix and not deterministic:
+            dists = [_mixed(dist, uniform_mix) for dist in dists]
         if deterministic:
             actions = [dist.mode() for dist in dists]
-            return self._grouped(dists, actions)
-        if uniform_mix:
-            dists = [_mixed(dist, uniform_mix) for dist in dists]
-        if noise is not None:
+        elif noise is not None:
             draws = check_sampling_noise(noise).draw(dists)
             # A collector's generators draw on the CPU.
             actions = [dist.sample_from_noise(x.to(self.device)) for dist, x in zip(dists, draws)]
@@ -253,12 +205,6 @@ class JointPolicy(GroupStates):
             actions = [dist.sample(generator) for dist in dists]
         else:
             raise ValueError("sampling needs a generator or a noise source; pass one, or deterministic=True")
-        return self._grouped(dists, actions)
-
-    def _grouped(
-        self, dists: Sequence[Any], actions: Sequence[torch.Tensor]
-    ) -> tuple[list[torch.Tensor], torch.Tensor]:
-        """The networks' actions as per-group tensors, and their ``[B, N]`` log-probabilities under ``dists``."""
         group_actions: list[list[torch.Tensor]] = [[] for _ in self.spec.groups]
         for slot, action in zip(self.slots, actions):
             group_actions[slot.group].append(action)

@@ -1,5 +1,6 @@
 """The recurrent-state bookkeeping of a :class:`~marljoint.policies.JointPolicy`: per agent group, the states
-``[B, n_g, S_g]`` its networks carry between steps, and how they start, reset and advance."""
+``[B, n_g, S_g]`` its networks carry between steps, how they start, reset and advance, and the replay of a
+rollout's sequence chunks through them."""
 
 from __future__ import annotations
 
@@ -15,8 +16,9 @@ __all__ = ["GroupStates"]
 
 
 class GroupStates:
-    """The per-group recurrent states of a joint policy (mixed into :class:`~marljoint.policies.JointPolicy`,
-    whose ``spec``, ``networks``, ``slots``, ``device`` and ``network_obs`` it reads)."""
+    """The per-group recurrent states of a joint policy and the replay of its sequence chunks (mixed into
+    :class:`~marljoint.policies.JointPolicy`, whose ``spec``, ``networks``, ``slots``, ``device``, ``network_obs``
+    and ``critic_state`` it reads)."""
 
     spec: JointSpec
     networks: list[ActorCritic]
@@ -26,6 +28,8 @@ class GroupStates:
     if TYPE_CHECKING:
 
         def network_obs(self, k: int, group_obs: Sequence[torch.Tensor]) -> torch.Tensor: ...
+
+        def critic_state(self, group_obs: Sequence[torch.Tensor], alive: torch.Tensor) -> torch.Tensor | None: ...
 
     @property
     def recurrent(self) -> bool:
@@ -93,3 +97,50 @@ class GroupStates:
             torch.where(advance[:, list(g.agent_indices)].unsqueeze(-1), new, old)
             for g, new, old in zip(self.spec.groups, stepped, states)
         )
+
+    def forward_sequence(
+        self,
+        group_obs: Sequence[torch.Tensor],
+        alive: torch.Tensor,
+        states: Sequence[torch.Tensor],
+        starts: torch.Tensor,
+        advance: torch.Tensor,
+        *,
+        replay: str = "cells",
+    ) -> list[PolicyOutput]:
+        """Replays sequence chunks of a recurrent policy (truncated BPTT); outputs flattened to ``L × B`` rows.
+
+        Args:
+            group_obs: per group, ``[L, B, n_g, *obs_shape]``.
+            alive: ``[L, B, N]`` bool.
+            states: per group, ``[B, n_g, S_g]``, the states before each chunk's first step.
+            starts: ``[L, B, N]`` bool, the agent's state is reset before that step.
+            advance: ``[L, B, N]`` bool, the agent's state advances through that step.
+            replay: ``"cells"`` or ``"fused"``: how the recurrent cores replay the chunks
+                (:meth:`~marljoint.policies.ActorCritic.forward_sequence`).
+
+        Returns:
+            One :class:`~marljoint.policies.PolicyOutput` per network with fields over ``L × B`` rows in
+            ``(step, chunk)`` order (as ``[L, B]`` flattened), and the states after the chunks ``[B, n_k, S]``.
+        """
+        length, batch = alive.shape[:2]
+        rows = length * batch
+        flat_obs = [o.reshape(rows, *o.shape[2:]) for o in group_obs]
+        critic_state = self.critic_state(flat_obs, alive.reshape(rows, -1))
+        outputs = []
+        for k, network in enumerate(self.networks):
+            agents = list(self.slots[k].agents)
+            obs = self.network_obs(k, flat_obs)
+            critic_obs = None
+            if critic_state is not None:
+                critic_obs = critic_state.view(length, batch, 1, -1).expand(-1, -1, obs.shape[1], -1)
+            out = network.forward_sequence(
+                obs.reshape(length, batch, *obs.shape[1:]),
+                self.network_state(k, states),
+                starts[:, :, agents],
+                advance[:, :, agents],
+                critic_obs,
+                replay=replay,
+            )
+            outputs.append(PolicyOutput(*(x.reshape(rows, *x.shape[2:]) for x in out[:3]), state=out.state))
+        return outputs

@@ -197,3 +197,20 @@ def test_a_uniform_mix_for_box_actions_is_refused_naming_the_agent() -> None:
     env_fn = lambda: simple_spread_v3.parallel_env(max_cycles=5, continuous_actions=True)  # noqa: E731
     with pytest.raises(ValueError, match=r"agent 'agent_0' has a Box action space .*set uniform_mix = 0"):
         _trainer(env_fn, 0.1)
+
+
+def test_a_recurrent_policy_collects_from_the_mixture_and_trains_on_its_own_rows() -> None:
+    def rollout(epsilon: float):
+        trainer = _trainer(kuhn_poker_v0.env, epsilon, recurrent="gru", rnn_hidden_size=8, hidden_sizes=(8,))
+        return trainer, trainer.collect_rollout()
+
+    mixed_trainer, mixed = rollout(0.4)
+    _, plain = rollout(0.0)
+    assert mixed_trainer.learner.decoupled
+    moved = mixed.acting & mixed.alive
+    # The same seed and noise: where both played the same action, the stored log-probs are the mixture's, not π's.
+    same = moved & (mixed.actions[0] == plain.actions[0])
+    assert same.any() and not torch.allclose(mixed.log_probs[same], plain.log_probs[same])
+    stats = mixed_trainer.update(mixed)
+    assert all(torch.isfinite(p).all() for p in mixed_trainer.joint_policy.networks[0].parameters())
+    assert stats is not None

@@ -9,7 +9,17 @@ import stat
 import pytest
 
 from marljoint import trust
-from marljoint.trust import HOME_VARIABLE, SnapshotTrustError, is_signed, key_path, resign, sign, user_key, verify
+from marljoint.trust import (
+    HOME_VARIABLE,
+    SnapshotTrustError,
+    TrustKeyError,
+    is_signed,
+    key_path,
+    resign,
+    sign,
+    user_key,
+    verify,
+)
 
 
 def test_the_session_key_lives_in_the_test_directory_never_the_users_own(snapshot_key_home):
@@ -68,12 +78,98 @@ def test_resign_vouches_for_foreign_or_unsigned_bytes():
     assert verify(resign(sign(b"mine")), key=user_key()) == b"mine"
 
 
-def test_a_damaged_key_file_is_refused_naming_it(monkeypatch, tmp_path):
+def _key_home(monkeypatch, tmp_path):
+    """A fresh key directory, with no key cached in this process."""
     monkeypatch.setenv(HOME_VARIABLE, str(tmp_path))
     monkeypatch.setattr(trust, "_keys", {})
-    (tmp_path / "snapshot.key").write_bytes(b"short")
-    with pytest.raises(SnapshotTrustError, match=r"snapshot key .*snapshot.key holds 5 bytes, not 32: it is damaged"):
+    monkeypatch.setattr(trust, "_adopted", None)
+    return tmp_path / "snapshot.key"
+
+
+def _private_file(path, data):
+    path.write_bytes(data)
+    path.chmod(0o600)
+
+
+@pytest.mark.parametrize(("data", "size"), [(b"short", 5), (b"", 0), (b"k" * 33, 33)])
+def test_a_key_file_of_the_wrong_size_is_refused_naming_it(monkeypatch, tmp_path, data, size):
+    path = _key_home(monkeypatch, tmp_path)
+    _private_file(path, data)
+    with pytest.raises(TrustKeyError, match=rf"key file .*snapshot.key holds {size} bytes, not 32: .*delete it"):
         user_key()
+
+
+def test_a_directory_in_place_of_the_key_is_refused(monkeypatch, tmp_path):
+    _key_home(monkeypatch, tmp_path).mkdir()
+    with pytest.raises(TrustKeyError, match=r"key file .*snapshot.key is a directory; delete it \(a new key is made"):
+        user_key()
+
+
+@pytest.mark.skipif(os.name == "nt", reason="symbolic links need privileges on Windows")
+def test_a_key_that_is_a_symbolic_link_is_refused_even_to_a_good_key(monkeypatch, tmp_path):
+    path = _key_home(monkeypatch, tmp_path / "home")
+    path.parent.mkdir()
+    _private_file(tmp_path / "elsewhere.key", b"k" * 32)
+    path.symlink_to(tmp_path / "elsewhere.key")
+    with pytest.raises(TrustKeyError, match=r"snapshot.key is a symbolic link \(to .*elsewhere.key\): .*chmod 600"):
+        user_key()
+
+
+@pytest.mark.skipif(os.name == "nt", reason="symbolic links need privileges on Windows")
+def test_a_dangling_link_in_place_of_the_key_is_refused_not_followed(monkeypatch, tmp_path):
+    path = _key_home(monkeypatch, tmp_path / "home")
+    path.parent.mkdir()
+    path.symlink_to(tmp_path / "gone.key")
+    with pytest.raises(TrustKeyError, match=r"symbolic link \(to .*gone.key, which does not exist\)"):
+        user_key()
+    assert not (tmp_path / "gone.key").exists()  # no key was written through the link
+
+
+@pytest.mark.skipif(os.name == "nt", reason="Windows has no POSIX mode bits: the check is skipped there")
+@pytest.mark.parametrize("mode", [0o666, 0o620, 0o602, 0o640, 0o604])
+def test_a_key_open_to_other_users_is_refused_with_chmod_600(monkeypatch, tmp_path, mode):
+    path = _key_home(monkeypatch, tmp_path)
+    _private_file(path, b"k" * 32)
+    path.chmod(mode)
+    with pytest.raises(TrustKeyError, match=rf"snapshot.key has mode {mode:04o}, open to other users: .*chmod 600 "):
+        user_key()
+    path.chmod(0o600)
+    assert user_key() == b"k" * 32
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0, reason="giving a file away needs root")
+def test_a_key_owned_by_another_user_is_refused(monkeypatch, tmp_path):
+    path = _key_home(monkeypatch, tmp_path)
+    _private_file(path, b"k" * 32)
+    os.chown(path, 4242, -1)
+    with pytest.raises(TrustKeyError, match=r"snapshot.key is owned by user id 4242, not by you \(0\).*delete it"):
+        user_key()
+
+
+def test_a_key_refused_when_a_snapshot_is_saved_is_reported_as_the_key_not_as_the_env(monkeypatch, tmp_path):
+    from marljoint import PettingZooJointEnv
+    from marljoint_envs import counter_v0
+
+    env = PettingZooJointEnv(counter_v0.parallel_env, num_envs=1, seed=0)
+    env.reset(seed=0)
+    _private_file(_key_home(monkeypatch, tmp_path), b"short")
+    with pytest.raises(TrustKeyError, match="holds 5 bytes"):
+        env.get_state()
+    env.close()
+
+
+def test_a_key_refused_in_an_env_worker_process_is_reported_as_the_key(monkeypatch, tmp_path):
+    from marljoint.env import SubprocessJointEnv
+    from marljoint_envs import counter_v0
+
+    _private_file(_key_home(monkeypatch, tmp_path), b"short")  # set before the workers start: they read it
+    env = SubprocessJointEnv(counter_v0.parallel_env, num_envs=2, num_workers=2, seed=0)
+    try:
+        env.reset(seed=0)
+        with pytest.raises(TrustKeyError, match="snapshot.key holds 5 bytes"):
+            env.get_state()
+    finally:
+        env.close()
 
 
 def test_without_hard_links_the_key_is_created_exclusively(monkeypatch, tmp_path):

@@ -37,6 +37,7 @@ from marljoint.env.validation import (
     check_pettingzoo_env,
     resolve_factory,
 )
+from marljoint.trust import TrustKeyError
 
 __all__ = ["EPISODE_LIMIT_NAMES", "PettingZooJointEnv", "episode_limit"]
 
@@ -257,6 +258,8 @@ class PettingZooJointEnv:
         }
         try:
             return dump_snapshot(state)
+        except TrustKeyError:
+            raise  # the user's key file, not the env: reported as itself
         except Exception as exc:  # pickling raises TypeError, PicklingError, AttributeError, ...
             raise TypeError(f"{self!r} cannot be pickled ({type(exc).__name__}: {exc})") from exc
 

@@ -17,7 +17,7 @@ from marljoint.env.base import EnvCopyError, JointObs, JointStep, split_copies
 from marljoint.env.pettingzoo import PettingZooJointEnv
 from marljoint.env.spaces import JointSpec
 from marljoint.threads import limit_threads
-from marljoint.trust import SnapshotTrustError, sign, verify
+from marljoint.trust import SnapshotTrustError, TrustKeyError, sign, verify
 
 __all__ = [
     "EnvWorker",
@@ -324,6 +324,7 @@ class SubprocessJointEnv:
                 "TypeError": TypeError,
                 "RuntimeError": RuntimeError,
                 "SnapshotTrustError": SnapshotTrustError,
+                "TrustKeyError": TrustKeyError,
             }.get(name)
             if exc_type is None:
                 raise RuntimeError(f"env worker {w} failed with {name}: {message}\n{trace}")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+from pathlib import Path
 from typing import Any
 
 USAGE_ERROR = 2
@@ -16,6 +17,7 @@ __all__ = [
     "json_object",
     "non_negative_float",
     "non_negative_int",
+    "out_path",
     "positive_float",
     "positive_int",
     "seed",
@@ -87,9 +89,13 @@ def positive_float(text: str) -> float:
 
 
 def json_object(text: str) -> dict[str, Any]:
-    """A JSON object (keyword arguments)."""
+    """A JSON object (keyword arguments), nested at most :data:`~marljoint.run._toml.MAX_NESTING` levels deep."""
+    from marljoint.run import _toml
+
     try:
-        value = json.loads(text)
+        value = _toml.loads_json(text, "the JSON object")
+    except _toml.NestingTooDeep as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
     except json.JSONDecodeError as exc:
         raise argparse.ArgumentTypeError(f"not valid JSON ({exc.msg} at column {exc.colno}): {text!r}") from None
     if not isinstance(value, dict):
@@ -107,7 +113,9 @@ def setting(text: str) -> tuple[str, Any]:
     if not sep or not key or not raw:
         raise argparse.ArgumentTypeError(f"expected KEY=VALUE such as learning_rate=3e-4, got {text!r}")
     try:
-        value = _toml.loads(f"value = {raw}")["value"]
+        value = _toml.loads(f"value = {raw}", f"the value of {key}")["value"]
+    except _toml.NestingTooDeep as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
     except ValueError:
         value = raw
     return key, value
@@ -132,10 +140,23 @@ def wrapper(text: str) -> str | dict[str, Any]:
         if not sep or not key.strip() or not raw.strip():
             raise argparse.ArgumentTypeError(f"expected KEY=VALUE in {text!r}, got {item!r}")
         try:
-            kwargs[key.strip()] = _toml.loads(f"value = {raw.strip()}")["value"]
+            kwargs[key.strip()] = _toml.loads(f"value = {raw.strip()}", f"the value of {key.strip()}")["value"]
+        except _toml.NestingTooDeep as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
         except ValueError:
             kwargs[key.strip()] = raw.strip()
     return kwargs
+
+
+def out_path(text: str) -> Path:
+    """A path to write (``--out``). An empty or blank one is refused: it would be the current directory, where
+    ``--force`` would replace whatever run files it holds."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(
+            f"an empty or blank path ({text!r}) would be the current directory; give the directory to write, "
+            "e.g. --out runs/spread (or --out . to mean the current directory)"
+        )
+    return Path(text)
 
 
 def workers_or_auto(text: str) -> int | str:

@@ -28,10 +28,11 @@ from typing import Any
 
 from marljoint.best_response.games import KnownGame
 from marljoint.best_response.meta_solvers import META_SOLVERS
-from marljoint.cli.args import USAGE_ERROR, non_negative_int, positive_float, positive_int, seed
+from marljoint.cli.args import USAGE_ERROR, non_negative_int, out_path, positive_float, positive_int, seed
 from marljoint.env.openspiel import OPENSPIEL_PREFIX
 from marljoint.policies.recurrent import RECURRENT_KINDS
 from marljoint.ppo.config import JointTrainerConfig
+from marljoint.run import _toml
 from marljoint.run.exploitability import OPENSPIEL_POLICY
 from marljoint.run.lock import RunLock
 from marljoint.run.migrations import read_nfsp_checkpoint, read_psro_checkpoint
@@ -137,7 +138,7 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
         f"{', '.join(BUNDLED_ENVS)}), a PettingZoo module path such as mpe2.simple_push_v3, or package.module:factory",
     )
     parser.add_argument("--env-kwargs", default="{}", help='env keyword arguments as JSON, e.g. \'{"game": "rps"}\'')
-    parser.add_argument("--out", required=True, help="output directory")
+    parser.add_argument("--out", required=True, type=out_path, help="output directory")
     parser.add_argument("--seed", type=seed, default=0, help="seed of everything (default 0)")
     parser.add_argument("--seconds", type=positive_float, help="wall-time budget, checked between iterations")
     parser.add_argument("--num-envs", type=positive_int, help="env copies of the PPO trainer")
@@ -191,7 +192,9 @@ def _fail(command: str, message: str) -> CommandError:
 def _resolve(command: str, args: argparse.Namespace) -> tuple[Callable[[], Any], KnownGame | None, Preset, Path]:
     """Parses the options every command shares; raises the one-line error on bad input."""
     try:
-        env_kwargs = json.loads(args.env_kwargs)
+        env_kwargs = _toml.loads_json(args.env_kwargs, "--env-kwargs")
+    except _toml.NestingTooDeep as exc:
+        raise _fail(command, str(exc)) from None
     except json.JSONDecodeError as exc:
         raise _fail(command, f"--env-kwargs is not valid JSON ({exc.msg}): {args.env_kwargs!r}") from None
     if not isinstance(env_kwargs, dict):
@@ -216,7 +219,27 @@ def _resolve(command: str, args: argparse.Namespace) -> tuple[Callable[[], Any],
             f"{str(out)!r} already holds a {command} run; pass --resume to continue it, --force to overwrite it, or "
             "choose another --out",
         )
+    _check_out(command, out, args)
     return factory, game, recipe_for(args.env), out
+
+
+def _check_out(command: str, out: Path, args: argparse.Namespace) -> None:
+    """Refuses a symbolic link where the run writes (:func:`~marljoint.run.rundir.refuse_links`) and a ``--force``
+    on a directory whose metrics.csv belongs to no run of ``command`` (no ``COMMAND.pt`` beside it)."""
+    from marljoint.run.errors import RunError
+    from marljoint.run.rundir import refuse_links
+
+    if out.is_dir():
+        try:
+            refuse_links(out)
+        except RunError as exc:
+            raise _fail(command, str(exc)) from None
+    if args.force and not args.resume and (out / "metrics.csv").exists() and not (out / f"{command}.pt").exists():
+        raise _fail(
+            command,
+            f"--force: {str(out)!r} holds metrics.csv but no {command}.pt, so no {command} run; --force replaces "
+            "only a run of the same command: move metrics.csv away or choose another --out",
+        )
 
 
 def _known_game(command: str, args: argparse.Namespace, env_kwargs: dict[str, Any]) -> KnownGame | None:

@@ -12,6 +12,8 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from marljoint.run import _toml
+
 __all__ = ["DEDICATED_OPTIONS", "command_line_settings", "config_overrides"]
 
 DEDICATED_OPTIONS = {
@@ -102,8 +104,8 @@ def same_value(key: str, first: Any, second: Any) -> bool:
 def _table(value: Any) -> Any:
     if isinstance(value, str):
         try:
-            return json.loads(value)
-        except json.JSONDecodeError:
+            return _toml.loads_json(value, "env_kwargs")
+        except ValueError:  # not JSON, or nested too deep: the spec's validation says which
             return value
     return value
 

@@ -14,6 +14,7 @@ from typing import Any
 
 from marljoint.ppo.config import JointTrainerConfig
 from marljoint.run import _toml, migrations
+from marljoint.run.config_trust import check_config_code, config_signed, sign_config
 from marljoint.run.defaults import DEFAULT_ENV, DEFAULT_ENV_KWARGS, DEFAULT_TOTAL_STEPS, DEFAULT_TRAINER, RUN_DEFAULTS
 from marljoint.run.errors import RunError
 from marljoint.run.offpolicy import check_algorithm, with_algorithm_defaults
@@ -28,6 +29,7 @@ __all__ = [
     "iterations_for",
     "load_run_spec",
     "parse_env_kwargs",
+    "read_config",
     "read_config_file",
     "resume_spec",
     "write_config",
@@ -229,11 +231,13 @@ def parse_env_kwargs(value: Any) -> dict[str, Any]:
     """Env keyword arguments from a mapping or a JSON object string.
 
     Raises:
-        RunError: for invalid JSON or JSON that is not an object.
+        RunError: for invalid JSON, JSON nested deeper than 64 levels, or JSON that is not an object.
     """
     if isinstance(value, str):
         try:
-            value = json.loads(value)
+            value = _toml.loads_json(value, "env_kwargs")
+        except _toml.NestingTooDeep as exc:
+            raise RunError(str(exc)) from None
         except json.JSONDecodeError as exc:
             raise RunError(
                 f'env kwargs are not valid JSON ({exc}): {value!r}; e.g. \'{{"scenario": "easy"}}\''
@@ -252,7 +256,7 @@ def read_config_file(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Reads a TOML config file (run and trainer fields at the top level).
 
     Raises:
-        RunError: if the file is missing, not UTF-8 text or not valid TOML.
+        RunError: if the file is missing, not UTF-8 text, not valid TOML or nested deeper than 64 levels.
     """
     path = Path(path)
     try:
@@ -265,7 +269,9 @@ def read_config_file(path: str | os.PathLike[str]) -> dict[str, Any]:
     except OSError as exc:
         raise RunError(f"cannot read config file {path}: {exc.strerror or exc}") from None
     try:
-        return _toml.loads(text)
+        return _toml.loads(text, f"config file {path}")
+    except _toml.NestingTooDeep as exc:
+        raise RunError(str(exc)) from None
     except ValueError as exc:  # tomllib.TOMLDecodeError is a ValueError
         raise RunError(f"config file {path} is not valid TOML: {exc}") from None
 
@@ -295,22 +301,64 @@ def write_config(spec: RunSpec, path: str | os.PathLike[str], derived: Mapping[s
     text = _toml.dumps({"__header__": None, **values}, comments={"__header__": header, **comments}).replace(
         "# __header__ is not set (None)\n", ""
     )
+    text = sign_config(text)  # a first line that says this user wrote it (marljoint.run.config_trust)
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(text)
     os.replace(tmp, path)
 
 
-def load_run_spec(run_dir: str | os.PathLike[str]) -> RunSpec:
+def read_config(
+    path: str | os.PathLike[str], trust_run: bool = False, typed_env: bool | None = None
+) -> dict[str, Any]:
+    """Reads a config file (:func:`read_config_file`) and refuses it, before anything it names is imported, when it
+    names a function to call but is not signed with this user's key (:mod:`marljoint.run.config_trust`).
+
+    Args:
+        path: a run's ``config.toml`` or a ``--config`` file.
+        trust_run: the user vouches for the file (``--trust-run``): it may name any env.
+        typed_env: for a ``--config`` file, whether ``--env`` was given on the command line (the file's env is then
+            not used); ``None`` for a run directory's ``config.toml``.
+
+    Raises:
+        RunError: if the file is missing or not a TOML config.
+        UntrustedConfigError: for a ``package.module:function`` env in a file that is not signed with this user's
+            key, without ``trust_run``.
+        marljoint.trust.TrustKeyError: if the user's key file cannot be trusted.
+    """
+    values = read_config_file(path)  # a file that is not a config is refused first, whoever wrote it
+    if trust_run:
+        return values
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):  # gone or changed since: checked as unsigned
+        text = ""
+    signed = config_signed(text)
+    if signed:
+        values = _toml.loads(text)  # the settings of the very text whose signature was checked
+    check_config_code(values, path, signed, trust_run, typed_env)
+    return values
+
+
+def load_run_spec(run_dir: str | os.PathLike[str], trust_run: bool = False) -> RunSpec:
     """The :class:`RunSpec` saved in a run directory's ``config.toml``.
+
+    Args:
+        run_dir: the run directory.
+        trust_run: read a ``config.toml`` that is not signed with this user's key (a run received from someone
+            else, or written before runs were signed) even if it names a function as its env
+            (:mod:`marljoint.run.config_trust`).
 
     Raises:
         RunError: if the directory holds no run or the file is invalid.
+        UntrustedConfigError: a ``config.toml`` that is not signed with this user's key names a function as its env
+            (without ``trust_run``); nothing was imported.
     """
     path = Path(run_dir) / CONFIG_FILE
     if not path.is_file():
         raise RunError(f"{run_dir} is not a marljoint run directory (no {CONFIG_FILE})")
-    return RunSpec.from_dict(migrations.migrate_saved_config(read_config_file(path)), base=RunSpec(env_kwargs={}))
+    values = read_config(path, trust_run)
+    return RunSpec.from_dict(migrations.migrate_saved_config(values), base=RunSpec(env_kwargs={}))
 
 
 RESUMABLE_CHANGES = (
@@ -329,7 +377,9 @@ MACHINE_SETTINGS = ("torch_threads", "acting_device", "recurrent_replay")
 with the same threads, devices and replay, and gives the same bits."""
 
 
-def resume_spec(run_dir: str | os.PathLike[str], overrides: Mapping[str, Any] | None = None) -> RunSpec:
+def resume_spec(
+    run_dir: str | os.PathLike[str], overrides: Mapping[str, Any] | None = None, trust_run: bool = False
+) -> RunSpec:
     """The saved :class:`RunSpec` of a run, with the changes a resume may make.
 
     Args:
@@ -340,11 +390,14 @@ def resume_spec(run_dir: str | os.PathLike[str], overrides: Mapping[str, Any] | 
             training stays the same, its bits may not) may change, every other one must equal the saved value. A
             new ``device`` chooses the acting device and the recurrent replay again (``"auto"``) unless they are
             given too.
+        trust_run: resume a run whose ``config.toml`` is not signed with this user's key (see
+            :func:`load_run_spec`); the resumed run signs it anew with the user's key.
 
     Raises:
         RunError: if the directory holds no run, or an override contradicts the saved config.
+        UntrustedConfigError: see :func:`load_run_spec`.
     """
-    saved = load_run_spec(run_dir)
+    saved = load_run_spec(run_dir, trust_run)
     overrides = dict(overrides or {})
     current = saved.to_dict()
     for key, value in overrides.items():

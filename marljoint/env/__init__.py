@@ -1,6 +1,6 @@
 """Environments as JointEnvs: the protocol, the PettingZoo adapter, space layouts and the conformance check."""
 
-from marljoint.env.base import EnvCopyError, JointEnv, JointObs, JointStep, split_copies
+from marljoint.env.base import EnvCopyError, JointEnv, JointObs, JointStep, NonFiniteEnvError, split_copies
 from marljoint.env.check import (
     BlankImageWarning,
     JointEnvCheckError,
@@ -12,7 +12,7 @@ from marljoint.env.check import (
 from marljoint.env.openspiel import OPENSPIEL_PREFIX, openspiel_env
 from marljoint.env.pettingzoo import PettingZooJointEnv, episode_limit
 from marljoint.env.spaces import ActionLayout, GroupSpec, JointSpec, ObservationLayout
-from marljoint.env.subprocess import EnvWorker, SubprocessJointEnv, make_joint_env
+from marljoint.env.subprocess import EnvWorker, EnvWorkerDied, SubprocessJointEnv, make_joint_env
 
 __all__ = [
     "OPENSPIEL_PREFIX",
@@ -21,12 +21,14 @@ __all__ = [
     "BlankImageWarning",
     "EnvCopyError",
     "EnvWorker",
+    "EnvWorkerDied",
     "GroupSpec",
     "JointEnv",
     "JointEnvCheckError",
     "JointObs",
     "JointSpec",
     "JointStep",
+    "NonFiniteEnvError",
     "ObservationLayout",
     "PettingZooJointEnv",
     "SubprocessJointEnv",

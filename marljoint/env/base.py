@@ -31,7 +31,16 @@ import numpy as np
 
 from marljoint.env.spaces import JointSpec
 
-__all__ = ["EnvCopyError", "JointEnv", "JointObs", "JointStep", "join_obs", "join_steps", "split_copies"]
+__all__ = [
+    "EnvCopyError",
+    "JointEnv",
+    "JointObs",
+    "JointStep",
+    "NonFiniteEnvError",
+    "join_obs",
+    "join_steps",
+    "split_copies",
+]
 
 
 class EnvCopyError(RuntimeError):
@@ -65,6 +74,11 @@ class EnvCopyError(RuntimeError):
     def __str__(self) -> str:
         where = f"at step {self.step} of its episode" if self.call == "step" else "when starting an episode"
         return f"env copy {self.copy} raised {self.error_type}: {self.error_message} (in {self.call}(), {where})"
+
+
+class NonFiniteEnvError(ValueError):
+    """The env returned a non-finite reward or observation (NaN or inf); the message names the agent, the env copy,
+    the value and the fix. Raised where the step is checked, in this process or (re-raised here) in a worker."""
 
 
 class JointObs(NamedTuple):

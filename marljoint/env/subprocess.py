@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import functools
 import multiprocessing as mp
+import os
 import pickle
+import signal
 import threading
 import traceback
 from collections.abc import Callable, Sequence
@@ -13,7 +15,8 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from marljoint.env.base import EnvCopyError, JointObs, JointStep, split_copies
+from marljoint.env.base import EnvCopyError, JointObs, JointStep, NonFiniteEnvError, split_copies
+from marljoint.env.lifetime import bind_to_owner, ignore_stop_signals
 from marljoint.env.pettingzoo import PettingZooJointEnv
 from marljoint.env.spaces import JointSpec
 from marljoint.threads import limit_threads
@@ -21,6 +24,7 @@ from marljoint.trust import SnapshotTrustError, TrustKeyError, sign, verify
 
 __all__ = [
     "EnvWorker",
+    "EnvWorkerDied",
     "SubprocessJointEnv",
     "action_arrays",
     "make_joint_env",
@@ -92,6 +96,49 @@ class EnvWorker:
         self.stop = stop
         self.total = total
         self.state: JointObs | None = None
+
+
+class EnvWorkerDied(RuntimeError):
+    """An env worker process ended without being asked to (killed by a signal, by the out-of-memory killer, or
+    by a crash of the interpreter): the env copies it held are lost, so the env is closed.
+
+    Attributes:
+        worker: the worker's index in :attr:`SubprocessJointEnv.slices`.
+        pid: its process id.
+        copies: ``(start, stop)``, the global indices of the copies it held.
+        exitcode: its exit status, ``-N`` when signal N killed it (as :attr:`multiprocessing.Process.exitcode`);
+            ``None`` when unknown.
+
+    Example:
+        >>> str(EnvWorkerDied(1, 4242, (2, 4), -9))
+        'env worker 1 (pid 4242, env copies 2..3) was killed by SIGKILL; its env copies are lost and the env is closed'
+    """
+
+    def __init__(self, worker: int, pid: int | None, copies: tuple[int, int], exitcode: int | None) -> None:
+        super().__init__(worker, pid, copies, exitcode)  # every field, so that the error pickles intact
+        self.worker, self.pid, self.copies, self.exitcode = worker, pid, tuple(copies), exitcode
+
+    @property
+    def who(self) -> str:
+        """``env worker 1 (pid 4242, env copies 2..3)`` (``env copy 2`` for one copy)."""
+        a, b = self.copies
+        held = f"env copy {a}" if b - a == 1 else f"env copies {a}..{b - 1}"
+        return f"env worker {self.worker} (pid {self.pid}, {held})"
+
+    @property
+    def how(self) -> str:
+        """``was killed by SIGKILL``, ``exited with status 3``, or ``died`` when the status is unknown."""
+        if self.exitcode is None:
+            return "died"
+        if self.exitcode < 0:
+            try:
+                return f"was killed by {signal.Signals(-self.exitcode).name}"
+            except ValueError:
+                return f"was killed by signal {-self.exitcode}"
+        return f"exited with status {self.exitcode}"
+
+    def __str__(self) -> str:
+        return f"{self.who} {self.how}; its env copies are lost and the env is closed"
 
 
 class _Server:
@@ -180,7 +227,10 @@ def _worker(
     total: int,
     shm_name: str,
     layout: dict[str, tuple[tuple[int, ...], str]],
+    owner: tuple[int, bool, bool],
 ) -> None:
+    bind_to_owner(*owner)  # first: a worker never outlives the process it steps copies for
+    ignore_stop_signals()
     shared = None
     limit_threads(1)  # a worker steps its copies on one core (marljoint.threads)
     try:
@@ -238,6 +288,9 @@ class SubprocessJointEnv:
         ValueError: for a non-positive ``num_workers``; errors raised inside a worker are re-raised with their
             original type and message, after which every worker has stopped (the env is closed).
         EnvCopyError: an env copy raised in a worker (with the worker's traceback as text).
+        EnvWorkerDied: from any call, when a worker process ended unasked (killed by a signal, say); the env is
+            closed. The workers themselves end with this process, however it ends (:mod:`marljoint.env.lifetime`),
+            and ignore SIGINT and SIGTERM: :meth:`close` stops them.
     """
 
     def __init__(
@@ -277,11 +330,15 @@ class SubprocessJointEnv:
         self._procs = []
         self._closed = False
         self._exchange = threading.RLock()
+        # The kernel kills a worker when the thread that started it ends: only right for the main thread (and for
+        # the fork server, which lives as long as this process); elsewhere the workers' watchdog alone ends them.
+        kernel = start_method == "forkserver" or threading.current_thread() is threading.main_thread()
+        owner = (os.getpid(), start_method != "forkserver", kernel)
         for w in range(self.num_workers):
             parent, child = ctx.Pipe()
             proc = ctx.Process(
                 target=_worker,
-                args=(child, w, env_fn, *self.slices[w], self.num_envs, self._shared.shm.name, self._layout),
+                args=(child, w, env_fn, *self.slices[w], self.num_envs, self._shared.shm.name, self._layout, owner),
                 daemon=True,
             )
             proc.start()
@@ -301,14 +358,32 @@ class SubprocessJointEnv:
         """The raw PettingZoo action space of each agent."""
         return self._action_spaces
 
+    def _send(self, messages: Sequence[tuple[str, Any]]) -> None:
+        """Sends worker w ``messages[w]``; a worker that is gone closes the env (:class:`EnvWorkerDied`)."""
+        for w, (conn, message) in enumerate(zip(self._conns, messages)):
+            try:
+                conn.send(message)
+            except (BrokenPipeError, ConnectionResetError):
+                raise self._died(w) from None
+
+    def _send_all(self, command: str, payload: Any) -> None:
+        self._send([(command, payload)] * len(self._conns))
+
+    def _died(self, w: int) -> EnvWorkerDied:
+        """Closes the env after worker w ended unasked, and the error naming it."""
+        proc = self._procs[w]
+        proc.join(timeout=1.0)  # its exit status, when it has one
+        self.close()
+        return EnvWorkerDied(w, proc.pid, self.slices[w], proc.exitcode)
+
     def _gather(self) -> list[Any]:
         results = []
         error = None
         for w, conn in enumerate(self._conns):
             try:
                 status, payload = conn.recv()
-            except EOFError:
-                status, payload = "error", ("RuntimeError", f"env worker {w} exited unexpectedly", "", None)
+            except (EOFError, ConnectionResetError):
+                raise self._died(w) from None
             if status == "error" and error is None:
                 error = (w, payload)
             results.append(payload)
@@ -325,6 +400,7 @@ class SubprocessJointEnv:
                 "RuntimeError": RuntimeError,
                 "SnapshotTrustError": SnapshotTrustError,
                 "TrustKeyError": TrustKeyError,
+                "NonFiniteEnvError": NonFiniteEnvError,
             }.get(name)
             if exc_type is None:
                 raise RuntimeError(f"env worker {w} failed with {name}: {message}\n{trace}")
@@ -341,8 +417,7 @@ class SubprocessJointEnv:
         """Resets every copy (copy e with ``seed + e``, as :meth:`PettingZooJointEnv.reset`)."""
         if seed is None:
             seed, self._seed = self._seed, None
-        for conn in self._conns:
-            conn.send(("reset", seed))
+        self._send_all("reset", seed)
         self._gather()
         self._reset_done = True
         return self._current()
@@ -354,8 +429,7 @@ class SubprocessJointEnv:
             raise RuntimeError("step() was called before reset(); call env.reset(seed=...) first")
         for buf, arr in zip(self._actions, action_arrays(self.spec, self.num_envs, actions)):
             buf[...] = arr
-        for conn in self._conns:
-            conn.send(("step", None))
+        self._send_all("step", None)
         results = self._gather()
         N = self.spec.num_agents
         returns = [r[0] for r in results if len(r[1])]
@@ -395,8 +469,7 @@ class SubprocessJointEnv:
             ValueError: raised by ``function`` in a worker (as are TypeError and RuntimeError: each is re-raised
                 with its original type and message; any other type as a RuntimeError with the worker's traceback).
         """
-        for conn in self._conns:
-            conn.send(("call", (function, args)))
+        self._send_all("call", (function, args))
         replies = self._gather()
         if all(started for _, started in replies):
             self._reset_done = True
@@ -428,8 +501,7 @@ class SubprocessJointEnv:
                 f"reslice needs {self.num_workers} contiguous non-empty [start, stop) slices covering the "
                 f"{self.num_envs} copies in order, got {slices}"
             )
-        for conn, piece in zip(self._conns, slices):
-            conn.send(("reslice", piece))
+        self._send([("reslice", piece) for piece in slices])
         self._gather()
         self.slices = slices
         self._reset_done = False
@@ -441,8 +513,7 @@ class SubprocessJointEnv:
         Raises:
             TypeError: if an env copy cannot be pickled.
         """
-        for conn in self._conns:
-            conn.send(("get_state", None))
+        self._send_all("get_state", None)
         return self.snapshot(self._gather())
 
     @_exclusive
@@ -455,9 +526,9 @@ class SubprocessJointEnv:
         Raises:
             ValueError: if the snapshot is unreadable or was taken with another split of the copies.
         """
-        for conn, entry in zip(self._conns, self.worker_states(state)):
-            # A collector's snapshot pairs each worker's copies with what it keeps beside them.
-            conn.send(("set_state", entry[0] if isinstance(entry, tuple) else entry))
+        # A collector's snapshot pairs each worker's copies with what it keeps beside them.
+        entries = self.worker_states(state)
+        self._send([("set_state", entry[0] if isinstance(entry, tuple) else entry) for entry in entries])
         self._gather()
         self._reset_done = True
         return self._current()
@@ -496,8 +567,9 @@ class SubprocessJointEnv:
                 pass
         for proc in self._procs:
             proc.join(timeout=5)
-            if proc.is_alive():
-                proc.terminate()
+            if proc.is_alive():  # stuck in its env: SIGKILL, as workers ignore SIGTERM
+                proc.kill()
+                proc.join(timeout=5)
         self._shared.close()
 
     def __del__(self) -> None:

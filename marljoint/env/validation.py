@@ -14,6 +14,7 @@ import gymnasium
 import numpy as np
 from pettingzoo.utils.env import AECEnv, ParallelEnv
 
+from marljoint.env.base import NonFiniteEnvError
 from marljoint.env.spaces import ActionLayout, JointSpec
 
 __all__ = [
@@ -207,7 +208,8 @@ def _check_categorical(
 def check_finite(
     spec: JointSpec, rewards: np.ndarray, obs: Sequence[np.ndarray], final_obs: Sequence[np.ndarray]
 ) -> None:
-    """Raises ValueError naming the agent and the copy if the env returned a non-finite reward or observation.
+    """Raises :class:`~marljoint.env.base.NonFiniteEnvError` (a ValueError) naming the agent and the copy if the
+    env returned a non-finite reward or observation.
 
     Args:
         spec: the env's spec.
@@ -217,7 +219,7 @@ def check_finite(
     """
     if not np.isfinite(rewards).all():
         e, i = np.argwhere(~np.isfinite(rewards))[0]
-        raise ValueError(
+        raise NonFiniteEnvError(
             f"agent {spec.agents[i]!r} (env copy {e}): the env returned a non-finite reward "
             f"({rewards[e, i]}); fix the env, or clip rewards with supersuit.clip_reward_v0"
         )
@@ -229,7 +231,7 @@ def check_finite(
                 continue
             bad = ~np.isfinite(values.reshape(values.shape[0], values.shape[1], -1)).all(-1)
             e, j = np.argwhere(bad)[0]
-            raise ValueError(
+            raise NonFiniteEnvError(
                 f"agent {group.agents[j]!r} (env copy {e}): the env returned a non-finite observation "
                 "(NaN or inf); fix the env, or clean it with supersuit.observation_lambda_v0(env, np.nan_to_num)"
             )

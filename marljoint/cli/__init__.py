@@ -20,6 +20,7 @@ from marljoint.cli.args import positive_float as _positive_float
 from marljoint.cli.args import positive_int as _positive_int
 from marljoint.cli.args import seed as _seed
 from marljoint.cli.args import setting as _setting
+from marljoint.cli.args import wandb_project as _wandb_project
 from marljoint.cli.args import workers_or_auto as _workers_or_auto
 from marljoint.cli.args import wrapper as _wrapper
 from marljoint.cli.settings import command_line_settings, config_overrides
@@ -234,6 +235,7 @@ def _add_train(subparsers: Any) -> None:
     p.add_argument(
         "--wandb",
         metavar="PROJECT",
+        type=_wandb_project,
         help='also log to this Weights & Biases project (pip install "marljoint[wandb]"; WANDB_MODE=offline '
         "without network)",
     )
@@ -355,6 +357,10 @@ def _new_spec(args: argparse.Namespace, options: dict[str, Any]) -> Any:
     if "env" in values and "env_kwargs" not in values:
         values["env_kwargs"] = {}
     spec = _with_auto_workers(RunSpec.from_dict(values), args)
+    if spec.wandb_project is not None:  # a --config file's or a preset's: refused before anything is built
+        from marljoint.run.wandb_names import check_project
+
+        check_project(spec.wandb_project, "wandb_project")
     if spec.redundancy is None and args.redundancy_coef is not None:
         raise RunError("--redundancy-coef needs --redundancy KIND (xcorr, cka or hsic)")
     _say_overrides(args, overrides)

@@ -22,6 +22,7 @@ __all__ = [
     "positive_int",
     "seed",
     "setting",
+    "wandb_project",
     "wrapper",
 ]
 
@@ -157,6 +158,17 @@ def out_path(text: str) -> Path:
             "e.g. --out runs/spread (or --out . to mean the current directory)"
         )
     return Path(text)
+
+
+def wandb_project(text: str) -> str:
+    """A Weights & Biases project name W&B accepts (:func:`marljoint.run.wandb_names.check_project`)."""
+    from marljoint.run.errors import RunError
+    from marljoint.run.wandb_names import check_project
+
+    try:
+        return check_project(text)
+    except RunError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("--wandb: ")) from None
 
 
 def workers_or_auto(text: str) -> int | str:

@@ -12,6 +12,7 @@ from ``state.information_state_string(player)`` to ``[(action, probability), ...
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -24,14 +25,65 @@ from marljoint.best_response.population import FrozenPolicy, _TabularBase, maske
 from marljoint.checkpoint import atomic_write_json
 from marljoint.env.openspiel import OPENSPIEL_PREFIX, import_pyspiel, load_openspiel_game
 
-__all__ = ["MAX_INFORMATION_STATES", "MAX_TERMINALS", "OpenSpielGame", "OpenSpielTablePolicy"]
+__all__ = [
+    "ENUMERATIONS_KEPT",
+    "EnumerationTimeout",
+    "MAX_INFORMATION_STATES",
+    "MAX_TERMINALS",
+    "OpenSpielGame",
+    "OpenSpielTablePolicy",
+]
 
 MAX_INFORMATION_STATES = 200_000
 """Information states (all players together) above which a game is too large to tabulate."""
 
 MAX_TERMINALS = 500_000
 """Terminal histories up to which :class:`OpenSpielGame` keeps them as arrays and computes exact values itself
-(one matrix product for a whole meta-game row); a larger game's values come from OpenSpiel's ``expected_returns``."""
+(one matrix product for a whole meta-game row) and best-response values (one pass up each player's own decisions);
+a larger game's values come from OpenSpiel's ``expected_returns`` and its best responses from OpenSpiel's
+``TabularBestResponse``."""
+
+ENUMERATIONS_KEPT = 4
+"""The games whose enumeration (the walk of the tree and its arrays) a process keeps, the most recently used ones:
+building the same game again (a run's classification, its tracker, ``exploitability("openspiel:...")`` called in a
+loop) costs nothing then."""
+
+_ENUMERATED: dict[tuple[str, int, int], dict[str, Any]] = {}
+
+
+class _WalkClock:
+    """Counts the nodes of a walk of a game tree and stops it once it has taken longer than ``max_seconds``."""
+
+    def __init__(self, name: str, max_seconds: float | None) -> None:
+        self.name, self.max_seconds = name, max_seconds
+        self.histories = 0
+        self._started = time.perf_counter()
+
+    @property
+    def seconds(self) -> float:
+        return time.perf_counter() - self._started
+
+    def tick(self, information_states: int) -> None:
+        self.histories += 1
+        if self.max_seconds is not None and self.histories % 4096 == 0 and self.seconds > self.max_seconds:
+            seen = f"stopped after {information_states:,} information states and {self.histories:,} histories"
+            raise EnumerationTimeout(
+                f"{self.name}: walking its game tree took over {self.max_seconds:g} s and was {seen}, too long to "
+                "measure it exactly in that time; estimate its exploitability with best_response_gain instead",
+                seen,
+            )
+
+
+class EnumerationTimeout(ValueError):
+    """The walk of a game tree took longer than :class:`OpenSpielGame`'s ``max_seconds``.
+
+    Attributes:
+        seen: how far it got, in words (information states and histories).
+    """
+
+    def __init__(self, message: str, seen: str) -> None:
+        super().__init__(message)
+        self.seen = seen
 
 
 class OpenSpielGame(KnownGame):
@@ -41,15 +93,26 @@ class OpenSpielGame(KnownGame):
         game: an OpenSpiel game string (``"leduc_poker"``) or a loaded ``pyspiel.Game``.
         parameters: game parameters (with a game string).
         max_information_states: the most information states enumerated before the game is refused.
+        max_seconds: the longest the walk of the game tree may take before the game is refused (``None``: no
+            limit). A game walked once in this process is not walked again: its enumeration is kept (the
+            :data:`ENUMERATIONS_KEPT` most recent games).
+
+    Attributes:
+        num_histories: the nodes of the game tree (chance and terminal nodes included) the walk visited.
+        walk_seconds: how long that walk took.
 
     Raises:
         ImportError: without the openspiel extra.
-        ValueError: a game that is not turn-based, lacks information-state strings or tensors, or has more than
-            ``max_information_states`` information states.
+        ValueError: a game that is not turn-based, lacks information-state strings or tensors, has more than
+            ``max_information_states`` information states, or whose walk takes longer than ``max_seconds``.
     """
 
     def __init__(
-        self, game: Any, parameters: dict[str, Any] | None = None, max_information_states: int = MAX_INFORMATION_STATES
+        self,
+        game: Any,
+        parameters: dict[str, Any] | None = None,
+        max_information_states: int = MAX_INFORMATION_STATES,
+        max_seconds: float | None = None,
     ) -> None:
         import pyspiel
 
@@ -68,21 +131,37 @@ class OpenSpielGame(KnownGame):
         self._information_state = bool(game_type.provides_information_state_tensor)
         if not (self._information_state or game_type.provides_observation_tensor):
             raise ValueError(f"{self.name} gives no tensor to observe, so a network cannot play it")
-        self._enumerate(int(max_information_states))
+        self._responders: dict[int, Any] = {}
+        self._enumerate(int(max_information_states), max_seconds)
 
     # ------------------------------------------------------------------ the information states
-    def _enumerate(self, limit: int) -> None:
+    def _enumerate(self, limit: int, max_seconds: float | None) -> None:
+        key = (str(self.game), limit, MAX_TERMINALS)
+        walked = _ENUMERATED.pop(key, None)
+        if walked is None:
+            walked = self._walk(limit, max_seconds)
+        _ENUMERATED[key] = walked  # the newest last: the oldest is dropped first
+        while len(_ENUMERATED) > ENUMERATIONS_KEPT:
+            del _ENUMERATED[next(iter(_ENUMERATED))]
+        for name, value in walked.items():
+            setattr(self, name, value)
+
+    def _walk(self, limit: int, max_seconds: float | None) -> dict[str, Any]:
+        """One depth-first walk of the game tree: every information state's key, observation, legal actions and
+        the player's own previous decision, and the terminal histories (see :meth:`_enumerate`)."""
         n = self.num_players
-        self.keys: list[list[str]] = [[] for _ in range(n)]
-        self._row: list[dict[str, int]] = [{} for _ in range(n)]
+        keys: list[list[str]] = [[] for _ in range(n)]
+        row_of: list[dict[str, int]] = [{} for _ in range(n)]
         tensors: list[list[list[float]]] = [[] for _ in range(n)]
         legal: list[list[list[int]]] = [[] for _ in range(n)]
         previous: list[list[tuple[int, int]]] = [[] for _ in range(n)]
-        count = 0
         terminals: list[tuple[float, tuple[tuple[int, int], ...], list[float]]] = []
+        count = 0
+        clock = _WalkClock(self.name, max_seconds)
         stack = [(self.game.new_initial_state(), ((-1, -1),) * n, 1.0)]
         while stack:
             state, last, chance = stack.pop()
+            clock.tick(count)
             if state.is_terminal():
                 if len(terminals) <= MAX_TERMINALS:
                     terminals.append((chance, last, state.returns()))
@@ -92,7 +171,7 @@ class OpenSpielGame(KnownGame):
                 continue
             player = state.current_player()
             key = state.information_state_string(player)
-            row = self._row[player].get(key)
+            row = row_of[player].get(key)
             if row is None:
                 count += 1
                 if count > limit:
@@ -100,27 +179,49 @@ class OpenSpielGame(KnownGame):
                         f"{self.name} has more than {limit:,} information states, too many to tabulate a policy "
                         "exactly; estimate its exploitability with best_response_gain instead"
                     )
-                row = len(self.keys[player])
-                self._row[player][key] = row
-                self.keys[player].append(key)
+                row = row_of[player][key] = len(keys[player])
+                keys[player].append(key)
                 tensors[player].append(list(self._tensor(state, player)))  # what the env shows there
                 legal[player].append(list(state.legal_actions(player)))
                 previous[player].append(last[player])
             for action in reversed(state.legal_actions(player)):
                 moved = last[:player] + ((row, action),) + last[player + 1 :]
                 stack.append((state.child(action), moved, chance))
-        self._observations = [np.asarray(t, dtype=np.float32) for t in tensors]
-        self._legal = []
+        return self._walked(keys, row_of, tensors, legal, previous, terminals, clock)
+
+    def _walked(
+        self,
+        keys: list[list[str]],
+        row_of: list[dict[str, int]],
+        tensors: list[list[list[float]]],
+        legal: list[list[list[int]]],
+        previous: list[list[tuple[int, int]]],
+        terminals: list[tuple[float, tuple[tuple[int, int], ...], list[float]]],
+        clock: _WalkClock,
+    ) -> dict[str, Any]:
+        """The attributes the walk sets, as arrays."""
+        n = self.num_players
+        observations = [np.asarray(t, dtype=np.float32) for t in tensors]
+        masks = []
         for player in range(n):
-            mask = np.zeros((len(self.keys[player]), self.num_actions), dtype=bool)
+            mask = np.zeros((len(keys[player]), self.num_actions), dtype=bool)
             for row, actions in enumerate(legal[player]):
                 mask[row, actions] = True
-            self._legal.append(mask)
-        self._previous = [np.asarray([p for p, _ in rows] or np.zeros(0), dtype=np.int64) for rows in previous]
-        self._previous_action = [np.asarray([a for _, a in rows] or np.zeros(0), dtype=np.int64) for rows in previous]
-        self._levels = [_rows_by_depth(self._previous[p]) for p in range(n)]
-        self._lookup = [{obs.tobytes(): row for row, obs in enumerate(self._observations[p])} for p in range(n)]
-        self._terminals = self._terminal_arrays(terminals) if len(terminals) <= MAX_TERMINALS else None
+            masks.append(mask)
+        before = [np.asarray([p for p, _ in rows] or np.zeros(0), dtype=np.int64) for rows in previous]
+        return {
+            "keys": keys,
+            "_row": row_of,
+            "_observations": observations,
+            "_legal": masks,
+            "_previous": before,
+            "_previous_action": [np.asarray([a for _, a in rows] or np.zeros(0), dtype=np.int64) for rows in previous],
+            "_levels": [_rows_by_depth(before[p]) for p in range(n)],
+            "_lookup": [{obs.tobytes(): row for row, obs in enumerate(observations[p])} for p in range(n)],
+            "_terminals": self._terminal_arrays(terminals) if len(terminals) <= MAX_TERMINALS else None,
+            "num_histories": clock.histories,
+            "walk_seconds": clock.seconds,
+        }
 
     def _terminal_arrays(self, terminals: list) -> dict[str, np.ndarray]:
         """The game's terminal histories as arrays: ``chance`` ``[Z]`` (the chance probability of reaching each),
@@ -226,9 +327,13 @@ class OpenSpielGame(KnownGame):
         out: dict[str, list[tuple[int, float]]] = {}
         for player, table in enumerate(tables):
             checked = self.check_table(table, player)
-            for row, key in enumerate(self.keys[player]):
-                actions = np.flatnonzero(self._legal[player][row])
-                out[key] = [(int(a), float(checked[row, a])) for a in actions]
+            rows, actions = np.nonzero(self._legal[player])  # row by row, actions ascending
+            ends = np.cumsum(np.bincount(rows, minlength=len(self.keys[player]))).tolist()
+            pairs = list(zip(actions.tolist(), checked[rows, actions].tolist()))
+            start = 0
+            for key, end in zip(self.keys[player], ends):
+                out[key] = pairs[start:end]
+                start = end
         return out
 
     def export(self, tables: Sequence[np.ndarray], path: str | Path) -> Path:
@@ -269,9 +374,51 @@ class OpenSpielGame(KnownGame):
             product *= weights[np.searchsorted(used, index[:, player])]
         return product @ self._terminals["returns"]
 
+    def best_response_values(self, tables: Sequence[np.ndarray]) -> np.ndarray:
+        """``[N]``: each player's best-response value against the others' tables.
+
+        From the terminal histories where the game keeps them: each player's counterfactual value of every
+        (information state, action) is one weighted count over the terminal histories, and the best values follow
+        in one pass up its own decisions, deepest first (exact with perfect recall, as OpenSpiel's best responses
+        assume); a larger game asks OpenSpiel (:meth:`best_response`)."""
+        checked = [self.check_table(table, player) for player, table in enumerate(tables)]
+        if self._terminals is None:
+            return np.asarray([self.best_response(checked, p)[0] for p in range(self.num_players)])
+        realisation = [self._realisation(table[None], p)[0] for p, table in enumerate(checked)]
+        out = np.empty(self.num_players)
+        for player in range(self.num_players):
+            weight = self._terminals["chance"] * self._terminals["returns"][:, player]
+            for other in range(self.num_players):
+                if other != player:
+                    weight = weight * realisation[other]
+            out[player] = self._best_value(weight, player)
+        return out
+
+    def _best_value(self, weight: np.ndarray, player: int) -> float:
+        """The best value of ``player`` when terminal history ``z`` pays it ``weight[z]`` times its own
+        realisation weight there."""
+        rows, actions = self._terminals["rows"][player], self._terminals["actions"][player]  # type: ignore[index]
+        legal, previous, action = self._legal[player], self._previous[player], self._previous_action[player]
+        decided = rows >= 0
+        size, width = legal.shape
+        flat = np.bincount(rows[decided] * width + actions[decided], weights=weight[decided], minlength=size * width)
+        values = flat.reshape(size, width)
+        for level in reversed(self._levels[player]):  # a level's successors are all in the levels after it
+            best = np.where(legal[level], values[level], -np.inf).max(1)
+            np.add.at(values, (previous[level], action[level]), best)
+        first = previous < 0
+        return float(weight[~decided].sum() + np.where(legal[first], values[first], -np.inf).max(1).sum())
+
     def best_response(self, tables: Sequence[np.ndarray], player: int) -> tuple[float, np.ndarray]:
+        """``(value, table)``: OpenSpiel's best response of ``player`` (``TabularBestResponse``, built once per
+        player and game, and given each new policy)."""
         self._check_player(player)
-        response = import_pyspiel().TabularBestResponse(self.game, player, self.policy_dict(tables))
+        policy = self.policy_dict(tables)
+        response = self._responders.get(player)
+        if response is None:
+            response = self._responders[player] = import_pyspiel().TabularBestResponse(self.game, player, policy)
+        else:
+            response.set_policy(policy)
         value = float(response.value(self.game.new_initial_state().history_str()))
         chosen = response.get_best_response_actions()
         table = np.zeros((len(self.keys[player]), self.num_actions))
@@ -281,14 +428,18 @@ class OpenSpielGame(KnownGame):
         return value, table
 
     def nash_conv(self, tables: Sequence[np.ndarray]) -> float:
-        """OpenSpiel's NashConv of the tables (``pyspiel.nash_conv``, C++)."""
-        return float(import_pyspiel().nash_conv(self.game, self.policy_dict(tables)))
+        """The NashConv of the tables: :meth:`best_response_values` less :meth:`values`, summed over the players
+        (``pyspiel.nash_conv`` of the same policy, to rounding)."""
+        return float(np.sum(self.best_response_values(tables) - self.values(tables)))
 
     def policy(self, table: np.ndarray, player: int) -> FrozenPolicy:
         return OpenSpielTablePolicy(self.name, self._lookup[player], self.check_table(table, player), player)
 
     def is_symmetric(self) -> bool:
         return False
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_responders": {}}  # OpenSpiel's best-response objects do not pickle
 
     def __repr__(self) -> str:
         sizes = [len(k) for k in self.keys]

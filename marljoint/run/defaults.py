@@ -57,6 +57,7 @@ RUN_DEFAULTS: dict[str, Any] = {
     "exploitability_every": None,
     "exploitability_steps": 20_000,
     "exploitability_episodes": 200,
+    "exploitability_budget_s": 30.0,
     "wandb_project": None,
     "self_play": None,
     "mmd": None,

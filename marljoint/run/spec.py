@@ -84,6 +84,12 @@ class RunSpec:
     """Env steps of PPO best-response training per approximate measure (envs without a known game)."""
     exploitability_episodes: int = RUN_DEFAULTS["exploitability_episodes"]
     """Episodes of each estimate of an approximate measure (the profile, and each best response)."""
+    exploitability_budget_s: float = RUN_DEFAULTS["exploitability_budget_s"]
+    """The most seconds one exact measurement of an OpenSpiel game may take, as the run estimates it at its start
+    (the walk of the game tree, then one timed measurement): a run with ``exploitability_every`` over it is
+    refused, naming the estimate; without ``exploitability_every`` the evaluations skip the exact measure. ``0``:
+    no exact measure of OpenSpiel games (two-player ones are measured approximately, with ``best_response_gain``);
+    ``inf``: no limit, and no estimate."""
     wandb_project: str | None = None
     """Also log every metrics row to this Weights & Biases project (``pip install "marljoint[wandb]"``; set
     ``WANDB_MODE=offline`` without network). ``None``: CSV and TensorBoard only."""
@@ -132,6 +138,12 @@ class RunSpec:
         _positive_int("exploitability_episodes", self.exploitability_episodes)
         if self.exploitability_episodes < 2:
             raise RunError("exploitability_episodes must be at least 2 (a confidence interval needs two), got 1")
+        budget = self.exploitability_budget_s
+        if isinstance(budget, bool) or not isinstance(budget, (int, float)) or not budget >= 0:
+            raise RunError(
+                f"exploitability_budget_s must be a number of seconds >= 0 (0: no exact measure of OpenSpiel games; "
+                f"inf: no limit), got {budget!r}"
+            )
         if self.wandb_project is not None and (not isinstance(self.wandb_project, str) or not self.wandb_project):
             raise RunError(f"wandb_project must be a project name, got {self.wandb_project!r}")
         self.mmd_config()

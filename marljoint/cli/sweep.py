@@ -300,11 +300,12 @@ def _param_range(text: str) -> Any:
 def _tune(args: argparse.Namespace, spec: Any, options: dict[str, Any], seeds: list[int]) -> int:
     """``marljoint tune``: an Optuna study over ``--param`` maximising the seeds' mean final return."""
     from marljoint.run.errors import RunError
-    from marljoint.run.tune import OptunaUnavailable, require_optuna
+    from marljoint.run.tune import OptunaUnavailable, check_search_space, require_optuna
 
     if args.resume or args.sweep:
         raise RunError("marljoint tune draws its own settings and starts fresh; drop --resume and --sweep")
     _checked_axes([(p.key, []) for p in args.param], options, args, "--param")
+    check_search_space(args.param, spec)
     try:
         optuna = require_optuna()
     except OptunaUnavailable as exc:

@@ -6,10 +6,11 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["SCALES", "OptunaUnavailable", "ParamRange", "require_optuna"]
+__all__ = ["SCALES", "OptunaUnavailable", "ParamRange", "check_search_space", "require_optuna"]
 
 SCALES = ("linear", "log", "int")
 """How a :class:`ParamRange` is sampled: uniformly, log-uniformly, or uniformly over the integers."""
@@ -85,8 +86,67 @@ class ParamRange:
             raise ValueError(f"expected numbers in {forms}, got {text!r}") from None
         return cls(key.strip(), low, high, scale)
 
+    def __str__(self) -> str:
+        """The range as ``--param`` takes it: ``learning_rate=log:0.0001:0.01``."""
+        scale = "" if self.scale == "linear" else f"{self.scale}:"
+        return f"{self.key}={scale}{self.low:g}:{self.high:g}"
+
+    def ends(self) -> tuple[float | int, float | int]:
+        """The smallest and the largest value a trial can draw, of the type it draws (``int`` for an int range)."""
+        if self.scale == "int":
+            return int(self.low), int(self.high)
+        return float(self.low), float(self.high)
+
     def suggest(self, trial: Any) -> float | int:
         """The value an Optuna trial draws from this range."""
         if self.scale == "int":
             return trial.suggest_int(self.key, int(self.low), int(self.high))
         return trial.suggest_float(self.key, self.low, self.high, log=self.scale == "log")
+
+
+def check_search_space(params: Sequence[ParamRange], spec: Any) -> None:
+    """Refuses a search space a trial's settings could fall outside of, before the first trial: both ends of every
+    range are built into the run's settings, one range at a time, as a trial builds them, so the settings' own
+    validation names the field.
+
+    Args:
+        params: the ranges (``--param``).
+        spec: the run's settings (:class:`~marljoint.run.spec.RunSpec`) the trials change.
+
+    Raises:
+        RunError: naming the range, the value a trial could draw and why the settings refuse it (and the int range
+            to search instead, for a setting that takes integers).
+
+    Example:
+        >>> from marljoint.run.spec import RunSpec
+        >>> check_search_space([ParamRange.parse("n_epochs=1:4")], RunSpec())  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        marljoint.run.errors.RunError: --param n_epochs=1:4: a trial could draw n_epochs = 1.0, ...=int:1:4
+    """
+    from marljoint.run.errors import RunError
+
+    for param in params:
+        for value in param.ends():
+            reason = _refusal(param.key, value, spec)
+            if reason is None:
+                continue
+            low, high = math.ceil(param.low), math.floor(param.high)
+            hint = ""
+            if param.scale != "int" and low < high and _refusal(param.key, round(value), spec) is None:
+                hint = f"; search integers with {param.key}=int:{low}:{high}"
+            raise RunError(
+                f"--param {param}: a trial could draw {param.key} = {value!r}, which the run refuses ({reason}){hint}"
+            )
+
+
+def _refusal(key: str, value: Any, spec: Any) -> str | None:
+    """Why the run's settings refuse ``key = value`` (built as a trial builds them), or ``None``."""
+    from marljoint.run.errors import RunError
+    from marljoint.run.spec import RunSpec
+
+    try:
+        RunSpec.from_dict({key: value}, base=spec)
+    except RunError as exc:
+        return str(exc)
+    return None

@@ -59,10 +59,16 @@ def load_run(
     checkpoint: str | os.PathLike[str] | None = None,
     num_envs: int = 1,
     seed: int | None = None,
+    *,
+    trust_run: bool = False,
     **env_kwargs: Any,
 ) -> TrainedRun:
     """A trained ``marljoint train`` run, ready to act (:func:`marljoint.run.evaluate.load_run`: the networks of its
     newest checkpoint over ``num_envs`` in-process copies of its env, on the CPU).
+
+    A run whose ``config.toml`` is not signed with your key (received from someone else, or written before runs were
+    signed) and names a function as its env (``package.module:function``) is refused before anything is imported,
+    unless ``trust_run=True``: only for runs you trust.
 
     Returns:
         A :class:`~marljoint.run.evaluate.TrainedRun` with ``act(obs)``, ``agent_policy(agent)``, ``env`` and
@@ -70,7 +76,7 @@ def load_run(
     """
     from marljoint.run.evaluate import load_run as _load_run
 
-    return _load_run(run_dir, checkpoint, num_envs=num_envs, seed=seed, **env_kwargs)
+    return _load_run(run_dir, checkpoint, num_envs=num_envs, seed=seed, trust_run=trust_run, **env_kwargs)
 
 
 def export_run(
@@ -78,6 +84,7 @@ def export_run(
     format: str = "torchscript",
     out: str | os.PathLike[str] | None = None,
     checkpoint: str | os.PathLike[str] | None = None,
+    trust_run: bool = False,
 ) -> ExportResult:
     """Writes a trained run's greedy acting policies as standalone files (:func:`marljoint.run.export.export_run`):
     TorchScript ``.pt`` (torch alone) or ONNX ``.onnx`` (onnxruntime), one per agent group, with a JSON manifest
@@ -88,7 +95,7 @@ def export_run(
     """
     from marljoint.run.export import export_run as _export_run
 
-    return _export_run(run_dir, format, out=out, checkpoint=checkpoint)
+    return _export_run(run_dir, format, out=out, checkpoint=checkpoint, trust_run=trust_run)
 
 
 __all__ = [

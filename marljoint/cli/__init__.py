@@ -292,6 +292,14 @@ def _add_train(subparsers: Any) -> None:
         help="with --resume: restore the env snapshot of a run written by another user or machine, which is refused "
         "otherwise (unpickling it runs whatever code it names: only for runs you trust)",
     )
+    p.add_argument(
+        "--trust-run",
+        action="store_true",
+        help="with --resume or --config: read a config.toml or --config file that is not signed with your key (from "
+        "another user, written by hand, or by an older marljoint) even if its env is a function to call "
+        "(package.module:function), which is refused otherwise; only for files you trust. The resumed run signs "
+        "its config.toml with your key",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress display or messages")
     p.set_defaults(handler=_train)
 
@@ -309,6 +317,11 @@ def _train(args: argparse.Namespace) -> int:
         connect_ray(args.ray_address)
     if args.trust_snapshot and not args.resume:
         raise RunError("--trust-snapshot only applies to --resume (a run written elsewhere); add --resume or drop it")
+    if args.trust_run and not args.resume and args.config is None:
+        raise RunError(
+            "--trust-run only applies to a config file read: --resume (the run's config.toml) or --config FILE; add "
+            "one or drop it"
+        )
     if args.resume:
         return _train_resumed(args, options)
     spec = _new_spec(args, options)
@@ -337,19 +350,19 @@ def _train_resumed(args: argparse.Namespace, options: dict[str, Any]) -> int:
         return _train_seeds(args, None, options)
     # Locked before the run's config is read, so a second writer is refused before it looks at anything.
     with RunLock(args.out):
-        spec = _with_auto_workers(resume_spec(args.out, options), args)
+        spec = _with_auto_workers(resume_spec(args.out, options, trust_run=args.trust_run), args)
         return _train_one(spec, args.out, args)
 
 
 def _new_spec(args: argparse.Namespace, options: dict[str, Any]) -> Any:
     """A new run's settings: the defaults, then ``--preset``, ``--config`` and the command line's ``options``."""
     from marljoint.run.errors import RunError
-    from marljoint.run.spec import RunSpec, read_config_file
+    from marljoint.run.spec import RunSpec, read_config
 
     values = get_preset(args.preset).run_values() if args.preset is not None else {}
     overrides = None
     if args.config is not None:
-        file_values = read_config_file(args.config)
+        file_values = read_config(args.config, args.trust_run, typed_env="env" in options)
         values.update(file_values)
         overrides = config_overrides(args.config, file_values, options)
     values.update(options)
@@ -461,6 +474,13 @@ def _add_eval(subparsers: Any) -> None:
         "(its newest checkpoint) or a checkpoint file; repeatable. Zero-sum games get 'random' by default",
     )
     p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.add_argument(
+        "--trust-run",
+        action="store_true",
+        help="read runs (RUN_DIR, --against runs) whose config.toml is not signed with your key (from another user, "
+        "or an older marljoint) even if their env is a function to call (package.module:function), which is "
+        "refused otherwise; only for runs you trust",
+    )
     p.set_defaults(handler=_eval)
 
 
@@ -479,10 +499,13 @@ def _eval(args: argparse.Namespace) -> int:
         max_steps=args.max_steps,
         video=args.video,
         progress=_eval_progress(args.episodes, args.max_steps),
+        trust_run=args.trust_run,
     )
     from marljoint.run.seats import evaluate_seats
 
-    seats = evaluate_seats(args.run_dir, args.against or (), args.episodes, args.seed, args.checkpoint)
+    seats = evaluate_seats(
+        args.run_dir, args.against or (), args.episodes, args.seed, args.checkpoint, trust_run=args.trust_run
+    )
     if args.json:
         summary = {name: {"mean": m, "ci95": h} for name, (m, h) in result.summary().items()}
         payload = {

@@ -47,12 +47,19 @@ def register(subparsers: Any) -> None:
     p.add_argument("--checkpoint", metavar="FILE", type=Path, help="export this checkpoint instead of the newest")
     p.add_argument("--quiet", action="store_true", help="print nothing")
     p.set_defaults(handler=_export)
+    p.add_argument(
+        "--trust-run",
+        action="store_true",
+        help="export a run whose config.toml is not signed with your key (from another user, or an older marljoint) "
+        "even if its env is a function to call (package.module:function), which is refused otherwise; only for runs "
+        "you trust",
+    )
 
 
 def _export(args: argparse.Namespace) -> int:
     from marljoint.run.export import export_run
 
-    result = export_run(args.run_dir, args.format, out=args.out, checkpoint=args.checkpoint)
+    result = export_run(args.run_dir, args.format, out=args.out, checkpoint=args.checkpoint, trust_run=args.trust_run)
     if not args.quiet:
         for path in result.files:
             print(path)

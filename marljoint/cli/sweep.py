@@ -193,7 +193,10 @@ def _job(
 
     auto = (args.policy_lag, args.balance) if args.env_workers == "auto" else None
     trust = bool(getattr(args, "trust_snapshot", False))
-    return point_job(spec, options, point, run_dir, seed, cores, engine, args.resume, args.force, trust, auto)
+    trust_run = bool(getattr(args, "trust_run", False))
+    return point_job(
+        spec, options, point, run_dir, seed, cores, engine, args.resume, args.force, trust, auto, trust_run=trust_run
+    )
 
 
 def _report(outcome: Any, quiet: bool) -> None:

@@ -140,6 +140,8 @@ def load_run(
     checkpoint: str | os.PathLike[str] | None = None,
     num_envs: int = 1,
     seed: int | None = None,
+    *,
+    trust_run: bool = False,
     **env_kwargs: Any,
 ) -> TrainedRun:
     """A trained run's policies, ready to act: the networks (and value normaliser) of its newest checkpoint, over
@@ -156,6 +158,9 @@ def load_run(
         checkpoint: a checkpoint file instead of the newest one.
         num_envs: env copies of ``trainer.env``.
         seed: seed of the env's first reset (the run's seed when ``None``).
+        trust_run: load a run whose ``config.toml`` is not signed with your key (received from someone else, or
+            written before runs were signed) even if its env is a function to call (``package.module:function``):
+            only for runs you trust (:mod:`marljoint.run.config_trust`).
         **env_kwargs: extra keyword arguments of the env (e.g. ``render_mode="rgb_array"``).
 
     Returns:
@@ -164,9 +169,11 @@ def load_run(
     Raises:
         RunError: for a directory without a run or checkpoint, or a checkpoint that is damaged, crafted or does not
             fit the run's env (one trained on another env names both envs and what differs).
+        UntrustedConfigError: the run's ``config.toml`` is not signed with your key and names a function as its env
+            (without ``trust_run``); nothing was imported or called.
     """
     run_dir = Path(run_dir)
-    spec = load_run_spec(run_dir)
+    spec = load_run_spec(run_dir, trust_run)
     path = _checkpoint_file(run_dir, checkpoint)
     try:
         state = migrations.migrate_checkpoint(load_checkpoint(path))
@@ -256,6 +263,7 @@ def evaluate_run(
     max_steps: int = 1_000_000,
     video: str | os.PathLike[str] | None = None,
     progress: Callable[[int, int], None] | None = None,
+    trust_run: bool = False,
 ) -> EvalResult:
     """Plays ``episodes`` episodes with a run's newest (or a given) checkpoint.
 
@@ -274,6 +282,7 @@ def evaluate_run(
         max_steps: give up after this many joint steps (an env whose episodes never end).
         video: record the first episode to this video (``.mp4``, ``.webm``, ...; needs ``imageio-ffmpeg``).
         progress: called as ``progress(steps, episodes finished)`` every 10,000 joint steps.
+        trust_run: evaluate a run whose ``config.toml`` is not signed with your key (see :func:`load_run`).
 
     Returns:
         An :class:`EvalResult`.
@@ -287,7 +296,7 @@ def evaluate_run(
     recording = gif is not None or video is not None
     copies = 1 if recording else (num_envs or min(episodes, 8))
     extra = {"render_mode": "rgb_array"} if recording else {}
-    run = load_run(run_dir, checkpoint, num_envs=copies, seed=seed, **extra)
+    run = load_run(run_dir, checkpoint, num_envs=copies, seed=seed, trust_run=trust_run, **extra)
     trainer, path = run.trainer, run.checkpoint
     frames: list[np.ndarray] = []
     recorder = frames if recording else None

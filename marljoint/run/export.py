@@ -392,6 +392,7 @@ def export_run(
     out: str | os.PathLike[str] | None = None,
     checkpoint: str | os.PathLike[str] | None = None,
 ) -> ExportResult:
+    trust_run: bool = False,
     """Writes a run's greedy acting policies as standalone files, one per agent group, and a JSON manifest.
 
     A TorchScript file (``.pt``) loads with ``torch.jit.load`` alone, without marljoint; an ONNX file (``.onnx``)
@@ -405,6 +406,8 @@ def export_run(
         checkpoint: a checkpoint file instead of the run's newest.
 
     Returns:
+        trust_run: export a run whose ``config.toml`` is not signed with your key even if it names a function as its
+            env (see :func:`~marljoint.run.evaluate.load_run`).
         An :class:`ExportResult`.
 
     Raises:
@@ -417,7 +420,7 @@ def export_run(
         raise RunError(f"unknown export format {format!r}; choose one of {', '.join(EXPORT_FORMATS)}")
     if format == "onnx":
         _require_onnx()
-    run = load_run(run_dir, checkpoint)
+    run = load_run(run_dir, checkpoint, trust_run=trust_run)
     try:
         policies = greedy_policies(run.trainer.joint_policy, run.env.observation_spaces)
     except ValueError as exc:

@@ -10,6 +10,9 @@ Accepted forms:
   information state; ``--env-kwargs`` are the game's parameters; see :mod:`marljoint.env.openspiel`).
 
 Keyword arguments (``--env-kwargs``) are passed to the factory on every call.
+
+A factory path calls any function it names, so a config file that is not the user's (unsigned, or signed under
+another key) may not name one: :mod:`marljoint.run.config_trust` refuses it before this module resolves anything.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ __all__ = [
     "BUNDLED_ENVS",
     "EnvSpecError",
     "ResolvedEnv",
+    "is_factory_path",
     "known_game",
     "resolve_env",
     "supersuit_wrappers",
@@ -70,6 +74,18 @@ class ResolvedEnv:
     def env_fn(self, **extra: Any) -> Callable[[], Any]:
         """A picklable zero-argument function building one env, as :class:`~marljoint.PettingZooJointEnv` takes."""
         return functools.partial(self.factory, **{**self.kwargs, **extra})
+
+
+def is_factory_path(name: str) -> bool:
+    """Whether ``name`` is an env of the form ``package.module:function`` (which calls that function), as opposed
+    to a bundled env, a module path or an ``openspiel:`` game.
+
+    Example:
+        >>> is_factory_path("my_pkg.envs:make"), is_factory_path("openspiel:kuhn_poker"), is_factory_path("counter_v0")
+        (True, False, False)
+    """
+    name = name.strip()
+    return ":" in name and not name.startswith(OPENSPIEL_PREFIX)
 
 
 def resolve_env(name: str, kwargs: dict[str, Any] | None = None) -> ResolvedEnv:

@@ -77,6 +77,7 @@ def evaluate_seats(
     episodes: int = 10,
     seed: int = 12345,
     checkpoint: str | os.PathLike[str] | None = None,
+    trust_run: bool = False,
 ) -> SeatEvaluation | None:
     """Plays each seat of a two-player run against each reference (see the module docstring).
 
@@ -90,6 +91,8 @@ def evaluate_seats(
         episodes: episodes per seat and reference (>= 2 for a confidence interval).
         seed: seeds the episodes and the policies' sampling.
         checkpoint: the checkpoint evaluated (the run's newest when ``None``).
+        trust_run: read runs (this one and those in ``against``) whose ``config.toml`` is not signed with your key
+            even if they name a function as their env (:func:`~marljoint.run.evaluate.load_run`).
 
     Returns:
         A :class:`SeatEvaluation`, or ``None`` when there is nothing to evaluate (no reference given, and the game
@@ -99,10 +102,10 @@ def evaluate_seats(
         RunError: a reference that is none of the above, a run of another env, or references for a game that does
             not have two players.
     """
-    spec = load_run_spec(run_dir)
+    spec = load_run_spec(run_dir, trust_run)
     if not against and not game_facts(spec.env, spec.env_kwargs, spec.wrappers, 2).zero_sum:
         return None  # decided before the run's env and networks are built
-    run = load_run(run_dir, checkpoint, num_envs=min(episodes, 8), seed=seed)
+    run = load_run(run_dir, checkpoint, num_envs=min(episodes, 8), seed=seed, trust_run=trust_run)
     try:
         agents = tuple(run.trainer.spec.agents)
         facts = game_facts(run.spec.env, run.spec.env_kwargs, run.spec.wrappers, len(agents))
@@ -117,7 +120,7 @@ def evaluate_seats(
         result = SeatEvaluation(agents, checkpoint=run.checkpoint)
         policies = [run.agent_policy(seat) for seat in range(2)]
         for reference in references:
-            label, opponents = _reference(reference, run, run_dir)
+            label, opponents = _reference(reference, run, run_dir, trust_run)
             returns = [seat_returns(run.env, policies, opponents, seat, episodes, seed) for seat in range(2)]
             result.references.append(label)
             result.returns.append(np.stack(returns))
@@ -126,20 +129,21 @@ def evaluate_seats(
         run.close()
 
 
-def _reference(value: str, run: TrainedRun, run_dir: str | os.PathLike[str]) -> tuple[str, list[Any]]:
+def _reference(value: str, run: TrainedRun, run_dir: str | os.PathLike[str], trust_run: bool) -> tuple[str, list[Any]]:
     """``(label, one frozen policy per seat)`` of a ``--against`` value."""
     if value == RANDOM:
         return RANDOM, uniform_references(run.env)
     path = Path(value)
     if path.is_dir() and (path / CONFIG_FILE).is_file():
-        other = load_run(path)
+        other = load_run(path, trust_run=trust_run)
         try:
             _check_same_env(run, other, path)
             return str(other.checkpoint), [other.agent_policy(seat) for seat in range(2)]
         finally:
             other.close()
     if path.is_file():
-        other = load_run(run_dir, path)  # a checkpoint of another env is refused here, naming both envs
+        # a checkpoint of another env is refused here, naming both envs
+        other = load_run(run_dir, path, trust_run=trust_run)
         try:
             return str(path), [other.agent_policy(seat) for seat in range(2)]
         finally:

@@ -14,7 +14,7 @@ from typing import Any
 
 from marljoint.ppo.config import JointTrainerConfig
 from marljoint.run import _toml, migrations
-from marljoint.run.config_trust import check_config_code, config_signed, sign_config
+from marljoint.run.config_trust import config_signed, function_env, sign_config, untrusted_config_error
 from marljoint.run.defaults import DEFAULT_ENV, DEFAULT_ENV_KWARGS, DEFAULT_TOTAL_STEPS, DEFAULT_TRAINER, RUN_DEFAULTS
 from marljoint.run.errors import RunError
 from marljoint.run.offpolicy import check_algorithm, with_algorithm_defaults
@@ -289,7 +289,9 @@ def read_config_file(path: str | os.PathLike[str]) -> dict[str, Any]:
 
 
 def write_config(spec: RunSpec, path: str | os.PathLike[str], derived: Mapping[str, str] | None = None) -> None:
-    """Writes ``spec`` as TOML (``env_kwargs`` as a JSON string when TOML cannot hold them).
+    """Writes ``spec`` as TOML (``env_kwargs`` as a JSON string when TOML cannot hold them), signed with the user's
+    key in its first line (:func:`~marljoint.run.config_trust.sign_config`), so that reading it back trusts the
+    function it may name as its env.
 
     Args:
         spec: the run's settings.
@@ -320,9 +322,7 @@ def write_config(spec: RunSpec, path: str | os.PathLike[str], derived: Mapping[s
     os.replace(tmp, path)
 
 
-def read_config(
-    path: str | os.PathLike[str], trust_run: bool = False, typed_env: bool | None = None
-) -> dict[str, Any]:
+def read_config(path: str | os.PathLike[str], trust_run: bool = False, typed_env: bool | None = None) -> dict[str, Any]:
     """Reads a config file (:func:`read_config_file`) and refuses it, before anything it names is imported, when it
     names a function to call but is not signed with this user's key (:mod:`marljoint.run.config_trust`).
 
@@ -336,20 +336,20 @@ def read_config(
         RunError: if the file is missing or not a TOML config.
         UntrustedConfigError: for a ``package.module:function`` env in a file that is not signed with this user's
             key, without ``trust_run``.
-        marljoint.trust.TrustKeyError: if the user's key file cannot be trusted.
+        marljoint.trust.TrustKeyError: if the signature must be checked and the user's key file cannot be trusted.
     """
     values = read_config_file(path)  # a file that is not a config is refused first, whoever wrote it
-    if trust_run:
+    env = function_env(values)
+    if env is None or trust_run or typed_env:
         return values
     try:
         text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError):  # gone or changed since: checked as unsigned
+    except (OSError, UnicodeDecodeError):  # gone or changed since: as good as unsigned
         text = ""
     signed = config_signed(text)
-    if signed:
-        values = _toml.loads(text)  # the settings of the very text whose signature was checked
-    check_config_code(values, path, signed, trust_run, typed_env)
-    return values
+    if not signed:
+        raise untrusted_config_error(path, env, signed, typed_env)
+    return _toml.loads(text)  # the settings of the very text whose signature was checked
 
 
 def load_run_spec(run_dir: str | os.PathLike[str], trust_run: bool = False) -> RunSpec:

@@ -450,6 +450,7 @@ def point_job(
     trust_snapshot: bool = False,
     auto_workers: tuple[int | None, bool] | None = None,
 ) -> RunJob:
+    trust_run: bool = False,
     """The job of one seed at one point of the grid, in ``run_dir``, its threads sized to its share of the cores.
 
     Args:
@@ -465,13 +466,15 @@ def point_job(
         trust_snapshot: on resume, restore an env snapshot signed under another user's key.
         auto_workers: ``(policy_lag, balance)`` for ``--env-workers auto``, or ``None``.
 
+        trust_run: on resume, read a ``config.toml`` that is not signed with this user's key even if it names a
+            function as its env (:func:`~marljoint.run.spec.load_run_spec`).
     Raises:
         RunError: the point's settings are invalid, or contradict a resumed run, naming the run directory.
     """
     values = {key: value for key, (_, value) in point.items()}
     try:
         if resume:
-            run_spec = resume_spec(run_dir, {**options, **values})
+            run_spec = resume_spec(run_dir, {**options, **values}, trust_run)
         else:
             run_spec = RunSpec.from_dict({**values, "seed": seed}, base=spec)
     except RunError as exc:

@@ -45,8 +45,6 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument("--out", metavar="DIR", type=Path, help="directory to write (default RUN_DIR/export/<format>)")
     p.add_argument("--checkpoint", metavar="FILE", type=Path, help="export this checkpoint instead of the newest")
-    p.add_argument("--quiet", action="store_true", help="print nothing")
-    p.set_defaults(handler=_export)
     p.add_argument(
         "--trust-run",
         action="store_true",
@@ -54,6 +52,8 @@ def register(subparsers: Any) -> None:
         "even if its env is a function to call (package.module:function), which is refused otherwise; only for runs "
         "you trust",
     )
+    p.add_argument("--quiet", action="store_true", help="print nothing")
+    p.set_defaults(handler=_export)
 
 
 def _export(args: argparse.Namespace) -> int:

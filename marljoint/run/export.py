@@ -391,8 +391,8 @@ def export_run(
     format: str = "torchscript",
     out: str | os.PathLike[str] | None = None,
     checkpoint: str | os.PathLike[str] | None = None,
-) -> ExportResult:
     trust_run: bool = False,
+) -> ExportResult:
     """Writes a run's greedy acting policies as standalone files, one per agent group, and a JSON manifest.
 
     A TorchScript file (``.pt``) loads with ``torch.jit.load`` alone, without marljoint; an ONNX file (``.onnx``)

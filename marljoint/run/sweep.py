@@ -449,8 +449,8 @@ def point_job(
     force: bool = False,
     trust_snapshot: bool = False,
     auto_workers: tuple[int | None, bool] | None = None,
-) -> RunJob:
     trust_run: bool = False,
+) -> RunJob:
     """The job of one seed at one point of the grid, in ``run_dir``, its threads sized to its share of the cores.
 
     Args:

@@ -1,19 +1,24 @@
-"""OpenSpiel games as known games: exact tables, values, best responses and NashConv with OpenSpiel itself.
+"""OpenSpiel games as known games: exact tables, values, best responses and NashConv, as OpenSpiel computes them.
 
 :class:`OpenSpielGame` enumerates a turn-based OpenSpiel game's information states once, per player, in the order
-a depth-first walk of the game tree meets them. A policy's table of player ``p`` is ``[S_p, A]`` (``A`` the game's
-distinct actions; zero outside the legal ones). A torch policy is tabulated by one batched query on the
-observations the env gives at those information states (the information-state tensor, see
-:mod:`marljoint.env.openspiel`), and the tables are scored by OpenSpiel's C++ code: ``pyspiel.nash_conv``,
-``pyspiel.TabularBestResponse`` and ``pyspiel.expected_returns``, on the policy as OpenSpiel writes it, a mapping
-from ``state.information_state_string(player)`` to ``[(action, probability), ...]`` (:meth:`policy_dict`), which
-:meth:`export` also writes as JSON.
+a depth-first walk of the game tree meets them, with its terminal histories (a process keeps the enumeration of the
+games it built last). A policy's table of player ``p`` is ``[S_p, A]`` (``A`` the game's distinct actions; zero
+outside the legal ones). A torch policy is tabulated by one batched query on the observations the env gives at those
+information states (the information-state tensor, see :mod:`marljoint.env.openspiel`). Values and best-response
+values are sums over the terminal histories, which agree with OpenSpiel's ``expected_returns`` and
+``TabularBestResponse`` (so :meth:`OpenSpielGame.nash_conv` with ``pyspiel.nash_conv``) to rounding, at a cost
+proportional to the game and without a walk of the tree per measurement; best-response tables, and every score of a
+game with more than :data:`MAX_TERMINALS` terminal histories, come from OpenSpiel's C++ code, on the policy as
+OpenSpiel writes it, a mapping from ``state.information_state_string(player)`` to ``[(action, probability), ...]``
+(:meth:`~OpenSpielGame.policy_dict`), which :meth:`~OpenSpielGame.export` also writes as JSON.
 """
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +54,19 @@ building the same game again (a run's classification, its tracker, ``exploitabil
 loop) costs nothing then."""
 
 _ENUMERATED: dict[tuple[str, int, int], dict[str, Any]] = {}
+
+
+@contextlib.contextmanager
+def _without_cycle_collection() -> Iterator[None]:
+    """Pauses Python's cycle collector while a game's many small lists and tuples (none in a cycle) are built: its
+    full passes over every object then cost more than the building (half the walk of ``liars_dice``)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 class _WalkClock:
@@ -139,7 +157,8 @@ class OpenSpielGame(KnownGame):
         key = (str(self.game), limit, MAX_TERMINALS)
         walked = _ENUMERATED.pop(key, None)
         if walked is None:
-            walked = self._walk(limit, max_seconds)
+            with _without_cycle_collection():
+                walked = self._walk(limit, max_seconds)
         _ENUMERATED[key] = walked  # the newest last: the oldest is dropped first
         while len(_ENUMERATED) > ENUMERATIONS_KEPT:
             del _ENUMERATED[next(iter(_ENUMERATED))]
@@ -324,16 +343,21 @@ class OpenSpielGame(KnownGame):
     def policy_dict(self, tables: Sequence[np.ndarray]) -> dict[str, list[tuple[int, float]]]:
         """The tables as OpenSpiel's tabular policy: information-state string → ``[(action, probability)]`` over
         the legal actions, for every player."""
-        out: dict[str, list[tuple[int, float]]] = {}
-        for player, table in enumerate(tables):
-            checked = self.check_table(table, player)
-            rows, actions = np.nonzero(self._legal[player])  # row by row, actions ascending
-            ends = np.cumsum(np.bincount(rows, minlength=len(self.keys[player]))).tolist()
-            pairs = list(zip(actions.tolist(), checked[rows, actions].tolist()))
-            start = 0
-            for key, end in zip(self.keys[player], ends):
-                out[key] = pairs[start:end]
-                start = end
+        return self._pairs(tables, tuple)
+
+    def _pairs(self, tables: Sequence[np.ndarray], pair: type) -> dict[str, list[Any]]:
+        """:meth:`policy_dict` with each ``(action, probability)`` made a ``pair`` (``tuple`` or ``list``)."""
+        out: dict[str, list[Any]] = {}
+        checked = [self.check_table(table, player) for player, table in enumerate(tables)]
+        with _without_cycle_collection():
+            for player, table in enumerate(checked):
+                rows, actions = np.nonzero(self._legal[player])  # row by row, actions ascending
+                ends = np.cumsum(np.bincount(rows, minlength=len(self.keys[player]))).tolist()
+                pairs = list(map(pair, zip(actions.tolist(), table[rows, actions].tolist())))
+                start = 0
+                for key, end in zip(self.keys[player], ends):
+                    out[key] = pairs[start:end]
+                    start = end
         return out
 
     def export(self, tables: Sequence[np.ndarray], path: str | Path) -> Path:
@@ -343,8 +367,7 @@ class OpenSpielGame(KnownGame):
         e.g. ``pyspiel.nash_conv(game, that)``.
         """
         path = Path(path)
-        policy = {key: [[a, p] for a, p in pairs] for key, pairs in self.policy_dict(tables).items()}
-        atomic_write_json(policy, path)
+        atomic_write_json(self._pairs(tables, list), path)
         return path
 
     # ------------------------------------------------------------------ scoring, by OpenSpiel

@@ -158,9 +158,8 @@ def load_run(
         checkpoint: a checkpoint file instead of the newest one.
         num_envs: env copies of ``trainer.env``.
         seed: seed of the env's first reset (the run's seed when ``None``).
-        trust_run: load a run whose ``config.toml`` is not signed with your key (received from someone else, or
-            written before runs were signed) even if its env is a function to call (``package.module:function``):
-            only for runs you trust (:mod:`marljoint.run.config_trust`).
+        trust_run: load a run whose ``config.toml`` is not signed with your key even if its env is a function to
+            call (``package.module:function``): only for runs you trust (:mod:`marljoint.run.config_trust`).
         **env_kwargs: extra keyword arguments of the env (e.g. ``render_mode="rgb_array"``).
 
     Returns:
@@ -169,8 +168,7 @@ def load_run(
     Raises:
         RunError: for a directory without a run or checkpoint, or a checkpoint that is damaged, crafted or does not
             fit the run's env (one trained on another env names both envs and what differs).
-        UntrustedConfigError: the run's ``config.toml`` is not signed with your key and names a function as its env
-            (without ``trust_run``); nothing was imported or called.
+        UntrustedConfigError: an unsigned ``config.toml`` names a function as its env (without ``trust_run``).
     """
     run_dir = Path(run_dir)
     spec = load_run_spec(run_dir, trust_run)
@@ -276,8 +274,7 @@ def evaluate_run(
         deterministic: take each policy's most likely action; False samples.
         seed: seed of the evaluation episodes (and of sampling).
         num_envs: env copies (``min(episodes, 8)`` when ``None``; 1 when recording a GIF).
-        gif: record the first episode, rendered as ``rgb_array``, to this GIF.
-        gif_fps: frames per second of the GIF.
+        gif: record the first episode, rendered as ``rgb_array``, to this GIF (``gif_fps`` frames per second).
         checkpoint: a checkpoint file instead of the newest one.
         max_steps: give up after this many joint steps (an env whose episodes never end).
         video: record the first episode to this video (``.mp4``, ``.webm``, ...; needs ``imageio-ffmpeg``).

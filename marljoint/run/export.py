@@ -406,8 +406,7 @@ def export_run(
         checkpoint: a checkpoint file instead of the run's newest.
 
     Returns:
-        trust_run: export a run whose ``config.toml`` is not signed with your key even if it names a function as its
-            env (see :func:`~marljoint.run.evaluate.load_run`).
+        trust_run: export a run whose ``config.toml`` is not yours (see :func:`~marljoint.run.evaluate.load_run`).
         An :class:`ExportResult`.
 
     Raises:
@@ -438,7 +437,13 @@ def export_run(
     entries = [
         _group_entry(group, policy, path) for group, policy, path in zip(run.trainer.spec.groups, policies, files)
     ]
-    payload = {
+    manifest.write_text(json.dumps(_manifest(run, format, entries), indent=2, default=str) + "\n")
+    return ExportResult(directory, format, tuple(files), manifest, run.checkpoint)
+
+
+def _manifest(run: Any, format: str, entries: list[dict[str, Any]]) -> dict[str, Any]:
+    """The contents of ``manifest.json``: the run's env, checkpoint and agents, and one entry per group."""
+    return {
         "format": format,
         "env": run.spec.env,
         "env_kwargs": dict(run.spec.env_kwargs),
@@ -447,8 +452,6 @@ def export_run(
         "turn_based": bool(run.trainer.spec.turn_based),
         "groups": entries,
     }
-    manifest.write_text(json.dumps(payload, indent=2, default=str) + "\n")
-    return ExportResult(directory, format, tuple(files), manifest, run.checkpoint)
 
 
 def _require_onnx() -> None:

@@ -265,8 +265,7 @@ def evaluate_run(
 ) -> EvalResult:
     """Plays ``episodes`` episodes with a run's newest (or a given) checkpoint.
 
-    Episodes are spread evenly over the env copies and each copy contributes its first episodes, so short
-    episodes are not over-represented.
+    Episodes are spread evenly over the env copies, each playing its first ones: short ones are not over-represented.
 
     Args:
         run_dir: a run directory written by ``marljoint train``.

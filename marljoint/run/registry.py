@@ -320,8 +320,8 @@ def supersuit_wrappers(wrappers: Any) -> list[tuple[str, dict[str, Any]]]:
                 f"a wrapper is a SuperSuit wrapper name or a table such as "
                 f'{{name = "resize_v1", x_size = 84, y_size = 84}}, got {entry!r}'
             )
-        try:
-            found = callable(getattr(supersuit, name)) and not name.startswith("_")
+        try:  # only SuperSuit's versioned wrappers: a config file may name nothing else to call
+            found = bool(_VERSIONED.fullmatch(name)) and not name.startswith("_") and callable(getattr(supersuit, name))
         except (AttributeError, ImportError):  # supersuit's module __getattr__ raises ImportError
             found = False
         if not found:

@@ -204,3 +204,27 @@ def test_only_a_signature_line_over_the_exact_text_counts():
     assert config_signed(signed + "# one more line\n") is False
     assert config_signed(signed.replace(SIGNATURE_PREFIX, SIGNATURE_PREFIX + "0")) is False
     assert config_signed(f"{SIGNATURE_PREFIX}{text_signature(text)}") is None  # a signature of nothing
+
+
+@pytest.mark.parametrize("name", ["DeprecatedWrapper", "utils", "_DeprecatedWrapper", "aec_vector"])
+def test_a_config_s_wrappers_name_only_supersuit_s_versioned_wrappers(name):
+    from marljoint.run.errors import RunError
+    from marljoint.run.spec import RunSpec
+
+    with pytest.raises(RunError, match=f"supersuit has no wrapper '{name}'; some it has: action_lambda_v1"):
+        RunSpec.from_dict({"wrappers": [name]})
+    assert RunSpec.from_dict({"wrappers": ["color_reduction_v0"]}).wrappers == ("color_reduction_v0",)
+
+
+def test_resuming_several_seeds_refuses_a_crafted_config_of_any_of_them(own_run, tmp_path, capsys):
+    out, marker = _crafted_run(own_run, tmp_path, "unsigned")
+    runs = tmp_path / "seeds"
+    runs.mkdir()
+    out.rename(runs / "seed_0")
+    capsys.readouterr()
+    args = ["train", "--out", str(runs), "--seeds", "0", "--resume", "--total-steps", "192", "--quiet"]
+    assert run_cli(args) == 2
+    assert re.search(r"seed_0.*env = 'os:system' names a function to call.*--trust-run", _one_line(capsys))
+    assert not marker.exists()
+    run_cli([*args, "--trust-run", "--jobs", "1"])
+    assert marker.exists()

@@ -105,7 +105,7 @@ class EnumerationTimeout(ValueError):
 
 
 class OpenSpielGame(KnownGame):
-    """An OpenSpiel game whose exploitability marljoint computes exactly, with OpenSpiel's best responses.
+    """An OpenSpiel game whose exploitability marljoint computes exactly, to OpenSpiel's figures.
 
     Args:
         game: an OpenSpiel game string (``"leduc_poker"``) or a loaded ``pyspiel.Game``.
@@ -122,7 +122,8 @@ class OpenSpielGame(KnownGame):
     Raises:
         ImportError: without the openspiel extra.
         ValueError: a game that is not turn-based, lacks information-state strings or tensors, has more than
-            ``max_information_states`` information states, or whose walk takes longer than ``max_seconds``.
+            ``max_information_states`` information states, or whose walk takes longer than ``max_seconds``
+            (:class:`EnumerationTimeout`).
     """
 
     def __init__(

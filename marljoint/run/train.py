@@ -41,6 +41,7 @@ from marljoint.run.rundir import (
 )
 from marljoint.run.spec import RunSpec, load_run_spec, read_config_file, resume_spec, write_config
 from marljoint.run.wandb_names import check_wandb_run
+from marljoint.trust import user_key
 
 # train_run with the names its callers use beside it (RunSpec, the run directory files, the checks), each defined in
 # the run module of its concern (spec, rundir, build, loop).
@@ -157,6 +158,8 @@ def _train_locked(
     stream = stream if stream is not None else sys.stderr
     started = time.perf_counter()
     checkpoint = check_run_dir(run_dir, resume, force)
+    if checkpoint is not None:  # its env snapshot is checked with the key: an unusable key is reported as itself
+        user_key()
     check_wandb_run(spec.wandb_project, run_dir)  # W&B would refuse a bad name only once the run is built
     if not resume:  # a resumed run already trained with its sizes
         check_minibatch(spec.trainer)

@@ -228,3 +228,23 @@ def test_resuming_several_seeds_refuses_a_crafted_config_of_any_of_them(own_run,
     assert not marker.exists()
     run_cli([*args, "--trust-run", "--jobs", "1"])
     assert marker.exists()
+
+
+def test_a_resume_reports_an_unsafe_key_as_itself_not_as_a_checkpoint_that_does_not_fit(tmp_path, monkeypatch, capsys):
+    from marljoint import trust
+
+    out = tmp_path / "bundled"
+    args = [*_train(out, "--total-steps", "128")]
+    args[args.index(FACTORY)] = "bucket_brigade_v0"
+    assert run_cli(args) == 0
+    key = tmp_path / "home" / "snapshot.key"
+    key.parent.mkdir()
+    key.write_bytes(trust.user_key())
+    key.chmod(0o644)
+    monkeypatch.setenv(trust.HOME_VARIABLE, str(key.parent))
+    monkeypatch.setattr(trust, "_keys", {})
+    capsys.readouterr()
+    assert run_cli(["train", "--out", str(out), "--resume", "--total-steps", "192", "--quiet"]) == 2
+    err = _one_line(capsys)
+    assert re.search(r"the key file .*snapshot.key has mode 0644, open to other users: .*chmod 600", err), err
+    assert "does not fit" not in err and "refused to resume" not in err, err

@@ -158,8 +158,7 @@ def _train_locked(
     stream = stream if stream is not None else sys.stderr
     started = time.perf_counter()
     checkpoint = check_run_dir(run_dir, resume, force)
-    if checkpoint is not None:  # its env snapshot is checked with the key: an unusable key is reported as itself
-        user_key()
+    user_key()  # signs config.toml and checks snapshots: a key that cannot be trusted is refused first, as itself
     check_wandb_run(spec.wandb_project, run_dir)  # W&B would refuse a bad name only once the run is built
     if not resume:  # a resumed run already trained with its sizes
         check_minibatch(spec.trainer)

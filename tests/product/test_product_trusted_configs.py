@@ -248,3 +248,7 @@ def test_a_resume_reports_an_unsafe_key_as_itself_not_as_a_checkpoint_that_does_
     err = _one_line(capsys)
     assert re.search(r"the key file .*snapshot.key has mode 0644, open to other users: .*chmod 600", err), err
     assert "does not fit" not in err and "refused to resume" not in err, err
+    args[args.index(str(out))] = str(tmp_path / "new")  # a new run signs its config.toml: refused before it starts
+    assert run_cli(args) == 2
+    assert "snapshot.key has mode 0644" in _one_line(capsys)
+    assert not (tmp_path / "new").exists()

@@ -485,31 +485,54 @@ def _add_eval(subparsers: Any) -> None:
 
 
 def _eval(args: argparse.Namespace) -> int:
-    from marljoint.run.evaluate import evaluate_run
+    from marljoint.run.episodes import check_step_budget
+    from marljoint.run.errors import RunInterrupted
+    from marljoint.run.evaluate import EvalInterrupted, evaluate_run, evaluation_copies
+    from marljoint.run.seats import check_references, evaluate_seats
 
-    result = evaluate_run(
-        args.run_dir,
-        episodes=args.episodes,
-        deterministic=args.deterministic,
-        seed=args.seed,
-        num_envs=args.num_envs,
-        gif=args.gif,
-        gif_fps=args.fps,
-        checkpoint=args.checkpoint,
-        max_steps=args.max_steps,
-        video=args.video,
-        progress=_eval_progress(args.episodes, args.max_steps),
-        trust_run=args.trust_run,
-    )
-    from marljoint.run.seats import evaluate_seats
+    copies = evaluation_copies(args.episodes, args.num_envs, args.gif is not None or args.video is not None)
+    check_step_budget(args.episodes, copies, args.max_steps)
+    check_references(args.run_dir, args.against or (), trust_run=args.trust_run)
+    try:
+        result = evaluate_run(
+            args.run_dir,
+            episodes=args.episodes,
+            deterministic=args.deterministic,
+            seed=args.seed,
+            num_envs=args.num_envs,
+            gif=args.gif,
+            gif_fps=args.fps,
+            checkpoint=args.checkpoint,
+            max_steps=args.max_steps,
+            video=args.video,
+            progress=_eval_progress(args.episodes, copies, args.max_steps),
+            trust_run=args.trust_run,
+        )
+    except EvalInterrupted as exc:
+        if exc.result is not None:
+            _print_eval(args, exc.result, None)
+        raise
+    try:
+        seats = evaluate_seats(
+            args.run_dir, args.against or (), args.episodes, args.seed, args.checkpoint, trust_run=args.trust_run
+        )
+    except KeyboardInterrupt:
+        _print_eval(args, result, None)
+        raise RunInterrupted(
+            "interrupted while playing the seats (--against); the result printed is of the run's own episodes"
+        ) from None
+    _print_eval(args, result, seats)
+    return 0
 
-    seats = evaluate_seats(
-        args.run_dir, args.against or (), args.episodes, args.seed, args.checkpoint, trust_run=args.trust_run
-    )
+
+def _print_eval(args: argparse.Namespace, result: Any, seats: Any) -> None:
+    """The evaluation's result (and the seats', if any) on standard output, as a table or as JSON (``--json``)."""
     if args.json:
         summary = {name: {"mean": m, "ci95": h} for name, (m, h) in result.summary().items()}
         payload = {
             "episodes": len(result.returns),
+            "episodes_requested": args.episodes,
+            "partial": result.partial,
             "deterministic": result.deterministic,
             "checkpoint": str(result.checkpoint),
             "returns": summary,
@@ -523,14 +546,21 @@ def _eval(args: argparse.Namespace) -> int:
         print(result.format())
         if seats is not None:
             print(seats.format())
-    return 0
 
 
-def _eval_progress(episodes: int, max_steps: int) -> Any:
-    """A progress line on standard error for long evaluations (every 10,000 joint steps)."""
+def _eval_progress(episodes: int, copies: int, max_steps: int) -> Any:
+    """What the evaluation will play, once the run is loaded (on standard error), then a progress line every 10,000
+    joint steps of long evaluations."""
 
     def show(steps: int, done: int) -> None:
-        sys.stderr.write(f"eval: {steps:,} of at most {max_steps:,} steps, {done}/{episodes} episodes ended\n")
+        if steps == 0:
+            line = (
+                f"eval: {episodes:,} episodes on {copies} env copies, at most {max_steps:,} joint steps "
+                f"({max_steps * copies:,} env steps; --max-steps caps them); Ctrl-C stops with the episodes so far"
+            )
+        else:
+            line = f"eval: {steps:,} of at most {max_steps:,} steps, {done:,}/{episodes:,} episodes ended"
+        sys.stderr.write(line + "\n")
         sys.stderr.flush()
 
     return show

@@ -9,7 +9,40 @@ import numpy as np
 
 from marljoint.run.errors import RunError
 
-__all__ = ["play_episodes"]
+__all__ = ["EpisodesInterrupted", "check_step_budget", "play_episodes"]
+
+
+class EpisodesInterrupted(KeyboardInterrupt):
+    """Ctrl-C while :func:`play_episodes` played: the episodes that ended before it.
+
+    A ``KeyboardInterrupt`` still, so that whoever stops at Ctrl-C stops here too; an evaluation catches it to report
+    the episodes played.
+
+    Attributes:
+        returns: ``[k, N]`` returns of the ``k`` episodes that ended (``k`` may be 0).
+        lengths: ``[k]`` their lengths in steps.
+        requested: the episodes asked for.
+    """
+
+    def __init__(self, returns: np.ndarray, lengths: np.ndarray, requested: int) -> None:
+        super().__init__(f"interrupted after {len(returns):,} of {requested:,} episodes")
+        self.returns, self.lengths, self.requested = returns, lengths, requested
+
+
+def check_step_budget(episodes: int, copies: int, max_steps: int) -> None:
+    """Refuses ``episodes`` that cannot end within ``max_steps`` joint steps on ``copies`` env copies: each copy
+    ends at most one episode per step, so its share of the episodes takes at least that many steps.
+
+    Raises:
+        RunError: naming the episodes, the copies, the steps they need at the least and the cap.
+    """
+    need = int(_quota(episodes, copies)[0])
+    if need > max_steps:
+        raise RunError(
+            f"{episodes:,} episodes on {copies} env copies take at least {need:,} joint steps (a copy ends one episode "
+            f"per step at most), more than the cap of {max_steps:,} (--max-steps): lower --episodes, or raise "
+            "--max-steps or --num-envs"
+        )
 
 
 def play_episodes(
@@ -36,25 +69,58 @@ def play_episodes(
         max_steps: give up after this many joint steps.
         on_step: called with the first :class:`~marljoint.JointObs` and then every :class:`~marljoint.JointStep`;
             once it returns False it is not called again.
-        progress: called as ``progress(steps, episodes finished)`` every 10,000 joint steps (long episodes).
+        progress: called as ``progress(0, 0)`` once the env is reset, then as ``progress(steps, episodes finished)``
+            every 10,000 joint steps (long episodes).
 
     Returns:
         ``(returns [episodes, N], lengths [episodes])``.
 
     Raises:
         RunError: for a non-positive ``episodes`` or episodes that do not end within ``max_steps``.
+        EpisodesInterrupted: Ctrl-C (``KeyboardInterrupt``) while playing, with the episodes that ended before it.
     """
-    import torch
-
     quota = _quota(episodes, env.num_envs)
     copies = env.num_envs
     trainer.generator.manual_seed(seed)
     got: list[list[np.ndarray]] = [[] for _ in range(copies)]
     lengths: list[list[int]] = [[] for _ in range(copies)]
+    try:
+        _play(trainer, env, quota, got, lengths, deterministic, seed, max_steps, on_step, progress)
+    except KeyboardInterrupt:
+        raise EpisodesInterrupted(*_collected(got, lengths, len(env.spec.agents)), episodes) from None
+    return _collected(got, lengths, len(env.spec.agents))
+
+
+def _collected(got: list[list[np.ndarray]], lengths: list[list[int]], agents: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(returns [k, N], lengths [k])`` of the episodes in ``got`` and ``lengths``, copy by copy."""
+    returns = [r for g in got for r in g]
+    stacked = np.stack(returns) if returns else np.zeros((0, agents))
+    return stacked, np.asarray([n for g in lengths for n in g], dtype=np.int64)
+
+
+def _play(
+    trainer: Any,
+    env: Any,
+    quota: np.ndarray,
+    got: list[list[np.ndarray]],
+    lengths: list[list[int]],
+    deterministic: bool,
+    seed: int,
+    max_steps: int,
+    on_step: Callable[[Any], bool] | None,
+    progress: Callable[[int, int], None] | None,
+) -> None:
+    """:func:`play_episodes`' loop: appends each copy's first ``quota[e]`` episodes to ``got[e]`` and ``lengths[e]``
+    as they end (so that an interruption leaves the episodes played so far there)."""
+    import torch
+
     obs = env.reset(seed=seed)
     if on_step is not None and not on_step(obs):
         on_step = None
+    if progress is not None:
+        progress(0, 0)
     steps = 0
+    episodes = int(quota.sum())
     with torch.no_grad():
         while any(len(g) < q for g, q in zip(got, quota)):
             if steps >= max_steps:
@@ -70,7 +136,6 @@ def play_episodes(
             if on_step is not None and not on_step(out):
                 on_step = None
             obs = out
-    return np.stack([r for g in got for r in g]), np.asarray([n for g in lengths for n in g])
 
 
 def _quota(episodes: Any, copies: int) -> np.ndarray:

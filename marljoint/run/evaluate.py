@@ -17,12 +17,13 @@ import numpy as np
 from marljoint.checkpoint import CheckpointError, list_checkpoints, load_checkpoint
 from marljoint.collect.config import CollectionConfig
 from marljoint.run import migrations
-from marljoint.run.episodes import play_episodes
+from marljoint.run.episodes import EpisodesInterrupted, check_step_budget, play_episodes
 from marljoint.run.exploitability import game_facts
 from marljoint.run.stats import confidence_interval
 from marljoint.run.train import (
     CHECKPOINT_DIR,
     RunError,
+    RunInterrupted,
     RunSpec,
     build_trainer,
     load_run_spec,
@@ -31,10 +32,12 @@ from marljoint.run.train import (
 )
 
 __all__ = [
+    "EvalInterrupted",
     "EvalResult",
     "VIDEO_BLOCK",
     "TrainedRun",
     "evaluate_run",
+    "evaluation_copies",
     "load_run",
     "pad_frames",
     "play_episodes",
@@ -57,6 +60,8 @@ class EvalResult:
         video: the video written, if any.
         zero_sum: whether the game is zero-sum (:func:`~marljoint.run.exploitability.game_facts`): the mean over
             agents is then 0 by construction, and :meth:`format` leaves it out.
+        requested: the episodes asked for, when fewer ended because the evaluation was interrupted (a partial
+            result); ``None`` when every episode asked for was played.
     """
 
     agents: tuple[str, ...]
@@ -67,6 +72,12 @@ class EvalResult:
     gif: Path | None = None
     video: Path | None = None
     zero_sum: bool = False
+    requested: int | None = None
+
+    @property
+    def partial(self) -> bool:
+        """Whether the evaluation was interrupted before all the episodes asked for ended."""
+        return self.requested is not None
 
     def summary(self) -> dict[str, tuple[float, float]]:
         """Per agent (and ``"mean"`` over agents): ``(mean return, half-width of the 95% CI)``."""
@@ -78,9 +89,11 @@ class EvalResult:
         """A table of the summary, one line per agent."""
         width = max(len(a) for a in (*self.agents, "mean over agents"))
         mode = "deterministic" if self.deterministic else "sampled"
+        played = f"{len(self.returns)} episodes"
+        if self.requested is not None:
+            played = f"PARTIAL result (interrupted): {len(self.returns):,} of {self.requested:,} episodes"
         lines = [
-            f"{len(self.returns)} episodes, {mode} actions, {self.checkpoint.name}, "
-            f"mean length {self.lengths.mean():.1f} steps",
+            f"{played}, {mode} actions, {self.checkpoint.name}, mean length {self.lengths.mean():.1f} steps",
             f"{'agent':<{width}}  return (mean ± 95% CI)",
         ]
         for name, (mean, half) in self.summary().items():
@@ -277,7 +290,8 @@ def evaluate_run(
         checkpoint: a checkpoint file instead of the newest one.
         max_steps: give up after this many joint steps (an env whose episodes never end).
         video: record the first episode to this video (``.mp4``, ``.webm``, ...; needs ``imageio-ffmpeg``).
-        progress: called as ``progress(steps, episodes finished)`` every 10,000 joint steps.
+        progress: called as ``progress(0, 0)`` when the episodes start (the run loaded), then as
+            ``progress(steps, episodes finished)`` every 10,000 joint steps.
         trust_run: evaluate a run whose ``config.toml`` is not signed with your key (see :func:`load_run`).
 
     Returns:
@@ -285,30 +299,70 @@ def evaluate_run(
 
     Raises:
         RunError: for a directory without a run or checkpoint, a corrupted checkpoint, an env that cannot
-            render, or episodes that do not end within ``max_steps``.
+            render, episodes that cannot end within ``max_steps`` on the env copies (refused before the run is
+            loaded), or episodes that do not end within ``max_steps``.
+        EvalInterrupted: Ctrl-C while playing; it holds the episodes that ended before it (a partial result).
+    """
+    recording = gif is not None or video is not None
+    copies = evaluation_copies(episodes, num_envs, recording)
+    check_step_budget(episodes, copies, max_steps)
+    extra = {"render_mode": "rgb_array"} if recording else {}
+    run = load_run(run_dir, checkpoint, num_envs=copies, seed=seed, trust_run=trust_run, **extra)
+    frames: list[np.ndarray] = []
+    recorder = frames if recording else None
+    try:
+        returns, lengths = _play_and_close(run, episodes, deterministic, seed, max_steps, progress, recorder)
+    except EpisodesInterrupted as stop:
+        raise EvalInterrupted.of(_result(run, stop.returns, stop.lengths, deterministic, stop.requested)) from None
+    result = _result(run, returns, lengths, deterministic)
+    result.gif = write_gif(frames, gif, fps=gif_fps) if gif is not None else None
+    result.video = write_video(frames, video, fps=gif_fps) if video is not None else None
+    return result
+
+
+def evaluation_copies(episodes: int, num_envs: int | None, recording: bool) -> int:
+    """The env copies an evaluation of ``episodes`` plays on: ``num_envs``, else ``min(episodes, 8)``; 1 when it
+    records a GIF or video.
+
+    Raises:
+        RunError: for a non-positive ``episodes``.
     """
     if isinstance(episodes, bool) or not isinstance(episodes, int) or episodes < 1:
         raise RunError(f"episodes must be a positive integer, got {episodes!r}")
-    recording = gif is not None or video is not None
-    copies = 1 if recording else (num_envs or min(episodes, 8))
-    extra = {"render_mode": "rgb_array"} if recording else {}
-    run = load_run(run_dir, checkpoint, num_envs=copies, seed=seed, trust_run=trust_run, **extra)
-    trainer, path = run.trainer, run.checkpoint
-    frames: list[np.ndarray] = []
-    recorder = frames if recording else None
-    returns, lengths = _play_and_close(run, episodes, deterministic, seed, max_steps, progress, recorder)
-    written = write_gif(frames, gif, fps=gif_fps) if gif is not None else None
-    written_video = write_video(frames, video, fps=gif_fps) if video is not None else None
+    return 1 if recording else (num_envs or min(episodes, 8))
+
+
+def _result(
+    run: TrainedRun, returns: np.ndarray, lengths: np.ndarray, deterministic: bool, requested: int | None = None
+) -> EvalResult:
+    """The :class:`EvalResult` of ``run``'s episodes (``requested``: the episodes asked for, when interrupted)."""
+    agents = tuple(run.trainer.spec.agents)
+    facts = game_facts(run.spec.env, run.spec.env_kwargs, run.spec.wrappers, len(agents))
     return EvalResult(
-        agents=tuple(trainer.spec.agents),
-        returns=returns,
-        lengths=lengths,
-        checkpoint=path,
-        deterministic=deterministic,
-        gif=written,
-        video=written_video,
-        zero_sum=game_facts(run.spec.env, run.spec.env_kwargs, run.spec.wrappers, len(trainer.spec.agents)).zero_sum,
+        agents, returns, lengths, run.checkpoint, deterministic, zero_sum=facts.zero_sum, requested=requested
     )
+
+
+class EvalInterrupted(RunInterrupted):
+    """Ctrl-C during :func:`evaluate_run` (exit status 130).
+
+    Attributes:
+        result: the episodes that ended before it, as a partial :class:`EvalResult`; ``None`` when none had.
+    """
+
+    def __init__(self, message: str, result: EvalResult | None) -> None:
+        super().__init__(message, 130)
+        self.result = result
+
+    @classmethod
+    def of(cls, result: EvalResult) -> EvalInterrupted:
+        """The interruption of an evaluation that got as far as ``result``."""
+        played, asked = len(result.returns), result.requested
+        if played == 0:
+            return cls(f"interrupted before any of the {asked:,} episodes ended; there is nothing to report", None)
+        return cls(
+            f"interrupted after {played:,} of {asked:,} episodes; the partial result covers those {played:,}", result
+        )
 
 
 def _play_and_close(

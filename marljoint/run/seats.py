@@ -22,7 +22,7 @@ from marljoint.run.exploitability import game_facts, seat_returns, uniform_refer
 from marljoint.run.stats import confidence_interval
 from marljoint.run.train import CONFIG_FILE, load_run_spec
 
-__all__ = ["RANDOM", "SeatEvaluation", "evaluate_seats"]
+__all__ = ["RANDOM", "SeatEvaluation", "check_references", "evaluate_seats"]
 
 RANDOM = "random"
 """The reference that plays uniformly at random over the legal actions."""
@@ -148,17 +148,51 @@ def _reference(value: str, run: TrainedRun, run_dir: str | os.PathLike[str], tru
             return str(path), [other.agent_policy(seat) for seat in range(2)]
         finally:
             other.close()
-    raise RunError(
+    raise _not_a_reference(value)
+
+
+def check_references(run_dir: str | os.PathLike[str], against: Sequence[str], trust_run: bool = False) -> None:
+    """Refuses, before anything is played, a ``--against`` value that is neither ``random``, a run directory nor a
+    file, and a run directory of another env (read from the ``config.toml`` files alone).
+
+    Raises:
+        RunError: naming the reference and the fix, as :func:`evaluate_seats` would once the run's episodes are
+            played.
+    """
+    if not against:
+        return
+    ours = _setup(load_run_spec(run_dir, trust_run))
+    for value in against:
+        path = Path(value)
+        if value == RANDOM or path.is_file():
+            continue
+        if not (path.is_dir() and (path / CONFIG_FILE).is_file()):
+            raise _not_a_reference(value)
+        theirs = _setup(load_run_spec(path, trust_run))
+        if theirs != ours:
+            raise _other_env(path, theirs, ours)
+
+
+def _not_a_reference(value: str) -> RunError:
+    return RunError(
         f"--against {value!r} is neither 'random', a run directory (with {CONFIG_FILE}) nor a checkpoint file; give "
         "--against random, --against OTHER_RUN_DIR or --against RUN_DIR/checkpoints/ckpt_<N>.pt"
     )
 
 
+def _setup(spec: Any) -> tuple[str, dict[str, Any], list[Any]]:
+    """``(env, env_kwargs, wrappers)`` of a run's settings: what two runs must share to play each other."""
+    return spec.env, dict(spec.env_kwargs), list(spec.wrappers)
+
+
+def _other_env(path: Path, theirs: tuple[str, dict[str, Any], list[Any]], ours: tuple[Any, ...]) -> RunError:
+    return RunError(
+        f"--against {path}: that run trained on env {theirs[0]!r} {theirs[1]}, this one on {ours[0]!r} {ours[1]}; "
+        "give a run (or checkpoint) of the same env"
+    )
+
+
 def _check_same_env(run: TrainedRun, other: TrainedRun, path: Path) -> None:
-    ours = (run.spec.env, dict(run.spec.env_kwargs), list(run.spec.wrappers))
-    theirs = (other.spec.env, dict(other.spec.env_kwargs), list(other.spec.wrappers))
+    ours, theirs = _setup(run.spec), _setup(other.spec)
     if ours != theirs:
-        raise RunError(
-            f"--against {path}: that run trained on env {theirs[0]!r} {theirs[1]}, this one on {ours[0]!r} {ours[1]}; "
-            "give a run (or checkpoint) of the same env"
-        )
+        raise _other_env(path, theirs, ours)

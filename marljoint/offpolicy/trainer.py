@@ -120,31 +120,44 @@ class OffPolicyTrainer:
         return self.algorithm.act(obs, self.env_steps, copies, greedy=deterministic)
 
     def collect(self) -> Played:
-        """Plays ``rollout_steps`` joint steps in every copy, storing each joint transition in the replay buffer."""
+        """Plays ``rollout_steps`` joint steps in every copy, storing each joint transition in the replay buffer.
+
+        The transitions are stored, and the steps counted, once every step has been played: an env (or an env
+        worker) that fails midway leaves the trainer's state as the previous iteration left it, so a checkpoint
+        written on the way out is consistent.
+        """
         if self.current is None:
             self.current = _copy_obs(self.env.reset(seed=self.config.seed))
-        returns, lengths = [], []
+        returns, lengths, played = [], [], []
+        env_steps = self.env_steps
         for _ in range(self.config.rollout_steps):
             before = self.current
-            actions = self.algorithm.act(before, self.env_steps, self.copy_generators)
+            actions = self.algorithm.act(before, env_steps, self.copy_generators)
             step = self.env.step(actions)
-            transitions = joint_transitions(self.spec, before, actions, step)
-            if self.buffer is None:
-                self.buffer = ReplayBuffer(self.config.buffer_size, transitions)
-            self.buffer.add(transitions)
-            if hasattr(self.algorithm, "observe"):
-                self.algorithm.observe(transitions)
-            self.env_steps += self.env.num_envs
+            played.append(joint_transitions(self.spec, before, actions, step))
+            env_steps += self.env.num_envs
             if len(step.episode_lengths):
                 returns.append(step.episode_returns.copy())
                 lengths.append(step.episode_lengths.copy())
             self.current = _copy_obs(JointObs(step.obs, step.alive, step.acting, step.action_masks))
+        for transitions in played:
+            self._store(transitions)
+        self.env_steps = env_steps
         n = self.spec.num_agents
         return Played(
             self.config.rollout_steps,
             np.concatenate(returns) if returns else np.zeros((0, n)),
             np.concatenate(lengths) if lengths else np.zeros(0, np.int64),
         )
+
+    def _store(self, transitions: JointTransitions) -> None:
+        """Adds one step's transitions to the replay buffer (created with the first) and to the algorithm's
+        statistics."""
+        if self.buffer is None:
+            self.buffer = ReplayBuffer(self.config.buffer_size, transitions)
+        self.buffer.add(transitions)
+        if hasattr(self.algorithm, "observe"):
+            self.algorithm.observe(transitions)
 
     def update(self, aux_fn: AuxFn | None = None) -> dict[str, float]:
         """:attr:`~OffPolicyConfig.updates` gradient steps once ``learning_starts`` transitions are stored.

@@ -5,7 +5,7 @@ from __future__ import annotations
 import errno
 import os
 
-__all__ = ["EnvFailure", "RunError", "RunInterrupted", "unwritable_file_error"]
+__all__ = ["EnvFailure", "RunError", "RunInterrupted", "WorkerFailure", "unwritable_file_error"]
 
 # The errors of a file system that will not take a run's files, and what the user can do about each.
 _UNWRITABLE_FIXES = {
@@ -40,6 +40,25 @@ class EnvFailure(RunError):
     The last completed iteration is checkpointed on the way out (unless a checkpoint of it exists already), so the
     run continues with ``--resume`` once the env is fixed. The env's exception
     (:class:`~marljoint.env.EnvCopyError`) is the ``__cause__``.
+
+    Attributes:
+        iteration: the last completed iteration (0: none, and nothing was written).
+    """
+
+    def __init__(self, message: str, iteration: int) -> None:
+        super().__init__(message)
+        self.iteration = iteration
+
+
+class WorkerFailure(RunError):
+    """A worker process stepping env copies died during a run (killed by a signal or the out-of-memory killer),
+    which stopped there; the message names the worker (its index, pid and env copies) and how it ended, and says
+    what was saved.
+
+    As after an :class:`EnvFailure`, the last completed iteration is checkpointed on the way out (unless a
+    checkpoint of it exists already) and the run continues with ``--resume``. The worker's error
+    (:class:`~marljoint.env.EnvWorkerDied`, or a Ray worker's
+    :class:`~marljoint.collect.WorkerLostError`) is the ``__cause__``.
 
     Attributes:
         iteration: the last completed iteration (0: none, and nothing was written).

@@ -3,39 +3,66 @@ SIGINT and SIGTERM stop it."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
 import shutil
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
 from marljoint.checkpoint import list_checkpoints
-from marljoint.env.base import EnvCopyError
+from marljoint.collect.ray_actors import WorkerLostError
+from marljoint.env.base import EnvCopyError, NonFiniteEnvError
+from marljoint.env.subprocess import EnvWorkerDied
 from marljoint.ppo.config import JointTrainerConfig
 from marljoint.ppo.divergence import DivergenceError
 from marljoint.run import exploitability, plotting, runlog
 from marljoint.run.build import make_env, say
 from marljoint.run.episodes import play_episodes
-from marljoint.run.errors import EnvFailure, RunError, RunInterrupted
+from marljoint.run.errors import EnvFailure, RunError, RunInterrupted, WorkerFailure
 from marljoint.run.lock import LOCK_FILE
 from marljoint.run.rundir import CHECKPOINT_DIR, CONFIG_FILE, CURVE_FILE, clear_run, save_state, writing
 from marljoint.run.spec import RunSpec, iterations_for, write_config
 
-__all__ = ["RunLoop", "StopRequests", "idle_cores_hint", "write_curve"]
+__all__ = ["RunLoop", "StopRequested", "StopRequests", "idle_cores_hint", "write_curve"]
+
+# What the env side of a run raises mid-run: the env itself, or a worker process stepping its copies.
+_ENV_ERRORS = (EnvCopyError, NonFiniteEnvError)
+_WORKER_ERRORS = (EnvWorkerDied, WorkerLostError)
+
+
+class StopRequested(BaseException):
+    """Raised by :class:`StopRequests` inside :meth:`~StopRequests.interruptible` when SIGINT or SIGTERM arrives:
+    the work in progress there is abandoned at once. A ``BaseException``, so that no ``except Exception`` of the
+    abandoned code swallows it."""
 
 
 class StopRequests:
     """SIGINT and SIGTERM ask the training loop to stop after the iteration in progress, with a checkpoint.
 
-    A second Ctrl-C stops at once (``KeyboardInterrupt``). Outside the main thread nothing is installed.
+    Work that may be abandoned (a measurement of the policies, which can take minutes where a scheduler grants
+    seconds) runs inside :meth:`interruptible`, where a request raises :class:`StopRequested` at once. A second
+    Ctrl-C stops at once (``KeyboardInterrupt``). Outside the main thread nothing is installed.
     """
 
     def __init__(self) -> None:
         self.signal_name: str | None = None
         self._previous: dict[int, Any] = {}
+        self._interruptible = 0
+
+    @contextlib.contextmanager
+    def interruptible(self) -> Iterator[None]:
+        """Within: a stop request (or one already made) raises :class:`StopRequested`."""
+        if self.signal_name is not None:
+            raise StopRequested(self.signal_name)
+        self._interruptible += 1
+        try:
+            yield
+        finally:
+            self._interruptible -= 1
 
     def __enter__(self) -> StopRequests:
         import signal
@@ -52,6 +79,8 @@ class StopRequests:
         if self.signal_name is not None and signum == signal.SIGINT:
             raise KeyboardInterrupt
         self.signal_name = signal.Signals(signum).name
+        if self._interruptible:
+            raise StopRequested(self.signal_name)
 
     def __exit__(self, *exc: Any) -> None:
         import signal
@@ -84,6 +113,8 @@ class RunLoop:
         )
         self._eval_env: Any = None
         self._new_best = False
+        self.stops = StopRequests()
+        """The stop requests of the run in progress (:meth:`run`'s); measurements are interruptible by them."""
         self.created = False
         if spec.wandb_project is not None:  # before anything is written
             try:
@@ -146,6 +177,7 @@ class RunLoop:
             say(self.stream, self.progress, f"the run already has {trainer.iteration} iterations; raise --total-steps")
         clock = time.perf_counter()
         last_saved = self.logged = trainer.iteration
+        self.stops = stops
         try:
             while trainer.iteration < total and (stop_after is None or trainer.iteration < stop_after):
                 row = self._iteration(total, clock)
@@ -165,7 +197,7 @@ class RunLoop:
                         f"Continue with: marljoint train --out {self.run_dir} --resume",
                         143 if stops.signal_name == "SIGTERM" else 130,
                     )
-        except EnvCopyError as exc:
+        except (*_ENV_ERRORS, *_WORKER_ERRORS) as exc:
             raise self._env_failure(exc, clock, last_saved) from exc
         except DivergenceError as exc:
             raise exc.with_note(self._kept(last_saved)) from None
@@ -198,13 +230,12 @@ class RunLoop:
         metrics = trainer.iteration_metrics(rollout, stats, seconds)
         if trainer.learner.regularizer is not None:  # the self-play term's schedule and size (mmd/alpha, mmd/kl)
             metrics.update(trainer.learner.regularizer.metrics())
-        every = self.spec.eval_every
-        evaluated = every is not None and (trainer.iteration % every == 0 or trainer.iteration >= total)
-        if evaluated:
-            metrics.update(self._evaluate())
         self.tracker.observe(trainer, trainer.iteration)  # the average policy of MMD self-play, where kept
-        if self.tracker.due(trainer.iteration, total, evaluated):
-            metrics.update(self.tracker.measure(trainer, trainer.iteration))
+        try:
+            with self.stops.interruptible():
+                self._measure(metrics, total)
+        except StopRequested:  # abandoned: the row lacks the measurement, the loop checkpoints and stops
+            pass
         self._new_best = self._new_best or self.tracker.take_new_best()
         if self.log is None:
             self._open()
@@ -217,6 +248,15 @@ class RunLoop:
         if math.isfinite(row["episode_return_mean"]):
             self.recent = (self.recent + [row["episode_return_mean"]])[-10:]
         return row
+
+    def _measure(self, metrics: dict[str, Any], total: int) -> None:
+        """Adds the iteration's evaluation and exploitability columns to ``metrics``, each where due."""
+        trainer, every = self.trainer, self.spec.eval_every
+        evaluated = every is not None and (trainer.iteration % every == 0 or trainer.iteration >= total)
+        if evaluated:
+            metrics.update(self._evaluate())
+        if self.tracker.due(trainer.iteration, total, evaluated):
+            metrics.update(self.tracker.measure(trainer, trainer.iteration))
 
     def _evaluate(self) -> dict[str, float]:
         """Greedy returns on the same fresh episodes every time; the trainer's generator is left as it was."""
@@ -258,24 +298,27 @@ class RunLoop:
                 best,
             )
 
-    def _env_failure(self, exc: EnvCopyError, clock: float, last_saved: int) -> EnvFailure:
+    def _env_failure(self, exc: Exception, clock: float, last_saved: int) -> RunError:
         """Checkpoints the last completed iteration, if no checkpoint holds it, and says what the user can do.
 
-        The env raised while collecting, before the update, so the trainer still holds the completed iteration
-        exactly; the env copies, left mid-call, are not saved, and the resume starts them on fresh episodes.
+        The env (or a worker process stepping its copies) failed while collecting, before the update, so the
+        trainer still holds the completed iteration exactly; the env copies, left mid-call or lost with their
+        worker, are not saved, and the resume starts them on fresh episodes.
         """
         completed = self.logged
         if self.log is not None and completed == self.trainer.iteration and completed > last_saved:
             self._save(clock, with_env=False)
             last_saved = completed
-        failed = f"env {self.spec.env!r} failed in iteration {completed + 1}: {exc}"
+        if isinstance(exc, _WORKER_ERRORS):
+            what = f"{exc.who} {exc.how}" if isinstance(exc, EnvWorkerDied) else str(exc)
+            failed, error = f"{what} in iteration {completed + 1}", WorkerFailure
+            kept = f"the newest checkpoint, from iteration {last_saved}, is kept. Continue"
+        else:
+            failed, error = f"env {self.spec.env!r} failed in iteration {completed + 1}: {exc}", EnvFailure
+            kept = f"the newest checkpoint is from iteration {last_saved}. Once the env is fixed, continue"
         if self.log is None and not self.resume:
-            return EnvFailure(f"{failed}; nothing was written to {self.run_dir}", 0)
-        return EnvFailure(
-            f"{failed}; the newest checkpoint is from iteration {last_saved}. Once the env is fixed, continue with: "
-            f"marljoint train --out {self.run_dir} --resume",
-            last_saved,
-        )
+            return error(f"{failed}; nothing was written to {self.run_dir}", 0)
+        return error(f"{failed}; {kept} with: marljoint train --out {self.run_dir} --resume", last_saved)
 
 
 _FIRST_COLUMNS = ("iteration", "wall_time", "env_steps", "agent_steps", "sps", "episodes", "episode_return_mean")

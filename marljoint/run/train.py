@@ -26,7 +26,7 @@ from typing import Any, TextIO
 
 from marljoint.run.build import build_trainer, check_memory, check_minibatch, make_env, say
 from marljoint.run.defaults import DEFAULT_ENV, DEFAULT_ENV_KWARGS, DEFAULT_TRAINER
-from marljoint.run.errors import EnvFailure, RunError, RunInterrupted
+from marljoint.run.errors import EnvFailure, RunError, RunInterrupted, WorkerFailure
 from marljoint.run.lock import RunLock
 from marljoint.run.loop import RunLoop, StopRequests, write_curve
 from marljoint.run.rundir import (
@@ -57,6 +57,7 @@ __all__ = [
     "RunInterrupted",
     "RunResult",
     "RunSpec",
+    "WorkerFailure",
     "build_trainer",
     "check_memory",
     "check_minibatch",
@@ -110,8 +111,10 @@ def train_run(
     :class:`~marljoint.run.lock.RunLocked`. Nothing else is written, and with ``force`` nothing is deleted, until the
     env and the trainer are built and the first iteration has run: a run that fails to start leaves the directory
     as it was. SIGINT (Ctrl-C) and SIGTERM (a cluster's pre-emption) stop the run after the iteration in progress,
-    with a checkpoint, and raise :class:`RunInterrupted` saying how to resume; a second Ctrl-C stops at once. An
-    exception from the env stops the run with :class:`EnvFailure`, the last completed iteration checkpointed.
+    with a checkpoint, and raise :class:`RunInterrupted` saying how to resume; a measurement in progress (an
+    evaluation, an exploitability) is abandoned at once, and a second Ctrl-C stops at once. An exception from the
+    env, or a non-finite reward or observation, stops the run with :class:`EnvFailure`, and an env worker process
+    that dies with :class:`WorkerFailure`; either way the last completed iteration is checkpointed.
 
     Args:
         spec: the run; when resuming, the run's own (see :func:`resume_spec`).
@@ -133,7 +136,8 @@ def train_run(
             signed with this user's key (without ``trust_snapshot``), or an env that cannot be built.
         RunLocked: another process (or thread) is writing ``run_dir``.
         RunInterrupted: after SIGINT or SIGTERM.
-        EnvFailure: the env raised in ``reset()`` or ``step()``.
+        EnvFailure: the env raised in ``reset()`` or ``step()``, or returned a non-finite reward or observation.
+        WorkerFailure: a worker process stepping env copies died (killed by a signal, say).
         DivergenceError: a loss, gradient or parameter became non-finite; the diverged state is not saved and the
             newest checkpoint, the last good one, is kept (the message names it).
     """

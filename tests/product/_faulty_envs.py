@@ -7,8 +7,11 @@ resume (a resume keeps the run's env kwargs):
 - ``FAULTY_ENV_RAISE_AT=N``: a copy raises ``RuntimeError("sensor unplugged")`` at step N of its episode;
   ``FAULTY_ENV_COPY=C`` limits that to copy C (the copy whose first reset has seed ``seed + C``; the runs here use
   seed 0).
+- ``FAULTY_ENV_NAN_AT=N``: a copy's first agent receives a NaN reward at step N of its episode (``FAULTY_ENV_COPY``
+  limits it as above).
 - ``FAULTY_ENV_GATE=DIR`` and ``FAULTY_ENV_GATE_AT=N``: copy 0 stops at step N of its episode, creates
-  ``DIR/waiting`` and waits until ``DIR/release`` exists: a run held mid-iteration for as long as a test needs.
+  ``DIR/waiting`` (holding the id of the process that steps it) and waits until ``DIR/release`` exists: a run held
+  mid-iteration for as long as a test needs.
 
 Episodes never end (no ``max_cycles``), so the step of the episode is the step of the copy's life.
 """
@@ -47,11 +50,15 @@ class FaultyMock(MockEnv):
         gate = os.environ.get("FAULTY_ENV_GATE")
         if gate and self.copy == 0 and step == int(os.environ.get("FAULTY_ENV_GATE_AT", "0")):
             _wait_at(Path(gate))
-        return super().step(actions)
+        obs, rewards, terminated, truncated, infos = super().step(actions)
+        nan_at = os.environ.get("FAULTY_ENV_NAN_AT")
+        if nan_at is not None and step == int(nan_at) and (only is None or int(only) == self.copy):
+            rewards[self.possible_agents[0]] = float("nan")
+        return obs, rewards, terminated, truncated, infos
 
 
 def _wait_at(gate: Path) -> None:
-    (gate / "waiting").touch()
+    (gate / "waiting").write_text(str(os.getpid()))
     deadline = time.monotonic() + GATE_TIMEOUT_S
     while not (gate / "release").exists():
         if time.monotonic() > deadline:

@@ -61,6 +61,19 @@ def run_group(run_dir: str | os.PathLike[str]) -> list[Path]:
     return members
 
 
+def _refuse_missing(run_dirs: Sequence[str | os.PathLike[str]]) -> None:
+    """Refuses, in one message naming each, the run directories that do not exist."""
+    missing = [str(d) for d in run_dirs if not Path(d).exists()]
+    if len(missing) == 1:
+        raise FileNotFoundError(
+            f"run directory {missing[0]} does not exist; give the --out directory of a marljoint train run"
+        )
+    if missing:
+        raise FileNotFoundError(
+            f"run directories {', '.join(missing)} do not exist; give the --out directories of marljoint train runs"
+        )
+
+
 def _group_series(members: Sequence[Path], metric: str, x: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(x, mean, half-width of the 95% CI)`` over a group's runs, on the rows they all have."""
     series = [_series(m, metric, x) for m in members]
@@ -111,7 +124,8 @@ def plot_runs(
 
     Raises:
         PlottingUnavailable: without matplotlib.
-        FileNotFoundError: for a directory without ``metrics.csv``.
+        FileNotFoundError: for run directories that do not exist (naming every one), or a directory without
+            ``metrics.csv``.
         ValueError: for an unknown column, or labels that do not match the runs.
     """
     out = image_path(out, metric)
@@ -121,6 +135,7 @@ def plot_runs(
         raise ValueError(f"got {len(labels)} labels for {len(run_dirs)} runs")
     if not isinstance(window, int) or window < 1:
         raise ValueError(f"window must be a positive integer, got {window!r}")
+    _refuse_missing(run_dirs)
     groups = [run_group(d) for d in run_dirs]
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.2), dpi=110)

@@ -549,10 +549,13 @@ def _print_eval(args: argparse.Namespace, result: Any, seats: Any) -> None:
 
 
 def _eval_progress(episodes: int, copies: int, max_steps: int) -> Any:
-    """What the evaluation will play, once the run is loaded (on standard error), then a progress line every 10,000
-    joint steps of long evaluations."""
+    """What the evaluation will play, once the run is loaded, when an env copy plays several episodes (so that
+    the count sets how long it takes); then a progress line every 10,000 joint steps of long evaluations. On standard
+    error."""
 
     def show(steps: int, done: int) -> None:
+        if steps == 0 and episodes <= copies:
+            return
         if steps == 0:
             line = (
                 f"eval: {episodes:,} episodes on {copies} env copies, at most {max_steps:,} joint steps "

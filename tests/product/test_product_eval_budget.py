@@ -115,11 +115,16 @@ def test_a_finished_evaluation_is_not_partial(run_dir):
 
 
 def test_eval_announces_its_episodes_and_step_cap(run_dir, capsys):
-    assert run_cli(["eval", str(run_dir), "--episodes", "3", "--max-steps", "500"]) == 0
+    assert run_cli(["eval", str(run_dir), "--episodes", "3", "--num-envs", "2", "--max-steps", "500"]) == 0
     err = capsys.readouterr().err
     assert err.splitlines()[0].startswith(
-        "eval: 3 episodes on 3 env copies, at most 500 joint steps (1,500 env steps; --max-steps caps them)"
+        "eval: 3 episodes on 2 env copies, at most 500 joint steps (1,000 env steps; --max-steps caps them)"
     )
+
+
+def test_eval_of_one_episode_per_env_copy_says_nothing_before_its_result(run_dir, capsys):
+    assert run_cli(["eval", str(run_dir), "--episodes", "3"]) == 0
+    assert capsys.readouterr().err == ""
 
 
 def test_eval_announces_a_huge_count_and_runs_it(run_dir, capsys, monkeypatch):

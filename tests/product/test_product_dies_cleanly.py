@@ -235,3 +235,29 @@ def test_a_stop_request_interrupts_only_what_may_be_abandoned():
             with stops.interruptible():
                 os.kill(os.getpid(), signal.SIGTERM)
                 time.sleep(30)
+
+
+def test_a_lost_ray_worker_ends_the_run_the_same_way(tmp_path, monkeypatch):
+    from marljoint import JointMultiAgentTrainer
+    from marljoint.collect import WorkerLostError
+    from marljoint.run.train import WorkerFailure
+
+    collect = JointMultiAgentTrainer.collect_rollout
+
+    def lose_a_worker(self, *args, **kwargs):
+        if self.iteration == 1:
+            raise WorkerLostError("rollout worker 1 (env copies 1..1) died 3 times in a row")
+        return collect(self, *args, **kwargs)
+
+    monkeypatch.setattr(JointMultiAgentTrainer, "collect_rollout", lose_a_worker)
+    out = tmp_path / "run"
+    with pytest.raises(WorkerFailure) as caught:
+        train_run(_spec(), out, progress=False)
+    assert str(caught.value) == (
+        "rollout worker 1 (env copies 1..1) died 3 times in a row in iteration 2; the newest checkpoint, from "
+        f"iteration 1, is kept. Continue with: marljoint train --out {out} --resume"
+    )
+    assert caught.value.iteration == 1 and isinstance(caught.value.__cause__, WorkerLostError)
+    assert _checkpoints(out) == ["ckpt_0000001.pt"]
+    monkeypatch.undo()
+    assert train_run(_spec(), out, resume=True, progress=False).iterations == 4

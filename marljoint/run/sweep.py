@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from marljoint.env.lifetime import bind_to_owner
 from marljoint.run.collection import with_auto_workers
 from marljoint.run.errors import RunError, RunInterrupted
 from marljoint.run.lock import RunLock, RunLocked
@@ -282,8 +283,10 @@ def _run_locked(job: RunJob, started: float) -> RunOutcome:
     return RunOutcome(job, result.final_return, result.seconds)
 
 
-def _child(job: RunJob, pipe: Any) -> None:
-    """A run's own process: its thread pools sized to its cores, its outcome sent back through ``pipe``."""
+def _child(job: RunJob, pipe: Any, owner: tuple[int, bool, bool]) -> None:
+    """A run's own process: its thread pools sized to its cores, its outcome sent back through ``pipe``; it ends
+    with the command that started it, however that ends (:func:`~marljoint.env.lifetime.bind_to_owner`)."""
+    bind_to_owner(*owner)
     pipe.send(_run_stoppable(job))
     pipe.close()
 
@@ -329,12 +332,14 @@ def _run_in_processes(jobs: Sequence[RunJob], parallel: int, done: Callable[[Run
     waiting = list(enumerate(jobs))
     running: dict[Any, tuple[int, Any, Any]] = {}
     outcomes: list[RunOutcome | None] = [None] * len(jobs)
+    forkserver = context.get_start_method() == "forkserver"
+    owner = (os.getpid(), not forkserver, forkserver or threading.current_thread() is threading.main_thread())
     with _WaitForRuns(running):
         while waiting or running:
             while waiting and len(running) < parallel:
                 index, job = waiting.pop(0)
                 receive, send = context.Pipe(duplex=False)
-                process = context.Process(target=_child, args=(job, send), name=f"marljoint-run-{index}")
+                process = context.Process(target=_child, args=(job, send, owner), name=f"marljoint-run-{index}")
                 process.start()
                 send.close()
                 running[process.sentinel] = (index, process, receive)

@@ -70,7 +70,7 @@ class _HeldRun:
     """``marljoint train`` in a process of its own, held in iteration 2 while env copy 0 waits at a gate (in the
     env worker that steps it): the test kills what it likes, then everything it started is cleaned up."""
 
-    def __init__(self, tmp_path: Path, *extra: str) -> None:
+    def __init__(self, tmp_path: Path, *extra: str, workers: tuple[str, ...] = WORKERS) -> None:
         self.out, self.gate = tmp_path / "run", tmp_path / "gate"
         self.gate.mkdir()
         paths = [str(ROOT), str(ROOT / "envs"), str(ROOT / "tests" / "product")]
@@ -80,7 +80,7 @@ class _HeldRun:
             "FAULTY_ENV_GATE": str(self.gate),
             "FAULTY_ENV_GATE_AT": "20",
         }
-        command = [sys.executable, "-m", "marljoint", *_train_args(self.out, tmp_path, *WORKERS, *extra)]
+        command = [sys.executable, "-m", "marljoint", *_train_args(self.out, tmp_path, *workers, *extra)]
         self.process = subprocess.Popen(command, env=environ, stderr=subprocess.PIPE, text=True)
         self.workers: list[int] = []
 
@@ -98,12 +98,12 @@ class _HeldRun:
                 time.sleep(0.05)
         raise AssertionError("the run never reached the gate")
 
-    def children(self) -> list[int]:
-        """The processes the learner started."""
+    def children(self, pid: int | None = None) -> list[int]:
+        """The processes the command (or process ``pid``) started."""
         pids = []
-        for task in Path(f"/proc/{self.process.pid}/task").iterdir():
-            pids += [int(pid) for pid in (task / "children").read_text().split()]
-        self.workers = pids
+        for task in Path(f"/proc/{pid or self.process.pid}/task").iterdir():
+            pids += [int(child) for child in (task / "children").read_text().split()]
+        self.workers += pids
         return pids
 
     def __exit__(self, *exc: object) -> None:
@@ -138,6 +138,15 @@ def test_a_killed_learner_takes_its_env_workers_with_it(tmp_path):
         assert gated in workers and len(workers) >= 2
         os.kill(run.process.pid, signal.SIGKILL)
         assert _gone(workers, 5.0), [pid for pid in workers if process_alive(pid)]
+
+
+def test_a_killed_seeds_command_takes_its_runs_with_it(tmp_path):
+    with _HeldRun(tmp_path, "--seeds", "0", "1", "--jobs", "2", workers=()) as command:
+        gated = command.gated_worker()  # a run's own process, started by the fork server
+        processes = [grandchild for child in command.children() for grandchild in command.children(child)]
+        assert gated in processes
+        os.kill(command.process.pid, signal.SIGKILL)
+        assert _gone(processes, 5.0), [pid for pid in processes if process_alive(pid)]
 
 
 @pytest.mark.parametrize("collection", [(), WORKERS, QMIX], ids=["in-process", "env-workers", "qmix"])

@@ -1,14 +1,17 @@
 """OpenSpiel games as known games: exact tables, values, best responses and NashConv, as OpenSpiel computes them.
 
-:class:`OpenSpielGame` enumerates a turn-based OpenSpiel game's information states once, per player, in the order
-a depth-first walk of the game tree meets them, with its terminal histories (a process keeps the enumeration of the
-games it built last). A policy's table of player ``p`` is ``[S_p, A]`` (``A`` the game's distinct actions; zero
-outside the legal ones). A torch policy is tabulated by one batched query on the observations the env gives at those
-information states (the information-state tensor, see :mod:`marljoint.env.openspiel`). Values and best-response
-values are sums over the terminal histories, which agree with OpenSpiel's ``expected_returns`` and
-``TabularBestResponse`` (so :meth:`OpenSpielGame.nash_conv` with ``pyspiel.nash_conv``) to rounding, at a cost
-proportional to the game and without a walk of the tree per measurement; best-response tables, and every score of a
-game with more than :data:`MAX_TERMINALS` terminal histories, come from OpenSpiel's C++ code, on the policy as
+:class:`OpenSpielGame` enumerates an OpenSpiel game's information states once, per player, in the order a
+depth-first walk of the game tree meets them, with its terminal histories (a process keeps the enumeration of the
+games it built last). Games of simultaneous moves are walked as they are: at a simultaneous node every player with
+legal actions decides at its own information state, and the children are the joint actions. A policy's table of
+player ``p`` is ``[S_p, A]`` (``A`` the game's distinct actions; zero outside the legal ones). A torch policy is
+tabulated by one batched query on the observations the env gives at those information states (the
+information-state tensor, see :mod:`marljoint.env.openspiel`). Values and best-response values are sums over the
+terminal histories (the sequence form: each player's realisation weight of its own last decision), which agree with
+OpenSpiel's ``expected_returns`` and ``TabularBestResponse`` (so :meth:`OpenSpielGame.nash_conv` with
+``pyspiel.nash_conv``, on :attr:`~OpenSpielGame.turn_based_game` where moves are simultaneous) to rounding, at a
+cost proportional to the game and without a walk of the tree per measurement; best-response tables, and every score
+of a game with more than :data:`MAX_TERMINALS` terminal histories, come from OpenSpiel's C++ code, on the policy as
 OpenSpiel writes it, a mapping from ``state.information_state_string(player)`` to ``[(action, probability), ...]``
 (:meth:`~OpenSpielGame.policy_dict`), which :meth:`~OpenSpielGame.export` also writes as JSON.
 """
@@ -17,7 +20,9 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import itertools
 import time
+from array import array
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -39,14 +44,16 @@ __all__ = [
     "OpenSpielTablePolicy",
 ]
 
-MAX_INFORMATION_STATES = 200_000
-"""Information states (all players together) above which a game is too large to tabulate."""
+MAX_INFORMATION_STATES = 300_000
+"""Information states (all players together) above which a game is too large to tabulate (``goofspiel(num_cards=5,
+imp_info=True)`` has 236,450; its tables, tensors and lookups take about 300 MB)."""
 
-MAX_TERMINALS = 500_000
-"""Terminal histories up to which :class:`OpenSpielGame` keeps them as arrays and computes exact values itself
-(one matrix product for a whole meta-game row) and best-response values (one pass up each player's own decisions);
-a larger game's values come from OpenSpiel's ``expected_returns`` and its best responses from OpenSpiel's
-``TabularBestResponse``."""
+MAX_TERMINALS = 2_000_000
+"""Terminal histories up to which :class:`OpenSpielGame` keeps them as arrays (56 bytes each in a two-player game;
+``goofspiel(num_cards=5,imp_info=True)`` has 1,728,000) and computes exact values itself (one matrix product for a
+whole meta-game row) and best-response values (one pass up each player's own decisions); a larger game's values
+come from OpenSpiel's ``expected_returns`` and its best responses from OpenSpiel's ``TabularBestResponse`` (on its
+turn-based form where moves are simultaneous)."""
 
 ENUMERATIONS_KEPT = 4
 """The games whose enumeration (the walk of the tree and its arrays) a process keeps, the most recently used ones:
@@ -54,6 +61,13 @@ building the same game again (a run's classification, its tracker, ``exploitabil
 loop) costs nothing then."""
 
 _ENUMERATED: dict[tuple[str, int, int], dict[str, Any]] = {}
+_TOO_LARGE: dict[tuple[str, int, int], str] = {}
+"""The games a walk found to have too many information states, with the message: a run classifies its game twice
+(its budget, then its tracker), and the second walk would take as long to fail again."""
+
+# OpenSpiel's player ids of a node (``pyspiel.PlayerId``) and the action of a player who passes at a simultaneous
+# node (``pyspiel.INVALID_ACTION``), as plain ints: the walk compares them at every node.
+_TERMINAL, _CHANCE, _PASS = -4, -1, -1
 
 
 @contextlib.contextmanager
@@ -104,6 +118,145 @@ class EnumerationTimeout(ValueError):
         self.seen = seen
 
 
+class _TreeWalk:
+    """One depth-first walk of a game tree, of sequential or simultaneous moves: every information state's key,
+    the tensor the env shows there, its legal actions and the player's own previous decision (row, action), and the
+    terminal histories with their chance probability, each player's last decision and the returns (see
+    :meth:`OpenSpielGame._enumerate`).
+
+    At a simultaneous node every player with legal actions decides at its own information state, and the children
+    are the joint actions (a player without legal actions there passes). What the players decided last travels as
+    one tuple ``(row_0, action_0, row_1, action_1, ...)`` (-1: not yet), which a terminal history keeps. Tensors and
+    terminal histories accumulate in flat ``array`` buffers: as lists of Python floats they took 30 bytes a number
+    (700 MB on ``goofspiel(num_cards=5,imp_info=True)``).
+    """
+
+    def __init__(self, game: Any, name: str, information_state: bool, limit: int, max_seconds: float | None) -> None:
+        n = game.num_players()
+        self.game, self.name, self.limit, self.num_players = game, name, limit, n
+        self._information_state = information_state
+        self.keys: list[list[str]] = [[] for _ in range(n)]
+        self.row_of: list[dict[str, int]] = [{} for _ in range(n)]
+        self.tensors = [array("f") for _ in range(n)]
+        self.legal: list[list[list[int]]] = [[] for _ in range(n)]
+        self.previous = [array("q") for _ in range(n)]  # (row, action) pairs, flat
+        self.chance, self.returns, self.decided = array("d"), array("d"), array("q")
+        self.count = self.terminals = 0
+        self.clock = _WalkClock(name, max_seconds)
+
+    def run(self) -> dict[str, Any]:
+        """Walks the tree; returns the attributes :class:`OpenSpielGame` takes from it."""
+        stack = [(self.game.new_initial_state(), (-1,) * (2 * self.num_players), 1.0)]
+        pop, push, extend, tick = stack.pop, stack.append, stack.extend, self.clock.tick
+        while stack:
+            state, last, chance = pop()
+            tick(self.count)
+            player = state.current_player()
+            if player >= 0:
+                row, at = self._row(state, player, last), 2 * player
+                for action in reversed(state.legal_actions(player)):
+                    push((state.child(action), last[:at] + (row, action) + last[at + 2 :], chance))
+            elif player == _TERMINAL:
+                self.terminals += 1
+                if self.terminals <= MAX_TERMINALS:
+                    self.chance.append(chance)
+                    self.returns.extend(state.returns())
+                    self.decided.extend(last)
+            elif player == _CHANCE:
+                extend((state.child(a), last, chance * p) for a, p in state.chance_outcomes())
+            else:
+                extend(reversed(self._joint_children(state, last, chance)))
+        return self._arrays()
+
+    def _joint_children(self, state: Any, last: tuple[int, ...], chance: float) -> list[tuple[Any, tuple, float]]:
+        """The children of a simultaneous node, one per joint action, with the movers' decisions recorded, in the
+        order of OpenSpiel's flat joint actions (player 0's action varies fastest), so that ``state.child`` takes
+        each one's index; where a player passes there is no flat joint action and the actions are applied."""
+        choices = []
+        for player in range(self.num_players):
+            legal = state.legal_actions(player)
+            row = self._row(state, player, last) if legal else -1
+            choices.append([(player, row, action) for action in legal] or [(player, -1, _PASS)])
+        passes = any(choice[0][1] < 0 for choice in choices)
+        children = []
+        for flat, joint in enumerate(itertools.product(*reversed(choices))):
+            moved = list(last)
+            for player, row, action in joint:
+                if row >= 0:
+                    moved[2 * player], moved[2 * player + 1] = row, action
+            if passes:
+                child = state.clone()
+                child.apply_actions([action for _, _, action in reversed(joint)])
+            else:
+                child = state.child(flat)
+            children.append((child, tuple(moved), chance))
+        return children
+
+    def _row(self, state: Any, player: int, last: tuple[int, ...]) -> int:
+        """``player``'s row of the information state it decides at in ``state``, added at its first visit."""
+        key = state.information_state_string(player)
+        row = self.row_of[player].get(key)
+        if row is None:
+            self.count += 1
+            if self.count > self.limit:
+                raise ValueError(
+                    f"{self.name} has more than {self.limit:,} information states, too many to tabulate a policy "
+                    "exactly; estimate its exploitability with best_response_gain instead"
+                )
+            row = self.row_of[player][key] = len(self.keys[player])
+            self.keys[player].append(key)
+            tensor = state.information_state_tensor if self._information_state else state.observation_tensor
+            self.tensors[player].extend(tensor(player))  # what the env shows there
+            self.legal[player].append(state.legal_actions(player))
+            self.previous[player].extend(last[2 * player : 2 * player + 2])
+        return row
+
+    def _arrays(self) -> dict[str, Any]:
+        """The attributes the walk sets, as arrays."""
+        n, width = self.num_players, self.game.num_distinct_actions()
+        game = self.game
+        shape = game.information_state_tensor_shape() if self._information_state else game.observation_tensor_shape()
+        observations, masks, before, before_action = [], [], [], []
+        for player in range(n):
+            size = len(self.keys[player])
+            tensors = np.frombuffer(self.tensors[player], dtype=np.float32)
+            observations.append(tensors.reshape(size, int(np.prod(shape))))
+            mask = np.zeros((size, width), dtype=bool)
+            for row, actions in enumerate(self.legal[player]):
+                mask[row, actions] = True
+            masks.append(mask)
+            previous = np.frombuffer(self.previous[player], dtype=np.int64).reshape(size, 2)
+            before.append(previous[:, 0].copy())
+            before_action.append(previous[:, 1].copy())
+        return {
+            "keys": self.keys,
+            "_row": self.row_of,
+            "_observations": observations,
+            "_legal": masks,
+            "_previous": before,
+            "_previous_action": before_action,
+            "_levels": [_rows_by_depth(before[p]) for p in range(n)],
+            "_lookup": [{obs.tobytes(): row for row, obs in enumerate(observations[p])} for p in range(n)],
+            "_terminals": self._terminal_arrays() if self.terminals <= MAX_TERMINALS else None,
+            "num_histories": self.clock.histories,
+            "walk_seconds": self.clock.seconds,
+        }
+
+    def _terminal_arrays(self) -> dict[str, np.ndarray]:
+        """The game's terminal histories as arrays: ``chance`` ``[Z]`` (the chance probability of reaching each),
+        ``returns`` ``[Z, N]``, and ``sequences`` ``[N, Z]``: each player's last decision there as one index
+        ``row * A + action`` into its table flattened, ``S_p * A`` where the player never decided."""
+        z, n, width = self.terminals, self.num_players, self.game.num_distinct_actions()
+        last = np.frombuffer(self.decided, dtype=np.int64).reshape(z, n, 2)
+        rows, actions = last[:, :, 0].T, last[:, :, 1].T
+        never = np.asarray([len(keys) * width for keys in self.keys], dtype=np.int64)[:, None]
+        return {
+            "chance": np.frombuffer(self.chance, dtype=np.float64),
+            "returns": np.frombuffer(self.returns, dtype=np.float64).reshape(z, n),
+            "sequences": np.where(rows >= 0, rows * width + actions, never),
+        }
+
+
 class OpenSpielGame(KnownGame):
     """An OpenSpiel game whose exploitability marljoint computes exactly, to OpenSpiel's figures.
 
@@ -116,13 +269,16 @@ class OpenSpielGame(KnownGame):
             :data:`ENUMERATIONS_KEPT` most recent games).
 
     Attributes:
+        simultaneous: whether the game has simultaneous moves (OpenSpiel's own best responses then work on
+            :attr:`turn_based_game`).
         num_histories: the nodes of the game tree (chance and terminal nodes included) the walk visited.
         walk_seconds: how long that walk took.
 
     Raises:
         ImportError: without the openspiel extra.
-        ValueError: a game that is not turn-based, lacks information-state strings or tensors, has more than
-            ``max_information_states`` information states, or whose walk takes longer than ``max_seconds``
+        ValueError: a game of neither sequential nor simultaneous moves (mean-field games), lacking
+            information-state strings or tensors, with more than ``max_information_states`` information states
+            (a game found so is refused at once when built again), or whose walk takes longer than ``max_seconds``
             (:class:`EnumerationTimeout`).
     """
 
@@ -140,117 +296,42 @@ class OpenSpielGame(KnownGame):
         self.name = f"{OPENSPIEL_PREFIX}{game_type.short_name}"
         self.num_players = self.game.num_players()
         self.num_actions = self.game.num_distinct_actions()
-        if game_type.dynamics != pyspiel.GameType.Dynamics.SEQUENTIAL:
+        dynamics = pyspiel.GameType.Dynamics
+        if game_type.dynamics not in (dynamics.SEQUENTIAL, dynamics.SIMULTANEOUS):
             raise ValueError(
-                f"{self.name} has simultaneous moves; exact tables need a turn-based game (estimate its "
-                "exploitability with best_response_gain instead)"
+                f"{self.name} has {game_type.dynamics.name.lower()} dynamics; exact tables need a game of sequential "
+                "or simultaneous moves (estimate its exploitability with best_response_gain instead)"
             )
+        self.simultaneous = game_type.dynamics == dynamics.SIMULTANEOUS
         if not game_type.provides_information_state_string:
             raise ValueError(f"{self.name} has no information-state strings, which OpenSpiel's best responses need")
         self._information_state = bool(game_type.provides_information_state_tensor)
         if not (self._information_state or game_type.provides_observation_tensor):
             raise ValueError(f"{self.name} gives no tensor to observe, so a network cannot play it")
         self._responders: dict[int, Any] = {}
+        self._turn_based: Any = None
         self._enumerate(int(max_information_states), max_seconds)
 
     # ------------------------------------------------------------------ the information states
     def _enumerate(self, limit: int, max_seconds: float | None) -> None:
         key = (str(self.game), limit, MAX_TERMINALS)
+        if key in _TOO_LARGE:
+            raise ValueError(_TOO_LARGE[key])
         walked = _ENUMERATED.pop(key, None)
         if walked is None:
-            with _without_cycle_collection():
-                walked = self._walk(limit, max_seconds)
+            try:
+                with _without_cycle_collection():
+                    walked = _TreeWalk(self.game, self.name, self._information_state, limit, max_seconds).run()
+            except EnumerationTimeout:
+                raise
+            except ValueError as exc:  # too many information states: the next build of the game knows at once
+                _TOO_LARGE[key] = str(exc)
+                raise
         _ENUMERATED[key] = walked  # the newest last: the oldest is dropped first
         while len(_ENUMERATED) > ENUMERATIONS_KEPT:
             del _ENUMERATED[next(iter(_ENUMERATED))]
         for name, value in walked.items():
             setattr(self, name, value)
-
-    def _walk(self, limit: int, max_seconds: float | None) -> dict[str, Any]:
-        """One depth-first walk of the game tree: every information state's key, observation, legal actions and
-        the player's own previous decision, and the terminal histories (see :meth:`_enumerate`)."""
-        n = self.num_players
-        keys: list[list[str]] = [[] for _ in range(n)]
-        row_of: list[dict[str, int]] = [{} for _ in range(n)]
-        tensors: list[list[list[float]]] = [[] for _ in range(n)]
-        legal: list[list[list[int]]] = [[] for _ in range(n)]
-        previous: list[list[tuple[int, int]]] = [[] for _ in range(n)]
-        terminals: list[tuple[float, tuple[tuple[int, int], ...], list[float]]] = []
-        count = 0
-        clock = _WalkClock(self.name, max_seconds)
-        stack = [(self.game.new_initial_state(), ((-1, -1),) * n, 1.0)]
-        while stack:
-            state, last, chance = stack.pop()
-            clock.tick(count)
-            if state.is_terminal():
-                if len(terminals) <= MAX_TERMINALS:
-                    terminals.append((chance, last, state.returns()))
-                continue
-            if state.is_chance_node():
-                stack.extend((state.child(a), last, chance * p) for a, p in state.chance_outcomes())
-                continue
-            player = state.current_player()
-            key = state.information_state_string(player)
-            row = row_of[player].get(key)
-            if row is None:
-                count += 1
-                if count > limit:
-                    raise ValueError(
-                        f"{self.name} has more than {limit:,} information states, too many to tabulate a policy "
-                        "exactly; estimate its exploitability with best_response_gain instead"
-                    )
-                row = row_of[player][key] = len(keys[player])
-                keys[player].append(key)
-                tensors[player].append(list(self._tensor(state, player)))  # what the env shows there
-                legal[player].append(list(state.legal_actions(player)))
-                previous[player].append(last[player])
-            for action in reversed(state.legal_actions(player)):
-                moved = last[:player] + ((row, action),) + last[player + 1 :]
-                stack.append((state.child(action), moved, chance))
-        return self._walked(keys, row_of, tensors, legal, previous, terminals, clock)
-
-    def _walked(
-        self,
-        keys: list[list[str]],
-        row_of: list[dict[str, int]],
-        tensors: list[list[list[float]]],
-        legal: list[list[list[int]]],
-        previous: list[list[tuple[int, int]]],
-        terminals: list[tuple[float, tuple[tuple[int, int], ...], list[float]]],
-        clock: _WalkClock,
-    ) -> dict[str, Any]:
-        """The attributes the walk sets, as arrays."""
-        n = self.num_players
-        observations = [np.asarray(t, dtype=np.float32) for t in tensors]
-        masks = []
-        for player in range(n):
-            mask = np.zeros((len(keys[player]), self.num_actions), dtype=bool)
-            for row, actions in enumerate(legal[player]):
-                mask[row, actions] = True
-            masks.append(mask)
-        before = [np.asarray([p for p, _ in rows] or np.zeros(0), dtype=np.int64) for rows in previous]
-        return {
-            "keys": keys,
-            "_row": row_of,
-            "_observations": observations,
-            "_legal": masks,
-            "_previous": before,
-            "_previous_action": [np.asarray([a for _, a in rows] or np.zeros(0), dtype=np.int64) for rows in previous],
-            "_levels": [_rows_by_depth(before[p]) for p in range(n)],
-            "_lookup": [{obs.tobytes(): row for row, obs in enumerate(observations[p])} for p in range(n)],
-            "_terminals": self._terminal_arrays(terminals) if len(terminals) <= MAX_TERMINALS else None,
-            "num_histories": clock.histories,
-            "walk_seconds": clock.seconds,
-        }
-
-    def _terminal_arrays(self, terminals: list) -> dict[str, np.ndarray]:
-        """The game's terminal histories as arrays: ``chance`` ``[Z]`` (the chance probability of reaching each),
-        ``returns`` ``[Z, N]``, and per player its last decision there, ``rows`` and ``actions`` ``[N, Z]`` (row
-        -1: the player never decided)."""
-        chance = np.asarray([t[0] for t in terminals], dtype=np.float64)
-        returns = np.asarray([t[2] for t in terminals], dtype=np.float64).reshape(len(terminals), self.num_players)
-        last = np.asarray([t[1] for t in terminals], dtype=np.int64).reshape(len(terminals), self.num_players, 2)
-        return {"chance": chance, "returns": returns, "rows": last[:, :, 0].T.copy(), "actions": last[:, :, 1].T.copy()}
 
     def _realisation(self, tables: np.ndarray, player: int) -> np.ndarray:
         """``[K, Z]``: for each of ``K`` checked tables ``[K, S_p, A]`` of ``player``, the product of its own action
@@ -258,11 +339,9 @@ class OpenSpielGame(KnownGame):
         terminals = self._terminals
         assert terminals is not None
         reach = self._reach(tables, player)  # [K, S]
-        rows, actions = terminals["rows"][player], terminals["actions"][player]
-        decided = rows >= 0
-        out = np.ones((tables.shape[0], len(rows)))
-        out[:, decided] = reach[:, rows[decided]] * tables[:, rows[decided], actions[decided]]
-        return out
+        weights = np.ones((tables.shape[0], tables.shape[1] * tables.shape[2] + 1))  # the last: never decided
+        weights[:, :-1] = (reach[:, :, None] * tables).reshape(tables.shape[0], -1)
+        return np.take(weights, terminals["sequences"][player], axis=1)
 
     def reach(self, tables: Sequence[np.ndarray], player: int) -> np.ndarray:
         """``[K, S_p]``: for each of ``K`` tables ``[S_p, A]`` of ``player`` (checked here), the product of the
@@ -281,11 +360,6 @@ class OpenSpielGame(KnownGame):
             before = previous[rows]
             reach[:, rows] = reach[:, before] * tables[:, before, action[rows]]
         return reach
-
-    def _tensor(self, state: Any, player: int) -> list[float]:
-        """The env's observation (:mod:`marljoint.env.openspiel`): the information-state tensor, else the
-        observation tensor."""
-        return state.information_state_tensor(player) if self._information_state else state.observation_tensor(player)
 
     def num_information_states(self, player: int) -> int:
         """``S_p``, the information states where ``player`` decides."""
@@ -346,29 +420,47 @@ class OpenSpielGame(KnownGame):
         the legal actions, for every player."""
         return self._pairs(tables, tuple)
 
-    def _pairs(self, tables: Sequence[np.ndarray], pair: type) -> dict[str, list[Any]]:
-        """:meth:`policy_dict` with each ``(action, probability)`` made a ``pair`` (``tuple`` or ``list``)."""
+    def _pairs(self, tables: Sequence[np.ndarray], pair: type, turn_based: bool = False) -> dict[str, list[Any]]:
+        """:meth:`policy_dict` with each ``(action, probability)`` made a ``pair`` (``tuple`` or ``list``); with
+        ``turn_based``, keyed by the information states of :attr:`turn_based_game`."""
         out: dict[str, list[Any]] = {}
         checked = [self.check_table(table, player) for player, table in enumerate(tables)]
+        rename = turn_based and self.simultaneous
         with _without_cycle_collection():
             for player, table in enumerate(checked):
                 rows, actions = np.nonzero(self._legal[player])  # row by row, actions ascending
                 ends = np.cumsum(np.bincount(rows, minlength=len(self.keys[player]))).tolist()
                 pairs = list(map(pair, zip(actions.tolist(), table[rows, actions].tolist())))
+                keys = [_turn_based_key(player, key) for key in self.keys[player]] if rename else self.keys[player]
                 start = 0
-                for key, end in zip(self.keys[player], ends):
+                for key, end in zip(keys, ends):
                     out[key] = pairs[start:end]
                     start = end
         return out
 
+    @property
+    def turn_based_game(self) -> Any:
+        """The game as OpenSpiel's ``nash_conv`` and ``TabularBestResponse`` take it: the game itself, or for a
+        game of simultaneous moves ``pyspiel.convert_to_turn_based(game)``, where the players of a simultaneous
+        node move one after the other, player 0 first, none seeing the others' choices; player ``p``'s
+        information state ``key`` there is ``f"Current player: {p}\\n{key}"``."""
+        if not self.simultaneous:
+            return self.game
+        if self._turn_based is None:
+            self._turn_based = import_pyspiel().convert_to_turn_based(self.game)
+        return self._turn_based
+
     def export(self, tables: Sequence[np.ndarray], path: str | Path) -> Path:
-        """Writes :meth:`policy_dict` to ``path`` as JSON (``{string: [[action, probability], ...]}``), atomically.
+        """Writes the tables as OpenSpiel's tabular policy of :attr:`turn_based_game` (:meth:`policy_dict`, with the
+        turn-based keys where moves are simultaneous) to ``path`` as JSON (``{string: [[action, probability],
+        ...]}``), atomically.
 
         Load it for OpenSpiel's own tools with ``{k: [tuple(p) for p in v] for k, v in json.load(f).items()}``,
-        e.g. ``pyspiel.nash_conv(game, that)``.
+        e.g. ``pyspiel.nash_conv(game, that)``, or ``pyspiel.nash_conv(pyspiel.convert_to_turn_based(game),
+        that)`` for a game of simultaneous moves.
         """
         path = Path(path)
-        atomic_write_json(self._pairs(tables, list), path)
+        atomic_write_json(self._pairs(tables, list, turn_based=True), path)
         return path
 
     # ------------------------------------------------------------------ scoring, by OpenSpiel
@@ -421,33 +513,33 @@ class OpenSpielGame(KnownGame):
     def _best_value(self, weight: np.ndarray, player: int) -> float:
         """The best value of ``player`` when terminal history ``z`` pays it ``weight[z]`` times its own
         realisation weight there."""
-        rows, actions = self._terminals["rows"][player], self._terminals["actions"][player]  # type: ignore[index]
+        sequences = self._terminals["sequences"][player]  # type: ignore[index]
         legal, previous, action = self._legal[player], self._previous[player], self._previous_action[player]
-        decided = rows >= 0
         size, width = legal.shape
-        flat = np.bincount(rows[decided] * width + actions[decided], weights=weight[decided], minlength=size * width)
-        values = flat.reshape(size, width)
+        flat = np.bincount(sequences, weights=weight, minlength=size * width + 1)
+        values = flat[:-1].reshape(size, width)
         for level in reversed(self._levels[player]):  # a level's successors are all in the levels after it
             best = np.where(legal[level], values[level], -np.inf).max(1)
             np.add.at(values, (previous[level], action[level]), best)
         first = previous < 0
-        return float(weight[~decided].sum() + np.where(legal[first], values[first], -np.inf).max(1).sum())
+        return float(flat[-1] + np.where(legal[first], values[first], -np.inf).max(1).sum())
 
     def best_response(self, tables: Sequence[np.ndarray], player: int) -> tuple[float, np.ndarray]:
-        """``(value, table)``: OpenSpiel's best response of ``player`` (``TabularBestResponse``, built once per
-        player and game, and given each new policy)."""
+        """``(value, table)``: OpenSpiel's best response of ``player`` (``TabularBestResponse`` on
+        :attr:`turn_based_game`, built once per player and game, and given each new policy)."""
         self._check_player(player)
-        policy = self.policy_dict(tables)
+        policy = self._pairs(tables, tuple, turn_based=True)
+        game = self.turn_based_game
         response = self._responders.get(player)
         if response is None:
-            response = self._responders[player] = import_pyspiel().TabularBestResponse(self.game, player, policy)
+            response = self._responders[player] = import_pyspiel().TabularBestResponse(game, player, policy)
         else:
             response.set_policy(policy)
-        value = float(response.value(self.game.new_initial_state().history_str()))
+        value = float(response.value(game.new_initial_state().history_str()))
         chosen = response.get_best_response_actions()
         table = np.zeros((len(self.keys[player]), self.num_actions))
         for row, key in enumerate(self.keys[player]):
-            action = chosen.get(key)
+            action = chosen.get(_turn_based_key(player, key) if self.simultaneous else key)
             table[row, action if action is not None else int(np.flatnonzero(self._legal[player][row])[0])] = 1.0
         return value, table
 
@@ -463,11 +555,17 @@ class OpenSpielGame(KnownGame):
         return False
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_responders": {}}  # OpenSpiel's best-response objects do not pickle
+        return {**self.__dict__, "_responders": {}, "_turn_based": None}  # OpenSpiel's objects do not pickle
 
     def __repr__(self) -> str:
         sizes = [len(k) for k in self.keys]
         return f"OpenSpielGame({self.name!r}, information_states={sizes})"
+
+
+def _turn_based_key(player: int, key: str) -> str:
+    """Player ``player``'s information state ``key`` of a game of simultaneous moves as OpenSpiel's turn-based form
+    of it names it where the player moves (``TurnBasedSimultaneousState::InformationStateString``)."""
+    return f"Current player: {player}\n{key}"
 
 
 def _rows_by_depth(previous: np.ndarray) -> list[np.ndarray]:

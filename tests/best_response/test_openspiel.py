@@ -297,8 +297,6 @@ def test_network_policies_are_tabulated_from_the_observations_the_env_gives():
 def test_games_that_cannot_be_tabulated_are_refused_with_the_count_and_the_alternative():
     with pytest.raises(ValueError, match=r"more than 100 information states.*best_response_gain"):
         OpenSpielGame("leduc_poker", max_information_states=100)
-    with pytest.raises(ValueError, match="has simultaneous moves; exact tables need a turn-based game"):
-        OpenSpielGame("matrix_rps")
 
 
 # ------------------------------------------------------------------ the command line

@@ -55,10 +55,14 @@ class CentralisedActorCritic:
     :class:`~marljoint.offpolicy.OffPolicyAlgorithm`.
 
     Every agent's flat observation is padded with zeros to the largest; the critics' global state is the N padded
-    observations concatenated. An agent acts when it is present (and, in a turn-based game, on its turn): its rows
-    enter the losses (``alive``), and it bootstraps where it is present after the step (``next_alive``). Each env
-    copy's exploration noise comes from its own generator. Discrete agents' legal actions at the next state enter
-    the soft values; those at the current state are not stored, so an env with action masks is refused.
+    observations concatenated. An agent's rows enter the losses where it decided (present, and in a turn-based
+    game on its turn), and each of its transitions runs from one of its decisions to the next
+    (:attr:`credits_own_moves`: the trainer joins the env steps by
+    :class:`~marljoint.offpolicy.transitions.PendingMoves`): its reward is everything it received in between,
+    and it bootstraps from the state of its next decision, with the actions of the agents deciding there, unless
+    its episode terminated first. Each env copy's exploration noise comes from its own generator. Discrete agents'
+    legal actions at the next state enter the soft values; those at the current state are not stored, so an env
+    with action masks is refused.
 
     Args:
         spec: the env's agents and layouts.
@@ -68,6 +72,9 @@ class CentralisedActorCritic:
     Raises:
         ValueError: for action spaces SAC cannot train, action masks, or invalid settings.
     """
+
+    credits_own_moves = True
+    """Per-agent critics: each stored transition is an agent's move from one of its decisions to the next."""
 
     def __init__(self, spec: JointSpec, config: OffPolicyConfig, seed: int) -> None:
         if any(layout.has_mask for layout in spec.observations):
@@ -145,6 +152,7 @@ class CentralisedActorCritic:
             "truncated": transitions.truncated,
             "alive": transitions.deciding,
             "next_alive": transitions.next_present,
+            "next_acting": transitions.next_deciding,
         }
         if self.discrete:
             masks = torch.zeros(rows, self.spec.num_agents, self.sac.spaces.action_size, dtype=torch.bool)

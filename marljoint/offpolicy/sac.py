@@ -27,6 +27,9 @@ key                shape                           meaning
                                                    critics' input
 ``next_alive``     ``[B, N]`` bool                 the agent is present after the step; an absent agent has
                                                    no next value to bootstrap from
+``next_acting``    ``[B, N]`` bool                 optional: the agent decides after the step (in turn-based
+                                                   games, on its turn); only those agents' next actions enter
+                                                   the target critics' input (default: ``next_alive``)
 ``masks``          ``[B, N, A]`` bool              optional (Discrete): legal actions at ``obs``
 ``next_masks``     ``[B, N, A]`` bool              optional (Discrete): legal actions at ``next_obs``
 =================  ==============================  ==========================================================
@@ -353,11 +356,12 @@ def _read_batch(batch: Mapping[str, torch.Tensor], spaces: _Spaces) -> dict[str,
         "truncated": [(b,), (b, n)],
         "alive": [(b, n)],
         "next_alive": [(b, n)],
+        "next_acting": [(b, n)],
         "masks": [(b, n, a)],
         "next_masks": [(b, n, a)],
     }
     out = {key: _expect_shape(batch, key, shapes[key]) for key in shapes if key in batch}
-    for key in ("terminated", "alive", "next_alive", "masks", "next_masks"):
+    for key in ("terminated", "alive", "next_alive", "next_acting", "masks", "next_masks"):
         if key in out:
             out[key] = out[key].bool()
     if spaces.discrete:
@@ -605,7 +609,8 @@ class SacAlgorithm(nn.Module):
         head, _ = actor(b["next_obs"])
         next_masks = b.get("next_masks")
         encoded, log_prob = self._policy(head, next_masks)
-        encoded = encoded * b["next_alive"].unsqueeze(-1)
+        # As in the critics' training input, only the agents deciding there have an action in the next state.
+        encoded = encoded * b.get("next_acting", b["next_alive"]).unsqueeze(-1)
         if self.discrete_sac:
             q = self.target_critic(_critic_input(b["next_state"], _with_own_actions(encoded, None)))
             return discrete_soft_value(q.amin(1), log_prob, self.alpha(), next_masks)

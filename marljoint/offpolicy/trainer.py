@@ -19,7 +19,7 @@ from marljoint.offpolicy.base import OffPolicyAlgorithm
 from marljoint.offpolicy.centralised import CentralisedActorCritic
 from marljoint.offpolicy.config import VALUE_ALGORITHMS, OffPolicyConfig
 from marljoint.offpolicy.replay import JointTransitions, ReplayBuffer
-from marljoint.offpolicy.transitions import joint_transitions
+from marljoint.offpolicy.transitions import PendingMoves, joint_transitions
 from marljoint.offpolicy.value import ValueDecomposition
 
 __all__ = ["OffPolicyTrainer", "Played"]
@@ -102,6 +102,8 @@ class OffPolicyTrainer:
         self._generator = torch.Generator().manual_seed(_seed(config.seed, 2))
         self.copy_generators = copy_generators(config.seed, env.num_envs)
         self.buffer: ReplayBuffer | None = None
+        # Per-agent learners store each agent's moves from decision to decision (turn-based credit).
+        self.moves = PendingMoves() if getattr(self.algorithm, "credits_own_moves", False) else None
         self.current: JointObs | None = None
         self.iteration = 0
         self.env_steps = 0
@@ -153,6 +155,10 @@ class OffPolicyTrainer:
     def _store(self, transitions: JointTransitions) -> None:
         """Adds one step's transitions to the replay buffer (created with the first) and to the algorithm's
         statistics."""
+        if self.moves is not None:
+            transitions = self.moves.complete(transitions)
+            if transitions is None:
+                return
         if self.buffer is None:
             self.buffer = ReplayBuffer(self.config.buffer_size, transitions)
         self.buffer.add(transitions)
@@ -249,6 +255,7 @@ class OffPolicyTrainer:
             "iteration": self.iteration,
             "env_steps": self.env_steps,
             "gradient_steps": self.gradient_steps,
+            "pending_moves": None if self.moves is None else self.moves.state_dict(),
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -270,6 +277,8 @@ class OffPolicyTrainer:
         self._generator.set_state(state["generator"])
         self.iteration, self.env_steps = int(state["iteration"]), int(state["env_steps"])
         self.gradient_steps = int(state["gradient_steps"])
+        if self.moves is not None:
+            self.moves.load_state_dict(state.get("pending_moves"))
 
     def env_state(self) -> dict[str, Any] | None:
         """The env copies mid-episode and the copies' exploration generators (``None`` before the first step).
@@ -292,6 +301,8 @@ class OffPolicyTrainer:
         """
         if state is None:
             self.current = None
+            if self.moves is not None:
+                self.moves.clear()
             return
         current, generators = restore_env(self.env, read_state(state))
         self.current = _copy_obs(current)

@@ -1,8 +1,10 @@
-"""Joint transitions from the env adapter's steps: what each agent saw, did and sees next."""
+"""Joint transitions from the env adapter's steps: what each agent saw, did and sees next; and, for learners that
+credit each agent's own moves, those transitions joined into decision-to-decision moves (:class:`PendingMoves`)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -10,9 +12,9 @@ import torch
 from marljoint.env.base import JointObs, JointStep
 from marljoint.env.spaces import JointSpec
 from marljoint.offpolicy.functional import encode_actions, joint_action_mask
-from marljoint.offpolicy.replay import JointTransitions
+from marljoint.offpolicy.replay import JointTransitions, _map
 
-__all__ = ["joint_transitions"]
+__all__ = ["PendingMoves", "joint_transitions"]
 
 
 def joint_transitions(
@@ -91,3 +93,130 @@ def _flat(obs: np.ndarray) -> torch.Tensor:
     if flat.dtype == np.uint8:
         return torch.from_numpy(flat.astype(np.float32) / np.float32(255.0))
     return torch.from_numpy(flat.astype(np.float32, copy=True))
+
+
+class PendingMoves:
+    """Each agent's moves from one of its decisions to the next: the turn-based credit of per-agent learners.
+
+    The rule is PPO's (:func:`~marljoint.collect.carry_pending_moves`, :func:`~marljoint.ppo.compute_gae`): the
+    rewards an agent receives while it waits for another agent's move belong to its previous move, undiscounted,
+    and that move bootstraps at the agent's next decision. So a move after which its agent waits is held back
+    until the agent decides again, gathering the agent's rewards of the steps in between, and is then completed
+    with the state of that decision (next observations, legal actions, who is present and who decides), or with
+    its episode's end: a termination stops the bootstrap, a truncation bootstraps from the final observation where
+    the agent was to move there. A move whose episode is truncated while its agent waits is left out (its target
+    would need the value of a state the agent does not move in, which its critic does not learn), as PPO leaves it
+    out.
+
+    Simultaneous-move envs have no held moves (every present agent decides in every state): their transitions pass
+    through :meth:`complete` unchanged. A transition of several deciders of which some wait is split: the others'
+    row is stored at once, each waiting agent's held as a row in which only it decides.
+    """
+
+    def __init__(self) -> None:
+        self.held: JointTransitions | None = None
+        """The held moves, ``E · N`` rows (row ``e · N + j``: agent j's move in copy e; only agent j decides)."""
+        self.waiting: torch.Tensor | None = None
+        """``[E, N]`` bool: agent j of copy e has a held move."""
+
+    def complete(self, step: JointTransitions) -> JointTransitions | None:
+        """The transitions to store after one env step: the held moves this step completes, then the step's own
+        transitions whose deciders do not wait; ``None`` when there are none.
+
+        Args:
+            step: the step's :class:`JointTransitions` (E rows, one per env copy), from :func:`joint_transitions`.
+
+        Raises:
+            ValueError: if the step's number of copies or agents differs from the previous steps'.
+        """
+        copies, agents = step.rewards.shape
+        if self.held is None or self.waiting is None:
+            rows = copies * agents
+            self.held = JointTransitions(*(_map(f, lambda x: x.new_zeros((rows, *x.shape[1:]))) for f in step))
+            self.waiting = torch.zeros((copies, agents), dtype=torch.bool)
+        elif tuple(self.waiting.shape) != (copies, agents):
+            raise ValueError(
+                f"a step of {copies} env copies and {agents} agents follows steps of {tuple(self.waiting.shape)}; "
+                "use one PendingMoves per env"
+            )
+        parts = [] if not bool(self.waiting.any()) else [self._finish_held(step)]
+        ended_or_continues = step.terminated | ~step.next_present | step.next_deciding
+        waits = step.deciding & ~ended_or_continues  # held, or left out where truncated while waiting
+        if not bool(waits.any()):
+            parts.append(step)
+        else:
+            self._hold(step, waits & ~step.truncated)
+            stored = step.deciding & ~waits
+            keep = stored.any(-1) | ~step.deciding.any(-1)
+            parts.append(_rows(step._replace(deciding=stored), keep.nonzero().flatten()))
+        parts = [p for p in parts if p.actions.shape[0] > 0]
+        if not parts:
+            return None
+        return parts[0] if len(parts) == 1 else _concat(parts)
+
+    def _finish_held(self, step: JointTransitions) -> JointTransitions:
+        """Credits the step's rewards to the held moves and takes out those the step completes (its rows, in
+        copy-then-agent order; those truncated while their agent waits are dropped)."""
+        agents = step.rewards.shape[1]
+        waiting = self.waiting
+        per_move = self.held.rewards.view(-1, agents, agents)
+        torch.diagonal(per_move, dim1=1, dim2=2).add_(torch.where(waiting, step.rewards, 0.0))
+        done = waiting & (step.terminated | step.truncated | ~step.next_present | step.next_deciding)
+        dropped = done & step.truncated & ~step.terminated & ~step.next_deciding
+        self.waiting = waiting & ~done
+        copy, agent = (done & ~dropped).nonzero(as_tuple=True)
+        rows = copy * agents + agent
+        outcome = {
+            name: getattr(step, name)[copy] for name in ("terminated", "truncated", "next_present", "next_deciding")
+        }
+        finished = _rows(self.held, rows)._replace(
+            next_obs=tuple(x[copy] for x in step.next_obs),
+            next_masks=tuple(x[copy] for x in step.next_masks),
+            **outcome,
+        )
+        return finished
+
+    def _hold(self, step: JointTransitions, moves: torch.Tensor) -> None:
+        """Holds the ``[E, N]`` bool ``moves`` of the step: agent j's row of copy e with only j deciding."""
+        agents = step.rewards.shape[1]
+        copy, agent = moves.nonzero(as_tuple=True)
+        own = torch.nn.functional.one_hot(agent, agents).bool()
+        rows = copy * agents + agent
+        for held, new in zip(self.held, _rows(step, copy)._replace(deciding=own)):
+            for h, x in zip(*((held, new) if isinstance(held, tuple) else ((held,), (new,)))):
+                h[rows] = x
+        self.waiting = self.waiting | moves
+
+    def clear(self) -> None:
+        """Forgets the held moves (their episodes end unseen: the env copies restart)."""
+        self.held, self.waiting = None, None
+
+    def state_dict(self) -> dict[str, Any] | None:
+        """The held moves (``None`` before the first step)."""
+        if self.held is None or self.waiting is None:
+            return None
+        return {"held": self.held._asdict(), "waiting": self.waiting.clone()}
+
+    def load_state_dict(self, state: Mapping[str, Any] | None) -> None:
+        """Restores :meth:`state_dict` output (``None``: nothing held)."""
+        if state is None:
+            self.clear()
+            return
+        self.held = JointTransitions(**state["held"])
+        self.waiting = state["waiting"].clone().bool()
+
+
+def _rows(transitions: JointTransitions, index: torch.Tensor) -> JointTransitions:
+    """The transitions at ``index`` (``[B]`` int64), copied."""
+    return JointTransitions(*(_map(field, lambda x: x[index]) for field in transitions))
+
+
+def _concat(parts: Sequence[JointTransitions]) -> JointTransitions:
+    """The transitions of ``parts`` one after another."""
+    fields = []
+    for values in zip(*parts):
+        if isinstance(values[0], tuple):
+            fields.append(tuple(torch.cat(group) for group in zip(*values)))
+        else:
+            fields.append(torch.cat(values))
+    return JointTransitions(*fields)

@@ -194,7 +194,7 @@ class PettingZooJointEnv:
         adapter.lengths[:] = 0
         adapter.terminated[:] = False
         adapter.truncated[:] = False
-        check_finite(self.spec, adapter.rewards, adapter.obs, adapter.final_obs)
+        check_finite(self.spec, adapter.rewards, adapter.obs, adapter.final_obs, self.first_copy)
         return adapter.joint_obs()
 
     def step(self, actions: Sequence[np.ndarray]) -> JointStep:
@@ -224,7 +224,7 @@ class PettingZooJointEnv:
             adapter.lengths[e] = 0
             adapter.reset_copy(e, self._chosen_seed(e, int(self._episode_seeds[e].integers(2**31))))
             adapter.reset_envs[e] = True
-        check_finite(self.spec, adapter.rewards, adapter.obs, adapter.final_obs)
+        check_finite(self.spec, adapter.rewards, adapter.obs, adapter.final_obs, self.first_copy)
         return adapter.joint_step(finished_returns, finished_lengths)
 
     def close(self) -> None:

@@ -206,7 +206,11 @@ def _check_categorical(
 
 
 def check_finite(
-    spec: JointSpec, rewards: np.ndarray, obs: Sequence[np.ndarray], final_obs: Sequence[np.ndarray]
+    spec: JointSpec,
+    rewards: np.ndarray,
+    obs: Sequence[np.ndarray],
+    final_obs: Sequence[np.ndarray],
+    first_copy: int = 0,
 ) -> None:
     """Raises :class:`~marljoint.env.base.NonFiniteEnvError` (a ValueError) naming the agent and the copy if the
     env returned a non-finite reward or observation.
@@ -216,11 +220,12 @@ def check_finite(
         rewards: ``[E, N]``.
         obs: per group, ``[E, n_g, *obs_shape_g]``.
         final_obs: per group, ``[E, n_g, *obs_shape_g]``.
+        first_copy: global index of the first of these copies (a worker's slice of a larger set), for the message.
     """
     if not np.isfinite(rewards).all():
         e, i = np.argwhere(~np.isfinite(rewards))[0]
         raise NonFiniteEnvError(
-            f"agent {spec.agents[i]!r} (env copy {e}): the env returned a non-finite reward "
+            f"agent {spec.agents[i]!r} (env copy {first_copy + e}): the env returned a non-finite reward "
             f"({rewards[e, i]}); fix the env, or clip rewards with supersuit.clip_reward_v0"
         )
     for g, group in enumerate(spec.groups):
@@ -232,6 +237,6 @@ def check_finite(
             bad = ~np.isfinite(values.reshape(values.shape[0], values.shape[1], -1)).all(-1)
             e, j = np.argwhere(bad)[0]
             raise NonFiniteEnvError(
-                f"agent {group.agents[j]!r} (env copy {e}): the env returned a non-finite observation "
+                f"agent {group.agents[j]!r} (env copy {first_copy + e}): the env returned a non-finite observation "
                 "(NaN or inf); fix the env, or clean it with supersuit.observation_lambda_v0(env, np.nan_to_num)"
             )

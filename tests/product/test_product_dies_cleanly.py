@@ -156,11 +156,10 @@ def test_a_nan_reward_keeps_the_last_good_checkpoint_and_the_run_resumes(tmp_pat
     out = tmp_path / "run"
     assert run_cli(_train_args(out, tmp_path, *collection)) == 2
     (line,) = capsys.readouterr().err.strip().splitlines()
-    assert line.startswith(f"marljoint train: error: env '{ENV}' failed in iteration 2: agent 'agent_0' (env copy")
-    assert "the env returned a non-finite reward (nan)" in line
-    assert line.endswith(
-        f"the newest checkpoint is from iteration 1. Once the env is fixed, continue with: marljoint train --out "
-        f"{out} --resume"
+    assert line == (
+        f"marljoint train: error: env '{ENV}' failed in iteration 2: agent 'agent_0' (env copy 1): the env returned "
+        "a non-finite reward (nan); fix the env, or clip rewards with supersuit.clip_reward_v0; the newest checkpoint "
+        f"is from iteration 1. Once the env is fixed, continue with: marljoint train --out {out} --resume"
     )
     assert _checkpoints(out) == ["ckpt_0000001.pt"]
     monkeypatch.delenv("FAULTY_ENV_NAN_AT")

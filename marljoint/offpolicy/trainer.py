@@ -70,6 +70,8 @@ class OffPolicyTrainer:
             (:class:`~marljoint.offpolicy.ValueDecomposition` for vdn and qmix,
             :class:`~marljoint.offpolicy.CentralisedActorCritic` for masac and maddpg). An algorithm with
             ``learning_rates`` (one per network) gets those; else every network takes ``config.learning_rate``.
+            One with ``credits_own_moves`` True gets each agent's moves from decision to decision
+            (:class:`~marljoint.offpolicy.transitions.PendingMoves`) instead of every step's joint transitions.
 
     Raises:
         ValueError: if the env's number of copies differs from ``config.num_envs``, or an agent's actions are
@@ -122,7 +124,8 @@ class OffPolicyTrainer:
         return self.algorithm.act(obs, self.env_steps, copies, greedy=deterministic)
 
     def collect(self) -> Played:
-        """Plays ``rollout_steps`` joint steps in every copy, storing each joint transition in the replay buffer.
+        """Plays ``rollout_steps`` joint steps in every copy, storing each joint transition in the replay buffer
+        (for an algorithm that credits its agents' own moves, the moves that are complete; the others wait).
 
         The transitions are stored, and the steps counted, once every step has been played: an env (or an env
         worker) that fails midway leaves the trainer's state as the previous iteration left it, so a checkpoint
@@ -244,7 +247,8 @@ class OffPolicyTrainer:
 
     # ------------------------------------------------------------------ persistence
     def state_dict(self) -> dict[str, Any]:
-        """Networks, targets, optimisers, the replay buffer, the generators and the counters."""
+        """Networks, targets, optimisers, the replay buffer, the moves waiting for their agents' next decision, the
+        generators and the counters."""
         return {
             "config": self.config.to_dict(),
             "agents": list(self.spec.agents),

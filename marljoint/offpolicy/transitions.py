@@ -195,14 +195,16 @@ class PendingMoves:
         """The held moves (``None`` before the first step)."""
         if self.held is None or self.waiting is None:
             return None
-        return {"held": self.held._asdict(), "waiting": self.waiting.clone()}
+        held = _rows(self.held, torch.arange(self.held.actions.shape[0]))  # a copy: the held rows change in place
+        return {"held": held._asdict(), "waiting": self.waiting.clone()}
 
     def load_state_dict(self, state: Mapping[str, Any] | None) -> None:
         """Restores :meth:`state_dict` output (``None``: nothing held)."""
         if state is None:
             self.clear()
             return
-        self.held = JointTransitions(**state["held"])
+        saved = JointTransitions(**state["held"])
+        self.held = _rows(saved, torch.arange(saved.actions.shape[0]))  # a copy: the held rows change in place
         self.waiting = state["waiting"].clone().bool()
 
 

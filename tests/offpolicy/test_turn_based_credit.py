@@ -169,3 +169,12 @@ def test_only_the_agents_deciding_next_have_a_next_action_in_the_target():
     waiting[:, 1] = False
     other = make_algorithm(DISCRETE, variant="maddpg").loss({**batch, "next_acting": waiting})[1]
     assert same["critic_loss"] == plain and other["critic_loss"] != plain
+
+
+def test_restarting_the_env_copies_drops_the_held_moves_and_value_methods_hold_none():
+    trainer = two_moves_trainer("masac", learning_starts=10_000, rollout_steps=3)
+    trainer.collect()
+    assert trainer.moves.state_dict()["waiting"].any()
+    trainer.load_env_state(None)
+    assert trainer.moves.state_dict() is None
+    assert two_moves_trainer("vdn").moves is None and two_moves_trainer("qmix").moves is None

@@ -157,11 +157,7 @@ class _TreeWalk:
                 for action in reversed(state.legal_actions(player)):
                     push((state.child(action), last[:at] + (row, action) + last[at + 2 :], chance))
             elif player == _TERMINAL:
-                self.terminals += 1
-                if self.terminals <= MAX_TERMINALS:
-                    self.chance.append(chance)
-                    self.returns.extend(state.returns())
-                    self.decided.extend(last)
+                self._terminal(state, last, chance)
             elif player == _CHANCE:
                 extend((state.child(a), last, chance * p) for a, p in state.chance_outcomes())
             else:
@@ -189,8 +185,19 @@ class _TreeWalk:
                 child.apply_actions([action for _, _, action in reversed(joint)])
             else:
                 child = state.child(flat)
-            children.append((child, tuple(moved), chance))
+            if child.is_terminal():  # most children of a simultaneous node are, in goofspiel: kept at once
+                self.clock.histories += 1
+                self._terminal(child, moved, chance)
+            else:
+                children.append((child, tuple(moved), chance))
         return children
+
+    def _terminal(self, state: Any, last: Sequence[int], chance: float) -> None:
+        self.terminals += 1
+        if self.terminals <= MAX_TERMINALS:
+            self.chance.append(chance)
+            self.returns.extend(state.returns())
+            self.decided.extend(last)
 
     def _row(self, state: Any, player: int, last: tuple[int, ...]) -> int:
         """``player``'s row of the information state it decides at in ``state``, added at its first visit."""

@@ -274,8 +274,8 @@ def known_game(env_name: str, env_kwargs: dict[str, Any] | None = None) -> Known
         :class:`~marljoint.best_response.openspiel_game.OpenSpielGame` for ``openspiel:<game>``, or ``None``.
 
     Raises:
-        ValueError: an OpenSpiel game that cannot be tabulated (too many information states, simultaneous moves),
-            naming the count and the alternative.
+        ValueError: an OpenSpiel game that cannot be tabulated (too many information states, mean-field
+            dynamics), naming the count and the alternative.
     """
     kwargs = dict(env_kwargs or {})
     known = game_by_name(env_name, kwargs)

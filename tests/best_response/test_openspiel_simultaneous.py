@@ -187,3 +187,27 @@ def test_a_game_found_too_large_is_refused_again_without_a_second_walk(monkeypat
     monkeypatch.setattr(openspiel_game, "_TreeWalk", walk)
     with pytest.raises(ValueError, match=r"more than 50 information states.*best_response_gain"):
         OpenSpielGame("goofspiel(num_cards=4,imp_info=True)", max_information_states=50)
+
+
+def test_psro_with_the_exact_oracle_and_nfsp_run_on_a_simultaneous_game(tmp_path):
+    import argparse
+
+    from marljoint.cli.best_response import register
+
+    def run(argv):
+        parser = argparse.ArgumentParser(prog="marljoint")
+        register(parser.add_subparsers(dest="command", required=True))
+        args = parser.parse_args(argv)
+        return args.handler(args)
+
+    env = "openspiel:goofspiel(num_cards=4,imp_info=True)"
+    assert run(["psro", "--env", env, "--oracle", "exact", "--iterations", "1", "--out", str(tmp_path / "p")]) == 0
+    last = (tmp_path / "p" / "metrics.csv").read_text().splitlines()[-1].split(",")
+    assert float(last[2]) > 0.5  # a pure best response to the uniform policy: exploitable
+    policy = json.loads((tmp_path / "p" / "openspiel_policy.json").read_text())
+    loaded = {key: [tuple(pair) for pair in pairs] for key, pairs in policy.items()}
+    turn_based = pyspiel.convert_to_turn_based(pyspiel.load_game("goofspiel(num_cards=4,imp_info=True)"))
+    assert pyspiel.nash_conv(turn_based, loaded) / 2 == pytest.approx(float(last[2]), abs=1e-9)
+    env = "openspiel:goofspiel(num_cards=3,imp_info=True)"
+    assert run(["nfsp", "--env", env, "--iterations", "1", "--num-envs", "8", "--out", str(tmp_path / "n")]) == 0
+    assert (tmp_path / "n" / "openspiel_policy.json").is_file()

@@ -165,26 +165,21 @@ class _TreeWalk:
         return self._arrays()
 
     def _joint_children(self, state: Any, last: tuple[int, ...], chance: float) -> list[tuple[Any, tuple, float]]:
-        """The children of a simultaneous node, one per joint action, with the movers' decisions recorded, in the
-        order of OpenSpiel's flat joint actions (player 0's action varies fastest), so that ``state.child`` takes
-        each one's index; where a player passes there is no flat joint action and the actions are applied."""
+        """The children of a simultaneous node, one per joint action (``apply_actions``, which every OpenSpiel
+        game implements, Python ones too), with the movers' decisions recorded."""
         choices = []
         for player in range(self.num_players):
             legal = state.legal_actions(player)
             row = self._row(state, player, last) if legal else -1
             choices.append([(player, row, action) for action in legal] or [(player, -1, _PASS)])
-        passes = any(choice[0][1] < 0 for choice in choices)
         children = []
-        for flat, joint in enumerate(itertools.product(*reversed(choices))):
+        for joint in itertools.product(*choices):
             moved = list(last)
             for player, row, action in joint:
                 if row >= 0:
                     moved[2 * player], moved[2 * player + 1] = row, action
-            if passes:
-                child = state.clone()
-                child.apply_actions([action for _, _, action in reversed(joint)])
-            else:
-                child = state.child(flat)
+            child = state.clone()
+            child.apply_actions([action for _, _, action in joint])
             if child.is_terminal():  # most children of a simultaneous node are, in goofspiel: kept at once
                 self.clock.histories += 1
                 self._terminal(child, moved, chance)

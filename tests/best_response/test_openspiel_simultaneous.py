@@ -211,3 +211,18 @@ def test_psro_with_the_exact_oracle_and_nfsp_run_on_a_simultaneous_game(tmp_path
     env = "openspiel:goofspiel(num_cards=3,imp_info=True)"
     assert run(["nfsp", "--env", env, "--iterations", "1", "--num-envs", "8", "--out", str(tmp_path / "n")]) == 0
     assert (tmp_path / "n" / "openspiel_policy.json").is_file()
+
+
+def test_a_player_without_legal_actions_at_a_simultaneous_node_passes():
+    import _simultaneous_pass_game  # noqa: F401  (registers the game)
+
+    game = OpenSpielGame("python_marljoint_pass_test")
+    assert [len(keys) for keys in game.keys] == [3, 1]  # player 1 decides once: it passed first
+    np.testing.assert_array_equal(game._previous[1], [-1])
+    for seed in range(3):
+        tables = _tables(game, "random", seed)
+        turn_based, policy = _turn_based_policy(game, tables)
+        assert game.nash_conv(tables) == pytest.approx(pyspiel.nash_conv(turn_based, policy), abs=1e-12)
+        for player in range(2):
+            value, _ = game.best_response(tables, player)
+            assert value == pytest.approx(game.best_response_values(tables)[player], abs=1e-12)

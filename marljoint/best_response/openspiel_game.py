@@ -89,6 +89,7 @@ class _WalkClock:
     def __init__(self, name: str, max_seconds: float | None) -> None:
         self.name, self.max_seconds = name, max_seconds
         self.histories = 0
+        self._next_check = 4096
         self._started = time.perf_counter()
 
     @property
@@ -97,7 +98,10 @@ class _WalkClock:
 
     def tick(self, information_states: int) -> None:
         self.histories += 1
-        if self.max_seconds is not None and self.histories % 4096 == 0 and self.seconds > self.max_seconds:
+        if self.histories < self._next_check or self.max_seconds is None:
+            return
+        self._next_check += 4096
+        if self.seconds > self.max_seconds:
             seen = f"stopped after {information_states:,} information states and {self.histories:,} histories"
             raise EnumerationTimeout(
                 f"{self.name}: walking its game tree took over {self.max_seconds:g} s and was {seen}, too long to "
@@ -181,7 +185,7 @@ class _TreeWalk:
             child = state.clone()
             child.apply_actions([action for _, _, action in joint])
             if child.is_terminal():  # most children of a simultaneous node are, in goofspiel: kept at once
-                self.clock.histories += 1
+                self.clock.tick(self.count)
                 self._terminal(child, moved, chance)
             else:
                 children.append((child, tuple(moved), chance))

@@ -226,3 +226,11 @@ def test_a_player_without_legal_actions_at_a_simultaneous_node_passes():
         for player in range(2):
             value, _ = game.best_response(tables, player)
             assert value == pytest.approx(game.best_response_values(tables)[player], abs=1e-12)
+
+
+def test_a_walk_of_a_simultaneous_game_longer_than_max_seconds_is_stopped(monkeypatch):
+    monkeypatch.setattr(openspiel_game, "_ENUMERATED", {})
+    with pytest.raises(openspiel_game.EnumerationTimeout, match=r"walking its game tree took over 1e-09 s") as err:
+        OpenSpielGame("goofspiel(num_cards=4,imp_info=True)", max_seconds=1e-9)
+    histories = int(err.value.seen.split(" and ")[1].split(" histories")[0].replace(",", ""))
+    assert 4096 <= histories < 4096 + 16  # the first check of the clock, though terminals come several at once

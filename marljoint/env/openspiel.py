@@ -31,6 +31,11 @@ Legal actions arrive as ``info["action_mask"]``, which the adapter reads as the 
 
 from __future__ import annotations
 
+import contextlib
+import os
+import sys
+import tempfile
+from collections.abc import Iterator
 from typing import Any
 
 __all__ = ["OPENSPIEL_PREFIX", "import_pyspiel", "load_openspiel_game", "openspiel_env"]
@@ -63,18 +68,64 @@ def load_openspiel_game(game: str, **parameters: Any) -> Any:
     if short not in pyspiel.registered_names():
         raise ValueError(f"unknown OpenSpiel game {short!r}; pyspiel.registered_names() lists the games")
     try:
-        loaded = pyspiel.load_game(game)
-        if not parameters:
-            return loaded
-        unknown = sorted(set(parameters) - set(loaded.get_parameters()))
-        if unknown:
-            raise ValueError(
-                f"OpenSpiel's {short} has no parameter(s) {unknown}; it takes {sorted(loaded.get_parameters())}"
-            )
-        return pyspiel.load_game(short, {**loaded.get_parameters(), **parameters})
+        with _own_stderr_on_failure():
+            loaded = pyspiel.load_game(game)
+            if not parameters:
+                return loaded
+            defaults = loaded.get_parameters()
+            unknown = sorted(set(parameters) - set(defaults))
+            if unknown:
+                raise ValueError(f"OpenSpiel's {short} has no parameter(s) {unknown}; it takes {sorted(defaults)}")
+            for name, value in parameters.items():
+                _check_parameter_type(short, name, value, defaults[name])
+            return pyspiel.load_game(short, {**defaults, **parameters})
     except (pyspiel.SpielError, RuntimeError, TypeError) as exc:
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise ValueError(f"OpenSpiel cannot load {game!r} with {parameters}: {first}") from None
+
+
+def _check_parameter_type(game: str, name: str, value: Any, default: Any) -> None:
+    """Refuses a game parameter whose type is not its default's (an int where a float is expected is fine)."""
+    expected = type(default)
+    fits = isinstance(value, expected) and (expected is bool or not isinstance(value, bool))
+    if expected is float and isinstance(value, int) and not isinstance(value, bool):
+        fits = True
+    if not fits:
+        kind = _KINDS.get(expected, expected.__name__)
+        raise ValueError(
+            f"OpenSpiel's {game} parameter {name!r} takes {kind} (its default is {default!r}), got {value!r}; pass "
+            f"{kind} in --env-kwargs"
+        )
+
+
+_KINDS = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}
+
+
+@contextlib.contextmanager
+def _own_stderr_on_failure() -> Iterator[None]:
+    """OpenSpiel prints its exceptions to the process's stderr (file descriptor 2) before raising them: while a
+    game loads, that output is held back, dropped when the load fails (the error says it in one line) and passed on
+    when it succeeds."""
+    try:
+        saved = os.dup(2)
+    except OSError:  # no stderr to redirect
+        yield
+        return
+    with tempfile.TemporaryFile() as held:
+        sys.stderr.flush()
+        os.dup2(held.fileno(), 2)
+        failed = True
+        try:
+            yield
+            failed = False
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            if not failed:
+                held.seek(0)
+                text = held.read()
+                if text:
+                    os.write(2, text)
 
 
 def openspiel_env(game: str, render_mode: str | None = None, **parameters: Any) -> Any:

@@ -10,6 +10,7 @@ from _product_helpers import run_cli, tiny_config, train_args
 
 TRAIN = ["train", "--env", "mock_v0", "--quiet", "--total-steps", "64", "--num-envs", "2", "--out", "{new}"]
 BRIGADE = ["train", "--env", "bucket_brigade_v0", "--quiet", "--total-steps", "64", "--num-envs", "2", "--out", "{new}"]
+KUHN = ["train", "--env", "openspiel:kuhn_poker", "--quiet", "--total-steps", "64", "--out", "{new}"]
 TUNE = ["tune", "--env", "mock_v0", "--quiet", "--total-steps", "64", "--num-envs", "2", "--out", "{new}"]
 PSRO = ["psro", "--env", "kuhn_poker_v0", "--quiet", "--out", "{new}"]
 NFSP = ["nfsp", "--env", "kuhn_poker_v0", "--quiet", "--out", "{new}"]
@@ -70,6 +71,9 @@ CASES = {
     "env-trailing-colon": ["train", "--env", "marljoint_envs.mock_v0:", "--quiet", "--out", "{new}"],
     "env-openspiel-no-game": ["train", "--env", "openspiel:", "--quiet", "--out", "{new}"],
     "env-openspiel-unknown-game": ["train", "--env", "openspiel:no_such_game", "--quiet", "--out", "{new}"],
+    "openspiel-parameter-a-string": [*KUHN, "--env-kwargs", '{"players": "two"}'],
+    "openspiel-parameter-a-bool": [*KUHN, "--env-kwargs", '{"players": true}'],
+    "openspiel-parameter-in-the-name": [*TRAIN[:2], "openspiel:kuhn_poker(players=two)", *TRAIN[3:]],
     "env-kwargs-null": [*TRAIN, "--env-kwargs", "null"],
     "env-kwargs-empty": [*TRAIN, "--env-kwargs", ""],
     "env-kwargs-bad-value": [
@@ -181,11 +185,11 @@ def place(tmp_path_factory):
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_bad_input_ends_in_one_line_and_changes_nothing(name, place, tmp_path, capsys):
+def test_bad_input_ends_in_one_line_and_changes_nothing(name, place, tmp_path, capfd):
     args = [a.replace("{root}", str(place)).replace("{new}", str(tmp_path / "new")) for a in CASES[name]]
     before = _snapshot(place)
     status = run_cli(args)
-    err = capsys.readouterr().err.strip()
+    err = capfd.readouterr().err.strip()
     assert status == 2, f"{name}: exit {status}, stderr: {err[-2000:]}"
     assert err and len(err.splitlines()) == 1, err
     assert err.startswith("marljoint") and "Traceback" not in err, err

@@ -129,10 +129,10 @@ class _TreeWalk:
     :meth:`OpenSpielGame._enumerate`).
 
     At a simultaneous node every player with legal actions decides at its own information state, and the children
-    are the joint actions (a player without legal actions there passes). What the players decided last travels as
-    one tuple ``(row_0, action_0, row_1, action_1, ...)`` (-1: not yet), which a terminal history keeps. Tensors and
-    terminal histories accumulate in flat ``array`` buffers: as lists of Python floats they took 30 bytes a number
-    (700 MB on ``goofspiel(num_cards=5,imp_info=True)``).
+    are the joint actions (a player without legal actions there passes); terminal children are kept as they are
+    made. What the players decided last travels as one tuple ``(row_0, action_0, row_1, action_1, ...)`` (-1: not
+    yet), which a terminal history keeps. Tensors and terminal histories accumulate in flat ``array`` buffers: lists
+    of Python floats would take about 30 bytes a number (700 MB on ``goofspiel(num_cards=5,imp_info=True)``).
     """
 
     def __init__(self, game: Any, name: str, information_state: bool, limit: int, max_seconds: float | None) -> None:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import shlex
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -35,6 +36,7 @@ from marljoint.ppo.config import JointTrainerConfig
 from marljoint.run import _toml
 from marljoint.run.exploitability import OPENSPIEL_POLICY
 from marljoint.run.lock import RunLock
+from marljoint.run.loop import StopRequests
 from marljoint.run.migrations import read_nfsp_checkpoint, read_psro_checkpoint
 from marljoint.run.presets import Preset
 from marljoint.run.recipes import BUNDLED_ENVS, auto_meta_solver, env_factory, recipe_for
@@ -256,8 +258,11 @@ def _known_game(command: str, args: argparse.Namespace, env_kwargs: dict[str, An
         return None
 
 
-def _recorder(command: str, run: Any, out: Path, args: argparse.Namespace, total: int | None) -> Any:
-    """The per-iteration callback of a best-response run: metrics.csv, the checkpoint and a progress line.
+def _recorder(
+    command: str, run: Any, out: Path, args: argparse.Namespace, total: int | None, stops: StopRequests
+) -> Any:
+    """The per-iteration callback of a best-response run: metrics.csv, the checkpoint and a progress line, written
+    together (a stop request waits for them: ``stops``).
 
     The directory is created (and with ``--force`` the old run's files replaced) at the first call, once the run
     is built: a run that fails to start changes nothing on disk.
@@ -265,6 +270,10 @@ def _recorder(command: str, run: Any, out: Path, args: argparse.Namespace, total
     started = {"done": False}
 
     def record(_: Mapping[str, Any]) -> None:
+        with stops.deferred():
+            _record()
+
+    def _record() -> None:
         if not started["done"]:
             started["done"] = True
             if args.force and not args.resume:
@@ -365,18 +374,48 @@ def _writing(command: str, args: argparse.Namespace) -> RunLock:
 
 
 def run_psro(args: argparse.Namespace) -> int:
-    """The ``psro`` subcommand (see :func:`_writing`)."""
+    """The ``psro`` subcommand (see :func:`_writing` and :func:`_stoppable`)."""
     with _writing("psro", args):
-        return _run_psro(args)
+        return _stoppable("psro", args, _run_psro)
 
 
 def run_nfsp(args: argparse.Namespace) -> int:
-    """The ``nfsp`` subcommand (see :func:`_writing`)."""
+    """The ``nfsp`` subcommand (see :func:`_writing` and :func:`_stoppable`)."""
     with _writing("nfsp", args):
-        return _run_nfsp(args)
+        return _stoppable("nfsp", args, _run_nfsp)
 
 
-def _run_psro(args: argparse.Namespace) -> int:
+def _stoppable(command: str, args: argparse.Namespace, body: Callable[[argparse.Namespace, StopRequests], int]) -> int:
+    """Runs ``body`` so that SIGINT or SIGTERM stops it at once, whatever it is doing (an iteration's best
+    responses and measurements can take minutes where a scheduler grants seconds): the checkpoint of the last
+    completed iteration, written after every iteration (:func:`_recorder`, whose saving a signal never cuts short),
+    is what a ``--resume`` continues from.
+
+    Raises:
+        RunInterrupted: exit status 130 after SIGINT, 143 after SIGTERM, saying what is kept.
+    """
+    from marljoint.run.errors import RunInterrupted
+    from marljoint.run.loop import StopRequested
+
+    with StopRequests() as stops:
+        try:
+            with stops.interruptible():
+                return body(args, stops)
+        except StopRequested:
+            out = Path(args.out)
+            if (out / f"{command}.pt").is_file():
+                again = [f"marljoint {command} --env {shlex.quote(args.env)}"]
+                if args.env_kwargs not in (None, "", "{}"):
+                    again.append(f"--env-kwargs {shlex.quote(args.env_kwargs)}")
+                again.append(f"--out {shlex.quote(str(out))} --resume")
+                kept = f"; the checkpoint of its last completed iteration is kept. Continue with: {' '.join(again)}"
+            else:
+                kept = " before its first iteration ended; nothing was written"
+            status = 143 if stops.signal_name == "SIGTERM" else 130
+            raise RunInterrupted(f"stopped by {stops.signal_name}{kept}", status) from None
+
+
+def _run_psro(args: argparse.Namespace, stops: StopRequests) -> int:
     from marljoint.best_response.psro import PSRO, PsroConfig
     from marljoint.checkpoint import CheckpointError
 
@@ -416,7 +455,7 @@ def _run_psro(args: argparse.Namespace) -> int:
             psro = PSRO(factory, config, game)
     except (ValueError, CheckpointError) as exc:
         raise _fail("psro", str(exc)) from None
-    record = _recorder("psro", psro, out, args, config.iterations)
+    record = _recorder("psro", psro, out, args, config.iterations, stops)
     record({})
     psro.run(max_seconds=args.seconds, callback=record)
     _summary("psro", psro.history, out, args)
@@ -430,7 +469,7 @@ def _summary(command: str, history: Sequence[Mapping[str, Any]], out: Path, args
     print(f"{_progress_line(command, history[-1], None)}  -> {out}")
 
 
-def _run_nfsp(args: argparse.Namespace) -> int:
+def _run_nfsp(args: argparse.Namespace, stops: StopRequests) -> int:
     from marljoint.best_response.nfsp import NFSP, NfspConfig
     from marljoint.checkpoint import CheckpointError
 
@@ -453,7 +492,7 @@ def _run_nfsp(args: argparse.Namespace) -> int:
             nfsp = NFSP(factory, config, game)
     except (ValueError, CheckpointError) as exc:
         raise _fail("nfsp", str(exc)) from None
-    record = _recorder("nfsp", nfsp, out, args, args.iterations)
+    record = _recorder("nfsp", nfsp, out, args, args.iterations, stops)
     nfsp.run(iterations=args.iterations, max_seconds=args.seconds, callback=record)
     _summary("nfsp", nfsp.history, out, args)
     return 0

@@ -64,6 +64,19 @@ class StopRequests:
         finally:
             self._interruptible -= 1
 
+    @contextlib.contextmanager
+    def deferred(self) -> Iterator[None]:
+        """Within: a stop request is only noted, even inside :meth:`interruptible` (files being written are
+        finished together); on leaving, a request made meanwhile raises :class:`StopRequested` if the section
+        around is interruptible."""
+        around, self._interruptible = self._interruptible, 0
+        try:
+            yield
+        finally:
+            self._interruptible = around
+        if around and self.signal_name is not None:
+            raise StopRequested(self.signal_name)
+
     def __enter__(self) -> StopRequests:
         import signal
         import threading

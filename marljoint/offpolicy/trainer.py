@@ -13,13 +13,13 @@ import torch
 from marljoint.auxiliary import AuxFn
 from marljoint.checkpoint import atomic_torch_save, load_checkpoint
 from marljoint.collect.noise import copy_generators, generators_from_states
-from marljoint.collect.snapshots import read_state, restore_env
+from marljoint.collect.snapshots import read_state, restore_env, trusted_state
 from marljoint.env.base import JointEnv, JointObs
 from marljoint.offpolicy.base import OffPolicyAlgorithm
 from marljoint.offpolicy.centralised import CentralisedActorCritic
 from marljoint.offpolicy.config import VALUE_ALGORITHMS, OffPolicyConfig
 from marljoint.offpolicy.replay import JointTransitions, ReplayBuffer
-from marljoint.offpolicy.transitions import PendingMoves, joint_transitions
+from marljoint.offpolicy.transitions import PendingMoves, check_saved_transitions, joint_transitions
 from marljoint.offpolicy.value import ValueDecomposition
 
 __all__ = ["OffPolicyTrainer", "Played"]
@@ -266,10 +266,13 @@ class OffPolicyTrainer:
         """Restores :meth:`state_dict` output into a trainer built for the same env and config.
 
         Raises:
-            ValueError: if the agents differ.
+            ValueError: if the agents differ, or the replay buffer holds transitions of another env (naming the
+                field, its shape and dtype, and this env's).
         """
         if list(state["agents"]) != list(self.spec.agents):
             raise ValueError(f"checkpoint agents {state['agents']} differ from this env's {list(self.spec.agents)}")
+        if state["buffer"] is not None:  # checked before anything is restored
+            check_saved_transitions(self.spec, state["buffer"]["transitions"])
         self.algorithm.load_state_dict(state["algorithm"])
         for optimizer, saved in zip(self.optimizers, state["optimizers"]):
             optimizer.load_state_dict(saved)
@@ -300,9 +303,20 @@ class OffPolicyTrainer:
     def load_env_state(self, state: Mapping[str, Any] | None, trust_snapshot: bool = False) -> None:
         """Restores :meth:`env_state` output (``None``: the env is reset at the next collection).
 
-        ``trust_snapshot`` is accepted for the run loop's sake: a snapshot is always checked against this user's
-        key before it is unpickled.
+        The env snapshot is pickled env objects, unpickled only when signed with this user's key
+        (:mod:`marljoint.trust`): a state someone else saved is refused unless ``trust_snapshot``.
+
+        Args:
+            state: :meth:`env_state` output, or ``None``.
+            trust_snapshot: restore a snapshot signed by someone else (a run you received and trust), re-signing it
+                with your key. Unpickling it runs whatever code it names: only for runs you trust.
+
+        Raises:
+            marljoint.trust.SnapshotTrustError: for a snapshot not signed with this user's key (without
+                ``trust_snapshot``), before anything of it is unpickled.
         """
+        if trust_snapshot:
+            state = trusted_state(state)
         if state is None:
             self.current = None
             if self.moves is not None:

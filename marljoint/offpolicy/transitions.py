@@ -14,7 +14,7 @@ from marljoint.env.spaces import JointSpec
 from marljoint.offpolicy.functional import encode_actions, joint_action_mask
 from marljoint.offpolicy.replay import JointTransitions, _map
 
-__all__ = ["PendingMoves", "joint_transitions"]
+__all__ = ["PendingMoves", "check_saved_transitions", "joint_transitions", "transition_layout"]
 
 
 def joint_transitions(
@@ -77,6 +77,50 @@ def joint_transitions(
         next_present=torch.from_numpy(next_present),
         next_deciding=torch.from_numpy(next_deciding),
     )
+
+
+def transition_layout(spec: JointSpec) -> dict[str, Any]:
+    """What one stored joint transition of ``spec``'s env holds: per field of :class:`JointTransitions`, the
+    ``(shape after the batch axis, dtype)`` (a list of them, one per agent group, for the per-group fields)."""
+    n = spec.num_agents
+    actions = _action_storage(spec, 1)
+    layout: dict[str, Any] = {
+        "obs": [((g.size, g.observation.size), torch.float32) for g in spec.groups],
+        "actions": (tuple(actions.shape[1:]), torch.from_numpy(actions).dtype),
+        "rewards": ((n,), torch.float32),
+        "next_obs": [((g.size, g.observation.size), torch.float32) for g in spec.groups],
+        "next_masks": [((g.size, int(np.prod(g.action.nvec))), torch.bool) for g in spec.groups],
+    }
+    for name in ("terminated", "truncated", "alive", "deciding", "next_present", "next_deciding"):
+        layout[name] = ((n,), torch.bool)
+    return layout
+
+
+def check_saved_transitions(spec: JointSpec, saved: Mapping[str, Any]) -> None:
+    """Refuses saved transitions (a checkpoint's replay buffer) that another env's steps made: each field's shape
+    and dtype must be those this env's steps give (:func:`transition_layout`).
+
+    Raises:
+        ValueError: naming the first field (and agent group) that differs, the saved and the expected layout.
+    """
+    for name, expected in transition_layout(spec).items():
+        value = saved.get(name)
+        per_group = isinstance(expected, list)
+        values = list(value) if per_group and isinstance(value, (tuple, list)) else [value]
+        if per_group and len(values) != len(expected):
+            raise ValueError(
+                f"the checkpoint's replay buffer holds {name} of {len(values)} agent groups, but this env has "
+                f"{len(expected)}; it was saved from another env: resume with that env, or start a new run"
+            )
+        for g, (tensor, (shape, dtype)) in enumerate(zip(values, expected if per_group else [expected])):
+            ok = isinstance(tensor, torch.Tensor) and tuple(tensor.shape[1:]) == shape and tensor.dtype == dtype
+            if not ok:
+                what = f"{name} of group {spec.groups[g].name!r}" if per_group else name
+                held = f"{tuple(tensor.shape[1:])} {tensor.dtype}" if isinstance(tensor, torch.Tensor) else repr(tensor)
+                raise ValueError(
+                    f"the checkpoint's replay buffer holds {what} of shape {held} per transition, but this env's "
+                    f"are {shape} {dtype}; it was saved from another env: resume with that env, or start a new run"
+                )
 
 
 def _action_storage(spec: JointSpec, num_envs: int) -> np.ndarray:

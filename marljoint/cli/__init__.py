@@ -16,6 +16,7 @@ from marljoint.cli.args import USAGE_ERROR
 from marljoint.cli.args import integer as _int
 from marljoint.cli.args import json_object as _json_object
 from marljoint.cli.args import non_negative_float as _non_negative_float
+from marljoint.cli.args import out_path as _out_path
 from marljoint.cli.args import positive_float as _positive_float
 from marljoint.cli.args import positive_int as _positive_int
 from marljoint.cli.args import seed as _seed
@@ -157,7 +158,7 @@ def _add_train(subparsers: Any) -> None:
     p.add_argument(
         "--out",
         metavar="DIR",
-        type=Path,
+        type=_out_path,
         help="run directory (default runs/<env>-<date>-<time>); refused if it holds another run, unless --resume or "
         "--force, and while another marljoint process writes there",
     )

@@ -19,6 +19,8 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from marljoint.cli.args import out_path
+
 __all__ = ["register"]
 
 
@@ -43,7 +45,7 @@ def register(subparsers: Any) -> None:
         default="torchscript",
         help='torchscript (default) or onnx (needs pip install "marljoint[export]")',
     )
-    p.add_argument("--out", metavar="DIR", type=Path, help="directory to write (default RUN_DIR/export/<format>)")
+    p.add_argument("--out", metavar="DIR", type=out_path, help="directory to write (default RUN_DIR/export/<format>)")
     p.add_argument("--checkpoint", metavar="FILE", type=Path, help="export this checkpoint instead of the newest")
     p.add_argument(
         "--trust-run",

@@ -37,6 +37,7 @@ from marljoint.policies.layers import tanh
 from marljoint.policies.recurrent import StackedRecurrentCell
 from marljoint.run.errors import RunError
 from marljoint.run.evaluate import load_run
+from marljoint.run.rundir import run_path
 
 __all__ = [
     "EXPORT_FORMATS",
@@ -397,7 +398,8 @@ def export_run(
 
     A TorchScript file (``.pt``) loads with ``torch.jit.load`` alone, without marljoint; an ONNX file (``.onnx``)
     runs with onnxruntime. Both choose the actions ``marljoint eval`` chooses (deterministic). Files already in
-    ``out`` with the same names are replaced.
+    ``out`` with the same names are replaced; a symbolic link at one of those names (or at ``RUN_DIR/export`` or
+    ``RUN_DIR/export/<format>`` when ``out`` is not given) is refused, never written through.
 
     Args:
         run_dir: a run directory written by ``marljoint train``.
@@ -411,8 +413,8 @@ def export_run(
 
     Raises:
         RunError: for an unknown format, a missing onnx package, a directory without a run or checkpoint, a
-            damaged checkpoint, or a policy that cannot be exported yet (image observations, an activation other
-            than tanh).
+            damaged checkpoint, a policy that cannot be exported yet (image observations, an activation other
+            than tanh), or a symbolic link where a file would be written.
     """
 
     if format not in EXPORT_FORMATS:
@@ -426,14 +428,13 @@ def export_run(
         raise RunError(f"cannot export {run_dir}: {exc}") from None
     finally:
         run.close()
-    directory = Path(out) if out is not None else Path(run_dir) / EXPORT_DIR / format
+    # torch, onnx and the manifest would write through a link: every path is checked before anything is written.
+    directory = Path(out) if out is not None else run_path(run_dir, EXPORT_DIR, format)
+    files = [run_path(directory, f"group_{g}{_SUFFIX[format]}") for g in range(len(policies))]
+    manifest = run_path(directory, MANIFEST_FILE)
     directory.mkdir(parents=True, exist_ok=True)
-    files = []
-    for g, policy in enumerate(policies):
-        path = directory / f"group_{g}{_SUFFIX[format]}"
+    for policy, path in zip(policies, files):
         (_write_onnx if format == "onnx" else _write_torchscript)(policy, path)
-        files.append(path)
-    manifest = directory / MANIFEST_FILE
     entries = [
         _group_entry(group, policy, path) for group, policy, path in zip(run.trainer.spec.groups, policies, files)
     ]

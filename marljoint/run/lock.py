@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import stat
 import sys
 import threading
 from pathlib import Path
@@ -86,7 +87,9 @@ class RunLock:
 
     Acquiring creates the directory if needed and locks ``run_dir/.marljoint.lock`` with the kernel's lock, writing
     the holder's process id, host and command into it; releasing deletes the file (and the directories acquiring
-    created, if nothing else was written there). The kernel releases the lock when the holder dies, so a crashed
+    created, if nothing else was written there). The lock file is never opened through a symbolic link: a lock
+    path that is a link, or anything but a regular file, is refused, and releasing deletes only the file this
+    lock opened, never what has taken its place. The kernel releases the lock when the holder dies, so a crashed
     run never blocks the next one. The thread that holds a lock may acquire it again (the holds nest); any other
     writer, in this process or another, is refused with :class:`RunLocked` without waiting and without changing
     anything on disk.
@@ -126,14 +129,16 @@ class RunLock:
 
         Raises:
             RunLocked: another process, or another thread of this one, holds the directory.
-            RunError: the path exists and is not a directory.
+            RunError: the path exists and is not a directory, or the lock path is a symbolic link or not a
+                regular file.
         """
         if self.run_dir.exists() and not self.run_dir.is_dir():
             raise RunError(f"output path {self.run_dir} exists and is not a directory")
         absolute = self.run_dir.absolute()
         created = [p for p in (absolute, *absolute.parents) if not p.exists()]
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        key = os.path.realpath(self.path)
+        # The directory is resolved (two names of one directory share one lock), the lock file's own name never is.
+        key = os.path.join(os.path.realpath(self.run_dir), LOCK_FILE)
         try:
             with _GUARD:
                 held = _HELD.get(key)
@@ -166,10 +171,11 @@ class RunLock:
                 return
             del _HELD[key]
             # Unlinked while still locked: a writer that opened the old file finds it gone and tries again.
-            try:
-                os.unlink(key)  # the absolute path: the working directory may have changed since
-            except OSError:
-                pass
+            if _same_file(held.fd, key):  # the absolute path: the working directory may have changed since
+                try:
+                    os.unlink(key)
+                except OSError:
+                    pass
             _unlock(held.fd)
             os.close(held.fd)
         _remove_empty(held.created)
@@ -189,10 +195,56 @@ def _describe(command: str) -> dict[str, Any]:
     return {"pid": os.getpid(), "host": socket.gethostname(), "command": command}
 
 
+def _same_file(fd: int, path: str | Path) -> bool:
+    """Whether ``path`` itself (not what a link there points to) is the file open as ``fd``."""
+    try:
+        found, held = os.lstat(path), os.fstat(fd)
+    except OSError:
+        return False
+    return (found.st_dev, found.st_ino) == (held.st_dev, held.st_ino)
+
+
+_NOT_REGULAR = "lock file {path} is not a regular file; remove it (marljoint creates its own) and run again"
+
+
+def _refuse_unsafe(path: Path) -> None:
+    """Refuses a lock path that is a symbolic link or not a regular file: writing the holder there would truncate
+    whatever it names, and releasing would delete it.
+
+    Raises:
+        RunError: naming the path and the fix.
+    """
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return
+    if stat.S_ISLNK(mode):
+        raise RunError(
+            f"lock file {path} is a symbolic link (to {os.readlink(path)}); marljoint writes no lock through a "
+            f"link: remove the link (rm {path}) and run again"
+        )
+    if not stat.S_ISREG(mode):
+        raise RunError(_NOT_REGULAR.format(path=path))
+
+
+def _open_lock_file(path: Path) -> int:
+    """Opens (creating) the lock file without following a link at its name."""
+    _refuse_unsafe(path)
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0), 0o644)
+    except OSError:
+        _refuse_unsafe(path)  # a link or a special file put there since the check: say so
+        raise
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise RunError(_NOT_REGULAR.format(path=path))
+    return fd
+
+
 def _lock_file(path: Path, run_dir: Path) -> int:
     """Opens and locks the lock file; raises :class:`RunLocked` if another process holds it."""
     while True:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = _open_lock_file(path)
         try:
             locked = _try_lock(fd)
         except BaseException:
@@ -202,11 +254,7 @@ def _lock_file(path: Path, run_dir: Path) -> int:
             holder = _read_holder(fd)
             os.close(fd)
             raise RunLocked(run_dir, holder)
-        try:
-            same = os.fstat(fd).st_ino == os.stat(path).st_ino
-        except FileNotFoundError:
-            same = False
-        if same or sys.platform == "win32":
+        if _same_file(fd, path) or sys.platform == "win32":
             return fd
         # The holder deleted this file as it released the lock: lock the file now at the path instead.
         _unlock(fd)

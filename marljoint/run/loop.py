@@ -24,7 +24,7 @@ from marljoint.run.build import make_env, say
 from marljoint.run.episodes import play_episodes
 from marljoint.run.errors import EnvFailure, RunError, RunInterrupted, WorkerFailure
 from marljoint.run.lock import LOCK_FILE
-from marljoint.run.rundir import CHECKPOINT_DIR, CONFIG_FILE, CURVE_FILE, clear_run, save_state, writing
+from marljoint.run.rundir import CHECKPOINT_DIR, CONFIG_FILE, CURVE_FILE, clear_run, refuse_links, save_state, writing
 from marljoint.run.spec import RunSpec, iterations_for, write_config
 
 __all__ = ["RunLoop", "StopRequested", "StopRequests", "idle_cores_hint", "write_curve"]
@@ -137,6 +137,8 @@ class RunLoop:
 
     def _open(self) -> None:
         """Replaces an old run (``force``), creates the directory and writes the config: the run has started."""
+        if self.run_dir.is_dir():  # checked again as the run starts writing: a link planted since is refused too
+            refuse_links(self.run_dir)
         if self.force and not self.resume:
             clear_run(self.run_dir)
         # The run's lock file may be there already: the directory counts as new while it holds nothing else.

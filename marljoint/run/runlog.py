@@ -16,6 +16,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
+from marljoint.checkpoint import atomic_write_bytes
+from marljoint.run.rundir import open_run_file, run_path
+
 __all__ = [
     "METRICS_FILE",
     "MetricsLog",
@@ -88,9 +91,10 @@ class WandbLog:
         except ImportError:
             raise ImportError('--wandb needs Weights & Biases: pip install "marljoint[wandb]"') from None
         run_dir = Path(run_dir)
-        id_file = run_dir / "wandb_id"
+        run_path(run_dir, "wandb")  # W&B writes there: never into a folder a link names
+        id_file = run_path(run_dir, "wandb_id")
         run_id = id_file.read_text().strip() if id_file.is_file() else secrets.token_hex(4)
-        id_file.write_text(run_id + "\n")
+        atomic_write_bytes((run_id + "\n").encode(), id_file)
         self.run = wandb.init(
             project=project,
             dir=str(run_dir),
@@ -131,7 +135,7 @@ class MetricsLog:
         keep_until: int | None = None,
         wandb: WandbLog | None = None,
     ) -> None:
-        self.path = Path(run_dir) / METRICS_FILE
+        self.path = run_path(run_dir, METRICS_FILE)
         self._wandb = wandb
         self._columns: list[str] = []
         rows: list[dict[str, Any]] = []
@@ -150,7 +154,8 @@ class MetricsLog:
             purge = None
             if keep_until is not None:
                 purge = int(max((_float(r.get("env_steps")) for r in rows), default=-1)) + 1
-            self._writer = SummaryWriter(log_dir=str(Path(run_dir) / TENSORBOARD_DIR), purge_step=purge)
+            log_dir = run_path(run_dir, TENSORBOARD_DIR)  # never event files in a folder a link names
+            self._writer = SummaryWriter(log_dir=str(log_dir), purge_step=purge)
 
     @property
     def columns(self) -> list[str]:
@@ -168,7 +173,7 @@ class MetricsLog:
             self._columns.extend(new)
             self._rewrite([*rows, row])
         else:
-            with open(self.path, "a", newline="") as f:
+            with open_run_file(self.path) as f:  # a link planted since the run started is refused, not followed
                 csv.DictWriter(f, self._columns).writerow(row)
         if self._writer is not None:
             step = int(row.get("env_steps", row.get("iteration", 0)))

@@ -34,7 +34,7 @@ from marljoint.run.errors import RunError, RunInterrupted
 from marljoint.run.lock import RunLock, RunLocked
 from marljoint.run.plotting import PlottingUnavailable
 from marljoint.run.registry import resolve_env
-from marljoint.run.rundir import holds_run
+from marljoint.run.rundir import LOG_FILE, check_run_dir, holds_run, open_run_file, refuse_links, run_path
 from marljoint.run.spec import RunSpec, resume_spec
 from marljoint.run.stats import confidence_interval
 from marljoint.run.train import train_run
@@ -63,8 +63,6 @@ __all__ = [
     "write_sweep_csv",
 ]
 
-LOG_FILE = "train.log"
-"""The file in each run directory that receives the run's progress and messages (and its traceback if it fails)."""
 SWEEP_CSV = "sweep.csv"
 """The table of a sweep, one row per setting, in its output directory."""
 SWEEP_PLOT = "sweep.png"
@@ -223,7 +221,7 @@ class _RunLog(io.TextIOBase):
     def write(self, text: str) -> int:
         if self._file is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._file = open(self.path, "a" if self.append else "w", encoding="utf-8")  # noqa: SIM115
+            self._file = open_run_file(self.path, append=self.append)  # never through a link planted there
         return self._file.write(text)
 
     def flush(self) -> None:
@@ -260,7 +258,10 @@ def run_job(job: RunJob) -> RunOutcome:
 def _run_locked(job: RunJob, started: float) -> RunOutcome:
     """:func:`run_job` once the run directory is locked."""
 
-    log = _RunLog(Path(job.run_dir) / LOG_FILE, append=job.resume)
+    try:
+        log = _RunLog(run_path(job.run_dir, LOG_FILE), append=job.resume)
+    except RunError as exc:
+        return RunOutcome(job, math.nan, 0.0, " ".join(str(exc).split()))
     try:
         with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
             try:
@@ -498,19 +499,25 @@ def check_before_start(jobs: Sequence[RunJob], resume: bool, force: bool) -> Non
 
     Raises:
         RunLocked: a run directory is being written.
-        RunError: a directory holds a run (without ``resume`` or ``force``).
+        RunError: a directory holds a run (without ``resume`` or ``force``), holds files named like a run's that
+            are no run (with ``force``), or holds a symbolic link where a run writes.
         EnvSpecError: an env that does not resolve.
     """
     for job in jobs:  # a directory being written is refused as a single run's would be (RunLocked)
         with RunLock(job.run_dir, "marljoint train"):
             pass
 
+    for job in jobs:  # train.log is written before the run's own checks
+        if Path(job.run_dir).is_dir():
+            refuse_links(job.run_dir)
     taken = [job.run_dir for job in jobs if holds_run(job.run_dir)]
     if taken and not (resume or force):
         raise RunError(
             f"{taken[0]} already holds a run ({len(taken)} of the {len(jobs)} run directories do); pass --resume "
             "to continue them, --force to overwrite them, or choose another --out"
         )
+    for run_dir in taken if not resume else []:  # --force replaces only runs: refused before any run starts
+        check_run_dir(Path(run_dir), resume=False, force=True)
 
     checked = set()
     for job in jobs:

@@ -37,6 +37,7 @@ from marljoint.run.rundir import (
     holds_run,
     refuse_diverged,
     restore_state,
+    run_path,
     writing,
 )
 from marljoint.run.spec import RunSpec, load_run_spec, read_config_file, resume_spec, write_config
@@ -132,8 +133,9 @@ def train_run(
         A :class:`RunResult`.
 
     Raises:
-        RunError: for an unusable run directory, a corrupted checkpoint, a checkpoint whose env snapshot is not
-            signed with this user's key (without ``trust_snapshot``), or an env that cannot be built.
+        RunError: for an unusable run directory (empty, or with a symbolic link where the run writes), a
+            corrupted checkpoint, a checkpoint whose env snapshot is not signed with this user's key (without
+            ``trust_snapshot``), or an env that cannot be built.
         RunLocked: another process (or thread) is writing ``run_dir``.
         RunInterrupted: after SIGINT or SIGTERM.
         EnvFailure: the env raised in ``reset()`` or ``step()``, or returned a non-finite reward or observation.
@@ -141,6 +143,8 @@ def train_run(
         DivergenceError: a loss, gradient or parameter became non-finite; the diverged state is not saved and the
             newest checkpoint, the last good one, is kept (the message names it).
     """
+    if not os.fspath(run_dir).strip():
+        raise RunError("run_dir is empty, which would be the current directory; give the run directory to write")
     with RunLock(run_dir):
         return _train_locked(
             spec, Path(run_dir), resume, force, progress, stream, stop_after, on_iteration, trust_snapshot
@@ -185,7 +189,7 @@ def _train_locked(
                 raise
     finally:
         env.close()
-    with writing(run_dir / CURVE_FILE):
+    with writing(run_path(run_dir, CURVE_FILE)):  # matplotlib would write through a link there
         write_curve(run_dir, stream, progress)
     say(stream, progress, f"done: {trainer.iteration} iterations, {trainer.env_steps:,} env steps, run in {run_dir}")
     final = sum(loop.recent) / len(loop.recent) if loop.recent else math.nan

@@ -345,8 +345,10 @@ def _tune_summary(out: Path, study: Any, args: argparse.Namespace) -> None:
     import csv
 
     keys = [p.key for p in args.param]
+    from marljoint.run.rundir import open_run_file
+
     out.mkdir(parents=True, exist_ok=True)
-    with open(out / "tune.csv", "w", newline="", encoding="utf-8") as file:
+    with open_run_file(out / "tune.csv", append=False) as file:  # never through a link planted there
         writer = csv.writer(file)
         writer.writerow(["trial", *keys, "final_return_mean"])
         for trial in study.trials:

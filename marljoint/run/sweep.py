@@ -578,11 +578,15 @@ def format_table(rows: Sequence[SweepRow]) -> str:
 
 
 def write_sweep_csv(path: str | Path, rows: Sequence[SweepRow]) -> Path:
-    """Writes the rows as CSV: the swept keys, ``final_return_mean``, ``final_return_ci95``, ``n``, ``failed``."""
+    """Writes the rows as CSV: the swept keys, ``final_return_mean``, ``final_return_ci95``, ``n``, ``failed``.
+
+    Raises:
+        RunError: ``path`` is a symbolic link or not a regular file (:func:`~marljoint.run.rundir.open_run_file`).
+    """
     path = Path(path)
     keys = list(rows[0].setting) if rows else []
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w", newline="", encoding="utf-8") as file:
+    with open_run_file(path, append=False) as file:  # never through a link planted there
         writer = csv.writer(file)
         writer.writerow([*keys, "final_return_mean", "final_return_ci95", "n", "failed"])
         for row in rows:
@@ -595,8 +599,9 @@ def plot_sweep(path: str | Path, rows: Sequence[SweepRow], title: str | None = N
 
     Raises:
         marljoint.run.plotting.PlottingUnavailable: without matplotlib.
+        RunError: ``path`` is a symbolic link (matplotlib would write through it).
     """
-
+    path = run_path(Path(path).parent, Path(path).name)
     try:
         import matplotlib
     except ImportError:
@@ -614,7 +619,6 @@ def plot_sweep(path: str | Path, rows: Sequence[SweepRow], title: str | None = N
     if title:
         axes.set_title(title)
     figure.tight_layout()
-    path = Path(path)
     figure.savefig(path, dpi=100)
     plt.close(figure)
     return path

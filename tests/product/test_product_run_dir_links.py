@@ -24,7 +24,17 @@ from marljoint.run.export import export_run
 from marljoint.run.lock import LOCK_FILE, RunLock, RunLocked
 from marljoint.run.rundir import is_run, open_run_file
 from marljoint.run.runlog import MetricsLog
-from marljoint.run.sweep import LOG_FILE, RunJob, check_before_start, run_job
+from marljoint.run.sweep import (
+    LOG_FILE,
+    SWEEP_CSV,
+    SWEEP_PLOT,
+    RunJob,
+    SweepRow,
+    check_before_start,
+    plot_sweep,
+    run_job,
+    write_sweep_csv,
+)
 from marljoint.run.train import RunSpec, train_run
 
 TINY = {
@@ -295,6 +305,21 @@ def test_a_run_file_opened_for_writing_is_never_a_link_or_a_special_file(tmp_pat
     with pytest.raises(IsADirectoryError):
         open_run_file(link, append=append)
     sentinel.assert_intact()
+
+
+def test_a_sweeps_table_and_plot_are_never_written_through_a_link(tmp_path, sentinel):
+    rows = [SweepRow({"lr": "1e-3"}, -1.5, 0.25, 3, 0)]
+    for name, write in ((SWEEP_CSV, write_sweep_csv), (SWEEP_PLOT, plot_sweep)):
+        link = _link(tmp_path / "sweep", name, sentinel.target("notes"))
+        with pytest.raises(RunError, match=rf"{name} is a symbolic link .*remove the link"):
+            write(link, rows)
+    sentinel.assert_intact()
+    (tmp_path / "sweep" / SWEEP_CSV).unlink()
+    write_sweep_csv(tmp_path / "sweep" / SWEEP_CSV, rows)
+    assert (tmp_path / "sweep" / SWEEP_CSV).read_text().splitlines() == [
+        "lr,final_return_mean,final_return_ci95,n,failed",
+        "1e-3,-1.5,0.25,3,0",
+    ]
 
 
 # Readers and exports of a finished run.

@@ -226,7 +226,8 @@ class OpponentReach:
         self.own_log_prob: torch.Tensor | None = None
         """``[E, N]`` float64: each seat's log-probability of its own moves so far in each env copy's episode."""
         self.pending: torch.Tensor | None = None
-        """``[E, N]`` float64: the log-probability r_i before each seat's move deferred to the next rollout."""
+        """``[E, N]`` float64: the log-probability r_i before each seat's move carried to the next rollout (its pending
+        move; a move orphaned by a truncation is deferred too, but not carried)."""
 
     def __call__(self, rollout: JointRollout, carried: int) -> torch.Tensor:
         """The weights of an extended rollout's rows (its first ``carried`` rows are the moves carried in).
@@ -279,11 +280,14 @@ class OpponentReach:
             own += torch.where(moved[t], log_probs[t], 0.0)
             own[~continues[t]] = 0.0
         self.own_log_prob = own
-        deferred = None if rollout.deferred is None else rollout.deferred.cpu()
-        if deferred is None:
-            self.pending = torch.zeros(envs, seats, dtype=torch.float64)
-        else:
-            self.pending = (before * deferred).sum(0)
+        self.pending = torch.zeros(envs, seats, dtype=torch.float64)
+        if rollout.deferred is not None:
+            # A seat's deferred rows are its pending move, always its last, and the moves its truncated episodes
+            # orphaned before it, which are not carried: the carry is the last row's reach, never a sum of them.
+            rows = torch.arange(steps).view(steps, 1, 1)
+            last = torch.where(rollout.deferred.cpu(), rows, -1).amax(0)  # [E, N]
+            reach = before.gather(0, last.clamp_min(0).unsqueeze(0)).squeeze(0)
+            self.pending = torch.where(last >= 0, reach, self.pending)
         return before
 
     def state_dict(self) -> dict[str, Any]:

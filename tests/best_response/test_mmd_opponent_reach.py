@@ -208,3 +208,32 @@ def test_marljoint_train_logs_the_largest_weight_and_keeps_the_settings(tmp_path
     assert all(1.0 <= float(row["mmd/weight_max"]) <= 4.0 for row in rows)
     documented = (Path(__file__).resolve().parents[2] / "docs" / "metrics.md").read_text()
     assert "| `mmd/weight_max` |" in documented
+
+
+def _turns_with_truncation():
+    """A turn-based counter whose episodes are truncated while one seat waits for the other's move."""
+    from pettingzoo.utils.conversions import parallel_to_aec
+
+    from marljoint_envs import counter_v0
+
+    return parallel_to_aec(counter_v0.parallel_env(num_agents=2, truncate_at=2))
+
+
+def test_a_seat_with_an_orphaned_and_a_pending_move_carries_the_pending_moves_own_reach():
+    # An episode truncated while a seat waits orphans its last move; when the seat's next episode then leaves a move
+    # pending at the rollout's end, both are deferred in one rollout, and only the pending one is carried.
+    trainer = _trainer(game=_turns_with_truncation, rollout_steps=5)
+    trainer.update(trainer.collect_rollout())  # the policy moves away from uniform: reaches differ from move to move
+    reach = OpponentReach(CAP)
+    rollouts, got, both = [], [], 0
+    for _ in range(6):
+        rollout = trainer.collect_rollout()
+        rollouts.append(_copy(rollout))
+        carried = 0 if rollout.carried is None else rollout.carried.steps
+        got.append(reach(rollout.extended(), carried))
+        deferred = rollout.extended().deferred
+        if deferred is not None:
+            both += int((deferred.sum(0) > 1).sum())
+    assert both > 0  # some seat had an orphaned and a pending move in one rollout
+    for weights, (expected, trained) in zip(got, _by_episode(rollouts)):
+        assert torch.allclose(weights[trained].double(), expected[trained], rtol=1e-6)

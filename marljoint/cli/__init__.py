@@ -694,7 +694,7 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     from marljoint.checkpoint import CheckpointError
     from marljoint.collect import WorkerLostError
     from marljoint.distributed import RayUnavailable
-    from marljoint.env import EnvCopyError
+    from marljoint.env import EnvCopyError, EnvWorkerDied
     from marljoint.ppo.divergence import DivergenceError
     from marljoint.run.errors import RunError
     from marljoint.run.plotting import PlottingUnavailable
@@ -709,6 +709,7 @@ def _user_errors() -> tuple[type[BaseException], ...]:
         EnvCopyError,
         DivergenceError,
         WorkerLostError,
+        EnvWorkerDied,  # before the first iteration, where no run loop turns it into a WorkerFailure
     )
     return (*errors, MemoryError, OSError, ValueError)
 

@@ -199,3 +199,20 @@ def test_bad_input_ends_in_one_line_and_changes_nothing(name, place, tmp_path, c
 
 def test_the_sweep_has_at_least_sixty_cases():
     assert len(CASES) >= 60
+
+
+def test_an_env_worker_lost_outside_the_run_loop_is_one_line(tmp_path, monkeypatch, capfd):
+    """Where no run loop turns a dead worker into a failure with a checkpoint (a resume restoring its workers, say),
+    the command still ends in one line naming the worker."""
+    from marljoint.env import EnvWorkerDied
+    from marljoint.run import train
+
+    def died(*args, **kwargs):
+        raise EnvWorkerDied(0, 4242, (0, 1), -9)
+
+    monkeypatch.setattr(train, "train_run", died)
+    assert run_cli([*TRAIN[:-1], str(tmp_path / "run"), "--env-workers", "2"]) == 2
+    assert capfd.readouterr().err.strip() == (
+        "marljoint train: error: env worker 0 (pid 4242, env copy 0) was killed by SIGKILL; its env copies are lost "
+        "and the env is closed"
+    )

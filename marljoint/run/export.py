@@ -397,18 +397,19 @@ def export_run(
     """Writes a run's greedy acting policies as standalone files, one per agent group, and a JSON manifest.
 
     A TorchScript file (``.pt``) loads with ``torch.jit.load`` alone, without marljoint; an ONNX file (``.onnx``)
-    runs with onnxruntime. Both choose the actions ``marljoint eval`` chooses (deterministic). Files already in
-    ``out`` with the same names are replaced; a symbolic link at one of those names (or at ``RUN_DIR/export`` or
-    ``RUN_DIR/export/<format>`` when ``out`` is not given) is refused, never written through.
+    runs with onnxruntime. Both choose the actions ``marljoint eval`` chooses (deterministic). Files an earlier
+    export wrote to ``out`` are replaced; any other file of the same name is refused, never overwritten, and so is
+    a symbolic link at one of those names (or at ``RUN_DIR/export`` or ``RUN_DIR/export/<format>`` when ``out`` is
+    not given): nothing is written through it.
 
     Args:
         run_dir: a run directory written by ``marljoint train``.
         format: ``"torchscript"`` or ``"onnx"`` (needs ``pip install "marljoint[export]"``).
         out: the directory to write (``RUN_DIR/export/<format>`` when ``None``).
         checkpoint: a checkpoint file instead of the run's newest.
+        trust_run: export a run whose ``config.toml`` is not yours (see :func:`~marljoint.run.evaluate.load_run`).
 
     Returns:
-        trust_run: export a run whose ``config.toml`` is not yours (see :func:`~marljoint.run.evaluate.load_run`).
         An :class:`ExportResult`.
 
     Raises:
@@ -432,6 +433,7 @@ def export_run(
     directory = Path(out) if out is not None else run_path(run_dir, EXPORT_DIR, format)
     files = [run_path(directory, f"group_{g}{_SUFFIX[format]}") for g in range(len(policies))]
     manifest = run_path(directory, MANIFEST_FILE)
+    _refuse_overwriting(directory, [manifest, *files])
     directory.mkdir(parents=True, exist_ok=True)
     for policy, path in zip(policies, files):
         (_write_onnx if format == "onnx" else _write_torchscript)(policy, path)
@@ -440,6 +442,42 @@ def export_run(
     ]
     manifest.write_text(json.dumps(_manifest(run, format, entries), indent=2, default=str) + "\n")
     return ExportResult(directory, format, tuple(files), manifest, run.checkpoint)
+
+
+def _refuse_overwriting(directory: Path, paths: list[Path]) -> None:
+    """Refuses to replace files in ``directory`` unless an earlier export wrote them: its ``manifest.json`` is a
+    marljoint manifest listing them. A directory of the user's that merely holds a file of the same name (a
+    ``manifest.json`` of their own) is never overwritten.
+
+    Raises:
+        RunError: naming the directory, the files in the way and the fix.
+    """
+    taken = [path for path in paths if os.path.lexists(path)]
+    if not taken:
+        return
+    ours = _exported_files(directory / MANIFEST_FILE)
+    if ours is None:
+        foreign = [path.name for path in taken]
+    else:
+        foreign = [path.name for path in taken if path.name != MANIFEST_FILE and path.name not in ours]
+    if foreign:
+        names = ", ".join(sorted(foreign))
+        raise RunError(
+            f"export --out {directory} already holds {names}, which no marljoint export wrote there; choose a new "
+            "or empty directory (files of an earlier export to the same directory are replaced)"
+        )
+
+
+def _exported_files(manifest: Path) -> set[str] | None:
+    """The file names a marljoint manifest lists, or ``None`` when ``manifest`` is missing or not one."""
+    try:
+        values = json.loads(manifest.read_text(encoding="utf-8"))
+        files = {Path(group["file"]).name for group in values["groups"]}
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if not isinstance(values, dict) or values.get("format") not in EXPORT_FORMATS:
+        return None
+    return files
 
 
 def _manifest(run: Any, format: str, entries: list[dict[str, Any]]) -> dict[str, Any]:

@@ -114,3 +114,27 @@ def test_onnx_not_installed_names_the_extra(place, capsys, monkeypatch, tmp_path
     assert "needs the onnx and onnxscript packages (onnx is missing)" in err
     assert 'pip install "marljoint[export]"' in err
     assert not (tmp_path / "out").exists()
+
+
+def test_export_never_overwrites_files_it_did_not_write(place, capsys, tmp_path):
+    run = str(place / "run")
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "manifest.json").write_text('{"my": "notes"}\n')
+    (mine / "other.txt").write_text("kept\n")
+    assert run_cli(["export", run, "--out", str(mine), "--quiet"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (
+        f"marljoint export: error: export --out {mine} already holds manifest.json, which no marljoint export wrote "
+        "there; choose a new or empty directory (files of an earlier export to the same directory are replaced)"
+    )
+    assert (mine / "manifest.json").read_text() == '{"my": "notes"}\n' and not (mine / "group_0.pt").exists()
+    (mine / "manifest.json").unlink()
+    (mine / "group_0.pt").write_bytes(b"a file of the user's")
+    assert run_cli(["export", run, "--out", str(mine), "--quiet"]) == 2
+    assert "already holds group_0.pt" in capsys.readouterr().err
+    assert (mine / "group_0.pt").read_bytes() == b"a file of the user's"
+    (mine / "group_0.pt").unlink()
+    assert run_cli(["export", run, "--out", str(mine), "--quiet"]) == 0  # beside other files: nothing overwritten
+    assert run_cli(["export", run, "--out", str(mine), "--quiet"]) == 0  # an earlier export's files are replaced
+    assert (mine / "other.txt").read_text() == "kept\n" and (mine / "group_0.pt").is_file()

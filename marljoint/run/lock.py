@@ -129,14 +129,21 @@ class RunLock:
 
         Raises:
             RunLocked: another process, or another thread of this one, holds the directory.
-            RunError: the path exists and is not a directory, or the lock path is a symbolic link or not a
-                regular file.
+            RunError: the path exists and is not a directory, cannot be created, or the lock path is a symbolic
+                link or not a regular file.
         """
         if self.run_dir.exists() and not self.run_dir.is_dir():
             raise RunError(f"output path {self.run_dir} exists and is not a directory")
         absolute = self.run_dir.absolute()
         created = [p for p in (absolute, *absolute.parents) if not p.exists()]
-        self.run_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            _remove_empty(created)
+            reason = os.strerror(exc.errno) if exc.errno is not None else str(exc)
+            if exc.filename is not None and os.fspath(exc.filename) != os.fspath(self.run_dir):
+                reason += f" ({exc.filename})"
+            raise RunError(f"cannot create the run directory {self.run_dir}: {reason}; choose another --out") from None
         # The directory is resolved (two names of one directory share one lock), the lock file's own name never is.
         key = os.path.join(os.path.realpath(self.run_dir), LOCK_FILE)
         try:

@@ -52,6 +52,8 @@ CASES = {
     "jobs-zero": [*TRAIN, "--seeds", "1", "2", "--jobs", "0"],
     "policy-lag-two": [*TRAIN, "--env-workers", "2", "--policy-lag", "2"],
     "redundancy-coef-negative": [*TRAIN, "--redundancy", "xcorr", "--redundancy-coef", "-1"],
+    "out-cannot-be-created": [*TRAIN[:-1], "/proc/no_such_run_dir/run"],
+    "out-under-a-file": [*TRAIN[:-1], "{root}/steps_a_string.toml/run"],
     # train: --set values
     "set-gamma-above-one": [*TRAIN, "--set", "gamma=1.5"],
     "set-gae-lambda-negative": [*TRAIN, "--set", "gae_lambda=-0.1"],

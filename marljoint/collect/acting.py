@@ -15,7 +15,10 @@ distributions' sampling, held to the torch one by an equivalence test that sampl
 The sampling is the same computation as :class:`~marljoint.policies.distributions.FactoredCategorical` (Gumbel-max
 on the log-softmax, masked entries at the dtype's most negative value, all-masked heads left unmasked) and
 :class:`~marljoint.policies.distributions.DiagGaussian`, with the same noise, so actions agree with the torch path;
-log-probabilities and values agree to float32 rounding (numpy sums in another order).
+log-probabilities and values agree to float32 rounding (numpy sums in another order). A rollout played by a
+behaviour policy (:class:`~marljoint.policies.UniformMixture`) runs the behaviour's own
+:meth:`~marljoint.policies.BehaviourPolicy.head_log_probs` on the numpy log-probabilities: the code the torch path
+runs on tensors.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import torch
 from marljoint.collect.padded import RowPadding
 from marljoint.collect.rollout import JointRollout
 from marljoint.policies.actor_critic import ActorCritic
+from marljoint.policies.distributions import BehaviourPolicy
 from marljoint.policies.joint import JointPolicy
 from marljoint.policies.noise import SamplingNoise
 from marljoint.policies.normalizer import ObservationNormalizer
@@ -55,10 +59,10 @@ class _UnitActing:
         rows: int,
         total: int,
         critic_size: int | None,
-        uniform_mix: float = 0.0,
+        behaviour: BehaviourPolicy | None = None,
     ) -> None:
         self.policy = policy
-        self.uniform_mix = float(uniform_mix)
+        self.behaviour = behaviour
         self.group = group
         self.slots = _as_slice(slots)
         self.columns = _as_slice(columns)
@@ -201,8 +205,8 @@ class _UnitActing:
             logits3 = np.where(blocked, self.fill, logits3)
         shifted = logits3 - logits3.max(-1, keepdims=True)
         log_p = shifted - np.log(np.exp(shifted).sum(-1, keepdims=True))
-        if self.uniform_mix:
-            log_p = self._mixed_with_uniform(log_p)
+        if self.behaviour is not None:
+            log_p = self.behaviour.head_log_probs(log_p)
         # Gumbel-max, as FactoredCategorical.sample_from_noise: argmax(log p - log(-log u)), u clamped above 0.
         np.maximum(uniform, np.finfo(np.float32).tiny, out=uniform)
         np.log(uniform, out=uniform)
@@ -216,17 +220,6 @@ class _UnitActing:
         if self.kind == "discrete":
             choice = choice[..., 0]
         return choice, log_probs
-
-    def _mixed_with_uniform(self, log_p: np.ndarray) -> np.ndarray:
-        """Log-probabilities of ``(1 − ε)·p + ε·uniform`` over each head's allowed choices, as
-        :meth:`~marljoint.policies.FactoredCategorical.mixed_with_uniform` computes them (the behaviour policy of
-        :attr:`~marljoint.policies.JointPolicy.uniform_mix`)."""
-        epsilon = self.uniform_mix
-        allowed = log_p > self.fill / 2  # masked and padding entries sit at the dtype's most negative value
-        share = allowed.astype(log_p.dtype) / allowed.sum(-1, keepdims=True).astype(log_p.dtype)
-        probs = np.exp(np.where(allowed, log_p, 0.0)) * allowed
-        mixture = log_p.dtype.type(1.0 - epsilon) * probs + log_p.dtype.type(epsilon) * share
-        return np.where(allowed, np.log(np.where(allowed, mixture, 1.0)), self.fill).astype(log_p.dtype)
 
 
 class _Standardiser:
@@ -261,9 +254,16 @@ class HostActing:
         rollout: the CPU :class:`~marljoint.collect.JointRollout` being collected; :meth:`act` reads step t's
             observations, masks and alive flags from it and writes its actions, log-probabilities and values.
         padding: where the rollout's rows sit in the batch they are evaluated in (``None``: they are the batch).
+        behaviour: the :class:`~marljoint.policies.BehaviourPolicy` the rollout plays (``None``: the policy).
     """
 
-    def __init__(self, policy: JointPolicy, rollout: JointRollout, padding: RowPadding | None = None) -> None:
+    def __init__(
+        self,
+        policy: JointPolicy,
+        rollout: JointRollout,
+        padding: RowPadding | None = None,
+        behaviour: BehaviourPolicy | None = None,
+    ) -> None:
         spec = policy.spec
         rows = rollout.num_envs
         start, total = padding if padding is not None else (0, rows)
@@ -276,7 +276,7 @@ class HostActing:
             columns = np.array(slot.agents)
             critic_size = network.critic_input_size if self.centralized else None
             self.units.append(
-                _UnitActing(network, slot.group, slots, columns, start, rows, total, critic_size, policy.uniform_mix)
+                _UnitActing(network, slot.group, slots, columns, start, rows, total, critic_size, behaviour)
             )
         self.stats = None
         if policy.value_normalizer is not None:
@@ -291,9 +291,15 @@ class HostActing:
         self.values = rollout.values.numpy()
 
     @staticmethod
-    def build(policy: JointPolicy, rollout: JointRollout, padding: RowPadding | None = None) -> HostActing | None:
-        """The acting step of ``policy`` over ``rollout`` (its rows placed in a batch by ``padding``, see
-        :class:`~marljoint.collect.padded.PaddedPolicy`), or ``None`` when its networks need the torch path."""
+    def build(
+        policy: JointPolicy,
+        rollout: JointRollout,
+        padding: RowPadding | None = None,
+        behaviour: BehaviourPolicy | None = None,
+    ) -> HostActing | None:
+        """The acting step of ``policy`` (played by ``behaviour`` when given) over ``rollout`` (its rows placed in a
+        batch by ``padding``, see :class:`~marljoint.collect.padded.PaddedPolicy`), or ``None`` when its networks
+        need the torch path."""
         if policy.device.type != "cpu":  # the rollout storage lives on the policy's device
             return None
         for network in policy.networks:
@@ -303,7 +309,7 @@ class HostActing:
                 return None
             if any(p.dtype != torch.float32 for p in network.parameters()):
                 return None
-        return HostActing(policy, rollout, padding)
+        return HostActing(policy, rollout, padding, behaviour)
 
     def act(self, t: int, noise: SamplingNoise) -> list[np.ndarray]:
         """Samples every agent's action at step ``t`` and writes actions, log-probabilities and (denormalised)

@@ -9,6 +9,7 @@ import torch
 
 from marljoint.collect.rollout import JointRollout
 from marljoint.env.spaces import JointSpec
+from marljoint.policies.distributions import BehaviourPolicy
 from marljoint.policies.joint import JointPolicy
 
 __all__ = ["Collector", "WorkerCollector", "rollout_storage"]
@@ -27,9 +28,13 @@ class Collector(Protocol):
 
     num_envs: int
 
-    def collect(self, policy: JointPolicy, steps: int) -> JointRollout:
+    def collect(self, policy: JointPolicy, steps: int, behaviour: BehaviourPolicy | None = None) -> JointRollout:
         """Plays ``steps`` joint steps in every env copy with ``policy``, continuing where the last rollout
         stopped (the copies are reset with the collector's seed before the first).
+
+        ``behaviour`` (a :class:`~marljoint.policies.BehaviourPolicy`, e.g. a
+        :class:`~marljoint.policies.UniformMixture`) plays in the policy's place when given: the actions are drawn
+        from it and the rollout stores its log-probabilities. Workers receive it with each rollout's request.
 
         Returns:
             The rollout ``[T, E, ...]`` on the policy's device; its storage is reused by the next call.
@@ -72,9 +77,11 @@ class WorkerCollector(Protocol):
         steps: int,
         weights: Mapping[str, Any] | None = None,
         into: JointRollout | None = None,
+        behaviour: BehaviourPolicy | None = None,
     ) -> JointRollout:
         """:meth:`Collector.collect` acting with ``weights`` (a :meth:`~marljoint.policies.JointPolicy.weights`
-        snapshot; default the policy's current ones) into the storage ``into`` (default the collector's own)."""
+        snapshot; default the policy's current ones) into the storage ``into`` (default the collector's own), played
+        by ``behaviour`` when given."""
         ...
 
     def state(self) -> dict[str, Any] | None:

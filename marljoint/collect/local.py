@@ -16,6 +16,7 @@ from marljoint.collect.padded import PaddedPolicy, RowPadding
 from marljoint.collect.rollout import JointRollout
 from marljoint.collect.snapshots import read_memory, read_state, restore_env
 from marljoint.env.base import JointEnv, JointObs, JointStep
+from marljoint.policies.distributions import BehaviourPolicy
 from marljoint.policies.joint import JointPolicy
 
 __all__ = ["LocalCollector"]
@@ -53,14 +54,15 @@ class LocalCollector:
         self._storage: JointRollout | None = None
         self._memory: _Memory | None = None
 
-    def collect(self, policy: JointPolicy, steps: int) -> JointRollout:
-        """Plays ``steps`` joint steps in every env copy with ``policy``.
+    def collect(self, policy: JointPolicy, steps: int, behaviour: BehaviourPolicy | None = None) -> JointRollout:
+        """Plays ``steps`` joint steps in every env copy with ``policy`` (played by ``behaviour`` when given: the
+        rollout stores the behaviour's log-probabilities).
 
         Returns:
             The rollout ``[T, E, ...]`` on the policy's device (its storage is reused by the next call).
         """
         self._storage = rollout_storage(self._storage, self.env.spec, steps, self.env.num_envs, policy.device)
-        self.collect_into(self._storage, policy)
+        self.collect_into(self._storage, policy, behaviour)
         return self._storage
 
     def state(self) -> dict[str, Any] | None:
@@ -109,13 +111,15 @@ class LocalCollector:
     def close(self) -> None:
         """Nothing to release: the env belongs to the caller."""
 
-    def collect_into(self, ro: JointRollout, policy: JointPolicy) -> None:
+    def collect_into(self, ro: JointRollout, policy: JointPolicy, behaviour: BehaviourPolicy | None = None) -> None:
         """Plays ``ro.steps`` joint steps in every env copy, writing them into the rollout storage ``ro``.
 
         Args:
             ro: storage allocated for this env's copies on the policy's device (see
                 :meth:`~marljoint.collect.JointRollout.allocate`).
             policy: the policy to act with.
+            behaviour: the :class:`~marljoint.policies.BehaviourPolicy` that plays in its place (``None``: the
+                policy itself).
         """
         state = self._start()
         noise = CopyNoise(self.copy_generators, ro.steps)
@@ -126,7 +130,7 @@ class LocalCollector:
         writer = _StepWriter(ro)
         episodes = _Episodes()
         memory = self._recurrent_memory(policy, ro, state)
-        act = self._acting(padded, ro, memory)
+        act = self._acting(padded, ro, memory, behaviour)
         with torch.no_grad():
             for t in range(ro.steps):
                 writer.observation(t, state)
@@ -156,18 +160,18 @@ class LocalCollector:
         return self.current
 
     def _acting(
-        self, padded: PaddedPolicy, ro: JointRollout, memory: _Memory | None
+        self, padded: PaddedPolicy, ro: JointRollout, memory: _Memory | None, behaviour: BehaviourPolicy | None
     ) -> Callable[[int, CopyNoise], list[np.ndarray]]:
         """The acting step of this rollout: ``act(t, noise)`` samples step ``t``, writes it into ``ro`` and returns
         the env actions."""
         policy = padded.policy
         if memory is not None:
-            return functools.partial(memory.act, padded, ro)
+            return functools.partial(memory.act, padded, ro, behaviour)
         # On the CPU, plain MLP networks act through numpy around their torch matrix products.
-        host = HostActing.build(policy, ro, self.rows)
+        host = HostActing.build(policy, ro, self.rows, behaviour)
         if host is not None:
             return lambda t, noise: policy.clip_actions(host.act(t, noise))
-        return functools.partial(_act_with_torch, padded, ro)
+        return functools.partial(_act_with_torch, padded, ro, behaviour)
 
     def _recurrent_memory(self, policy: JointPolicy, ro: JointRollout, start: JointObs) -> _Memory | None:
         """The agents' hidden states for this rollout (``None`` for a feed-forward policy), with the rollout's
@@ -221,7 +225,9 @@ class _Memory:
     def to(self, device: torch.device) -> None:
         self.hidden = tuple(h.to(device) for h in self.hidden)
 
-    def act(self, padded: PaddedPolicy, ro: JointRollout, t: int, noise: CopyNoise) -> list[np.ndarray]:
+    def act(
+        self, padded: PaddedPolicy, ro: JointRollout, behaviour: BehaviourPolicy | None, t: int, noise: CopyNoise
+    ) -> list[np.ndarray]:
         """Step ``t``: resets the fresh agents' states, stores what each agent acts from, samples, and advances
         the states of the agents that decide at this step."""
         policy = padded.policy
@@ -232,7 +238,7 @@ class _Memory:
             ro.states[g][t] = h
         masks = [m[t] if m is not None else None for m in ro.action_masks]
         outputs = padded.forward([o[t] for o in ro.obs], ro.alive[t], hidden)
-        actions, log_probs = policy.sample(outputs, masks, noise=noise, uniform_mix=policy.uniform_mix)
+        actions, log_probs = policy.sample(outputs, masks, noise=noise, behaviour=behaviour)
         ro.values[t] = policy.values(outputs)
         ro.log_probs[t] = log_probs
         for g, action in enumerate(actions):
@@ -259,12 +265,14 @@ class _Memory:
         return cls(tuple(torch.as_tensor(np.array(h)) for h in state["hidden"]), np.array(state["fresh"]))
 
 
-def _act_with_torch(padded: PaddedPolicy, ro: JointRollout, t: int, noise: CopyNoise) -> list[np.ndarray]:
+def _act_with_torch(
+    padded: PaddedPolicy, ro: JointRollout, behaviour: BehaviourPolicy | None, t: int, noise: CopyNoise
+) -> list[np.ndarray]:
     """Samples step ``t`` of a rollout with the networks and distributions in torch; returns the env actions."""
     policy = padded.policy
     masks = [m[t] if m is not None else None for m in ro.action_masks]
     outputs = padded.forward([o[t] for o in ro.obs], ro.alive[t])
-    actions, log_probs = policy.sample(outputs, masks, noise=noise, uniform_mix=policy.uniform_mix)
+    actions, log_probs = policy.sample(outputs, masks, noise=noise, behaviour=behaviour)
     ro.values[t] = policy.values(outputs)
     ro.log_probs[t] = log_probs
     for g, action in enumerate(actions):

@@ -18,6 +18,7 @@ from marljoint.collect.base import rollout_storage
 from marljoint.collect.rollout import JointRollout
 from marljoint.collect.slices import assemble, blueprint
 from marljoint.env.spaces import JointSpec
+from marljoint.policies.distributions import BehaviourPolicy
 from marljoint.policies.joint import JointPolicy
 
 __all__ = ["SliceTransport", "SlicedCollector"]
@@ -37,9 +38,10 @@ class SliceTransport(Protocol):
         next rollout on."""
         ...
 
-    def play(self, weights: Mapping[str, Any], steps: int) -> list[dict[str, Any]]:
-        """Every worker plays ``steps`` steps of its copies with ``weights``; their pieces in :attr:`slices` order
-        (:func:`~marljoint.collect.slices.rollout_piece`, with ``"busy_seconds"``)."""
+    def play(self, weights: Mapping[str, Any], steps: int, behaviour: BehaviourPolicy | None) -> list[dict[str, Any]]:
+        """Every worker plays ``steps`` steps of its copies with ``weights`` (played by ``behaviour`` when given);
+        their pieces in :attr:`slices` order (:func:`~marljoint.collect.slices.rollout_piece`, with
+        ``"busy_seconds"``)."""
         ...
 
     def state(self) -> dict[str, Any] | None:
@@ -104,6 +106,7 @@ class SlicedCollector:
         steps: int,
         weights: Mapping[str, Any] | None = None,
         into: JointRollout | None = None,
+        behaviour: BehaviourPolicy | None = None,
     ) -> JointRollout:
         """Plays ``steps`` joint steps of every copy in the workers; returns the assembled rollout.
 
@@ -114,17 +117,19 @@ class SlicedCollector:
                 ones), e.g. a snapshot taken before an update that runs meanwhile.
             into: a rollout to fill instead of the collector's own storage (reused when its shape fits, another is
                 allocated otherwise), so that a caller may train on one rollout while the next is collected.
+            behaviour: the :class:`~marljoint.policies.BehaviourPolicy` that plays in the policy's place (``None``:
+                the policy itself); the workers receive it with the weights.
         """
         if policy is not self._policy:
             self._policy = policy
             self.in_workers = self._adopt(policy)
         if not self.in_workers:
-            return self._collect_here(policy, steps)
+            return self._collect_here(policy, steps, behaviour)
         held = self._storage if into is None else into
         storage = rollout_storage(held, self.spec, steps, self.num_envs, policy.device)
         if into is None:
             self._storage = storage
-        pieces = self.transport.play(policy.weights() if weights is None else weights, steps)
+        pieces = self.transport.play(policy.weights() if weights is None else weights, steps, behaviour)
         assemble(storage, pieces, self.transport.slices)
         self.busy_seconds = [piece["busy_seconds"] for piece in pieces]
         if self.balancer is not None:
@@ -138,7 +143,7 @@ class SlicedCollector:
         self.transport.adopt(blueprint(policy))
         return True
 
-    def _collect_here(self, policy: JointPolicy, steps: int) -> JointRollout:
+    def _collect_here(self, policy: JointPolicy, steps: int, behaviour: BehaviourPolicy | None) -> JointRollout:
         """A rollout acted in this process (for a transport whose workers cannot take the policy)."""
         raise RuntimeError(f"{type(self).__name__} acts in its workers only")
 

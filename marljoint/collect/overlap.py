@@ -21,6 +21,7 @@ import torch
 
 from marljoint.collect.base import WorkerCollector
 from marljoint.collect.rollout import JointRollout
+from marljoint.policies.distributions import BehaviourPolicy
 from marljoint.policies.joint import JointPolicy
 
 __all__ = ["OverlappedCollector"]
@@ -54,9 +55,9 @@ class OverlappedCollector:
         # The rollout returned last: the caller trains on it until the next call, after which it is filled again.
         self._lent: JointRollout | None = None
 
-    def collect(self, policy: JointPolicy, steps: int) -> JointRollout:
+    def collect(self, policy: JointPolicy, steps: int, behaviour: BehaviourPolicy | None = None) -> JointRollout:
         """The rollout collected since the last call (the first call collects one now), after starting the next
-        with the policy's current weights.
+        with the policy's current weights, played by ``behaviour`` when given.
 
         Raises:
             ValueError: if the policy cannot run in the workers (then the workers only step the copies and the
@@ -66,7 +67,7 @@ class OverlappedCollector:
         if rollout is not None and rollout.rewards.device != torch.device(policy.device):
             rollout = rollout.to(policy.device)  # collected ahead before a resume, kept on the CPU
         if rollout is None or rollout.steps != steps:
-            rollout = self.inner.collect(policy, steps)
+            rollout = self.inner.collect(policy, steps, behaviour=behaviour)
         if self.inner.in_workers is False:
             raise ValueError(
                 "policy_lag=1 needs the policies to act in the worker processes, but they cannot be pickled there "
@@ -80,7 +81,9 @@ class OverlappedCollector:
         weights = policy.weights()  # numpy copies: the update may change the networks in place meanwhile
         if self._executor is None:
             self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="marljoint-collect")
-        self._ahead = self._executor.submit(self.inner.collect, policy, steps, weights, free)
+        self._ahead = self._executor.submit(
+            self.inner.collect, policy, steps, weights=weights, into=free, behaviour=behaviour
+        )
         return rollout
 
     def _take(self) -> JointRollout | None:

@@ -23,6 +23,7 @@ from marljoint.collect.snapshots import cut_memory, read_memory, read_state, res
 from marljoint.env.base import split_copies
 from marljoint.env.pettingzoo import PettingZooJointEnv
 from marljoint.env.spaces import JointSpec
+from marljoint.policies.distributions import BehaviourPolicy
 from marljoint.trust import adopt_key, user_key
 
 __all__ = ["RayCollector", "RayTransport", "WorkerLostError"]
@@ -50,12 +51,17 @@ class _RaySlice:
         return os.getpid()
 
     def collect(
-        self, weights: Mapping[str, Any], steps: int, restore: Mapping[str, Any] | None
+        self,
+        weights: Mapping[str, Any],
+        steps: int,
+        restore: Mapping[str, Any] | None,
+        behaviour: BehaviourPolicy | None = None,
     ) -> tuple[dict[str, Any], dict[str, Any] | None]:
-        """Restores ``restore`` if given, then plays one rollout; returns its piece and the snapshot after it."""
+        """Restores ``restore`` if given, then plays one rollout (played by ``behaviour`` when given); returns its
+        piece and the snapshot after it."""
         if restore is not None:
             self.slice.collector.load_state(restore)
-        piece = self.slice.collect(weights, steps)
+        piece = self.slice.collect(weights, steps, behaviour)
         return piece, self.slice.collector.state()
 
 
@@ -101,9 +107,9 @@ class RayTransport:
             self.env_fn, start, stop, self.num_envs, self.seed, self._plan, self.torch_threads, user_key()
         )
 
-    def _submit(self, k: int, weights_ref: Any, steps: int) -> Any:
+    def _submit(self, k: int, weights_ref: Any, steps: int, behaviour: BehaviourPolicy | None) -> Any:
         restore, self._pending_restore[k] = self._pending_restore[k], None
-        return self.actors[k].collect.remote(weights_ref, steps, restore)
+        return self.actors[k].collect.remote(weights_ref, steps, restore, behaviour)
 
     def adopt(self, plan: bytes) -> None:
         self._start()
@@ -124,10 +130,10 @@ class RayTransport:
         actors = self.live_actors()  # starts Ray first
         return self._ray.get([a.pid.remote() for a in actors])
 
-    def play(self, weights: Mapping[str, Any], steps: int) -> list[dict[str, Any]]:
+    def play(self, weights: Mapping[str, Any], steps: int, behaviour: BehaviourPolicy | None) -> list[dict[str, Any]]:
         self.live_actors()
         ref = self._ray.put(weights)
-        pending = {k: self._submit(k, ref, steps) for k in range(len(self.slices))}
+        pending = {k: self._submit(k, ref, steps, behaviour) for k in range(len(self.slices))}
         failures = [0] * len(self.slices)
         pieces: list[Any] = [None] * len(self.slices)
         while pending:
@@ -137,7 +143,7 @@ class RayTransport:
             outcome = self._receive(k, done[0], failures)
             if outcome is None:  # the actor died: a new one collects the same piece again
                 self.actors[k] = self._spawn(k)
-                pending[k] = self._submit(k, ref, steps)
+                pending[k] = self._submit(k, ref, steps, behaviour)
                 continue
             pieces[k], self.snapshots[k] = outcome
         return pieces

@@ -24,6 +24,7 @@ from marljoint.collect.local import LocalCollector
 from marljoint.collect.rollout import PER_AGENT_FIELDS, JointRollout
 from marljoint.env.base import split_copies
 from marljoint.env.pettingzoo import PettingZooJointEnv
+from marljoint.policies.distributions import BehaviourPolicy
 from marljoint.policies.joint import JointPolicy
 from marljoint.policies.normalizer import RunningNormalizer
 from marljoint.threads import limit_threads
@@ -35,7 +36,8 @@ NEXT_STATE_FIELDS = ("bootstrap_values", "next_alive", "next_acting")
 
 
 def blueprint(policy: JointPolicy) -> bytes:
-    """The policy's networks (CPU copies), their slots and settings, pickled for :class:`SliceWorker`.
+    """The policy's networks (CPU copies), their slots and settings, pickled for :class:`SliceWorker` (a behaviour
+    policy is no part of it: it comes with every rollout's request).
 
     Raises:
         pickle.PicklingError, TypeError, AttributeError: if a network cannot be pickled.
@@ -46,7 +48,6 @@ def blueprint(policy: JointPolicy) -> bytes:
             "slots": list(policy.slots),
             "centralized": policy.centralized,
             "value_normalization": policy.value_normalizer is not None,
-            "uniform_mix": policy.uniform_mix,
         }
     )
 
@@ -75,15 +76,17 @@ class SliceWorker:
         first = env.first_copy
         normalizer = RunningNormalizer(env.spec.num_agents) if parts["value_normalization"] else None
         self.policy = JointPolicy(env.spec, parts["networks"], parts["slots"], parts["centralized"], normalizer)
-        self.policy.uniform_mix = float(parts.get("uniform_mix", 0.0))
         self.collector = LocalCollector(env, seed, first_copy=first, batch_rows=total)
 
-    def collect(self, weights: Mapping[str, Any], steps: int) -> dict[str, Any]:
-        """Loads the learner's ``weights`` and plays ``steps`` steps; returns the piece for :func:`assemble`, with
-        ``"busy_seconds"``: how long this took (what :class:`~marljoint.collect.balance.WorkBalancer` weighs)."""
+    def collect(
+        self, weights: Mapping[str, Any], steps: int, behaviour: BehaviourPolicy | None = None
+    ) -> dict[str, Any]:
+        """Loads the learner's ``weights`` and plays ``steps`` steps (played by ``behaviour`` when given); returns
+        the piece for :func:`assemble`, with ``"busy_seconds"``: how long this took (what
+        :class:`~marljoint.collect.balance.WorkBalancer` weighs)."""
         start = time.perf_counter()
         self.policy.load_weights(weights)
-        piece = rollout_piece(self.collector.collect(self.policy, steps))
+        piece = rollout_piece(self.collector.collect(self.policy, steps, behaviour))
         piece["busy_seconds"] = time.perf_counter() - start
         return piece
 

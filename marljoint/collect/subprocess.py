@@ -16,6 +16,7 @@ from marljoint.collect.rollout import JointRollout
 from marljoint.collect.slices import blueprint
 from marljoint.collect.snapshots import cut_memory, join_memories, joined_generators, read_memory, read_state, resliced
 from marljoint.env.subprocess import SubprocessJointEnv
+from marljoint.policies.distributions import BehaviourPolicy
 from marljoint.policies.joint import JointPolicy
 
 __all__ = ["PipeTransport", "SubprocessCollector"]
@@ -50,10 +51,18 @@ class PipeTransport:
     def adopt(self, plan: bytes) -> None:
         self._plan, self._send_plan = plan, True
 
-    def play(self, weights: Mapping[str, Any], steps: int) -> list[dict[str, Any]]:
+    def play(self, weights: Mapping[str, Any], steps: int, behaviour: BehaviourPolicy | None) -> list[dict[str, Any]]:
         plan = self._plan if self._send_plan else None
         pieces = self.env.run_in_workers(
-            workers.collect_slice, self.key, plan, self.seed, self.torch_threads, weights, steps, not self.started
+            workers.collect_slice,
+            self.key,
+            plan,
+            self.seed,
+            self.torch_threads,
+            weights,
+            steps,
+            not self.started,
+            behaviour,
         )
         self._send_plan = False
         self.started = True
@@ -147,9 +156,9 @@ class SubprocessCollector(SlicedCollector):
         self.pipes.adopt(plan)
         return True
 
-    def _collect_here(self, policy: JointPolicy, steps: int) -> JointRollout:
+    def _collect_here(self, policy: JointPolicy, steps: int, behaviour: BehaviourPolicy | None) -> JointRollout:
         self.pipes.started = True
-        return self._here.collect(policy, steps)
+        return self._here.collect(policy, steps, behaviour)
 
     def state(self) -> dict[str, Any] | None:
         """``{"env": snapshot}``: every worker's copies with its noise generators (in the env's

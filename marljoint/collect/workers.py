@@ -16,6 +16,7 @@ from typing import Any
 from marljoint.collect.noise import generators_from_states
 from marljoint.collect.slices import SliceWorker
 from marljoint.env.subprocess import EnvWorker
+from marljoint.policies.distributions import BehaviourPolicy
 
 __all__ = [
     "HostedSlice",
@@ -65,8 +66,10 @@ def collect_slice(
     weights: Mapping[str, Any],
     steps: int,
     reset: bool,
+    behaviour: BehaviourPolicy | None = None,
 ) -> dict[str, Any]:
-    """In a worker: plays one rollout of its copies (building its slice first when a plan comes)."""
+    """In a worker: plays one rollout of its copies (building its slice first when a plan comes), played by
+    ``behaviour`` when given."""
     hosted = _hosted(env_worker, key)
     if plan is not None:
         hosted.worker = SliceWorker(env_worker.env, seed, env_worker.total, plan, torch_threads)
@@ -78,7 +81,7 @@ def collect_slice(
         raise RuntimeError("the collector's slice has not been built in this worker; send the plan first")
     collector = hosted.worker.collector
     collector.current = None if reset else env_worker.state
-    piece = hosted.worker.collect(weights, steps)
+    piece = hosted.worker.collect(weights, steps, behaviour)
     env_worker.state = collector.current
     return piece
 

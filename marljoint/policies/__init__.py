@@ -5,9 +5,11 @@ from marljoint.policies.actor_critic import ActorCritic, PolicyOutput
 from marljoint.policies.agent_policy import AgentPolicy
 from marljoint.policies.distributions import (
     ActionDistribution,
+    BehaviourPolicy,
     Categorical,
     DiagGaussian,
     FactoredCategorical,
+    UniformMixture,
     make_distribution,
 )
 from marljoint.policies.joint import JointPolicy, NetworkSlot
@@ -21,6 +23,7 @@ __all__ = [
     "ActionDistribution",
     "ActorCritic",
     "AgentPolicy",
+    "BehaviourPolicy",
     "Categorical",
     "DiagGaussian",
     "FactoredCategorical",
@@ -37,6 +40,7 @@ __all__ = [
     "StackedConv2d",
     "StackedLinear",
     "StackedMLP",
+    "UniformMixture",
     "clip_member_grads_",
     "make_distribution",
     "member_grad_norms",

@@ -16,17 +16,21 @@ import copy
 import functools
 import math
 from collections.abc import Sequence
-from typing import Protocol
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar
 
+import numpy as np
 import torch
 
 from marljoint.env.spaces import ActionLayout
 
 __all__ = [
     "ActionDistribution",
+    "BehaviourPolicy",
     "Categorical",
     "DiagGaussian",
     "FactoredCategorical",
+    "UniformMixture",
     "make_distribution",
 ]
 
@@ -113,6 +117,124 @@ def _padding_index(nvec: tuple[int, ...], device: torch.device) -> torch.Tensor:
     width = max(nvec)
     positions = [k * width + j for k, n in enumerate(nvec) for j in range(n)]
     return torch.tensor(positions, dtype=torch.long, device=device)
+
+
+HeadLogProbs = TypeVar("HeadLogProbs", torch.Tensor, np.ndarray)
+
+
+class BehaviourPolicy(Protocol):
+    """How a rollout plays when it does not play the policy itself (exploration): a map from the policy's
+    categorical head log-probabilities to the behaviour's, which the collector samples and stores. ``None`` in its
+    place everywhere means "play the policy"."""
+
+    def head_log_probs(self, log_p: HeadLogProbs) -> HeadLogProbs:
+        """The behaviour's log-probabilities.
+
+        Args:
+            log_p: ``[..., K, max(nvec)]`` the policy's normalised log-probabilities per head, masked and padding
+                entries at the dtype's most negative value; a torch tensor (the torch acting path) or a numpy array
+                (the host acting path, :mod:`marljoint.collect.acting`).
+
+        Returns:
+            The same shape, type and dtype, in the same convention.
+        """
+        ...
+
+
+@dataclass(frozen=True)
+class UniformMixture:
+    """The behaviour ``(1 − ε)·π + ε·uniform``, where each categorical head's uniform share is spread over its
+    allowed choices (a :class:`BehaviourPolicy`). The one implementation of this mixture: both acting paths and
+    :meth:`FactoredCategorical.mixed_with_uniform` call :meth:`head_log_probs`.
+
+    Attributes:
+        epsilon: ε in ``[0, 1)``; 0 plays π itself.
+
+    Raises:
+        ValueError: for ε outside ``[0, 1)``.
+
+    Example:
+        >>> import torch
+        >>> UniformMixture(0.5).head_log_probs(torch.tensor([[0.0, -1e4]])).exp()  # 0.5 * [1, 0] + 0.5 * [1/2, 1/2]
+        tensor([[0.7500, 0.2500]])
+    """
+
+    epsilon: float
+
+    def __post_init__(self) -> None:
+        value = self.epsilon
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
+            raise ValueError(f"epsilon must be in [0, 1), got {value!r}; 0 plays the policy itself")
+
+    def head_log_probs(self, log_p: HeadLogProbs) -> HeadLogProbs:
+        """See :meth:`BehaviourPolicy.head_log_probs`."""
+        if self.epsilon == 0.0:
+            return log_p
+        ops = _NUMPY_OPS if isinstance(log_p, np.ndarray) else _TORCH_OPS
+        fill = ops.fill(log_p)
+        allowed = log_p > fill / 2  # masked and padding entries sit at the dtype's most negative value
+        share = ops.cast(allowed, log_p) / ops.cast(ops.count(allowed), log_p)
+        mixture = (
+            ops.scalar(1.0 - self.epsilon, log_p) * ops.probs(log_p, allowed) + ops.scalar(self.epsilon, log_p) * share
+        )
+        return ops.where(allowed, ops.log(ops.where(allowed, mixture, 1.0)), fill)
+
+
+class _TorchOps:
+    """The array operations of :meth:`UniformMixture.head_log_probs` on torch tensors."""
+
+    @staticmethod
+    def fill(x: torch.Tensor) -> float:
+        return torch.finfo(x.dtype).min
+
+    @staticmethod
+    def cast(x: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+        return x.to(like.dtype)
+
+    @staticmethod
+    def count(allowed: torch.Tensor) -> torch.Tensor:
+        return allowed.sum(-1, keepdim=True)
+
+    @staticmethod
+    def scalar(value: float, like: torch.Tensor) -> float:
+        return float(value)
+
+    @staticmethod
+    def probs(log_p: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
+        return _probs(log_p)
+
+    where = staticmethod(torch.where)
+    log = staticmethod(torch.log)
+
+
+class _NumpyOps:
+    """The same operations on numpy arrays (scalars in the array's dtype, as numpy would otherwise widen them)."""
+
+    @staticmethod
+    def fill(x: np.ndarray) -> Any:
+        return np.finfo(x.dtype).min
+
+    @staticmethod
+    def cast(x: np.ndarray, like: np.ndarray) -> np.ndarray:
+        return x.astype(like.dtype)
+
+    @staticmethod
+    def count(allowed: np.ndarray) -> np.ndarray:
+        return allowed.sum(-1, keepdims=True)
+
+    @staticmethod
+    def scalar(value: float, like: np.ndarray) -> Any:
+        return like.dtype.type(value)
+
+    @staticmethod
+    def probs(log_p: np.ndarray, allowed: np.ndarray) -> np.ndarray:
+        return np.exp(np.where(allowed, log_p, 0.0)) * allowed
+
+    where = staticmethod(np.where)
+    log = staticmethod(np.log)
+
+
+_TORCH_OPS, _NUMPY_OPS = _TorchOps(), _NumpyOps()
 
 
 class FactoredCategorical:
@@ -238,8 +360,7 @@ class FactoredCategorical:
 
     def mixed_with_uniform(self, epsilon: float) -> FactoredCategorical:
         """The mixture ``(1 − ε)·p + ε·u`` of this distribution and the uniform one over each head's allowed
-        choices (a behaviour policy that explores): a distribution of the same kind whose :meth:`sample`,
-        :meth:`sample_from_noise` (the same noise) and :meth:`log_prob` are the mixture's.
+        choices: :meth:`under` a :class:`UniformMixture` of ``epsilon``.
 
         Args:
             epsilon: ε in ``[0, 1)``; 0 gives a copy of this distribution.
@@ -253,18 +374,14 @@ class FactoredCategorical:
             >>> dist.mixed_with_uniform(0.2).log_prob(torch.tensor([1])).exp()  # 0.8 * p(1) + 0.2 / 2
             tensor([0.1000])
         """
-        if not 0.0 <= float(epsilon) < 1.0:
-            raise ValueError(f"epsilon must be in [0, 1), got {epsilon!r}")
-        mixed = copy.copy(self)
-        if epsilon == 0.0:
-            return mixed
-        log_p = self._log_p
-        fill = torch.finfo(log_p.dtype).min
-        allowed = log_p > fill / 2  # masked and padding entries sit at the dtype's most negative value
-        share = allowed.to(log_p.dtype) / allowed.sum(-1, keepdim=True).to(log_p.dtype)
-        mixture = (1.0 - float(epsilon)) * _probs(log_p) + float(epsilon) * share
-        mixed._log_p = torch.where(allowed, mixture.log(), torch.full_like(log_p, fill))
-        return mixed
+        return self.under(UniformMixture(epsilon))
+
+    def under(self, behaviour: BehaviourPolicy) -> FactoredCategorical:
+        """The distribution that ``behaviour`` plays in place of this one: a distribution of the same kind whose
+        :meth:`sample`, :meth:`sample_from_noise` (the same noise) and :meth:`log_prob` are the behaviour's."""
+        played = copy.copy(self)
+        played._log_p = behaviour.head_log_probs(self._log_p)
+        return played
 
     def mode(self) -> torch.Tensor:
         """The most likely choice of each head, ``[..., K]`` int64 (``[...]`` for :class:`Categorical`)."""

@@ -12,7 +12,7 @@ import torch
 from marljoint.env.base import JointObs, JointStep
 from marljoint.env.spaces import JointSpec
 from marljoint.policies.actor_critic import ActorCritic, PolicyOutput
-from marljoint.policies.distributions import FactoredCategorical
+from marljoint.policies.distributions import BehaviourPolicy, FactoredCategorical
 from marljoint.policies.joint_states import GroupStates
 from marljoint.policies.noise import SamplingNoise, check_sampling_noise
 from marljoint.policies.normalizer import RunningNormalizer
@@ -74,11 +74,6 @@ class JointPolicy(GroupStates):
         self.centralized = bool(centralized)
         self.value_normalizer = value_normalizer
         self.device = torch.device(device)
-        self.uniform_mix = 0.0
-        """ε of the behaviour policy the rollout collectors sample from (they pass it to :meth:`sample`): each
-        categorical head plays ``(1 − ε)·π + ε·uniform`` over its allowed choices. 0: the policy itself;
-        :attr:`~marljoint.JointTrainerConfig.uniform_mix` sets it for a trainer. :meth:`act`, :meth:`evaluate`
-        and the action probabilities are always the policy's own."""
         # What act() remembers between calls for a recurrent policy: the states and alive flags after its last call.
         self._acting: tuple[tuple[torch.Tensor, ...], np.ndarray] | None = None
         # Columns of the concatenated network outputs, mapped back to possible_agents order.
@@ -166,13 +161,13 @@ class JointPolicy(GroupStates):
         deterministic: bool = False,
         generator: torch.Generator | None = None,
         noise: SamplingNoise | None = None,
-        uniform_mix: float = 0.0,
+        behaviour: BehaviourPolicy | None = None,
     ) -> tuple[list[torch.Tensor], torch.Tensor]:
         """Actions of every agent; returns per-group action tensors ``[B, n_g, ...]`` and ``[B, N]`` log-probs.
 
-        With ``uniform_mix`` ε > 0 the actions are drawn from the behaviour policy ``(1 − ε)·π + ε·uniform`` (over
-        each categorical head's allowed choices) and the log-probs are the behaviour policy's;
-        ``deterministic=True`` takes π's mode whatever ε is.
+        With a ``behaviour`` (e.g. :class:`~marljoint.policies.UniformMixture`: ``(1 − ε)·π + ε·uniform`` over each
+        categorical head's allowed choices) the actions are drawn from it and the log-probs are the behaviour's;
+        ``deterministic=True`` takes π's mode whatever the behaviour.
 
         Args:
             outputs: from :meth:`forward`.
@@ -182,19 +177,20 @@ class JointPolicy(GroupStates):
             noise: a :class:`~marljoint.policies.noise.SamplingNoise` used instead of ``generator`` (e.g.
                 :class:`~marljoint.collect.CopyNoise`: each batch row's noise from the generator of its env copy,
                 so a copy's actions do not depend on which other copies share the batch).
-            uniform_mix: ε in ``[0, 1)`` (categorical actions only), 0 by default: sample π itself.
+            behaviour: the :class:`~marljoint.policies.BehaviourPolicy` to play instead of π (categorical actions
+                only); ``None`` by default: sample π itself.
 
         Raises:
-            ValueError: when sampling needs noise and neither ``generator`` nor ``noise`` is given, or ε > 0 for a
-                network with Box actions.
+            ValueError: when sampling needs noise and neither ``generator`` nor ``noise`` is given, or a
+                ``behaviour`` for a network with Box actions.
             TypeError: when ``noise`` is not a :class:`~marljoint.policies.noise.SamplingNoise`.
         """
         dists = [
             network.distribution(out.head, self.network_masks(k, masks))
             for k, (network, out) in enumerate(zip(self.networks, outputs))
         ]
-        if uniform_mix and not deterministic:
-            dists = [_mixed(dist, uniform_mix) for dist in dists]
+        if behaviour is not None and not deterministic:
+            dists = [_played_by(dist, behaviour) for dist in dists]
         if deterministic:
             actions = [dist.mode() for dist in dists]
         elif noise is not None:
@@ -373,7 +369,6 @@ class JointPolicy(GroupStates):
         if self.value_normalizer is not None:
             normalizer = RunningNormalizer(self.spec.num_agents, self.value_normalizer.min_var, device=where)
         twin = JointPolicy(self.spec, networks, self.slots, self.centralized, normalizer, device=where)
-        twin.uniform_mix = self.uniform_mix
         twin.copy_weights_from(self)
         return twin
 
@@ -438,12 +433,12 @@ def _as_torch(state: dict[str, Any]) -> dict[str, torch.Tensor]:
     return {k: v if isinstance(v, torch.Tensor) else torch.tensor(v) for k, v in state.items()}
 
 
-def _mixed(dist: Any, epsilon: float) -> Any:
-    """``dist`` mixed with the uniform distribution over its allowed choices (a categorical head); a Box action's
-    distribution has no such mixture, and a trainer refuses ``uniform_mix`` for Box agents."""
+def _played_by(dist: Any, behaviour: BehaviourPolicy) -> Any:
+    """What ``behaviour`` plays in place of ``dist`` (a categorical head); a Box action's distribution has no
+    behaviour policy, and a trainer refuses ``uniform_mix`` for Box agents."""
     if not isinstance(dist, FactoredCategorical):
         raise ValueError(
-            f"uniform_mix = {epsilon} mixes categorical actions with uniform play, but this network's actions are "
-            f"{type(dist).__name__}; set uniform_mix = 0 for Box actions"
+            f"the behaviour policy {behaviour!r} plays categorical actions, but this network's actions are "
+            f"{type(dist).__name__}; collect with behaviour=None (uniform_mix = 0) for Box actions"
         )
-    return dist.mixed_with_uniform(epsilon)
+    return dist.under(behaviour)

@@ -19,7 +19,8 @@ from torch import nn
 
 from marljoint.auxiliary import AuxOutput
 from marljoint.collect.rollout import JointRollout
-from marljoint.policies import ActorCritic, clip_member_grads_
+from marljoint.env.spaces import JointSpec
+from marljoint.policies import ActorCritic, BehaviourPolicy, clip_member_grads_
 from marljoint.policies.actor_critic import PolicyOutput
 from marljoint.policies.joint import JointPolicy, NetworkSlot
 from marljoint.policies.normalizer import RunningNormalizer
@@ -32,7 +33,7 @@ from marljoint.ppo.ppo_settings import PpoConfig
 from marljoint.ppo.regularizer import PolicyRegularizer, RegularizerBatch
 from marljoint.ppo.sequences import SequenceChunks, chunk_rows, pad_row
 
-__all__ = ["JointStats", "Learner"]
+__all__ = ["JointStats", "Learner", "is_decoupled"]
 
 
 @dataclass
@@ -255,10 +256,16 @@ class Learner:
         policy: the :class:`~marljoint.policies.JointPolicy` to train.
         units: each network with its optimizers, in the policy's network order.
         generator: the source of the minibatch shuffles (the trainer's generator).
+        behaviour: what plays the rollouts in the policy's place (``None``: the policy itself), see :attr:`decoupled`.
     """
 
     def __init__(
-        self, config: JointTrainerConfig, policy: JointPolicy, units: Sequence[NetworkUnit], generator: torch.Generator
+        self,
+        config: JointTrainerConfig,
+        policy: JointPolicy,
+        units: Sequence[NetworkUnit],
+        generator: torch.Generator,
+        behaviour: BehaviourPolicy | None = None,
     ) -> None:
         self.config = config
         self.joint_policy = policy
@@ -272,11 +279,8 @@ class Learner:
         """How a recurrent update replays its chunks: ``"cells"`` or ``"fused"`` (the config's setting, with
         ``"auto"`` resolved for the learner's device)."""
         self.lr_scale = 1.0
-        self.decoupled = bool(config.collection.policy_lag) or config.ppo.uniform_mix > 0
-        """Whether an update centres PPO's trust region on the weights it starts from and reweights the rows by
-        ``π_prox / π_behaviour`` (decoupled PPO, for rollouts collected with older weights or with another
-        behaviour policy); on with policy lag 1 or ``uniform_mix`` > 0, off otherwise (plain PPO against the stored
-        behaviour log-probs)."""
+        self.decoupled = is_decoupled(config.collection.policy_lag, behaviour)
+        """Whether an update is decoupled PPO (:func:`is_decoupled`)."""
         self.regularizer: PolicyRegularizer | None = None
         """A term of the joint loss computed from the policy's outputs (e.g. magnetic mirror descent's KL to the
         magnet), or ``None``."""
@@ -339,7 +343,7 @@ class Learner:
                 it), or a parameter is not finite after the epochs; names the metric and the agent or network.
         """
         self._check_rollout(rollout)
-        active_mask = self._active_mask(active)
+        active_mask = _active_mask(self.spec, active)
         call_aux = _aux_caller(aux_fn) if aux_fn is not None else None
         if self.regularizer is not None:
             self.regularizer.begin_update(self)
@@ -621,17 +625,6 @@ class Learner:
         """Each network with its name (its agent, or its agents joined by ``+``)."""
         return [("+".join(unit.network_names), unit.policy) for unit in self.units]
 
-    def _active_mask(self, active: Sequence[bool] | torch.Tensor | None) -> torch.Tensor:
-        n = self.spec.num_agents
-        if active is None:
-            return torch.ones(n, dtype=torch.bool)
-        mask = torch.as_tensor(active, dtype=torch.bool).reshape(-1).cpu()
-        if mask.numel() != n:
-            raise ValueError(
-                f"active has {mask.numel()} entries for {n} agents {list(self.spec.agents)}; pass one bool per agent"
-            )
-        return mask
-
     # ------------------------------------------------------------------ training loop
     def set_learning_rate_scale(self, scale: float) -> None:
         """Sets every optimizer's learning rate to ``scale ×`` its own initial value.
@@ -646,6 +639,28 @@ class Learner:
                 for group in optimizer.param_groups:
                     group.setdefault("initial_lr", group["lr"])
                     group["lr"] = group["initial_lr"] * self.lr_scale
+
+
+def _active_mask(spec: JointSpec, active: Sequence[bool] | torch.Tensor | None) -> torch.Tensor:
+    """``[N]`` bool: the agents an update trains (``active``, or all of ``spec``'s agents)."""
+    n = spec.num_agents
+    if active is None:
+        return torch.ones(n, dtype=torch.bool)
+    mask = torch.as_tensor(active, dtype=torch.bool).reshape(-1).cpu()
+    if mask.numel() != n:
+        raise ValueError(
+            f"active has {mask.numel()} entries for {n} agents {list(spec.agents)}; pass one bool per agent"
+        )
+    return mask
+
+
+def is_decoupled(policy_lag: int, behaviour: BehaviourPolicy | None) -> bool:
+    """Whether a PPO update centres its trust region on the weights it starts from and weights each row by
+    ``π_prox / π_behaviour`` (decoupled PPO): exactly when its rollouts are not played by those weights, i.e. when
+    they are collected with older weights (``policy_lag`` 1) or by a ``behaviour`` policy (the trainer's
+    :attr:`~marljoint.JointMultiAgentTrainer.behaviour`, from ``uniform_mix`` > 0). Otherwise plain PPO against
+    the stored log-probs."""
+    return bool(policy_lag) or behaviour is not None
 
 
 def _minibatch_count(full: int, config: PpoConfig) -> int:

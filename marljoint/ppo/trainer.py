@@ -23,7 +23,7 @@ from marljoint.collect.rollout import JointRollout, carry_pending_moves
 from marljoint.env.base import JointEnv, JointObs
 from marljoint.env.check import BlankImageWarning, blank_image_agents, blank_image_message
 from marljoint.env.spaces import JointSpec
-from marljoint.policies import ActorCritic, AgentPolicy
+from marljoint.policies import ActorCritic, AgentPolicy, UniformMixture
 from marljoint.policies.joint import JointPolicy
 from marljoint.policies.normalizer import RunningNormalizer
 from marljoint.ppo.build import (
@@ -176,9 +176,11 @@ class JointMultiAgentTrainer(TrainerPersistence):
             device=self.device,
         )
         """The networks of every agent, on the learner's device."""
-        self.joint_policy.uniform_mix = _uniform_mix(self.spec, config.ppo.uniform_mix)
+        self.behaviour = _behaviour(self.spec, config.ppo.uniform_mix)
+        """What plays the rollouts in the policy's place, handed to :attr:`collector` with every rollout: a
+        :class:`~marljoint.policies.UniformMixture` with ``uniform_mix`` > 0, ``None`` (the policy itself) else."""
         self._acting_policy: JointPolicy | None = None
-        self.learner = Learner(config, self.joint_policy, units, self._generator)
+        self.learner = Learner(config, self.joint_policy, units, self._generator, self.behaviour)
         """The optimizers and the one-backward update."""
         # Collecting workers compute on one thread each, whatever the learner's count.
         self.collector: Collector = make_collector(env, config.collection, config.runtime.seed)
@@ -257,7 +259,7 @@ class JointMultiAgentTrainer(TrainerPersistence):
         acting = self.acting_policy
         if acting is not self.joint_policy:
             acting.copy_weights_from(self.joint_policy)
-        ro = self.collector.collect(acting, self.config.ppo.rollout_steps)
+        ro = self.collector.collect(acting, self.config.ppo.rollout_steps, behaviour=self.behaviour)
         self.env_steps += ro.steps * ro.num_envs
         # The moves to carry are found where the rollout was collected: their host reads need no device sync.
         ro.carried = self._pending
@@ -427,13 +429,15 @@ class JointMultiAgentTrainer(TrainerPersistence):
         return iteration_metrics(self._keys, rollout, stats, seconds, self.iteration, self.env_steps, lr)
 
 
-def _uniform_mix(spec: JointSpec, epsilon: float) -> float:
-    """``uniform_mix`` for the rollouts of ``spec``'s agents: refused (ValueError) when one has Box actions."""
-    if epsilon:
-        for agent, layout in zip(spec.agents, spec.actions):
-            if layout.kind == "box":
-                raise ValueError(
-                    f"uniform_mix = {epsilon} mixes categorical actions with uniform play, but agent {agent!r} has a "
-                    f"Box action space (shape {tuple(layout.shape)}), which has no uniform mixture; set uniform_mix = 0"
-                )
-    return float(epsilon)
+def _behaviour(spec: JointSpec, epsilon: float) -> UniformMixture | None:
+    """The behaviour policy of ``uniform_mix`` = ``epsilon`` for the rollouts of ``spec``'s agents (``None`` for 0):
+    refused (ValueError) when one has Box actions."""
+    if not epsilon:
+        return None
+    for agent, layout in zip(spec.agents, spec.actions):
+        if layout.kind == "box":
+            raise ValueError(
+                f"uniform_mix = {epsilon} mixes categorical actions with uniform play, but agent {agent!r} has a "
+                f"Box action space (shape {tuple(layout.shape)}), which has no uniform mixture; set uniform_mix = 0"
+            )
+    return UniformMixture(float(epsilon))

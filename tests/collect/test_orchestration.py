@@ -33,8 +33,8 @@ class _InProcessTransport:
             for a, b in self.slices
         ]
 
-    def play(self, weights, steps):
-        return [worker.collect(weights, steps) for worker in self.workers]
+    def play(self, weights, steps, behaviour):
+        return [worker.collect(weights, steps, behaviour) for worker in self.workers]
 
     def state(self):
         return None

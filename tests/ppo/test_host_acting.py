@@ -97,7 +97,7 @@ def test_unit_acting_on_a_slice_of_padded_rows_matches_the_unpadded_network() ->
 def _rollouts(env_fn, config: JointTrainerConfig, host: bool, monkeypatch: pytest.MonkeyPatch) -> list:
     with monkeypatch.context() as patch:
         if not host:
-            patch.setattr(HostActing, "build", staticmethod(lambda policy, rollout, padding=None: None))
+            patch.setattr(HostActing, "build", staticmethod(lambda policy, rollout, padding=None, behaviour=None: None))
         env = make_joint_env(env_fn, config.num_envs, config.seed)
         trainer = JointMultiAgentTrainer.from_env(env, config)
         out = []

@@ -11,7 +11,7 @@ from marljoint import JointMultiAgentTrainer, JointTrainerConfig, make_joint_env
 from marljoint.collect import CollectionConfig
 from marljoint.collect.acting import HostActing, _UnitActing
 from marljoint.env.spaces import ActionLayout, ObservationLayout
-from marljoint.policies import ActorCritic, Categorical, FactoredCategorical
+from marljoint.policies import ActorCritic, Categorical, FactoredCategorical, UniformMixture
 from marljoint_envs import kuhn_poker_v0, mock_v0
 
 FLAT = ObservationLayout("flat", (7,), np.dtype(np.float32))
@@ -91,7 +91,7 @@ def test_unit_acting_samples_the_mixture_as_the_torch_distribution_does(kind: st
     rng = np.random.default_rng(0)
     obs = rng.normal(size=(rows, n, 7)).astype(np.float32)
     mask = (rng.random((rows, n, layout.mask_size)) < 0.6) if masked else None
-    unit = _UnitActing(policy, 0, np.arange(n), np.arange(n), 0, rows, rows, None, uniform_mix=0.3)
+    unit = _UnitActing(policy, 0, np.arange(n), np.arange(n), 0, rows, rows, None, behaviour=UniformMixture(0.3))
     noise = torch.rand(unit.noise_shape)
     with torch.no_grad():
         out = policy(torch.from_numpy(obs))
@@ -111,7 +111,7 @@ def _trainer(env_fn, epsilon: float, **changes) -> JointMultiAgentTrainer:
 
 def test_rollouts_store_the_behaviour_policys_log_probs_and_the_update_is_decoupled() -> None:
     trainer = _trainer(kuhn_poker_v0.env, 0.3, share_parameters=False)
-    assert trainer.learner.decoupled and trainer.joint_policy.uniform_mix == 0.3
+    assert trainer.learner.decoupled and trainer.behaviour == UniformMixture(0.3)
     trainer.update(trainer.collect_rollout())  # move the policy away from its uniform start
     rollout = trainer.collect_rollout()
     policy = trainer.joint_policy
@@ -146,9 +146,9 @@ def test_acting_for_the_user_stays_the_policy_itself() -> None:
         masks = [None if m is None else torch.from_numpy(m) for m in obs.action_masks]
         _, plain = trainer.joint_policy.sample(outputs, masks, generator=torch.Generator().manual_seed(0))
         _, mixed = trainer.joint_policy.sample(
-            outputs, masks, generator=torch.Generator().manual_seed(0), uniform_mix=0.5
+            outputs, masks, generator=torch.Generator().manual_seed(0), behaviour=trainer.behaviour
         )
-    # Without the argument sample() draws from π (the attribute only tells the collectors what to pass).
+    # Without the argument sample() draws from π (the trainer hands its behaviour to the collector only).
     assert not torch.equal(plain, mixed)
 
 
@@ -181,7 +181,7 @@ def test_worker_processes_collect_the_same_mixture_rollouts_as_one_process() -> 
 def test_host_and_torch_acting_collect_the_same_mixture_rollouts(monkeypatch: pytest.MonkeyPatch) -> None:
     env_fn = lambda: mock_v0.parallel_env(num_agents=3, nvec=(3, 2, 4), max_cycles=7)  # noqa: E731
     host = _trainer(env_fn, 0.25).collect_rollout()
-    monkeypatch.setattr(HostActing, "build", staticmethod(lambda policy, rollout, padding=None: None))
+    monkeypatch.setattr(HostActing, "build", staticmethod(lambda policy, rollout, padding=None, behaviour=None: None))
     reference = _trainer(env_fn, 0.25).collect_rollout()
     assert torch.equal(host.actions[0], reference.actions[0])
     torch.testing.assert_close(host.log_probs, reference.log_probs, rtol=1e-4, atol=1e-5)

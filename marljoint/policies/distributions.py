@@ -208,7 +208,11 @@ class _TorchOps:
 
 
 class _NumpyOps:
-    """The same operations on numpy arrays (scalars in the array's dtype, as numpy would otherwise widen them)."""
+    """The same operations on numpy arrays (scalars in the array's dtype, as numpy would otherwise widen them).
+
+    :meth:`probs` is exactly 0 on masked entries without ``exp``'s slow path there, as torch's ``_probs`` is; that one
+    also zeroes probabilities under 1e-37, which no mixture with ε > 1e-20 can tell apart.
+    """
 
     @staticmethod
     def fill(x: np.ndarray) -> Any:

@@ -146,6 +146,12 @@ class OffPolicyConfig:
                 f"batch_size={self.batch_size} exceeds buffer_size={self.buffer_size}; raise buffer_size or lower "
                 "batch_size"
             )
+        if self.learning_starts > self.buffer_size:
+            raise ValueError(
+                f"learning_starts={self.learning_starts} exceeds buffer_size={self.buffer_size}: the buffer never "
+                "holds that many transitions, so no gradient step would be taken; lower learning_starts or raise "
+                "buffer_size"
+            )
 
     def _check_sac(self) -> None:
         if not isinstance(self.sac, Mapping):

@@ -22,7 +22,7 @@ from marljoint.offpolicy.replay import JointTransitions, ReplayBuffer
 from marljoint.offpolicy.transitions import PendingMoves, check_saved_transitions, joint_transitions
 from marljoint.offpolicy.value import ValueDecomposition
 
-__all__ = ["OffPolicyTrainer", "Played"]
+__all__ = ["OffPolicyTrainer", "Played", "build_algorithm"]
 
 
 class Played(NamedTuple):
@@ -43,7 +43,10 @@ def _seed(seed: int, purpose: int) -> int:
     return int(np.random.SeedSequence([int(seed) % 2**63, purpose]).generate_state(1)[0])
 
 
-def _build_algorithm(spec: Any, config: OffPolicyConfig, init: torch.Generator) -> OffPolicyAlgorithm:
+def build_algorithm(spec: Any, config: OffPolicyConfig, init: torch.Generator) -> OffPolicyAlgorithm:
+    """The algorithm ``config.algorithm`` names, for an env of ``spec``: its networks initialised from ``init``
+    (value methods) or from the config's seed (actor-critics). Built under ``torch.device("meta")``, it holds
+    shapes only (how the memory estimate counts parameters)."""
     if config.algorithm in VALUE_ALGORITHMS:
         return ValueDecomposition(spec, config, init)
     return CentralisedActorCritic(spec, config, _seed(config.seed, 1))
@@ -95,7 +98,7 @@ class OffPolicyTrainer:
             )
         self.env, self.config, self.spec = env, config, env.spec
         init = torch.Generator().manual_seed(_seed(config.seed, 1))
-        self.algorithm = algorithm if algorithm is not None else _build_algorithm(env.spec, config, init)
+        self.algorithm = algorithm if algorithm is not None else build_algorithm(env.spec, config, init)
         networks = self.algorithm.networks
         rates = getattr(self.algorithm, "learning_rates", None) or [config.learning_rate] * len(networks)
         self.optimizers = [

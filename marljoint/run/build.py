@@ -10,7 +10,7 @@ from marljoint.ppo.config import JointTrainerConfig
 from marljoint.run import memory
 from marljoint.run.errors import RunError
 from marljoint.run.memory import format_bytes
-from marljoint.run.offpolicy import OFFPOLICY_ALGORITHMS, build_offpolicy_trainer
+from marljoint.run.offpolicy import OFFPOLICY_ALGORITHMS, build_offpolicy_trainer, check_offpolicy_env
 from marljoint.run.registry import EnvSpecError, ResolvedEnv, resolve_env, supersuit_wrappers, wrapped_factory
 from marljoint.run.spec import RunSpec
 
@@ -76,11 +76,13 @@ LONG_BUILD_SECONDS = 30.0
 
 def check_memory(spec: RunSpec, stream: TextIO | None = None) -> Any:
     """Refuses a run whose rollout storage, update and env copies would not fit in the memory available, before
-    the env copies are built: one copy is built, measured and closed (:mod:`marljoint.run.memory`). A build of the
-    copies expected to take longer than :data:`LONG_BUILD_SECONDS` is announced on ``stream``.
+    the env copies are built: one copy is built, measured and closed (:mod:`marljoint.run.memory`). An off-policy
+    run is checked by :func:`~marljoint.run.offpolicy.check_offpolicy_env` instead (its replay buffer and networks,
+    and an env it cannot learn on). A build of the copies expected to take longer than :data:`LONG_BUILD_SECONDS`
+    is announced on ``stream``.
 
     Returns:
-        The :class:`~marljoint.run.memory.MemoryEstimate`.
+        The :class:`~marljoint.run.memory.MemoryEstimate` (an ``OffPolicyMemory`` for an off-policy run).
 
     Raises:
         RunError: with the estimate, the memory available and the fix; or if the env cannot be built.
@@ -97,8 +99,11 @@ def check_memory(spec: RunSpec, stream: TextIO | None = None) -> Any:
         per_copy, seconds = memory.measure_env_copy(_env_factory(spec), seed=spec.trainer.seed)
     except Exception:  # the copy above was built and reset by the adapter: the estimate goes without its size
         per_copy, seconds = 0, 0.0
-    estimate = memory.estimate_memory(joint_spec, spec.trainer, per_copy)
-    _refuse_oversized(estimate, spec.trainer, joint_spec.num_agents)
+    if spec.algorithm in OFFPOLICY_ALGORITHMS:  # a replay buffer, not a rollout; and envs it cannot learn on
+        estimate = check_offpolicy_env(spec, joint_spec, per_copy)
+    else:
+        estimate = memory.estimate_memory(joint_spec, spec.trainer, per_copy)
+        _refuse_oversized(estimate, spec.trainer, joint_spec.num_agents)
     copies = spec.trainer.num_envs
     if stream is not None and seconds * copies > LONG_BUILD_SECONDS:
         expected = f"about {seconds * copies:.0f} s ({seconds * 1e3:.1f} ms each)"

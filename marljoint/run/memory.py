@@ -25,9 +25,11 @@ from marljoint.ppo.config import JointTrainerConfig
 
 __all__ = [
     "MemoryEstimate",
+    "OffPolicyMemory",
     "available_device_memory",
     "available_memory",
     "estimate_memory",
+    "estimate_offpolicy_memory",
     "format_bytes",
     "measure_env_copy",
 ]
@@ -93,6 +95,79 @@ def estimate_memory(spec: JointSpec, config: JointTrainerConfig, per_copy: int =
     env_copies = 0 if config.collection.backend == "ray" else copies * per_copy
     device = str(config.device).split(":")[0]
     return MemoryEstimate(rollout, update, env_copies, per_copy, "cpu" if device == "cpu" else str(config.device))
+
+
+_PARAMETER_COPIES = 5
+"""float32 values an off-policy network's parameter takes: itself, its target copy, its gradient and Adam's two
+moments (an upper bound for networks without a target)."""
+
+
+@dataclass(frozen=True)
+class OffPolicyMemory:
+    """The memory an off-policy run (vdn, qmix, masac, maddpg) needs, in bytes; it trains on the CPU.
+
+    Attributes:
+        replay: the replay buffer of ``buffer_size`` joint transitions, twice (a checkpoint copies the stored
+            transitions while it is written).
+        networks: every network's parameters with their targets, gradients and Adam moments.
+        batch: one gradient step's activations and their gradients (online and target passes over ``batch_size``
+            transitions).
+        env_copies: the env copies (``num_envs`` × ``per_copy``; 0 for copies that live in Ray actors).
+        per_copy: what one env copy allocated when it was built and reset.
+        transition: the bytes of one stored joint transition.
+    """
+
+    replay: int
+    networks: int
+    batch: int
+    env_copies: int
+    per_copy: int
+    transition: int
+
+    @property
+    def host(self) -> int:
+        """Bytes needed in the host's memory."""
+        return self.replay + self.networks + self.batch + self.env_copies
+
+
+def estimate_offpolicy_memory(spec: JointSpec, config: Any, per_copy: int = 0, ray: bool = False) -> OffPolicyMemory:
+    """The memory of an off-policy run of ``config`` (an :class:`~marljoint.offpolicy.OffPolicyConfig`) on an env
+    whose spaces ``spec`` describes, before anything large is allocated: the networks are built on PyTorch's
+    ``meta`` device (shapes only) to count their parameters and layer widths.
+
+    Args:
+        spec: the env's :class:`~marljoint.JointSpec`.
+        config: the off-policy settings (``buffer_size``, ``batch_size``, widths, the mixer's sizes).
+        per_copy: bytes one env copy allocates (:func:`measure_env_copy`).
+        ray: the env copies live in Ray actors (not in this process).
+
+    Returns:
+        An :class:`OffPolicyMemory`.
+    """
+    import torch
+
+    from marljoint.offpolicy.trainer import build_algorithm
+    from marljoint.offpolicy.transitions import transition_layout
+
+    transition = 0
+    for layout in transition_layout(spec).values():
+        for shape, dtype in layout if isinstance(layout, list) else [layout]:
+            transition += math.prod(shape) * torch.empty((), dtype=dtype).element_size()
+    with torch.device("meta"):
+        algorithm = build_algorithm(spec, config, torch.Generator())
+    networks = list(algorithm.networks)
+    parameters = sum(p.numel() for network in networks for p in network.parameters())
+    # A layer's outputs per batch row: its bias's entries (stacked per-agent members included).
+    widths = sum(p.numel() for n in networks for name, p in n.named_parameters() if name.endswith("bias"))
+    batch = 2 * config.batch_size * 4 * _ACTIVATION_COPIES * widths
+    return OffPolicyMemory(
+        replay=2 * config.buffer_size * transition,
+        networks=parameters * 4 * _PARAMETER_COPIES,
+        batch=batch,
+        env_copies=0 if ray else config.num_envs * per_copy,
+        per_copy=per_copy,
+        transition=transition,
+    )
 
 
 def measure_env_copy(env_fn: Callable[[], Any], seed: int = 0) -> tuple[int, float]:

@@ -4,6 +4,7 @@ as the PPO trainer's."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from types import SimpleNamespace
 from typing import Any
@@ -21,6 +22,8 @@ __all__ = [
     "OffPolicyRun",
     "build_offpolicy_trainer",
     "check_algorithm",
+    "check_offpolicy_env",
+    "check_offpolicy_run",
 ]
 
 VALUE_ALGORITHMS = ("vdn", "qmix")
@@ -54,6 +57,7 @@ def offpolicy_config(algorithm: str, trainer: Any, table: Mapping[str, Any]) -> 
             "(or with its command-line option) instead"
         )
     shared = {
+        **_learning_rate(algorithm, trainer, table),
         "algorithm": algorithm,
         "num_envs": trainer.num_envs,
         "rollout_steps": trainer.rollout_steps,
@@ -70,6 +74,101 @@ def offpolicy_config(algorithm: str, trainer: Any, table: Mapping[str, Any]) -> 
         raise RunError(f"unknown offpolicy setting(s) {unknown}; valid keys: {valid}") from None
     except ValueError as exc:
         raise RunError(f"offpolicy: {exc}") from None
+
+
+_SAC_RATES = "offpolicy.sac's actor_lr, critic_lr and alpha_lr (--set 'offpolicy={sac={actor_lr=3e-4}}')"
+
+
+def _learning_rate(algorithm: str, trainer: Any, table: Mapping[str, Any]) -> dict[str, Any]:
+    """The run's ``learning_rate`` (``--learning-rate``) as the value methods' ``offpolicy.learning_rate``; refused
+    where it would be ignored: given twice, or for masac and maddpg, which read ``offpolicy.sac``'s rates."""
+    rate = trainer.learning_rate
+    if algorithm not in VALUE_ALGORITHMS:
+        for name, given in (("learning_rate", rate), ("offpolicy.learning_rate", table.get("learning_rate"))):
+            if given is not None:
+                raise RunError(f"{algorithm} does not read {name} (= {given!r}); set {_SAC_RATES} instead")
+        return {}
+    if rate is None:
+        return {}
+    if "learning_rate" in table:
+        raise RunError(
+            f"learning_rate = {rate!r} and offpolicy.learning_rate = {table['learning_rate']!r} both set the "
+            f"{algorithm} networks' learning rate; set one of them"
+        )
+    return {"learning_rate": rate}
+
+
+def check_offpolicy_run(spec: Any) -> None:
+    """Refuses run settings an off-policy run cannot honour: ``exploitability_every`` (it scores per-seat
+    policies, which these runs do not have), and a ``learning_starts`` the run never reaches (the run would end
+    without a gradient step).
+
+    Raises:
+        RunError: naming the setting, its value and the fix.
+    """
+    algorithm = spec.algorithm
+    if algorithm not in OFFPOLICY_ALGORITHMS:
+        return
+    if spec.exploitability_every is not None:
+        raise RunError(
+            f"exploitability_every = {spec.exploitability_every} scores each seat's policy, which a {algorithm} run "
+            "does not have; drop --exploitability-every (--eval-every measures its returns), or train with "
+            "--algorithm mappo or ippo, or run marljoint psro or nfsp"
+        )
+    config = offpolicy_config(algorithm, spec.trainer, spec.offpolicy)
+    per_iteration = config.transitions_per_iteration
+    stored = math.ceil(spec.total_steps / per_iteration) * per_iteration
+    if config.learning_starts > stored:
+        raise RunError(
+            f"offpolicy.learning_starts = {config.learning_starts} is more than the {stored} joint transitions "
+            f"this run stores (total_steps = {spec.total_steps}, in iterations of {per_iteration}), so it would end "
+            "without training; lower learning_starts or raise total_steps"
+        )
+
+
+def check_offpolicy_env(spec: Any, joint_spec: Any, per_copy: int = 0) -> Any:
+    """Refuses, before the env copies and networks are built, an off-policy run that cannot learn on its env or
+    does not fit in memory: vdn and qmix on a zero-sum game (their team reward, the agents' rewards summed or
+    averaged, is always 0 there), and a replay buffer, networks and env copies larger than the memory available
+    (:func:`~marljoint.run.memory.estimate_offpolicy_memory`).
+
+    Args:
+        spec: the run's :class:`~marljoint.run.spec.RunSpec`.
+        joint_spec: its env's :class:`~marljoint.JointSpec`.
+        per_copy: bytes one env copy allocates.
+
+    Returns:
+        The :class:`~marljoint.run.memory.OffPolicyMemory` estimate.
+
+    Raises:
+        RunError: naming the reason, the numbers and the fix.
+    """
+    from marljoint.run import memory
+    from marljoint.run.exploitability import zero_sum_env
+
+    algorithm = spec.algorithm
+    if algorithm in VALUE_ALGORITHMS and zero_sum_env(spec.env, spec.env_kwargs):
+        raise RunError(
+            f"env {spec.env!r} is a zero-sum game, so the team reward {algorithm} learns (the agents' rewards "
+            "averaged or summed) is always 0 and nothing would be learnt; train its players against each other "
+            "with --algorithm mappo or ippo (self-play), or run marljoint psro or nfsp"
+        )
+    config = offpolicy_config(algorithm, spec.trainer, spec.offpolicy)
+    estimate = memory.estimate_offpolicy_memory(
+        joint_spec, config, per_copy, ray=spec.trainer.collection.backend == "ray"
+    )
+    free = memory.available_memory()
+    if free is not None and estimate.host > free:
+        size = memory.format_bytes
+        raise RunError(
+            f"the {algorithm} run needs about {size(estimate.host)} of memory, but only {size(free)} is "
+            f"available: the replay buffer of {config.buffer_size:,} transitions x {size(estimate.transition)} "
+            f"(twice, while a checkpoint is written) {size(estimate.replay)}, the networks {size(estimate.networks)}, "
+            f"a batch of {config.batch_size} {size(estimate.batch)}, the {config.num_envs:,} env copies "
+            f"{size(estimate.env_copies)}; lower offpolicy.buffer_size, batch_size, mixer_embed_dim, "
+            "hypernet_hidden or hidden_sizes, or num_envs"
+        )
+    return estimate
 
 
 def check_algorithm(algorithm: str | None, trainer: Any, table: Mapping[str, Any]) -> None:
@@ -137,17 +236,24 @@ class OffPolicyRun:
 
     @property
     def joint_policy(self) -> Any:
-        """Refused: a value run acts with its utilities, not with PPO's policy networks.
+        """Refused: an off-policy run acts with its Q networks (vdn, qmix) or its own actors (masac, maddpg), not
+        with PPO's policy networks, which export and per-agent policies take.
 
         Raises:
             RunError: saying what to use instead.
         """
         algorithm = self.trainer.config.algorithm
-        acts = "greedily on its Q networks" if algorithm in VALUE_ALGORITHMS else "with its off-policy actors"
-        raise RunError(
-            f"a {algorithm} run acts {acts} and has no policy networks to export or hand out per agent; use "
-            "marljoint eval, or load_run(run_dir).act(obs) from Python"
-        )
+        if algorithm in VALUE_ALGORITHMS:
+            why = (
+                f"a {algorithm} run acts greedily on its Q networks (the argmax of each agent's utilities), and "
+                "export and per-agent policies take PPO's policy networks; export supports mappo and ippo runs"
+            )
+        else:
+            why = (
+                f"a {algorithm} run's actors are its own networks (trained against centralised critics), and "
+                "export and per-agent policies take PPO's policy networks; export supports mappo and ippo runs"
+            )
+        raise RunError(f"{why}; use marljoint eval, or load_run(run_dir).act(obs) from Python")
 
     def agent_policy(self, agent: int | str) -> Any:
         """Refused, as :attr:`joint_policy`.

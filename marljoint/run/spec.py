@@ -17,7 +17,7 @@ from marljoint.run import _toml, migrations
 from marljoint.run.config_trust import config_signed, function_env, sign_config, untrusted_config_error
 from marljoint.run.defaults import DEFAULT_ENV, DEFAULT_ENV_KWARGS, DEFAULT_TOTAL_STEPS, DEFAULT_TRAINER, RUN_DEFAULTS
 from marljoint.run.errors import RunError
-from marljoint.run.offpolicy import check_algorithm, with_algorithm_defaults
+from marljoint.run.offpolicy import check_algorithm, check_offpolicy_run, with_algorithm_defaults
 from marljoint.run.registry import EnvSpecError, supersuit_wrappers
 from marljoint.run.rundir import CONFIG_FILE
 
@@ -160,6 +160,7 @@ class RunSpec:
                 f"self_play = 'mmd' regularises the PPO loss, but algorithm={self.algorithm!r} trains off-policy; "
                 "drop one of the two"
             )
+        check_offpolicy_run(self)
 
     def penalty(self) -> Any:
         """The redundancy penalty (an ``aux_fn``), or ``None``."""

@@ -71,7 +71,7 @@ def test_exporting_a_value_run_is_refused_in_one_line(runs, tmp_path, capsys):
     root, _ = runs
     assert run_cli(["export", str(root / "qmix"), "--out", str(tmp_path / "exported")]) == 2
     err = capsys.readouterr().err
-    assert "a qmix run acts greedily on its Q networks and has no policy networks to export" in err
+    assert "a qmix run acts greedily on its Q networks (the argmax of each agent's utilities), and export" in err
     assert err.count("\n") == 1 and not (tmp_path / "exported").exists()
 
 

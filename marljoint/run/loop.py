@@ -188,6 +188,8 @@ class RunLoop:
             enabled=self.progress,
         )
         say(self.stream, self.progress, _banner(spec, self.run_dir, trainer, total, self.resume))
+        if self.tracker.approximation_note is not None:
+            say(self.stream, self.progress, self.tracker.approximation_note)
         if trainer.iteration >= total:
             say(self.stream, self.progress, f"the run already has {trainer.iteration} iterations; raise --total-steps")
         clock = time.perf_counter()

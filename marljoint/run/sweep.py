@@ -471,9 +471,9 @@ def point_job(
         force: replace a run already in ``run_dir``.
         trust_snapshot: on resume, restore an env snapshot signed under another user's key.
         auto_workers: ``(policy_lag, balance)`` for ``--env-workers auto``, or ``None``.
-
         trust_run: on resume, read a ``config.toml`` that is not signed with this user's key even if it names a
             function as its env (:func:`~marljoint.run.spec.load_run_spec`).
+
     Raises:
         RunError: the point's settings are invalid, or contradict a resumed run, naming the run directory.
     """

@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[2]
 ENV = "_faulty_envs:faulty_mock"
 ITERATION = 32
 CONFIG = "rollout_steps = 16\nminibatch_size = 32\nn_epochs = 1\nhidden_sizes = [16]\ncheckpoint_every = 10\n"
-QMIX = ("--algorithm", "qmix")
+QMIX = ("--algorithm", "qmix", "--set", "offpolicy={learning_starts = 32}")  # trains within the short run
 WORKERS = ("--env-workers", "2")
 
 

@@ -21,6 +21,7 @@ from marljoint.offpolicy.config import VALUE_ALGORITHMS, OffPolicyConfig
 from marljoint.offpolicy.replay import JointTransitions, ReplayBuffer
 from marljoint.offpolicy.transitions import PendingMoves, check_saved_transitions, joint_transitions
 from marljoint.offpolicy.value import ValueDecomposition
+from marljoint.policies.joint import JointPolicy, NoActingPolicy
 
 __all__ = ["OffPolicyTrainer", "Played", "build_algorithm"]
 
@@ -119,6 +120,20 @@ class OffPolicyTrainer:
     def generator(self) -> torch.Generator:
         """The generator of replay sampling (and of sampled evaluation actions)."""
         return self._generator
+
+    def acting_policy(self) -> JointPolicy:
+        """Refused: this trainer acts with its Q networks (vdn, qmix) or its own actors (masac, maddpg), not with a
+        :class:`~marljoint.policies.JointPolicy`; :meth:`act` plays it.
+
+        Raises:
+            NoActingPolicy: saying what it acts with (the run layer adds what to use instead).
+        """
+        algorithm = self.config.algorithm
+        if algorithm in VALUE_ALGORITHMS:
+            raise NoActingPolicy(
+                f"a {algorithm} run acts greedily on its Q networks (the argmax of each agent's utilities)"
+            )
+        raise NoActingPolicy(f"a {algorithm} run's actors are its own networks (trained against centralised critics)")
 
     def act(self, obs: JointObs, deterministic: bool = True) -> list[np.ndarray]:
         """Actions for a :class:`~marljoint.JointObs` (evaluation): greedy on Q, or exploring at the current

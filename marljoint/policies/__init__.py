@@ -12,7 +12,7 @@ from marljoint.policies.distributions import (
     UniformMixture,
     make_distribution,
 )
-from marljoint.policies.joint import JointPolicy, NetworkSlot
+from marljoint.policies.joint import JointPolicy, NetworkSlot, NoActingPolicy
 from marljoint.policies.layers import StackedCNN, StackedConv2d, StackedLinear, StackedMLP
 from marljoint.policies.noise import NoiseRequest, SamplingNoise
 from marljoint.policies.normalizer import ObservationNormalizer, RunningNormalizer
@@ -29,6 +29,7 @@ __all__ = [
     "FactoredCategorical",
     "JointPolicy",
     "NetworkSlot",
+    "NoActingPolicy",
     "NoiseRequest",
     "ObservationNormalizer",
     "PolicyOutput",

@@ -17,7 +17,7 @@ from marljoint.policies.joint_states import GroupStates
 from marljoint.policies.noise import SamplingNoise, check_sampling_noise
 from marljoint.policies.normalizer import RunningNormalizer
 
-__all__ = ["JointPolicy", "NetworkSlot"]
+__all__ = ["JointPolicy", "NetworkSlot", "NoActingPolicy"]
 
 
 class NetworkSlot(NamedTuple):
@@ -33,6 +33,11 @@ class NetworkSlot(NamedTuple):
     group: int
     agents: tuple[int, ...]
     whole_group: bool
+
+
+class NoActingPolicy(ValueError):
+    """Raised by a trainer's ``acting_policy()`` when it acts with something other than a :class:`JointPolicy`
+    (Q networks, actors of its own): the message says what it acts with instead."""
 
 
 class JointPolicy(GroupStates):

@@ -51,11 +51,10 @@ from torch import nn
 from torch.func import functional_call
 
 from marljoint.auxiliary import AuxOutput
-from marljoint.offpolicy.sac_networks import (
-    CentralCritic,
-    OffPolicyActor,
-    Temperature,
+from marljoint.offpolicy.sac_networks import CentralCritic, OffPolicyActor, Temperature
+from marljoint.policies.distributions import (
     gumbel_softmax_straight_through,
+    legal_actions,
     masked_log_softmax,
     squashed_gaussian_log_prob,
 )
@@ -235,14 +234,29 @@ def soft_td_target(
     return rewards + gamma * bootstrap.to(rewards.dtype) * next_value
 
 
+def _legal_probs(log_probs: torch.Tensor, mask: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(π, log π)`` ``[..., A]`` with both exactly 0 on the actions :func:`legal_actions` blocks, so that
+    ``π · log π`` adds exactly 0 there (and no ``0 · (−huge)`` reaches a gradient)."""
+    if mask is None:
+        return log_probs.exp(), log_probs
+    legal = legal_actions(mask)
+    safe = log_probs.masked_fill(~legal, 0.0)
+    return safe.exp() * legal, safe
+
+
 def discrete_soft_value(
     q: torch.Tensor, log_probs: torch.Tensor, alpha: torch.Tensor, mask: torch.Tensor | None
 ) -> torch.Tensor:
     """The soft value ``V = Σ_a π(a) (Q(a) − α log π(a))`` over the legal actions (the discrete SAC form).
 
+    A row whose mask allows no action counts every action legal (the distributions' convention,
+    :func:`~marljoint.policies.distributions.legal_actions`), so its value stays finite.
+
     Args:
         q: ``[B, N, A]`` per-action values (the minimum over the twin critics).
-        log_probs: ``[B, N, A]`` the policy's log-probabilities (illegal entries may be any very negative value).
+        log_probs: ``[B, N, A]`` the policy's log-probabilities
+            (:func:`~marljoint.policies.distributions.masked_log_softmax` with the same mask; illegal entries may
+            be any very negative value).
         alpha: ``[N]`` temperatures.
         mask: ``[B, N, A]`` bool legal actions, or ``None``.
 
@@ -255,10 +269,7 @@ def discrete_soft_value(
         >>> discrete_soft_value(torch.tensor([[[1.0, 3.0]]]), logp, torch.zeros(1), None)
         tensor([[2.]])
     """
-    if mask is not None:
-        # Illegal actions have probability exactly 0; zeroing their log-probability keeps 0 · (−huge) finite.
-        log_probs = log_probs.masked_fill(~mask, 0.0)
-    probs = log_probs.exp() if mask is None else log_probs.exp() * mask
+    probs, log_probs = _legal_probs(log_probs, mask)
     return (probs * (q - alpha[:, None] * log_probs)).sum(-1)
 
 
@@ -599,7 +610,9 @@ class SacAlgorithm(nn.Module):
             return float(self.config.target_entropy)
         if not self.spaces.discrete:
             return -float(self.spaces.action_size)
-        legal = like.new_full(like.shape[:2], self.spaces.action_size) if masks is None else masks.sum(-1)
+        if masks is None:
+            return self.config.target_entropy_fraction * math.log(self.spaces.action_size)
+        legal = legal_actions(masks).sum(-1)
         return self.config.target_entropy_fraction * legal.to(like.dtype).log()
 
     @torch.no_grad()
@@ -655,8 +668,7 @@ class SacAlgorithm(nn.Module):
         masks, alive, alpha = b.get("masks"), b["alive"], self.alpha()
         fresh, log_prob = self._policy(head, masks)
         if self.discrete_sac:
-            safe = log_prob if masks is None else log_prob.masked_fill(~masks, 0.0)
-            probs = safe.exp() if masks is None else safe.exp() * masks
+            probs, safe = _legal_probs(log_prob, masks)
             per_row = (probs * (alpha[:, None] * safe - own_values)).sum(-1)
             log_prob = (probs * safe).sum(-1)  # −entropy: the temperature loss's exact expectation
         else:

@@ -1,4 +1,7 @@
-"""The networks and action maths of MASAC and MADDPG: actors, centralised critics, the temperature.
+"""The networks of MASAC and MADDPG: actors, centralised critics, the temperature.
+
+Their action maths (masked log-softmax, Gumbel-softmax straight-through, the squashed Gaussian's density) is the
+action distributions' module's, :mod:`marljoint.policies.distributions`; the names are importable from here too.
 
 All networks hold their agents as stacked members (:mod:`marljoint.policies.layers`): one member per agent, or
 one member for all agents with parameter sharing (the agent's one-hot index appended to its input). Every
@@ -12,9 +15,13 @@ import math
 from collections.abc import Sequence
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
+from marljoint.policies.distributions import (
+    gumbel_softmax_straight_through,
+    masked_log_softmax,
+    squashed_gaussian_log_prob,
+)
 from marljoint.policies.layers import StackedLinear, StackedMLP
 
 __all__ = [
@@ -36,87 +43,6 @@ LOG_STD_MAX = 2.0
 """Largest log standard deviation of a squashed Gaussian actor."""
 
 ACTOR_KINDS = ("gaussian", "categorical", "deterministic")
-
-_LOG_2PI = math.log(2.0 * math.pi)
-
-
-def masked_log_softmax(logits: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-    """Log-probabilities of a categorical over the legal actions; illegal ones get the dtype's most negative value.
-
-    Args:
-        logits: ``[..., A]``.
-        mask: ``[..., A]`` bool, True where the action is legal; ``None``: all legal.
-
-    Returns:
-        ``[..., A]`` log-probabilities; their exponential is exactly 0 on illegal actions.
-
-    Example:
-        >>> import torch
-        >>> logp = masked_log_softmax(torch.zeros(1, 3), torch.tensor([[True, False, True]]))
-        >>> [round(p, 3) for p in logp.exp()[0].tolist()]
-        [0.5, 0.0, 0.5]
-    """
-    if mask is None:
-        return logits.log_softmax(-1)
-    most_negative = torch.finfo(logits.dtype).min
-    return logits.masked_fill(~mask, most_negative).log_softmax(-1).masked_fill(~mask, most_negative)
-
-
-def squashed_gaussian_log_prob(
-    pre_tanh: torch.Tensor, mean: torch.Tensor, log_std: torch.Tensor, half_range: torch.Tensor
-) -> torch.Tensor:
-    """Log-density of ``a = center + half_range · tanh(u)`` with ``u ~ N(mean, exp(log_std)²)``, per action.
-
-    The change of variables: ``log π(a) = Σ_k [log N(u_k) − log half_range_k − log(1 − tanh(u_k)²)]``, with
-    ``log(1 − tanh(u)²) = 2 (log 2 − u − softplus(−2u))`` (stable for large ``|u|``).
-
-    Args:
-        pre_tanh: ``[..., D]`` the Gaussian sample ``u``.
-        mean: ``[..., D]``.
-        log_std: ``[..., D]``.
-        half_range: ``[D]`` ``(high − low) / 2`` of the action space.
-
-    Returns:
-        ``[...]`` the log-density of the squashed action (summed over the D dimensions).
-
-    Example:
-        >>> import torch
-        >>> u = torch.zeros(1, 1)
-        >>> round(squashed_gaussian_log_prob(u, u, u, torch.ones(1)).item(), 4)  # log N(0; 0, 1)
-        -0.9189
-    """
-    gaussian = -0.5 * ((pre_tanh - mean) * torch.exp(-log_std)).square() - log_std - 0.5 * _LOG_2PI
-    log_jacobian = 2.0 * (math.log(2.0) - pre_tanh - F.softplus(-2.0 * pre_tanh)) + half_range.log()
-    return (gaussian - log_jacobian).sum(-1)
-
-
-def gumbel_softmax_straight_through(
-    logits: torch.Tensor,
-    mask: torch.Tensor | None,
-    generator: torch.Generator,
-    temperature: float = 1.0,
-) -> torch.Tensor:
-    """A one-hot sample of a masked categorical whose gradient is that of the Gumbel-softmax relaxation.
-
-    Forward: ``one_hot(argmax(log π + g))`` with Gumbel noise ``g`` (an exact sample of π). Backward: the gradient
-    of ``softmax((log π + g) / temperature)`` (the straight-through estimator of MADDPG's discrete actions).
-
-    Args:
-        logits: ``[..., A]``.
-        mask: ``[..., A]`` bool legal actions, or ``None``.
-        generator: the source of the Gumbel noise.
-        temperature: the relaxation temperature, > 0.
-
-    Returns:
-        ``[..., A]`` one-hot rows (exactly 0 or 1 in the forward pass).
-    """
-    uniform = torch.rand(logits.shape, generator=generator, dtype=logits.dtype, device=generator.device)
-    uniform = uniform.to(logits.device)  # a CPU generator can drive networks on another device
-    gumbel = -torch.log(-torch.log(uniform.clamp(min=torch.finfo(logits.dtype).tiny)))
-    perturbed = masked_log_softmax(logits, mask) + gumbel
-    soft = masked_log_softmax(perturbed / temperature, mask).exp()
-    hard = F.one_hot(perturbed.argmax(-1), logits.shape[-1]).to(logits.dtype)
-    return hard - soft.detach() + soft
 
 
 def _agent_one_hot(batch: int, num_agents: int, like: torch.Tensor) -> torch.Tensor:
@@ -262,6 +188,10 @@ class Temperature(nn.Module):
     Args:
         num_agents: N.
         init_alpha: every agent's initial α, > 0.
+
+    Example:
+        >>> [round(alpha, 6) for alpha in Temperature(2, init_alpha=0.2)().tolist()]
+        [0.2, 0.2]
     """
 
     def __init__(self, num_agents: int, init_alpha: float) -> None:

@@ -8,6 +8,12 @@ exposes ``sample(generator)``, ``mode()``, ``log_prob(actions)`` and ``entropy()
 ``torch.Generator`` it is given, never from torch's global generator.
 
 Categorical actions are head indices ``0 .. n_k - 1``; adding a gymnasium ``start`` offset is the env adapter's job.
+
+The functions serve the learners that differentiate through the action maths themselves (MASAC and MADDPG in
+:mod:`marljoint.offpolicy.sac`): :func:`masked_log_softmax` (the categoricals' log-probabilities),
+:func:`gumbel_softmax_straight_through` (a differentiable categorical sample) and :func:`squashed_gaussian_log_prob`
+(the density of a :class:`DiagGaussian` sample squashed into a Box). One masking rule, :func:`legal_actions`, serves
+them all.
 """
 
 from __future__ import annotations
@@ -31,7 +37,11 @@ __all__ = [
     "DiagGaussian",
     "FactoredCategorical",
     "UniformMixture",
+    "gumbel_softmax_straight_through",
+    "legal_actions",
     "make_distribution",
+    "masked_log_softmax",
+    "squashed_gaussian_log_prob",
 ]
 
 _HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
@@ -109,6 +119,109 @@ def _probs(log_p: torch.Tensor) -> torch.Tensor:
         return log_p.exp()
     floor = _exp_floor(log_p.dtype)
     return log_p.clamp(min=floor).exp() * (log_p > floor)
+
+
+def _blocked_actions(mask: torch.Tensor) -> torch.Tensor:
+    """``[..., A]`` bool: the entries a categorical over ``mask`` blocks (:func:`legal_actions`' complement)."""
+    return mask.logical_not() & mask.any(-1, keepdim=True)
+
+
+def legal_actions(mask: torch.Tensor) -> torch.Tensor:
+    """The actions a masked categorical may play: those ``mask`` allows, or every action in a row it allows none.
+
+    This is the one masking convention of every categorical here (:class:`FactoredCategorical` per head,
+    :func:`masked_log_softmax`, :func:`gumbel_softmax_straight_through`). PettingZoo gives agents that are not
+    deciding all-zero masks; such a row is left unmasked, so that its log-probabilities, values and entropies stay
+    finite, and the learners leave those rows out of their losses.
+
+    Args:
+        mask: ``[..., A]`` bool, True where the action is allowed.
+
+    Returns:
+        ``[..., A]`` bool.
+
+    Example:
+        >>> import torch
+        >>> legal_actions(torch.tensor([[True, False], [False, False]])).tolist()
+        [[True, False], [True, True]]
+    """
+    return ~_blocked_actions(mask)
+
+
+def masked_log_softmax(logits: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """Log-probabilities of a categorical over the :func:`legal_actions` of ``mask``.
+
+    Blocked entries get the dtype's most negative finite logit rather than ``-inf``: their probability is exactly 0
+    and no ``inf - inf`` can make a NaN. A row whose mask allows nothing is left unmasked (:func:`legal_actions`).
+    :class:`FactoredCategorical` computes its heads' log-probabilities with this function.
+
+    Args:
+        logits: ``[..., A]`` floating point.
+        mask: ``[..., A]`` bool (or broadcastable to ``logits``), True where the action is legal; ``None``: all legal.
+
+    Returns:
+        ``[..., A]`` log-probabilities, about the dtype's most negative value on blocked entries (their
+        exponential is exactly 0).
+
+    Raises:
+        TypeError: if ``mask`` is not a bool tensor.
+
+    Example:
+        >>> import torch
+        >>> logp = masked_log_softmax(torch.zeros(2, 3), torch.tensor([[True, False, True], [False, False, False]]))
+        >>> [[round(p, 3) for p in row] for row in logp.exp().tolist()]
+        [[0.5, 0.0, 0.5], [0.333, 0.333, 0.333]]
+    """
+    if mask is None:
+        return _log_softmax(logits)
+    if mask.dtype != torch.bool:
+        raise TypeError(f"mask must be a bool tensor (True = legal), got dtype {mask.dtype}; pass mask.bool()")
+    return _log_softmax(logits.masked_fill(_blocked_actions(mask), torch.finfo(logits.dtype).min))
+
+
+def gumbel_softmax_straight_through(
+    logits: torch.Tensor,
+    mask: torch.Tensor | None,
+    generator: torch.Generator,
+    temperature: float = 1.0,
+) -> torch.Tensor:
+    """A one-hot sample of a masked categorical whose gradient is that of the Gumbel-softmax relaxation.
+
+    Forward: ``one_hot(argmax(log π + g))`` with Gumbel noise ``g``, an exact sample of π over the
+    :func:`legal_actions` of ``mask`` (the Gumbel-max trick, as :meth:`FactoredCategorical.sample`). Backward: the
+    gradient of ``softmax((log π + g) / temperature)`` over the same legal actions (the straight-through estimator
+    of MADDPG's discrete actions). Blocked actions are never sampled and get no gradient.
+
+    Args:
+        logits: ``[..., A]``.
+        mask: ``[..., A]`` bool legal actions, or ``None``.
+        generator: the source of the Gumbel noise (on any device: the noise moves to the logits').
+        temperature: the relaxation temperature, > 0.
+
+    Returns:
+        ``[..., A]`` one-hot rows (exactly 0 or 1 in the forward pass).
+
+    Raises:
+        TypeError: if ``generator`` is not a ``torch.Generator`` or ``mask`` not a bool tensor.
+        ValueError: if ``temperature`` is not a positive number.
+
+    Example:
+        >>> import torch
+        >>> g = torch.Generator().manual_seed(0)
+        >>> gumbel_softmax_straight_through(torch.zeros(1, 3), torch.tensor([[False, True, False]]), g)
+        tensor([[0., 1., 0.]])
+    """
+    _check_generator(generator)
+    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not temperature > 0:
+        raise ValueError(f"temperature must be a number > 0, got {temperature!r}; e.g. gumbel_temperature=1.0")
+    log_p = masked_log_softmax(logits, mask)
+    uniform = torch.rand(logits.shape, generator=generator, dtype=logits.dtype, device=generator.device)
+    uniform = uniform.to(logits.device)
+    gumbel = -torch.log(-torch.log(uniform.clamp(min=torch.finfo(logits.dtype).tiny)))
+    perturbed = log_p + gumbel
+    soft = _probs(masked_log_softmax(perturbed / temperature, mask))
+    hard = torch.nn.functional.one_hot(perturbed.argmax(-1), logits.shape[-1]).to(logits.dtype)
+    return hard - soft.detach() + soft
 
 
 @functools.lru_cache(maxsize=64)
@@ -252,7 +365,7 @@ class FactoredCategorical:
     exactly 0, they are never sampled, they add exactly 0 to the entropy, and no ``inf - inf`` can produce NaN in
     the loss or its gradient. A head whose entries are ALL masked (PettingZoo gives all-zero masks to agents that
     are not acting on this turn) is left unmasked, so its log-probabilities stay finite; the trainer excludes such
-    rows from the loss.
+    rows from the loss. Both rules are :func:`masked_log_softmax`'s, which computes every head.
 
     Heads of equal size are evaluated as one ``[..., K, n]`` tensor. Heads of different sizes are padded to the
     largest size with masked entries, so every method is the same few tensor operations whatever ``nvec`` is.
@@ -307,6 +420,7 @@ class FactoredCategorical:
             index = _padding_index(nvec, logits.device)
             logits3 = logits.new_full((*self.batch_shape, len(nvec) * width), fill)
             logits3 = logits3.index_copy(-1, index, logits).view(head_shape)
+        mask3 = None
         if mask is not None:
             if mask.dtype != torch.bool:
                 raise TypeError(f"mask must be a bool tensor (True = allowed), got dtype {mask.dtype}")
@@ -320,9 +434,7 @@ class FactoredCategorical:
             else:
                 mask3 = mask.new_zeros((*self.batch_shape, len(nvec) * width))
                 mask3 = mask3.index_copy(-1, index, mask).view(head_shape)
-            blocked = mask3.logical_not() & mask3.any(-1, keepdim=True)
-            logits3 = logits3.masked_fill(blocked, fill)
-        self._log_p = _log_softmax(logits3)
+        self._log_p = masked_log_softmax(logits3, mask3)
 
     def sample(self, generator: torch.Generator) -> torch.Tensor:
         """Draws one joint action per batch entry with the Gumbel-max trick.
@@ -547,6 +659,37 @@ class DiagGaussian:
     def entropy(self) -> torch.Tensor:
         """Sum over dimensions of ``0.5 + 0.5 log(2 pi) + log_std``, ``[...]``."""
         return (self.log_std + (0.5 + _HALF_LOG_2PI)).expand(self.mean.shape).sum(-1)
+
+
+def squashed_gaussian_log_prob(
+    pre_tanh: torch.Tensor, mean: torch.Tensor, log_std: torch.Tensor, half_range: torch.Tensor
+) -> torch.Tensor:
+    """Log-density of ``a = center + half_range · tanh(u)`` with ``u ~`` :class:`DiagGaussian` ``(mean, log_std)``.
+
+    The change of variables: ``log π(a) = log N(u) − Σ_k [log half_range_k + log(1 − tanh(u_k)²)]``, with
+    ``log(1 − tanh(u)²) = 2 (log 2 − u − softplus(−2u))`` (stable for large ``|u|``).
+
+    Args:
+        pre_tanh: ``[..., D]`` the Gaussian sample ``u``.
+        mean: ``[..., D]``.
+        log_std: ``[..., D]``.
+        half_range: ``[D]`` ``(high − low) / 2`` of the action space.
+
+    Returns:
+        ``[...]`` the log-density of the squashed action (summed over the D dimensions).
+
+    Raises:
+        ValueError: if ``pre_tanh``'s shape is not ``mean``'s, or ``log_std`` does not broadcast to it.
+
+    Example:
+        >>> import torch
+        >>> u = torch.zeros(1, 1)
+        >>> round(squashed_gaussian_log_prob(u, u, u, torch.ones(1)).item(), 4)  # log N(0; 0, 1)
+        -0.9189
+    """
+    softplus = torch.nn.functional.softplus
+    log_jacobian = 2.0 * (math.log(2.0) - pre_tanh - softplus(-2.0 * pre_tanh)) + half_range.log()
+    return DiagGaussian(mean, log_std).log_prob(pre_tanh) - log_jacobian.sum(-1)
 
 
 def make_distribution(

@@ -8,6 +8,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from marljoint.collect.settings import SHARED_DEFAULTS
+from marljoint.offpolicy.defaults import OFFPOLICY_DEFAULTS
 from marljoint.offpolicy.sac import SacConfig
 
 __all__ = ["ALGORITHMS", "RUN_SAC_SETTINGS", "VALUE_ALGORITHMS", "OffPolicyConfig", "sac_config"]
@@ -30,6 +32,12 @@ _CHOICES = {
 class OffPolicyConfig:
     """Hyperparameters of :class:`~marljoint.offpolicy.OffPolicyTrainer`.
 
+    The settings every family shares take their defaults from one place:
+    :data:`~marljoint.collect.settings.SHARED_DEFAULTS`, or, where this family's differ from PPO's (the rollout's
+    length, γ, the learning rate, the gradient clip, τ), :data:`~marljoint.offpolicy.defaults.OFFPOLICY_DEFAULTS`.
+    In a run, ``num_envs``, ``rollout_steps``, ``seed``, ``gamma``, ``hidden_sizes`` and ``share_parameters`` are
+    the run's own settings; the ``[offpolicy]`` table holds the rest.
+
     Example:
         >>> cfg = OffPolicyConfig(algorithm="qmix", num_envs=4, batch_size=64)
         >>> cfg.transitions_per_iteration
@@ -41,23 +49,23 @@ class OffPolicyConfig:
     whose weights are produced by hypernetworks from the global state), or ``"masac"`` / ``"maddpg"`` (an actor
     per agent and centralised critics, :mod:`marljoint.offpolicy.sac`; the exploration, target and learning-rate
     settings here are then unused, and :attr:`sac` holds theirs)."""
-    num_envs: int = 8
+    num_envs: int = SHARED_DEFAULTS["num_envs"]
     """E, env copies stepped together."""
-    rollout_steps: int = 16
+    rollout_steps: int = OFFPOLICY_DEFAULTS["rollout_steps"]
     """Joint steps played in every env copy per iteration (an iteration stores ``rollout_steps × num_envs``
     joint transitions)."""
-    gamma: float = 0.99
+    gamma: float = OFFPOLICY_DEFAULTS["gamma"]
     """Discount factor."""
-    hidden_sizes: tuple[int, ...] = (64, 64)
+    hidden_sizes: tuple[int, ...] = SHARED_DEFAULTS["hidden_sizes"]
     """Hidden layer sizes of every agent's Q network encoder (the last is the feature size the redundancy penalty
     reads)."""
-    share_parameters: bool = True
+    share_parameters: bool = SHARED_DEFAULTS["share_parameters"]
     """Agents of a group share one Q network (their one-hot agent id appended to the observation)."""
-    learning_rate: float = 5e-4
+    learning_rate: float = OFFPOLICY_DEFAULTS["learning_rate"]
     """Adam learning rate of every network (Q networks and mixer)."""
-    adam_eps: float = 1e-5
+    adam_eps: float = SHARED_DEFAULTS["adam_eps"]
     """Adam epsilon."""
-    max_grad_norm: float = 10.0
+    max_grad_norm: float = OFFPOLICY_DEFAULTS["max_grad_norm"]
     """Global gradient-norm clip, applied to each network separately."""
     buffer_size: int = 50_000
     """Joint transitions the replay buffer holds (the oldest are overwritten)."""
@@ -74,7 +82,7 @@ class OffPolicyConfig:
     target_update: str = "polyak"
     """``"polyak"`` (target ← τ·online + (1−τ)·target after every gradient step) or ``"periodic"`` (a copy every
     ``target_update_interval`` gradient steps)."""
-    tau: float = 0.01
+    tau: float = OFFPOLICY_DEFAULTS["tau"]
     """Polyak coefficient τ."""
     target_update_interval: int = 200
     """Gradient steps between periodic target copies."""
@@ -99,7 +107,7 @@ class OffPolicyConfig:
     deviation of the team rewards stored so far (:class:`~marljoint.offpolicy.reward_scale.RewardScale`), so the
     TD targets have the same scale on any env (rewards of hundreds per step would otherwise give utilities of tens
     of thousands, which networks starting near zero take long to reach)."""
-    seed: int = 0
+    seed: int = SHARED_DEFAULTS["seed"]
     """Seed of the env resets, the exploration noise, the initial weights and the replay sampling."""
     sac: Mapping[str, Any] = field(default_factory=dict)
     """masac and maddpg: :class:`~marljoint.offpolicy.sac.SacConfig` fields other than ``variant``, ``gamma``,

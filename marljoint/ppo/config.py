@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from marljoint.collect.config import CollectionConfig
+from marljoint.collect.settings import SHARED_DEFAULTS
 from marljoint.ppo import checks
 from marljoint.ppo.network import NetworkConfig
 from marljoint.ppo.optim import OptimConfig
@@ -44,7 +45,7 @@ class JointTrainerConfig:
 
     num_agents: int | None = None
     """Expected number of agents N; checked against the env when given (``None``: take the env's)."""
-    num_envs: int = 8
+    num_envs: int = SHARED_DEFAULTS["num_envs"]
     """Env copies E stepped together (used by ``from_env`` helpers that build the env)."""
     rollout_steps: int = 128
     """Steps T per rollout; a rollout holds ``T × E`` rows per agent."""
@@ -94,11 +95,11 @@ class JointTrainerConfig:
     """Adam learning rate of the policies (and of the critic unless ``critic_lr`` is set). ``None`` derives it from
     the action spaces (``marljoint train``'s default): 1e-3 when every agent's actions are discrete, 3e-4 when
     some agent acts in a ``Box``. See :func:`~marljoint.ppo.derived.derive_settings`."""
-    adam_eps: float = 1e-5
+    adam_eps: float = SHARED_DEFAULTS["adam_eps"]
     """Adam ε."""
-    seed: int = 0
+    seed: int = SHARED_DEFAULTS["seed"]
     """Seed of every generator the trainer owns (sampling, shuffling, env resets)."""
-    device: str = "cpu"
+    device: str = SHARED_DEFAULTS["device"]
     """Torch device of the networks, the rollout the update reads and the update itself (the learner's device)."""
     acting_device: str = "auto"
     """Where the policy acts while the rollout is collected in this process: ``"cpu"`` (a CPU copy of the
@@ -109,7 +110,7 @@ class JointTrainerConfig:
     observations, or networks whose work per step is large), else on the CPU. With ``device="cpu"`` both are the
     CPU and nothing is copied. The trainer's :attr:`~marljoint.JointMultiAgentTrainer.config` holds the device
     chosen and :attr:`~marljoint.JointMultiAgentTrainer.derived` the reason."""
-    share_parameters: bool = True
+    share_parameters: bool = SHARED_DEFAULTS["share_parameters"]
     """Agents of one group share one network (agent one-hot appended); False gives one network per agent."""
     value_normalization: bool = True
     """Train the critic on returns standardised by running per-agent statistics (MAPPO's value normalisation)."""
@@ -157,7 +158,7 @@ class JointTrainerConfig:
     :attr:`~marljoint.JointMultiAgentTrainer.config` holds the number used and
     :attr:`~marljoint.JointMultiAgentTrainer.derived` the reason. Parallel sums split their work by thread, so
     the number is part of what decides a run's bits: the same seed and the same number give the same run."""
-    hidden_sizes: tuple[int, ...] = (64, 64)
+    hidden_sizes: tuple[int, ...] = SHARED_DEFAULTS["hidden_sizes"]
     """Hidden layer widths of the default MLP encoders."""
     recurrent: str | None = None
     """``"gru"`` or ``"lstm"``: every network gets a recurrent core after its MLP (the critic one of its own), and

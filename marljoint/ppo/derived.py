@@ -40,8 +40,12 @@ GAMMA_RANGE = (0.9, 0.99)
 DISCRETE_ACTION_SETTINGS = {"ent_coef": 0.01, "learning_rate": 1e-3}
 """The action-space rule's values when every agent's actions are discrete (Discrete, MultiDiscrete)."""
 
-BOX_ACTION_SETTINGS = {"ent_coef": 0.0, "learning_rate": 3e-4}
-"""The action-space rule's values when some agent acts in a ``Box`` (continuous control)."""
+BOX_ACTION_SETTINGS = {
+    "ent_coef": 0.0,
+    "learning_rate": JointTrainerConfig.__dataclass_fields__["learning_rate"].default,
+}
+"""The action-space rule's values when some agent acts in a ``Box`` (continuous control); its learning rate is
+:class:`~marljoint.JointTrainerConfig`'s default (3e-4, the continuous-control recipe's)."""
 
 
 def derive_settings(spec: JointSpec, config: JointTrainerConfig) -> tuple[JointTrainerConfig, dict[str, str]]:

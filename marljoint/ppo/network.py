@@ -13,22 +13,23 @@ __all__ = ["NetworkConfig"]
 @dataclass(frozen=True)
 class NetworkConfig:
     """What building the networks reads. The fields mean what the :class:`~marljoint.JointTrainerConfig` fields of
-    the same names mean (documented there); :attr:`JointTrainerConfig.network
-    <marljoint.JointTrainerConfig.network>` holds the trainer's group.
+    the same names mean, and have their defaults there (declared once): a group is built by the config,
+    :attr:`JointTrainerConfig.network <marljoint.JointTrainerConfig.network>`, from its fields.
 
     Example:
-        >>> NetworkConfig(hidden_sizes=[32]).hidden_sizes
+        >>> from marljoint import JointTrainerConfig
+        >>> JointTrainerConfig(hidden_sizes=[32]).network.hidden_sizes
         (32,)
     """
 
-    hidden_sizes: tuple[int, ...] = (64, 64)
-    share_parameters: bool = True
-    share_trunk: bool = False
-    centralized_critic: bool = False
-    normalize_observations: bool | None = None
-    recurrent: str | None = None
-    rnn_hidden_size: int = 64
-    recurrent_replay: str = "auto"
+    hidden_sizes: tuple[int, ...]
+    share_parameters: bool
+    share_trunk: bool
+    centralized_critic: bool
+    normalize_observations: bool | None
+    recurrent: str | None
+    rnn_hidden_size: int
+    recurrent_replay: str
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "hidden_sizes", _widths(self.hidden_sizes))

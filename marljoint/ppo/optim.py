@@ -12,19 +12,20 @@ __all__ = ["OptimConfig"]
 @dataclass(frozen=True)
 class OptimConfig:
     """What the optimisers read. The fields mean what the :class:`~marljoint.JointTrainerConfig` fields of the
-    same names mean (documented there); :attr:`JointTrainerConfig.optim <marljoint.JointTrainerConfig.optim>`
-    holds the trainer's group.
+    same names mean, and have their defaults there (declared once): a group is built by the config,
+    :attr:`JointTrainerConfig.optim <marljoint.JointTrainerConfig.optim>`, from its fields.
 
     Example:
-        >>> OptimConfig(learning_rate=1e-3).critic_lr is None
+        >>> from marljoint import JointTrainerConfig
+        >>> JointTrainerConfig(learning_rate=1e-3).optim.critic_lr is None
         True
     """
 
-    learning_rate: float | None = 3e-4
-    critic_lr: float | None = None
-    adam_eps: float = 1e-5
-    max_grad_norm: float = 0.5
-    anneal_lr: bool = False
+    learning_rate: float | None
+    critic_lr: float | None
+    adam_eps: float
+    max_grad_norm: float
+    anneal_lr: bool
 
     def __post_init__(self) -> None:
         checks.booleans(self, ("anneal_lr",))

@@ -14,33 +14,35 @@ __all__ = ["PpoConfig"]
 class PpoConfig:
     """What the PPO update reads: rollout size, GAE, loss coefficients and minibatch schedule.
 
-    The fields mean what the :class:`~marljoint.JointTrainerConfig` fields of the same names mean (documented
-    there); :attr:`JointTrainerConfig.ppo <marljoint.JointTrainerConfig.ppo>` holds the trainer's group.
+    The fields mean what the :class:`~marljoint.JointTrainerConfig` fields of the same names mean, and have
+    their defaults there (declared once): a group is built by the config, :attr:`JointTrainerConfig.ppo
+    <marljoint.JointTrainerConfig.ppo>`, from its fields.
 
     Example:
-        >>> PpoConfig(num_envs=4, rollout_steps=32, minibatch_size=64).minibatches_per_epoch
+        >>> from marljoint import JointTrainerConfig
+        >>> JointTrainerConfig(num_envs=4, rollout_steps=32, minibatch_size=64).ppo.minibatches_per_epoch
         2
     """
 
-    num_envs: int = 8
-    rollout_steps: int = 128
-    gamma: float | None = None
-    gae_lambda: float = 0.95
-    bootstrap_truncation: bool = True
-    clip_range: float = 0.2
-    clip_range_vf: float = math.inf
-    vf_coef: float = 0.5
-    ent_coef: float | None = None
-    normalize_advantages: bool = True
-    value_normalization: bool = True
-    n_epochs: int = 4
-    minibatch_size: int = 256
-    num_minibatches: int | None = None
-    iterate_all_minibatches: bool = True
-    max_minibatches_per_epoch: int | None = None
-    target_kl: float | None = None
-    uniform_mix: float = 0.0
-    bptt_length: int | None = None
+    num_envs: int
+    rollout_steps: int
+    gamma: float | None
+    gae_lambda: float
+    bootstrap_truncation: bool
+    clip_range: float
+    clip_range_vf: float
+    vf_coef: float
+    ent_coef: float | None
+    normalize_advantages: bool
+    value_normalization: bool
+    n_epochs: int
+    minibatch_size: int
+    num_minibatches: int | None
+    iterate_all_minibatches: bool
+    max_minibatches_per_epoch: int | None
+    target_kl: float | None
+    uniform_mix: float
+    bptt_length: int | None
 
     def __post_init__(self) -> None:
         checks.booleans(

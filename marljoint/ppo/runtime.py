@@ -13,18 +13,20 @@ __all__ = ["RuntimeConfig"]
 @dataclass(frozen=True)
 class RuntimeConfig:
     """Where and how reproducibly the trainer computes. The fields mean what the
-    :class:`~marljoint.JointTrainerConfig` fields of the same names mean (documented there);
-    :attr:`JointTrainerConfig.runtime <marljoint.JointTrainerConfig.runtime>` holds the trainer's group.
+    :class:`~marljoint.JointTrainerConfig` fields of the same names mean, and have their defaults there (declared
+    once): a group is built by the config, :attr:`JointTrainerConfig.runtime
+    <marljoint.JointTrainerConfig.runtime>`, from its fields.
 
     Example:
-        >>> RuntimeConfig(seed=3, device="cpu").acting_device
+        >>> from marljoint import JointTrainerConfig
+        >>> JointTrainerConfig(seed=3, device="cpu").runtime.acting_device
         'auto'
     """
 
-    seed: int = 0
-    device: str = "cpu"
-    acting_device: str = "auto"
-    torch_threads: int | str | None = "auto"
+    seed: int
+    device: str
+    acting_device: str
+    torch_threads: int | str | None
 
     def __post_init__(self) -> None:
         _check_device(self.device)

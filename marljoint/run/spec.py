@@ -17,6 +17,7 @@ from marljoint.run import _toml, migrations
 from marljoint.run.config_trust import config_signed, function_env, sign_config, untrusted_config_error
 from marljoint.run.defaults import DEFAULT_ENV, DEFAULT_ENV_KWARGS, DEFAULT_TOTAL_STEPS, DEFAULT_TRAINER, RUN_DEFAULTS
 from marljoint.run.errors import RunError
+from marljoint.run.game_runs import GAME_ALGORITHMS, check_game_run, game_config, game_iterations, settings_table
 from marljoint.run.offpolicy import check_algorithm, check_offpolicy_run, with_algorithm_defaults
 from marljoint.run.registry import EnvSpecError, supersuit_wrappers
 from marljoint.run.rundir import CONFIG_FILE
@@ -35,7 +36,7 @@ __all__ = [
     "write_config",
 ]
 
-OPTIONAL_SETTINGS = ("algorithm", "offpolicy")
+OPTIONAL_SETTINGS = ("algorithm", "offpolicy", "psro", "nfsp", "max_seconds")
 """Run settings that ``config.toml`` (:meth:`RunSpec.to_dict`) holds only when they are set: a PPO run as
 ``centralized_critic`` says writes neither, so its file is what it was before ``algorithm`` existed."""
 
@@ -52,13 +53,13 @@ class RunSpec:
     """A bundled env name, a module path (``mpe2.simple_spread_v3``) or a factory path (``pkg.mod:make``)."""
     env_kwargs: Mapping[str, Any] = field(default_factory=lambda: dict(DEFAULT_ENV_KWARGS))
     """Keyword arguments of the env factory."""
-    wrappers: tuple[Any, ...] = ()
+    wrappers: tuple[Any, ...] = RUN_DEFAULTS["wrappers"]
     """SuperSuit wrappers applied to every env copy, in order, before the adapter: names
     (``"color_reduction_v0"``) or tables with ``name`` and keyword arguments
     (``{name = "resize_v1", x_size = 84, y_size = 84}``); ``--wrap`` on the command line."""
     total_steps: int = DEFAULT_TOTAL_STEPS
     """Env steps to train for (one step of one env copy is one env step), rounded up to whole iterations."""
-    redundancy: str | None = None
+    redundancy: str | None = RUN_DEFAULTS["redundancy"]
     """Kind of :class:`~marljoint.redundancy.RedundancyPenalty` to add as the aux loss (``xcorr``, ``cka``,
     ``hsic``), or ``None``."""
     redundancy_coef: float = RUN_DEFAULTS["redundancy_coef"]
@@ -67,7 +68,7 @@ class RunSpec:
     """Iterations between checkpoints (the last iteration is always checkpointed)."""
     keep_checkpoints: int = RUN_DEFAULTS["keep_checkpoints"]
     """How many of the newest checkpoints to keep."""
-    eval_every: int | None = None
+    eval_every: int | None = RUN_DEFAULTS["eval_every"]
     """Evaluate the greedy policies every K iterations (and after the last) on ``eval_episodes`` fresh episodes of
     an in-process copy of the env, always the same ones: logged as the ``eval/...`` columns, and the best evaluation
     so far kept as ``checkpoints/best.pt``. ``None``: no evaluation during training. Training is the same with or
@@ -90,7 +91,7 @@ class RunSpec:
     refused, naming the estimate; without ``exploitability_every`` the evaluations skip the exact measure. ``0``:
     no exact measure of OpenSpiel games (two-player ones are measured approximately, with ``best_response_gain``);
     ``inf``: no limit, and no estimate."""
-    wandb_project: str | None = None
+    wandb_project: str | None = RUN_DEFAULTS["wandb_project"]
     """Also log every metrics row to this Weights & Biases project (``pip install "marljoint[wandb]"``; set
     ``WANDB_MODE=offline`` without network). ``None``: CSV and TensorBoard only."""
     self_play: str | None = RUN_DEFAULTS["self_play"]
@@ -109,6 +110,15 @@ class RunSpec:
     offpolicy: Mapping[str, Any] = field(default_factory=lambda: dict(RUN_DEFAULTS["offpolicy"]))
     """The off-policy runs' own settings (:class:`~marljoint.offpolicy.OffPolicyConfig` fields other than those of
     the run: ``[offpolicy]`` in ``config.toml``, with masac's and maddpg's in ``[offpolicy.sac]``)."""
+    psro: Mapping[str, Any] = field(default_factory=dict)
+    """A ``psro`` run's own settings (:class:`~marljoint.best_response.PsroConfig` fields other than ``trainer``,
+    ``seed`` and ``device``, which are the run's: ``[psro]`` in ``config.toml``; :mod:`marljoint.run.game_runs`)."""
+    nfsp: Mapping[str, Any] = field(default_factory=dict)
+    """An ``nfsp`` run's own settings (:class:`~marljoint.best_response.NfspConfig` fields other than ``trainer``,
+    ``seed`` and ``device``: ``[nfsp]`` in ``config.toml``)."""
+    max_seconds: float | None = None
+    """A psro or nfsp run's wall-time budget in seconds, checked between iterations (resumed time included): the
+    run ends, checkpointed, after the iteration that reaches it. ``None``: no time budget."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.env, str) or not self.env:
@@ -161,6 +171,11 @@ class RunSpec:
                 "drop one of the two"
             )
         check_offpolicy_run(self)
+        for name in GAME_ALGORITHMS:
+            if not isinstance(getattr(self, name), Mapping):
+                raise RunError(f"{name} must be a table of settings, got {getattr(self, name)!r}")
+            object.__setattr__(self, name, dict(getattr(self, name)))
+        check_game_run(self)
 
     def penalty(self) -> Any:
         """The redundancy penalty (an ``aux_fn``), or ``None``."""
@@ -204,6 +219,9 @@ class RunSpec:
                 del out[name]
         if self.self_play == "mmd":  # every MMD setting in effect, the defaults included
             out["mmd"] = self.mmd_config().to_dict()
+        if self.algorithm in GAME_ALGORITHMS:  # every setting in effect, the defaults included
+            table = getattr(self, self.algorithm)
+            out[self.algorithm] = settings_table(self.algorithm, game_config(self.algorithm, self.trainer, table))
         out.update(self.trainer.to_dict())
         return out
 
@@ -383,6 +401,7 @@ RESUMABLE_CHANGES = (
     "device",
     "acting_device",
     "recurrent_replay",
+    "max_seconds",
 )
 MACHINE_SETTINGS = ("torch_threads", "acting_device", "recurrent_replay")
 """Settings resolved from the machine rather than the env (``torch_threads``, ``acting_device`` and
@@ -439,6 +458,9 @@ def _normal(value: Any) -> Any:
 
 
 def iterations_for(spec: RunSpec) -> int:
-    """Iterations needed to reach ``spec.total_steps`` env steps."""
+    """Iterations needed to reach ``spec.total_steps`` env steps (a psro or nfsp run's:
+    :func:`~marljoint.run.game_runs.game_iterations`)."""
+    if spec.algorithm in GAME_ALGORITHMS:
+        return game_iterations(spec)
     per_iteration = spec.trainer.rollout_steps * spec.trainer.num_envs
     return math.ceil(spec.total_steps / per_iteration)

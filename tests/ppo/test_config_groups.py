@@ -23,9 +23,17 @@ def test_every_field_is_in_exactly_one_group():
 
 
 @pytest.mark.parametrize("name", list(GROUPS))
-def test_group_defaults_are_the_config_defaults(name):
+def test_groups_declare_no_defaults_of_their_own(name):
+    # Each setting has one default, JointTrainerConfig's; a group is built from the config's fields.
+    assert all(f.default is dataclasses.MISSING for f in dataclasses.fields(GROUPS[name]))
+    with pytest.raises(TypeError, match="missing"):
+        GROUPS[name]()
     config = JointTrainerConfig()
-    assert getattr(config, name) == GROUPS[name]()
+    assert getattr(config, name) == GROUPS[name](**_group_values(GROUPS[name], config))
+
+
+def _group_values(group, config):
+    return {f.name: getattr(config, f.name) for f in dataclasses.fields(group)}
 
 
 def test_groups_hold_the_expected_settings():
@@ -97,7 +105,7 @@ def test_groups_are_frozen():
 )
 def test_each_group_validates_its_fields(group, changes, match):
     with pytest.raises(ValueError, match=match):
-        group(**changes)
+        group(**{**_group_values(group, JointTrainerConfig()), **changes})
     with pytest.raises(ValueError, match=match):
         JointTrainerConfig(**changes)
 

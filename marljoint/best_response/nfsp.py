@@ -52,6 +52,7 @@ from torch import nn
 from marljoint.best_response.games import KnownGame
 from marljoint.best_response.opponents import AnticipatoryAssigner, PopulationEnv
 from marljoint.best_response.oracles import (
+    GAIN_DEFAULTS,
     GAIN_METRICS,
     check_current_format,
     check_gain_settings,
@@ -61,6 +62,7 @@ from marljoint.best_response.oracles import (
 from marljoint.best_response.reservoir import ReservoirBuffer
 from marljoint.checkpoint import atomic_torch_save, load_checkpoint
 from marljoint.collect.config import CollectionConfig
+from marljoint.collect.settings import SHARED_DEFAULTS
 from marljoint.env.pettingzoo import PettingZooJointEnv
 from marljoint.env.spaces import ActionLayout, ObservationLayout
 from marljoint.policies.distributions import make_distribution
@@ -120,17 +122,17 @@ class NfspConfig:
     trainer: JointTrainerConfig = field(default_factory=lambda: JointTrainerConfig(share_parameters=False))
     """PPO settings of the best responses (``share_parameters`` is forced to False, ``seed`` derived, ``device``
     is :attr:`device`)."""
-    seed: int = 0
+    seed: int = SHARED_DEFAULTS["seed"]
     """Seed of everything (networks, env, mixing draws, reservoirs, minibatches)."""
-    gain_every: int = 0
+    gain_every: int = GAIN_DEFAULTS["gain_every"]
     """Every this many iterations (0: never), estimate the average policies' exploitability with fresh PPO best
     responses (:func:`~marljoint.best_response.oracles.best_response_gain`): the columns ``best_response_gain`` and
     ``best_response_gain_ci``. For envs without a known game, where ``exploitability`` is NaN."""
-    gain_steps: int = 50_000
+    gain_steps: int = GAIN_DEFAULTS["gain_steps"]
     """Env steps of best-response training per estimate (with :attr:`gain_every`)."""
-    gain_episodes: int = 200
+    gain_episodes: int = GAIN_DEFAULTS["gain_episodes"]
     """Episodes simulated per estimate, for the profile and for each best response (with :attr:`gain_every`)."""
-    device: str = "cpu"
+    device: str = SHARED_DEFAULTS["device"]
     """Torch device of every network of the run: the best responses (acting and training), the average policies
     (acting, supervised training, tabulation). The reservoirs stay in host memory; losses, tables and exploitability
     come back to the CPU, and ``nfsp.pt`` loads on any device. ``trainer.device`` may stay ``"cpu"`` or name the

@@ -34,6 +34,7 @@ from marljoint.ppo.config import JointTrainerConfig
 from marljoint.ppo.trainer import JointMultiAgentTrainer
 
 __all__ = [
+    "GAIN_DEFAULTS",
     "BestResponses",
     "ExactOracle",
     "Oracle",
@@ -415,6 +416,12 @@ GAIN_METRICS: dict[str, str] = {
     "responses' own shortfall biases the estimate low)",
 }
 """The columns :func:`gain_metrics` adds to a PSRO or NFSP row."""
+
+GAIN_DEFAULTS: dict[str, int] = {"gain_every": 0, "gain_steps": 50_000, "gain_episodes": 200}
+"""The defaults of the exploitability estimates by fresh best responses, for PSRO and NFSP alike
+(:class:`~marljoint.best_response.PsroConfig` and :class:`~marljoint.best_response.NfspConfig` take them from here):
+none unless asked for (``gain_every`` 0), then 50,000 env steps of best-response training and 200 episodes per
+estimate."""
 
 
 def check_gain_settings(every: Any, steps: Any, episodes: Any) -> None:

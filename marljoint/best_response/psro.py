@@ -39,6 +39,7 @@ from marljoint.best_response.members import member_from_plain, member_to_plain
 from marljoint.best_response.meta_game import MetaGame
 from marljoint.best_response.meta_solvers import META_SOLVERS, get_meta_solver
 from marljoint.best_response.oracles import (
+    GAIN_DEFAULTS,
     GAIN_METRICS,
     ExactOracle,
     Oracle,
@@ -54,6 +55,7 @@ from marljoint.best_response.psro_tasks import derived_seed as _derived_seed
 from marljoint.best_response.psro_tasks import psro_steps
 from marljoint.checkpoint import atomic_torch_save, load_checkpoint
 from marljoint.collect.config import CollectionConfig
+from marljoint.collect.settings import SHARED_DEFAULTS
 from marljoint.env.pettingzoo import PettingZooJointEnv
 from marljoint.env.spaces import JointSpec
 from marljoint.ppo.build import check_device_available
@@ -130,25 +132,25 @@ class PsroConfig:
     initial_policy: str = "uniform"
     """The population's first member: ``"uniform"`` (uniform over allowed actions) or ``"network"`` (an
     untrained network, for Box actions)."""
-    seed: int = 0
+    seed: int = SHARED_DEFAULTS["seed"]
     """Seed of everything (best-response training, simulation, initial networks)."""
     task_split: int = 0
     """0: each iteration runs in this process as described above. K >= 1: the iteration is split into independent
     tasks run by ``engine``: one PPO best-response training per learning seat (each on its own ``trainer.num_envs``
     copies, with ``br_steps / learners`` steps, seeded by (seed, iteration, seat)) and K simulation chunks of the
     missing meta-game entries (``eval_num_envs / K`` copies each). The result depends on K, not on the engine."""
-    gain_every: int = 0
+    gain_every: int = GAIN_DEFAULTS["gain_every"]
     """Every this many iterations (0: never), estimate the meta-mixture's exploitability with fresh PPO best
     responses (:func:`~marljoint.best_response.oracles.best_response_gain`): the columns ``best_response_gain`` and
     ``best_response_gain_ci``. For envs without a known game, where ``exploitability`` is NaN."""
-    gain_steps: int = 50_000
+    gain_steps: int = GAIN_DEFAULTS["gain_steps"]
     """Env steps of best-response training per estimate (with :attr:`gain_every`)."""
-    gain_episodes: int = 200
+    gain_episodes: int = GAIN_DEFAULTS["gain_episodes"]
     """Episodes simulated per estimate, for the profile and for each best response (with :attr:`gain_every`)."""
     engine: str = "ray"
     """Who runs the tasks when ``task_split >= 1``: ``"ray"`` (Ray tasks, ``pip install "marljoint[ray]"``) or
     ``"local"`` (the same tasks one after another in this process)."""
-    device: str = "cpu"
+    device: str = SHARED_DEFAULTS["device"]
     """Torch device of every network of the run: the best responses while they train, the population's networks
     as they play the meta-game simulations and are tabulated, and the initial network. Payoffs, tables and
     exploitability come back to the CPU, and ``psro.pt`` holds CPU tensors, so a run resumes on any device.

@@ -44,7 +44,7 @@ class OffPolicyConfig:
         64
     """
 
-    algorithm: str = "vdn"
+    algorithm: str = OFFPOLICY_DEFAULTS["algorithm"]
     """``"vdn"`` (the team value is the sum of the agents' utilities) or ``"qmix"`` (a monotonic mixing network
     whose weights are produced by hypernetworks from the global state), or ``"masac"`` / ``"maddpg"`` (an actor
     per agent and centralised critics, :mod:`marljoint.offpolicy.sac`; the exploration, target and learning-rate

@@ -16,13 +16,16 @@ from typing import Any
 __all__ = ["OFFPOLICY_DEFAULTS", "SAC_DEFAULTS"]
 
 OFFPOLICY_DEFAULTS: dict[str, Any] = {
+    "algorithm": "vdn",
     "rollout_steps": 16,
     "gamma": 0.99,
     "learning_rate": 5e-4,
     "max_grad_norm": 10.0,
     "tau": 0.01,
 }
-"""The value methods' and the off-policy trainer's defaults where PPO's differ. ``rollout_steps``: an iteration
+"""The value methods' and the off-policy trainer's defaults where PPO's differ. ``algorithm``: an
+:class:`~marljoint.offpolicy.OffPolicyConfig` built directly trains VDN, the simplest of the family (a run without
+``algorithm`` trains PPO). ``rollout_steps``: an iteration
 only stores transitions (the gradient steps follow the transitions stored, not the rollout), so a short one acts
 on fresh weights sooner. ``gamma``: one discount, the value methods' usual 0.99, where a PPO run derives it from
 the episode length. ``learning_rate``, ``max_grad_norm``, ``tau``: the value-decomposition recipe (PyMARL's QMIX:

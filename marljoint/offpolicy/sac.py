@@ -51,6 +51,8 @@ from torch import nn
 from torch.func import functional_call
 
 from marljoint.auxiliary import AuxOutput
+from marljoint.collect.settings import SHARED_DEFAULTS
+from marljoint.offpolicy.defaults import OFFPOLICY_DEFAULTS, SAC_DEFAULTS
 from marljoint.offpolicy.sac_networks import CentralCritic, OffPolicyActor, Temperature
 from marljoint.policies.distributions import (
     gumbel_softmax_straight_through,
@@ -106,10 +108,10 @@ class SacConfig:
     ``"maddpg"``: deterministic actors (Box) or Gumbel-softmax straight-through actors (Discrete), one critic and
     target actors."""
 
-    gamma: float = 0.99
+    gamma: float = OFFPOLICY_DEFAULTS["gamma"]
     """Discount factor, in ``[0, 1]``."""
 
-    tau: float = 0.005
+    tau: float = SAC_DEFAULTS["tau"]
     """Polyak coefficient of the target networks: ``target ← (1 − τ) target + τ online``, in ``(0, 1]``."""
 
     actor_lr: float = 3e-4
@@ -121,7 +123,7 @@ class SacConfig:
     alpha_lr: float = 3e-4
     """Learning rate of the log entropy temperatures (> 0; ``masac`` with ``autotune_alpha`` only)."""
 
-    hidden_sizes: tuple[int, ...] = (64, 64)
+    hidden_sizes: tuple[int, ...] = SHARED_DEFAULTS["hidden_sizes"]
     """Layer sizes of each actor's encoder; its features (for auxiliary losses) have ``hidden_sizes[-1]``
     entries."""
 
@@ -145,7 +147,7 @@ class SacConfig:
     actor_update_interval: int = 1
     """The actors (and temperatures) are updated on every k-th call of ``loss`` (the critic on every call)."""
 
-    share_parameters: bool = False
+    share_parameters: bool = SAC_DEFAULTS["share_parameters"]
     """One actor and one set of critics for all agents (the agent's one-hot index appended to their inputs)
     instead of one per agent."""
 

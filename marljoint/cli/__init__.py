@@ -52,9 +52,12 @@ def _add_train(subparsers: Any) -> None:
 
     p = subparsers.add_parser(
         "train",
-        help="train agents with joint PPO and write a run directory",
+        help="train agents (PPO, value decomposition, off-policy actor-critics, self-play); writes a run directory",
         description=(
-            "Train every agent of a PettingZoo env with synchronized joint PPO. The run directory gets config.toml "
+            "Train every agent of a PettingZoo env with the algorithm --algorithm names: PPO with a joint update "
+            "(mappo, ippo; the default), value decomposition (vdn, qmix) or an off-policy actor-critic (masac, "
+            "maddpg); --self-play mmd trains both seats of a two-player zero-sum game by magnetic mirror descent. "
+            "The run directory gets config.toml "
             "(the full resolved config), metrics.csv (one row per iteration), checkpoints/, learning_curve.png and, "
             "when tensorboard is installed, tensorboard/. Settings come from the defaults, then --config, then the "
             "options given here."
@@ -618,7 +621,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     parser = _Parser(
         prog="marljoint",
-        description="Synchronized joint multi-agent PPO for PettingZoo environments.",
+        description="A multi-agent reinforcement learning toolkit for PettingZoo environments: MAPPO and IPPO (PPO "
+        "with a joint update), VDN and QMIX (value decomposition), MASAC and MADDPG (off-policy actor-critics), and "
+        "the game solvers PSRO, NFSP and MMD self-play.",
+        epilog="Train: marljoint train --algorithm NAME.  Solve a game: marljoint psro, marljoint nfsp, marljoint "
+        "train --self-play mmd.  Each command lists its options with marljoint COMMAND --help; docs/index.md names "
+        "the reference page of each family.",
     )
     parser.add_argument("--version", action="version", version=f"marljoint {__version__}")
     parser.add_argument(

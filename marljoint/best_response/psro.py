@@ -277,10 +277,13 @@ class PSRO:
         env_fn: Any,
         config: PsroConfig | None = None,
         game: KnownGame | None = None,
+        *,
+        start: bool = True,
         **policy_kwargs: Any,
     ) -> None:
         self._setup(env_fn, config or PsroConfig(), game, policy_kwargs)
-        self._initialise()
+        if start:
+            self.start()
 
     # ------------------------------------------------------------------ setup
     def _setup(self, env_fn: Any, config: PsroConfig, game: KnownGame | None, policy_kwargs: dict[str, Any]) -> None:
@@ -322,7 +325,24 @@ class PSRO:
         self._elapsed_before = 0.0
         self._start = time.perf_counter()
 
-    def _initialise(self) -> None:
+    @property
+    def started(self) -> bool:
+        """Whether the initial population is in place (:meth:`start` has run, or a started run was loaded)."""
+        return bool(self.strategies)
+
+    def start(self) -> dict[str, Any]:
+        """Iteration 0: the initial population (one member per seat), its meta-game and meta-strategies.
+
+        The constructor calls it unless ``start=False`` (a run driver that counts it as its first iteration).
+
+        Returns:
+            The iteration's metrics (see :data:`PSRO_METRICS`).
+
+        Raises:
+            ValueError: if the run has started already.
+        """
+        if self.started:
+            raise ValueError(f"{self!r} has started already; call step() for its next iteration")
         tick = time.perf_counter()
         if self.config.initial_policy == "uniform":
             initial = [UniformPolicy(self.spec.actions[seat]) for seat in range(self.num_players)]
@@ -340,7 +360,7 @@ class PSRO:
         self._tabulate_new()
         metrics = self.update_meta_game()
         metrics.update(self.solve_meta_game())
-        self._record(metrics, time.perf_counter() - tick)
+        return self._record(metrics, time.perf_counter() - tick)
 
     # ------------------------------------------------------------------ the three steps
     def add_best_responses(self) -> dict[str, float]:

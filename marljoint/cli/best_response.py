@@ -3,9 +3,11 @@
 :func:`register` adds both to an ``argparse`` subparsers object; each subcommand stores its handler in
 ``args.handler``, to be called as ``args.handler(args)``: it returns the exit status 0, and on bad input writes one line
 ``marljoint <command>: error: ...`` to standard error and raises :class:`CommandError` (a ``SystemExit`` with
-status 2, whose text is that line). Both write ``DIR/metrics.csv`` (one row per
-iteration, rewritten after every iteration; columns as in ``PSRO_METRICS`` / ``NFSP_METRICS``) and a checkpoint
-(``DIR/psro.pt`` / ``DIR/nfsp.pt``) after every iteration; ``psro --resume`` continues a saved run.
+status 2, whose text is that line). The options become a :class:`~marljoint.run.spec.RunSpec` (``algorithm =
+"psro"`` / ``"nfsp"``, its own settings in the ``[psro]`` / ``[nfsp]`` table) that the run driver
+(:func:`~marljoint.run.train.train_run`) trains, as ``marljoint train`` does: ``OUT/config.toml``,
+``OUT/metrics.csv`` (one row per iteration; the driver's columns, then those of ``PSRO_METRICS`` /
+``NFSP_METRICS``), ``OUT/checkpoints/ckpt_N.pt`` after every iteration, ``--resume`` and ``--force``.
 
 Example:
     >>> import argparse
@@ -19,11 +21,11 @@ Example:
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
-import shlex
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -34,14 +36,12 @@ from marljoint.env.openspiel import OPENSPIEL_PREFIX
 from marljoint.policies.recurrent import RECURRENT_KINDS
 from marljoint.ppo.config import JointTrainerConfig
 from marljoint.run import _toml
-from marljoint.run.exploitability import OPENSPIEL_POLICY
-from marljoint.run.lock import RunLock
-from marljoint.run.loop import StopRequests
-from marljoint.run.migrations import read_nfsp_checkpoint, read_psro_checkpoint
+from marljoint.run.errors import RunError
 from marljoint.run.presets import Preset
 from marljoint.run.recipes import BUNDLED_ENVS, auto_meta_solver, env_factory, recipe_for
 from marljoint.run.registry import known_game
-from marljoint.run.runlog import write_metrics_csv
+from marljoint.run.rundir import CONFIG_FILE
+from marljoint.run.spec import RunSpec, resume_spec
 
 __all__ = ["register", "CommandError"]
 
@@ -72,7 +72,8 @@ def _add_psro(subparsers: Any) -> None:
     psro = subparsers.add_parser(
         "psro",
         help="PSRO: populations of best responses and an empirical meta-game",
-        description="Policy-Space Response Oracles on any PettingZoo env; writes OUT/metrics.csv and OUT/psro.pt.",
+        description="Policy-Space Response Oracles on any PettingZoo env; writes OUT/config.toml, OUT/metrics.csv "
+        "and OUT/checkpoints/.",
     )
     _add_common(psro)
     psro.add_argument("--oracle", choices=("exact", "ppo"), default="ppo", help="best-response oracle (default ppo)")
@@ -124,7 +125,8 @@ def _add_nfsp(subparsers: Any) -> None:
     nfsp = subparsers.add_parser(
         "nfsp",
         help="NFSP: PPO best responses and supervised average policies",
-        description="Neural Fictitious Self-Play on any PettingZoo env; writes OUT/metrics.csv and OUT/nfsp.pt.",
+        description="Neural Fictitious Self-Play on any PettingZoo env; writes OUT/config.toml, OUT/metrics.csv and "
+        "OUT/checkpoints/.",
     )
     _add_common(nfsp)
     nfsp.add_argument("--iterations", type=positive_int, help="stop after this many iterations")
@@ -135,9 +137,9 @@ def _add_nfsp(subparsers: Any) -> None:
 def _add_common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--env",
-        required=True,
         help="any env marljoint train takes: a bundled name (tuned settings for "
-        f"{', '.join(BUNDLED_ENVS)}), a PettingZoo module path such as mpe2.simple_push_v3, or package.module:factory",
+        f"{', '.join(BUNDLED_ENVS)}), a PettingZoo module path such as mpe2.simple_push_v3, or package.module:factory; "
+        "required unless --resume continues the run in --out",
     )
     parser.add_argument("--env-kwargs", default="{}", help='env keyword arguments as JSON, e.g. \'{"game": "rps"}\'')
     parser.add_argument("--out", required=True, type=out_path, help="output directory")
@@ -168,7 +170,11 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
         "--gain-steps", type=positive_int, help="env steps of training per estimate (default: psro's --br-steps, 50000)"
     )
     group = parser.add_mutually_exclusive_group()
-    group.add_argument("--resume", action="store_true", help="continue the run saved in OUT")
+    group.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the run saved in OUT with its own settings (--iterations, --seconds and --device may change)",
+    )
     group.add_argument("--force", action="store_true", help="overwrite the run already in OUT")
     parser.add_argument("--quiet", action="store_true", help="no progress lines or summary")
 
@@ -191,8 +197,8 @@ def _fail(command: str, message: str) -> CommandError:
     return CommandError(line)
 
 
-def _resolve(command: str, args: argparse.Namespace) -> tuple[Callable[[], Any], KnownGame | None, Preset, Path]:
-    """Parses the options every command shares; raises the one-line error on bad input."""
+def _env_kwargs(command: str, args: argparse.Namespace) -> dict[str, Any]:
+    """``--env-kwargs`` as a dict; raises the one-line error on bad input."""
     try:
         env_kwargs = _toml.loads_json(args.env_kwargs, "--env-kwargs")
     except _toml.NestingTooDeep as exc:
@@ -202,46 +208,22 @@ def _resolve(command: str, args: argparse.Namespace) -> tuple[Callable[[], Any],
     if not isinstance(env_kwargs, dict):
         example = '{"game": "rps"}'
         raise _fail(command, f"--env-kwargs must be a JSON object such as '{example}', got {args.env_kwargs!r}")
-    if args.seconds is not None and not args.seconds > 0:
-        raise _fail(command, f"--seconds must be positive, got {args.seconds}")
+    return env_kwargs
+
+
+def _new_run(command: str, args: argparse.Namespace) -> tuple[dict[str, Any], KnownGame | None, Preset, int]:
+    """What a new run's settings are resolved from: its env's keyword arguments, known game, recipe and number
+    of players; raises the one-line error for an env that cannot be built or played."""
+    if args.env is None:
+        raise _fail(command, "the following arguments are required: --env (unless --resume continues a saved run)")
+    env_kwargs = _env_kwargs(command, args)
     try:
         factory = env_factory(args.env, env_kwargs)
     except ValueError as exc:
         raise _fail(command, str(exc)) from None
     game = _known_game(command, args, env_kwargs)
-    out = Path(args.out)
-    if out.exists() and not out.is_dir():
-        raise _fail(command, f"--out {str(out)!r} exists and is not a directory")
-    checkpoint = out / f"{command}.pt"
-    if args.resume and not checkpoint.exists():
-        raise _fail(command, f"--resume: no {checkpoint.name} in {str(out)!r}; run without --resume first")
-    if not args.resume and not args.force and (checkpoint.exists() or (out / "metrics.csv").exists()):
-        raise _fail(
-            command,
-            f"{str(out)!r} already holds a {command} run; pass --resume to continue it, --force to overwrite it, or "
-            "choose another --out",
-        )
-    _check_out(command, out, args)
-    return factory, game, recipe_for(args.env), out
-
-
-def _check_out(command: str, out: Path, args: argparse.Namespace) -> None:
-    """Refuses a symbolic link where the run writes (:func:`~marljoint.run.rundir.refuse_links`) and a ``--force``
-    on a directory whose metrics.csv belongs to no run of ``command`` (no ``COMMAND.pt`` beside it)."""
-    from marljoint.run.errors import RunError
-    from marljoint.run.rundir import refuse_links
-
-    if out.is_dir():
-        try:
-            refuse_links(out)
-        except RunError as exc:
-            raise _fail(command, str(exc)) from None
-    if args.force and not args.resume and (out / "metrics.csv").exists() and not (out / f"{command}.pt").exists():
-        raise _fail(
-            command,
-            f"--force: {str(out)!r} holds metrics.csv but no {command}.pt, so no {command} run; --force replaces "
-            "only a run of the same command: move metrics.csv away or choose another --out",
-        )
+    players = game.num_players if game is not None else len(factory().possible_agents)
+    return env_kwargs, game, recipe_for(args.env), players
 
 
 def _known_game(command: str, args: argparse.Namespace, env_kwargs: dict[str, Any]) -> KnownGame | None:
@@ -256,66 +238,6 @@ def _known_game(command: str, args: argparse.Namespace, env_kwargs: dict[str, An
         if not args.quiet:
             sys.stderr.write(f"marljoint {command}: note: {exc}; exploitability is estimated (best_response_gain)\n")
         return None
-
-
-def _recorder(
-    command: str, run: Any, out: Path, args: argparse.Namespace, total: int | None, stops: StopRequests
-) -> Any:
-    """The per-iteration callback of a best-response run: metrics.csv, the checkpoint and a progress line, written
-    together (a stop request waits for them: ``stops``).
-
-    The directory is created (and with ``--force`` the old run's files replaced) at the first call, once the run
-    is built: a run that fails to start changes nothing on disk.
-    """
-    started = {"done": False}
-
-    def record(_: Mapping[str, Any]) -> None:
-        with stops.deferred():
-            _record()
-
-    def _record() -> None:
-        if not started["done"]:
-            started["done"] = True
-            if args.force and not args.resume:
-                for name in ("metrics.csv", f"{command}.pt"):
-                    (out / name).unlink(missing_ok=True)
-            out.mkdir(parents=True, exist_ok=True)
-        write_metrics_csv(run.history, out / "metrics.csv", _FIRST_COLUMNS)
-        run.save(out)
-        _export_policy(command, run, out)
-        if not args.quiet and run.history:
-            sys.stderr.write(_progress_line(command, run.history[-1], total) + "\n")
-            sys.stderr.flush()
-
-    return record
-
-
-def _export_policy(command: str, run: Any, out: Path) -> None:
-    """``OUT/openspiel_policy.json``: the evaluated policy (PSRO's meta-mixtures, NFSP's average policies) in
-    OpenSpiel's tabular form, each time an OpenSpiel game's exploitability was computed."""
-    from marljoint.best_response.openspiel_game import OpenSpielGame
-
-    game = getattr(run, "game", None)
-    if not isinstance(game, OpenSpielGame) or not run.history:
-        return
-    if command == "psro":
-        policies = [run.meta_policy(seat) for seat in range(run.num_players)]
-    else:
-        policies = list(run.average_policies)
-    game.export(game.tables(policies), out / OPENSPIEL_POLICY)
-
-
-def _progress_line(command: str, row: Mapping[str, Any], total: int | None) -> str:
-    """``psro iteration 3/10  exploitability 0.0123  12.3 s`` (the measures a row has)."""
-    of = f"/{total}" if total else ""
-    parts = [f"{command} iteration {int(row.get('iteration', 0))}{of}"]
-    for key in ("exploitability", "best_response_gain", "meta_nash_conv"):
-        value = row.get(key)
-        if isinstance(value, (int, float)) and math.isfinite(value):
-            parts.append(f"{key} {value:.4g}")
-            break
-    parts.append(f"{float(row.get('wall_time', 0.0)):.1f} s")
-    return "  ".join(parts)
 
 
 def _trainer_config(command: str, base: JointTrainerConfig, args: argparse.Namespace) -> JointTrainerConfig:
@@ -364,135 +286,177 @@ def _warm_start_settings(flag: float | bool | None, recipe: Preset) -> dict[str,
     return {"warm_start": True, "warm_start_policy_scale": flag}
 
 
-def _writing(command: str, args: argparse.Namespace) -> RunLock:
-    """The lock on ``--out``, held while the run lives: taken before anything there is read or written, so a second
-    writer is refused (``RunLocked``: one line naming the process that writes there, exit 2)."""
-    out = Path(args.out)
-    if out.exists() and not out.is_dir():
-        raise _fail(command, f"--out {str(out)!r} exists and is not a directory")
-    return RunLock(out)
+def _progress_line(command: str, row: Mapping[str, Any], total: int | None) -> str:
+    """``psro iteration 3/10  exploitability 0.0123  12.3 s`` (the measures a row has)."""
+    of = f"/{total}" if total else ""
+    parts = [f"{command} iteration {int(row.get('iteration', 0))}{of}"]
+    for key in ("exploitability", "best_response_gain", "meta_nash_conv"):
+        value = row.get(key)
+        if isinstance(value, (int, float)) and math.isfinite(value):
+            parts.append(f"{key} {value:.4g}")
+            break
+    parts.append(f"{float(row.get('wall_time', 0.0)):.1f} s")
+    return "  ".join(parts)
 
 
-def run_psro(args: argparse.Namespace) -> int:
-    """The ``psro`` subcommand (see :func:`_writing` and :func:`_stoppable`)."""
-    with _writing("psro", args):
-        return _stoppable("psro", args, _run_psro)
+def _run_trainer(command: str, base: JointTrainerConfig, args: argparse.Namespace) -> JointTrainerConfig:
+    """The run's trainer settings (the best responses' PPO settings): the recipe's, with the options given; the
+    recipe's minibatch is cut to the rows of an update where ``--num-envs`` makes the update smaller."""
+    config = _trainer_config(command, base, args).replace(seed=args.seed, device=args.device)
+    if config.num_minibatches is None and config.minibatch_size > config.batch_rows:
+        config = config.replace(minibatch_size=config.batch_rows)
+    return config
 
 
-def run_nfsp(args: argparse.Namespace) -> int:
-    """The ``nfsp`` subcommand (see :func:`_writing` and :func:`_stoppable`)."""
-    with _writing("nfsp", args):
-        return _stoppable("nfsp", args, _run_nfsp)
-
-
-def _stoppable(command: str, args: argparse.Namespace, body: Callable[[argparse.Namespace, StopRequests], int]) -> int:
-    """Runs ``body`` so that SIGINT or SIGTERM stops it at once, whatever it is doing (an iteration's best
-    responses and measurements can take minutes where a scheduler grants seconds): the checkpoint of the last
-    completed iteration, written after every iteration (:func:`_recorder`, whose saving a signal never cuts short),
-    is what a ``--resume`` continues from.
-
-    Raises:
-        RunInterrupted: exit status 130 after SIGINT, 143 after SIGTERM, saying what is kept.
-    """
-    from marljoint.run.errors import RunInterrupted
-    from marljoint.run.loop import StopRequested
-
-    with StopRequests() as stops:
-        try:
-            with stops.interruptible():
-                return body(args, stops)
-        except StopRequested:
-            out = Path(args.out)
-            if (out / f"{command}.pt").is_file():
-                again = [f"marljoint {command} --env {shlex.quote(args.env)}"]
-                if args.env_kwargs not in (None, "", "{}"):
-                    again.append(f"--env-kwargs {shlex.quote(args.env_kwargs)}")
-                again.append(f"--out {shlex.quote(str(out))} --resume")
-                kept = f"; the checkpoint of its last completed iteration is kept. Continue with: {' '.join(again)}"
-            else:
-                kept = " before its first iteration ended; nothing was written"
-            status = 143 if stops.signal_name == "SIGTERM" else 130
-            raise RunInterrupted(f"stopped by {stops.signal_name}{kept}", status) from None
-
-
-def _run_psro(args: argparse.Namespace, stops: StopRequests) -> int:
-    from marljoint.best_response.psro import PSRO, PsroConfig
-    from marljoint.checkpoint import CheckpointError
-
-    factory, game, recipe, out = _resolve("psro", args)
+def _psro_spec(args: argparse.Namespace) -> RunSpec:
+    """The :class:`~marljoint.run.spec.RunSpec` of a new ``marljoint psro`` run."""
+    env_kwargs, game, recipe, players = _new_run("psro", args)
     if args.oracle == "exact" and game is None:
         raise _fail("psro", f"--oracle exact needs a known game tree, which {args.env} lacks; use --oracle ppo")
     if args.evaluation == "exact" and game is None:
         raise _fail("psro", f"--evaluation exact needs a known game tree, which {args.env} lacks")
     meta_solver = args.meta_solver
     if meta_solver == "auto":
-        players = game.num_players if game is not None else len(factory().possible_agents)
         meta_solver = auto_meta_solver(recipe, players, args.oracle)
-    try:
-        config = PsroConfig(
-            iterations=args.iterations,
-            oracle=args.oracle,
-            meta_solver=meta_solver,
-            evaluation=args.evaluation,
-            episodes_per_entry=args.episodes_per_entry or recipe.episodes_per_entry,
-            eval_num_envs=recipe.eval_num_envs,
-            br_steps=args.br_steps or recipe.br_steps,
-            trainer=_trainer_config("psro", recipe.trainer, args),
-            symmetric=args.symmetric,
-            **_warm_start_settings(args.warm_start, recipe),
-            seed=args.seed,
-            device=args.device,
-            task_split=args.task_split,
-            **_gain_settings(args, game, args.br_steps or recipe.br_steps),
-        )
-        if args.ray_address is not None:
-            from marljoint.distributed import connect_ray
-
-            connect_ray(args.ray_address)
-        if args.resume:
-            psro = PSRO.from_state(read_psro_checkpoint(out), factory, game, config)
-        else:
-            psro = PSRO(factory, config, game)
-    except (ValueError, CheckpointError) as exc:
-        raise _fail("psro", str(exc)) from None
-    record = _recorder("psro", psro, out, args, config.iterations, stops)
-    record({})
-    psro.run(max_seconds=args.seconds, callback=record)
-    _summary("psro", psro.history, out, args)
-    return 0
+    table = {
+        "iterations": args.iterations,
+        "oracle": args.oracle,
+        "meta_solver": meta_solver,
+        "evaluation": args.evaluation,
+        "episodes_per_entry": args.episodes_per_entry or recipe.episodes_per_entry,
+        "eval_num_envs": recipe.eval_num_envs,
+        "br_steps": args.br_steps or recipe.br_steps,
+        "symmetric": args.symmetric,
+        **_warm_start_settings(args.warm_start, recipe),
+        "task_split": args.task_split,
+        **_gain_settings(args, game, args.br_steps or recipe.br_steps),
+    }
+    trainer = _run_trainer("psro", recipe.trainer, args)
+    return _spec("psro", env=args.env, env_kwargs=env_kwargs, psro=table, trainer=trainer, **_budget(args))
 
 
-def _summary(command: str, history: Sequence[Mapping[str, Any]], out: Path, args: argparse.Namespace) -> None:
-    """The final line of a best-response run."""
-    if args.quiet or not history:
-        return
-    print(f"{_progress_line(command, history[-1], None)}  -> {out}")
-
-
-def _run_nfsp(args: argparse.Namespace, stops: StopRequests) -> int:
-    from marljoint.best_response.nfsp import NFSP, NfspConfig
-    from marljoint.checkpoint import CheckpointError
-
-    factory, game, recipe, out = _resolve("nfsp", args)
+def _nfsp_spec(args: argparse.Namespace) -> RunSpec:
+    """The :class:`~marljoint.run.spec.RunSpec` of a new ``marljoint nfsp`` run: ``--iterations`` in its
+    ``total_steps``."""
+    env_kwargs, game, recipe, _ = _new_run("nfsp", args)
     if args.seconds is None and args.iterations is None:
         raise _fail("nfsp", "pass --seconds S (wall-time budget) or --iterations K")
-    if args.iterations is not None and args.iterations < 1:
-        raise _fail("nfsp", f"--iterations must be a positive integer, got {args.iterations}")
-    settings = dict(recipe.nfsp)
+    table = {**recipe.nfsp, **_gain_settings(args, game, 50_000)}
     if args.anticipatory is not None:
-        settings["anticipatory"] = args.anticipatory
+        table["anticipatory"] = args.anticipatory
+    trainer = _run_trainer("nfsp", recipe.nfsp_trainer_config(), args)
+    spec = _spec("nfsp", env=args.env, env_kwargs=env_kwargs, nfsp=table, trainer=trainer, **_budget(args))
+    return dataclasses.replace(spec, total_steps=_nfsp_total_steps(spec, args.iterations))
+
+
+def _nfsp_total_steps(spec: RunSpec, iterations: int | None) -> int:
+    from marljoint.run.game_runs import UNBOUNDED_ITERATIONS, nfsp_steps_per_iteration
+
+    return nfsp_steps_per_iteration(spec) * (UNBOUNDED_ITERATIONS if iterations is None else iterations)
+
+
+def _budget(args: argparse.Namespace) -> dict[str, Any]:
+    """The settings every new best-response run takes from the command line besides its own."""
+    return {"max_seconds": args.seconds, "checkpoint_every": 1}
+
+
+def _spec(command: str, **values: Any) -> RunSpec:
     try:
-        trainer = _trainer_config("nfsp", recipe.nfsp_trainer_config(), args)
-        config = NfspConfig(
-            trainer=trainer, seed=args.seed, device=args.device, **settings, **_gain_settings(args, game, 50_000)
+        return RunSpec(algorithm=command, **values)
+    except RunError as exc:
+        raise _fail(command, str(exc)) from None
+
+
+def _resumed_spec(command: str, args: argparse.Namespace) -> RunSpec:
+    """The saved run's spec, with the budget (``--iterations``, ``--seconds``) and ``--device`` given; ``--env``
+    and ``--env-kwargs``, when given, must be the run's."""
+    out = Path(args.out)
+    _refuse_older_run(command, out)
+    overrides: dict[str, Any] = {"max_seconds": args.seconds, "device": args.device}
+    if args.env is not None:
+        overrides.update(env=args.env, env_kwargs=_env_kwargs(command, args))
+    if not (out / CONFIG_FILE).is_file():
+        raise _fail(command, f"--resume: {str(out)!r} holds no {command} run to resume (no {CONFIG_FILE})")
+    try:
+        spec = resume_spec(out, overrides)
+        if spec.algorithm != command:
+            raise RunError(
+                f"--resume: {out} holds a {spec.algorithm or 'train'} run, not a {command} run; continue it with "
+                f"marljoint {spec.algorithm if spec.algorithm in ('psro', 'nfsp') else 'train'} --out {out} --resume"
+            )
+        if args.iterations is None:
+            return spec
+        if command == "psro":
+            return dataclasses.replace(spec, psro={**spec.psro, "iterations": args.iterations})
+        return dataclasses.replace(spec, total_steps=_nfsp_total_steps(spec, args.iterations))
+    except RunError as exc:
+        raise _fail(command, str(exc)) from None
+
+
+def _refuse_older_run(command: str, out: Path) -> None:
+    """A run directory of an earlier version (``psro.pt`` / ``nfsp.pt``, no ``config.toml``) is refused in one
+    line."""
+    if (out / f"{command}.pt").is_file() and not (out / CONFIG_FILE).is_file():
+        raise _fail(
+            command,
+            f"{str(out)!r} holds a {command} run written by an earlier marljoint ({command}.pt), which this version "
+            f"does not continue; start a new run in another --out (PSRO.from_state / NFSP.from_state with "
+            f"marljoint.run.migrations.read_{command}_checkpoint load its state from Python)",
         )
-        if args.resume:
-            nfsp = NFSP.from_state(read_nfsp_checkpoint(out), factory, game, device=args.device)
-        else:
-            nfsp = NFSP(factory, config, game)
-    except (ValueError, CheckpointError) as exc:
-        raise _fail("nfsp", str(exc)) from None
-    record = _recorder("nfsp", nfsp, out, args, args.iterations, stops)
-    nfsp.run(iterations=args.iterations, max_seconds=args.seconds, callback=record)
-    _summary("nfsp", nfsp.history, out, args)
+
+
+def run_psro(args: argparse.Namespace) -> int:
+    """The ``psro`` subcommand: parses the options into a run and trains it with the run driver."""
+    return _run("psro", args, _psro_spec)
+
+
+def run_nfsp(args: argparse.Namespace) -> int:
+    """The ``nfsp`` subcommand: parses the options into a run and trains it with the run driver."""
+    return _run("nfsp", args, _nfsp_spec)
+
+
+def _run(command: str, args: argparse.Namespace, new_spec: Callable[[argparse.Namespace], RunSpec]) -> int:
+    """Trains the run of ``command`` with :func:`~marljoint.run.train.train_run` (its lock, ``config.toml``,
+    ``metrics.csv``, ``checkpoints/``, resume, stop requests); a progress line per iteration unless ``--quiet``.
+
+    Raises:
+        CommandError: bad input, or a run the driver refuses (one line).
+        RunInterrupted: after SIGINT or SIGTERM (exit status 130 or 143), saying what is kept.
+    """
+    from marljoint.run.errors import RunInterrupted
+    from marljoint.run.train import train_run
+
+    if args.resume:
+        spec = _resumed_spec(command, args)
+    else:
+        _refuse_older_run(command, Path(args.out))
+        spec = new_spec(args)
+    if command == "psro" and args.ray_address is not None:
+        from marljoint.distributed import connect_ray
+
+        connect_ray(args.ray_address)
+    rows: list[dict[str, Any]] = []
+    total = spec.psro["iterations"] if command == "psro" else args.iterations
+    try:
+        train_run(spec, args.out, args.resume, args.force, False, on_iteration=_progress(command, args, total, rows))
+    except RunInterrupted:
+        raise
+    except RunError as exc:
+        raise _fail(command, str(exc)) from None
+    if rows and not args.quiet:
+        print(f"{_progress_line(command, rows[-1], None)}  -> {args.out}")
     return 0
+
+
+def _progress(
+    command: str, args: argparse.Namespace, total: int | None, rows: list[dict[str, Any]]
+) -> Callable[[dict[str, Any]], None]:
+    """The per-iteration callback: keeps the row and writes a progress line (unless ``--quiet``)."""
+
+    def show(row: dict[str, Any]) -> None:
+        rows.append(row)
+        if not args.quiet:
+            sys.stderr.write(_progress_line(command, row, total) + "\n")
+            sys.stderr.flush()
+
+    return show

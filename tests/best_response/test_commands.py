@@ -29,11 +29,11 @@ def test_psro_exact_writes_one_row_per_iteration_and_resumes(tmp_path):
     out = tmp_path / "run"
     assert run(["psro", "--env", "kuhn_poker_v0", "--oracle", "exact", "--iterations", "4", "--out", str(out)]) == 0
     rows = read_rows(out / "metrics.csv")
-    assert list(rows[0])[:3] == ["iteration", "wall_time", "exploitability"]
+    assert list(rows[0])[:3] == ["iteration", "wall_time", "env_steps"]  # the run driver's columns first
     assert [int(r["iteration"]) for r in rows] == [0, 1, 2, 3, 4]
     assert float(rows[0]["exploitability"]) == pytest.approx(11 / 24)
-    assert (out / "psro.pt").is_file()
-    run(["psro", "--env", "kuhn_poker_v0", "--oracle", "exact", "--iterations", "8", "--out", str(out), "--resume"])
+    assert (out / "config.toml").is_file() and (out / "checkpoints" / "ckpt_0000005.pt").is_file()
+    run(["psro", "--out", str(out), "--iterations", "8", "--resume"])  # the run's own settings, its env included
     rows = read_rows(out / "metrics.csv")
     assert [int(r["iteration"]) for r in rows] == list(range(9)) and float(rows[-1]["exploitability"]) < 0.01
 
@@ -49,7 +49,7 @@ def test_nfsp_writes_metrics(tmp_path):
     run(["nfsp", "--env", "kuhn_poker_v0", "--iterations", "1", "--num-envs", "8", "--out", str(tmp_path)])
     rows = read_rows(tmp_path / "metrics.csv")
     assert len(rows) == 1 and 0.0 < float(rows[0]["exploitability"]) < 1.0
-    assert (tmp_path / "nfsp.pt").is_file()
+    assert (tmp_path / "checkpoints" / "ckpt_0000001.pt").is_file()
 
 
 def test_recurrent_best_responses_from_the_command_line(tmp_path, capsys):
@@ -97,11 +97,12 @@ def test_any_env_train_takes_runs_and_reports_an_estimated_exploitability_withou
         (["psro", "--env", "kuhn_poker_v0", "--env-kwargs", "{game"], r"error: --env-kwargs is not valid JSON"),
         (["psro", "--env", "kuhn_poker_v0", "--env-kwargs", "[1]"], r"--env-kwargs must be a JSON object"),
         (["psro", "--env", "bucket_brigade_v0", "--oracle", "exact"], r"--oracle exact needs a known game tree"),
-        (["psro", "--env", "kuhn_poker_v0", "--meta-solver", "best"], r"marljoint psro: error: meta_solver='best'"),
+        (["psro", "--env", "kuhn_poker_v0", "--meta-solver", "best"], r"marljoint psro: error: psro.meta_solver='best' is not one of"),
         (["psro", "--env", "matrix_game_v0", "--env-kwargs", '{"game": "go"}'], r"marljoint psro: error: .*'go'"),
-        (["psro", "--env", "kuhn_poker_v0", "--resume"], r"--resume: no psro.pt"),
+        (["psro", "--env", "kuhn_poker_v0", "--resume"], r"--resume: .* holds no psro run to resume \(no config"),
+        (["nfsp", "--iterations", "1"], r"marljoint nfsp: error: the following arguments are required: --env"),
         (["nfsp", "--env", "kuhn_poker_v0"], r"marljoint nfsp: error: pass --seconds S"),
-        (["nfsp", "--env", "kuhn_poker_v0", "--seconds", "1", "--anticipatory", "2"], r"anticipatory must be in"),
+        (["nfsp", "--env", "kuhn_poker_v0", "--seconds", "1", "--anticipatory", "2"], r"nfsp.anticipatory must be in"),
     ],
 )
 def test_bad_input_gives_one_line_errors(tmp_path, capsys, argv, message):
@@ -138,7 +139,7 @@ def test_every_bundled_env_has_a_recipe():
 
 
 def _snapshot(directory):
-    return {p.name: p.read_bytes() for p in sorted(directory.iterdir())}
+    return {str(p.relative_to(directory)): p.read_bytes() for p in sorted(directory.rglob("*")) if p.is_file()}
 
 
 def test_psro_refuses_an_existing_run_unless_resumed_or_forced_and_a_failed_start_changes_nothing(tmp_path, capsys):
@@ -151,7 +152,7 @@ def test_psro_refuses_an_existing_run_unless_resumed_or_forced_and_a_failed_star
     with pytest.raises(SystemExit) as info:
         run([*base, "--iterations", "2"])
     assert info.value.code == 2
-    assert "already holds a psro run; pass --resume to continue it, --force to overwrite it" in capsys.readouterr().err
+    assert "already holds a run; pass --resume to continue it, --force to overwrite it" in capsys.readouterr().err
     with pytest.raises(SystemExit):  # --force, but a setting that fails: the old run stays as it was
         run([*base, "--iterations", "2", "--force", "--meta-solver", "no_such_solver"])
     assert _snapshot(out) == before
@@ -166,13 +167,13 @@ def test_nfsp_resumes_and_refuses_to_overwrite(tmp_path, capsys):
     assert "nfsp iteration 1/1" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         run([*base, "--iterations", "1"])
-    assert "already holds a nfsp run" in capsys.readouterr().err
+    assert "already holds a run" in capsys.readouterr().err
     assert run([*base, "--iterations", "2", "--resume"]) == 0
     rows = read_rows(out / "metrics.csv")
     assert [int(r["iteration"]) for r in rows] == [1, 2]
     with pytest.raises(SystemExit):
         run(["nfsp", "--env", "kuhn_poker_v0", "--iterations", "1", "--out", str(tmp_path / "none"), "--resume"])
-    assert "--resume: no nfsp.pt in" in capsys.readouterr().err
+    assert "holds no nfsp run to resume (no config.toml)" in capsys.readouterr().err
 
 
 def test_warm_start_flag_takes_a_policy_scale_or_off_and_defaults_to_the_recipe(tmp_path, capsys):

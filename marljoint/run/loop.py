@@ -197,10 +197,12 @@ class RunLoop:
         self.stops = stops
         try:
             while trainer.iteration < total and (stop_after is None or trainer.iteration < stop_after):
+                if self._out_of_time(clock):
+                    break
                 row = self._iteration(total, clock)
                 if on_iteration is not None:
                     on_iteration(row)
-                last = trainer.iteration >= total
+                last = trainer.iteration >= total or self._out_of_time(clock)
                 if last or trainer.iteration % spec.checkpoint_every == 0 or stops.signal_name is not None:
                     self._save(clock)
                     last_saved = trainer.iteration
@@ -211,17 +213,20 @@ class RunLoop:
                 if stops.signal_name is not None and not last:
                     raise RunInterrupted(
                         f"stopped by {stops.signal_name} after iteration {trainer.iteration}, which is checkpointed. "
-                        f"Continue with: marljoint train --out {self.run_dir} --resume",
+                        f"Continue with: {self.resume_command}",
                         143 if stops.signal_name == "SIGTERM" else 130,
                     )
         except (*_ENV_ERRORS, *_WORKER_ERRORS) as exc:
             raise self._env_failure(exc, clock, last_saved) from exc
         except DivergenceError as exc:
             raise exc.with_note(self._kept(last_saved)) from None
+        except StopRequested:  # an iteration abandoned at once (see _iteration): the last checkpoint is kept
+            status = 143 if stops.signal_name == "SIGTERM" else 130
+            raise RunInterrupted(self._abandoned(last_saved), status) from None
         except KeyboardInterrupt:
             raise RunInterrupted(
                 f"interrupted at iteration {trainer.iteration}; the newest checkpoint is from iteration "
-                f"{last_saved}. Continue with: marljoint train --out {self.run_dir} --resume"
+                f"{last_saved}. Continue with: {self.resume_command}"
             ) from None
         finally:
             display.close()
@@ -231,6 +236,28 @@ class RunLoop:
                 self._eval_env.close()
             self.tracker.close()
             trainer.close()
+
+    @property
+    def resume_command(self) -> str:
+        """The command line that continues this run (``marljoint psro`` and ``nfsp`` runs are continued by their
+        own commands)."""
+        command = self.spec.algorithm if self.spec.algorithm in ("psro", "nfsp") else "train"
+        return f"marljoint {command} --out {self.run_dir} --resume"
+
+    def _out_of_time(self, clock: float) -> bool:
+        """Whether the run's ``max_seconds`` (resumed time included) is spent."""
+        budget = self.spec.max_seconds
+        return budget is not None and self.clock_offset + time.perf_counter() - clock >= budget
+
+    def _abandoned(self, last_saved: int) -> str:
+        """What a stop request that abandoned an iteration kept."""
+        stopped = f"stopped by {self.stops.signal_name}"
+        if self.log is None and not self.resume:
+            return f"{stopped} before its first iteration ended; nothing was written"
+        return (
+            f"{stopped} during iteration {last_saved + 1}, which was abandoned; the checkpoint of iteration "
+            f"{last_saved}, the last completed one, is kept. Continue with: {self.resume_command}"
+        )
 
     def _kept(self, last_saved: int) -> str:
         """Which checkpoint holds the last good weights after a divergence (the diverged state is never saved)."""
@@ -243,10 +270,14 @@ class RunLoop:
 
     def _iteration(self, total: int, clock: float) -> dict[str, Any]:
         trainer = self.trainer
-        rollout, stats, seconds = trainer.iterate(total, aux_fn=self.aux_fn)
+        # An algorithm whose iterations take minutes (psro, nfsp) abandons the one in progress at a stop request.
+        abandon = getattr(trainer, "abandons_iterations", False)
+        with self.stops.interruptible() if abandon else contextlib.nullcontext():
+            rollout, stats, seconds = trainer.iterate(total, aux_fn=self.aux_fn)
         metrics = trainer.iteration_metrics(rollout, stats, seconds)
-        if trainer.learner.regularizer is not None:  # the self-play term's schedule and size (mmd/alpha, mmd/kl)
-            metrics.update(trainer.learner.regularizer.metrics())
+        learner = getattr(trainer, "learner", None)
+        if learner is not None and learner.regularizer is not None:  # the self-play term (mmd/alpha, mmd/kl)
+            metrics.update(learner.regularizer.metrics())
         self.tracker.observe(trainer, trainer.iteration)  # the average policy of MMD self-play, where kept
         try:
             with self.stops.interruptible():
@@ -257,6 +288,9 @@ class RunLoop:
         if self.log is None:
             self._open()
         self.tracker.export(self.run_dir)
+        write_files = getattr(trainer, "write_files", None)  # psro's and nfsp's openspiel_policy.json
+        if write_files is not None:
+            write_files(self.run_dir)
         self.agent_steps += metrics["agent_steps"]
         row = _row(metrics, self.clock_offset + time.perf_counter() - clock, self.agent_steps)
         with writing(self.log.path):
@@ -335,7 +369,7 @@ class RunLoop:
             kept = f"the newest checkpoint is from iteration {last_saved}. Once the env is fixed, continue"
         if self.log is None and not self.resume:
             return error(f"{failed}; nothing was written to {self.run_dir}", 0)
-        return error(f"{failed}; {kept} with: marljoint train --out {self.run_dir} --resume", last_saved)
+        return error(f"{failed}; {kept} with: {self.resume_command}", last_saved)
 
 
 _FIRST_COLUMNS = ("iteration", "wall_time", "env_steps", "agent_steps", "sps", "episodes", "episode_return_mean")

@@ -17,6 +17,7 @@ from marljoint.run import _toml, migrations
 from marljoint.run.config_trust import config_signed, function_env, sign_config, untrusted_config_error
 from marljoint.run.defaults import DEFAULT_ENV, DEFAULT_ENV_KWARGS, DEFAULT_TOTAL_STEPS, DEFAULT_TRAINER, RUN_DEFAULTS
 from marljoint.run.errors import RunError
+from marljoint.run.game_runs import GAME_ALGORITHMS, check_game_run, game_config, game_iterations, settings_table
 from marljoint.run.offpolicy import check_algorithm, check_offpolicy_run, with_algorithm_defaults
 from marljoint.run.registry import EnvSpecError, supersuit_wrappers
 from marljoint.run.rundir import CONFIG_FILE
@@ -35,7 +36,7 @@ __all__ = [
     "write_config",
 ]
 
-OPTIONAL_SETTINGS = ("algorithm", "offpolicy")
+OPTIONAL_SETTINGS = ("algorithm", "offpolicy", "psro", "nfsp", "max_seconds")
 """Run settings that ``config.toml`` (:meth:`RunSpec.to_dict`) holds only when they are set: a PPO run as
 ``centralized_critic`` says writes neither, so its file is what it was before ``algorithm`` existed."""
 
@@ -109,6 +110,15 @@ class RunSpec:
     offpolicy: Mapping[str, Any] = field(default_factory=lambda: dict(RUN_DEFAULTS["offpolicy"]))
     """The off-policy runs' own settings (:class:`~marljoint.offpolicy.OffPolicyConfig` fields other than those of
     the run: ``[offpolicy]`` in ``config.toml``, with masac's and maddpg's in ``[offpolicy.sac]``)."""
+    psro: Mapping[str, Any] = field(default_factory=dict)
+    """A ``psro`` run's own settings (:class:`~marljoint.best_response.PsroConfig` fields other than ``trainer``,
+    ``seed`` and ``device``, which are the run's: ``[psro]`` in ``config.toml``; :mod:`marljoint.run.game_runs`)."""
+    nfsp: Mapping[str, Any] = field(default_factory=dict)
+    """An ``nfsp`` run's own settings (:class:`~marljoint.best_response.NfspConfig` fields other than ``trainer``,
+    ``seed`` and ``device``: ``[nfsp]`` in ``config.toml``)."""
+    max_seconds: float | None = None
+    """A psro or nfsp run's wall-time budget in seconds, checked between iterations (resumed time included): the
+    run ends, checkpointed, after the iteration that reaches it. ``None``: no time budget."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.env, str) or not self.env:
@@ -161,6 +171,11 @@ class RunSpec:
                 "drop one of the two"
             )
         check_offpolicy_run(self)
+        for name in GAME_ALGORITHMS:
+            if not isinstance(getattr(self, name), Mapping):
+                raise RunError(f"{name} must be a table of settings, got {getattr(self, name)!r}")
+            object.__setattr__(self, name, dict(getattr(self, name)))
+        check_game_run(self)
 
     def penalty(self) -> Any:
         """The redundancy penalty (an ``aux_fn``), or ``None``."""
@@ -204,6 +219,9 @@ class RunSpec:
                 del out[name]
         if self.self_play == "mmd":  # every MMD setting in effect, the defaults included
             out["mmd"] = self.mmd_config().to_dict()
+        if self.algorithm in GAME_ALGORITHMS:  # every setting in effect, the defaults included
+            table = getattr(self, self.algorithm)
+            out[self.algorithm] = settings_table(self.algorithm, game_config(self.algorithm, self.trainer, table))
         out.update(self.trainer.to_dict())
         return out
 
@@ -383,6 +401,7 @@ RESUMABLE_CHANGES = (
     "device",
     "acting_device",
     "recurrent_replay",
+    "max_seconds",
 )
 MACHINE_SETTINGS = ("torch_threads", "acting_device", "recurrent_replay")
 """Settings resolved from the machine rather than the env (``torch_threads``, ``acting_device`` and
@@ -439,6 +458,9 @@ def _normal(value: Any) -> Any:
 
 
 def iterations_for(spec: RunSpec) -> int:
-    """Iterations needed to reach ``spec.total_steps`` env steps."""
+    """Iterations needed to reach ``spec.total_steps`` env steps (a psro or nfsp run's:
+    :func:`~marljoint.run.game_runs.game_iterations`)."""
+    if spec.algorithm in GAME_ALGORITHMS:
+        return game_iterations(spec)
     per_iteration = spec.trainer.rollout_steps * spec.trainer.num_envs
     return math.ceil(spec.total_steps / per_iteration)

@@ -1,12 +1,14 @@
-"""PSRO and NFSP checkpoints of an earlier format: converted by marljoint.run.migrations (and so resumed by
-``marljoint psro/nfsp --resume``), refused by the core classes with the reader that converts them."""
+"""PSRO and NFSP checkpoints of an earlier format: converted by marljoint.run.migrations (for
+``PSRO.from_state`` / ``NFSP.from_state``), refused by the core classes with the reader that converts them; their run
+directories (``psro.pt`` beside metrics.csv, no config.toml) are refused by ``marljoint psro/nfsp`` in one line."""
 
 from __future__ import annotations
 
 import pytest
 from _product_helpers import run_cli
 
-from marljoint.best_response import NFSP, PSRO, KuhnGame, PsroConfig
+from marljoint import JointTrainerConfig
+from marljoint.best_response import NFSP, PSRO, KuhnGame, NfspConfig, PsroConfig
 from marljoint.checkpoint import atomic_torch_save, load_checkpoint
 from marljoint.run.migrations import (
     migrate_best_response_state,
@@ -17,16 +19,21 @@ from marljoint.run.migrations import (
 from marljoint.run.recipes import env_factory
 from marljoint_envs import kuhn_poker_v0
 
-RUNS = {
-    "psro": ["--oracle", "exact", "--iterations", "1"],
-    "nfsp": ["--num-envs", "8", "--iterations", "1"],
-}
+NFSP_CONFIG = NfspConfig(
+    trainer=JointTrainerConfig(num_envs=8, rollout_steps=8, minibatch_size=64, share_parameters=False),
+    rollouts_per_iteration=2,
+)
 
 
 def _older_run(out, command):
-    """A finished run whose checkpoint is rewritten as an earlier version saved it."""
-    assert run_cli([command, "--env", "kuhn_poker_v0", *RUNS[command], "--out", str(out), "--quiet"]) == 0
-    path = out / f"{command}.pt"
+    """A finished run as an earlier version wrote it: ``COMMAND.pt`` (with a config saved before
+    ``normalize_observations`` existed, and psro's ``num_workers``) and metrics.csv, no config.toml."""
+    cls, config = (PSRO, PsroConfig(oracle="exact", iterations=1)) if command == "psro" else (NFSP, NFSP_CONFIG)
+    run = cls(kuhn_poker_v0.raw_env, config, KuhnGame())
+    run.run(iterations=1) if command == "psro" else run.step()
+    out.mkdir(parents=True, exist_ok=True)
+    path = run.save(out)
+    (out / "metrics.csv").write_text("iteration,wall_time,exploitability\n")
     state = load_checkpoint(path)
     del state["config"]["trainer"]["normalize_observations"]  # saved before the setting existed
     if command == "psro":
@@ -64,15 +71,20 @@ def test_an_older_checkpoint_is_refused_by_the_core_class_naming_the_reader(tmp_
 
 
 @pytest.mark.parametrize("command", ["psro", "nfsp"])
-def test_an_older_checkpoint_resumes_through_the_run_layer(tmp_path, capsys, command):
+def test_an_older_checkpoint_loads_through_the_run_layer_and_its_directory_is_refused_in_one_line(
+    tmp_path, capsys, command
+):
     _older_run(tmp_path, command)
     read = read_psro_checkpoint if command == "psro" else read_nfsp_checkpoint
     state = read(tmp_path)
     assert state["config"]["trainer"]["normalize_observations"] is False
     cls = PSRO if command == "psro" else NFSP
     assert cls.from_state(state, env_factory("kuhn_poker_v0", {}), KuhnGame()).iteration == 1
-    args = [command, "--env", "kuhn_poker_v0", "--iterations", "2", "--out", str(tmp_path), "--resume", "--quiet"]
-    assert run_cli(args) == 0, capsys.readouterr().err
-    resumed = load_checkpoint(tmp_path / f"{command}.pt")
-    assert resumed["iteration"] == 2
-    assert "normalize_observations" in resumed["config"]["trainer"]
+    before = sorted(p.name for p in tmp_path.iterdir())
+    for flag in ("--resume", "--force"):
+        args = [command, "--env", "kuhn_poker_v0", "--iterations", "2", "--out", str(tmp_path), flag, "--quiet"]
+        assert run_cli(args) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and f"holds a {command} run written by an earlier marljoint ({command}.pt)" in err
+        assert f"read_{command}_checkpoint" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == before

@@ -247,8 +247,9 @@ def test_psro_and_nfsp_refuse_a_linked_metrics_file(tmp_path, sentinel, capsys):
     for command in ("psro", "nfsp"):
         out = tmp_path / command
         _link(out, "metrics.csv", sentinel.target("notes"))
-        _link(out, f"{command}.pt", sentinel.target("notes"))
-        status = run_cli([command, "--env", "kuhn_poker_v0", "--out", str(out), "--force", "--quiet"])
+        _link(out, "config.toml", sentinel.target("notes"))
+        argv = [command, "--env", "kuhn_poker_v0", "--iterations", "1", "--out", str(out), "--force", "--quiet"]
+        status = run_cli(argv)
         err = capsys.readouterr().err
         assert status == 2 and f"marljoint {command}: error: " in err and "is a symbolic link" in err
     sentinel.assert_intact()
@@ -423,5 +424,5 @@ def test_psro_force_refuses_a_directory_without_a_psro_run(tmp_path, capsys):
     status = run_cli(["psro", "--env", "kuhn_poker_v0", "--out", str(out), "--force", "--quiet"])
     err = capsys.readouterr().err
     assert status == 2
-    assert "--force:" in err and "holds metrics.csv but no psro.pt" in err
+    assert "--force:" in err and "holds metrics.csv but no marljoint training run" in err
     assert (out / "metrics.csv").read_text() == "date,weight\n"

@@ -97,7 +97,7 @@ def test_any_env_train_takes_runs_and_reports_an_estimated_exploitability_withou
         (["psro", "--env", "kuhn_poker_v0", "--env-kwargs", "{game"], r"error: --env-kwargs is not valid JSON"),
         (["psro", "--env", "kuhn_poker_v0", "--env-kwargs", "[1]"], r"--env-kwargs must be a JSON object"),
         (["psro", "--env", "bucket_brigade_v0", "--oracle", "exact"], r"--oracle exact needs a known game tree"),
-        (["psro", "--env", "kuhn_poker_v0", "--meta-solver", "best"], r"marljoint psro: error: psro.meta_solver='best' is not one of"),
+        (["psro", "--env", "kuhn_poker_v0", "--meta-solver", "best"], r"error: psro.meta_solver='best' is not one of"),
         (["psro", "--env", "matrix_game_v0", "--env-kwargs", '{"game": "go"}'], r"marljoint psro: error: .*'go'"),
         (["psro", "--env", "kuhn_poker_v0", "--resume"], r"--resume: .* holds no psro run to resume \(no config"),
         (["nfsp", "--iterations", "1"], r"marljoint nfsp: error: the following arguments are required: --env"),

@@ -1,6 +1,7 @@
 """OpenSpiel games: the env observing information states, ``openspiel:`` names, exact scoring with OpenSpiel's
 own code, the exported policy, and the same figures as the bundled Kuhn poker."""
 
+import csv
 import functools
 import json
 
@@ -314,19 +315,21 @@ def run(argv):
 
 def test_psro_exact_on_openspiels_kuhn_reaches_the_bundled_kuhns_figure_and_exports_its_policy(tmp_path):
     assert run(["psro", "--env", "openspiel:kuhn_poker", "--oracle", "exact", "--out", str(tmp_path / "p")]) == 0
-    last = (tmp_path / "p" / "metrics.csv").read_text().splitlines()[-1].split(",")
-    assert float(last[2]) < 0.01  # the exploitability column, after 10 iterations
+    with open(tmp_path / "p" / "metrics.csv", newline="") as handle:
+        last = list(csv.DictReader(handle))[-1]
+    assert float(last["exploitability"]) < 0.01  # the exploitability column, after 10 iterations
     policy = json.loads((tmp_path / "p" / "openspiel_policy.json").read_text())
     loaded = {key: [tuple(pair) for pair in pairs] for key, pairs in policy.items()}
-    assert pyspiel.nash_conv(pyspiel.load_game("kuhn_poker"), loaded) / 2 == pytest.approx(float(last[2]), abs=1e-9)
+    measured = float(last["exploitability"])
+    assert pyspiel.nash_conv(pyspiel.load_game("kuhn_poker"), loaded) / 2 == pytest.approx(measured, abs=1e-9)
     assert run(["nfsp", "--env", "openspiel:kuhn_poker", "--iterations", "1", "--num-envs", "8",
                 "--out", str(tmp_path / "n")]) == 0
     assert (tmp_path / "n" / "openspiel_policy.json").is_file()
 
 
 def test_openspiel_games_solve_ppo_meta_games_with_prd_and_exact_ones_with_nash(tmp_path):
-    from marljoint.checkpoint import load_checkpoint
     from marljoint.run.recipes import OPENSPIEL_RECIPE, RECIPES, auto_meta_solver
+    from marljoint.run.spec import load_run_spec
 
     assert auto_meta_solver(OPENSPIEL_RECIPE, 2) == "prd"
     assert auto_meta_solver(OPENSPIEL_RECIPE, 2, "exact") == "nash"  # the double oracle keeps an exact solver
@@ -338,7 +341,7 @@ def test_openspiel_games_solve_ppo_meta_games_with_prd_and_exact_ones_with_nash(
         out = tmp_path / str(len(list(tmp_path.iterdir())))
         argv = ["psro", "--env", "openspiel:kuhn_poker", "--iterations", "1", "--br-steps", "256", "--num-envs", "8"]
         assert run([*argv, *extra, "--out", str(out)]) == 0
-        return load_checkpoint(out / "psro.pt")["config"]["meta_solver"]
+        return load_run_spec(out).psro["meta_solver"]
 
     assert solver_of() == "prd"
     assert solver_of("--meta-solver", "nash") == "nash"

@@ -202,12 +202,13 @@ def test_psro_with_the_exact_oracle_and_nfsp_run_on_a_simultaneous_game(tmp_path
 
     env = "openspiel:goofspiel(num_cards=4,imp_info=True)"
     assert run(["psro", "--env", env, "--oracle", "exact", "--iterations", "1", "--out", str(tmp_path / "p")]) == 0
-    last = (tmp_path / "p" / "metrics.csv").read_text().splitlines()[-1].split(",")
-    assert float(last[2]) > 0.5  # a pure best response to the uniform policy: exploitable
+    with open(tmp_path / "p" / "metrics.csv", newline="") as handle:
+        last = list(csv.DictReader(handle))[-1]
+    assert float(last["exploitability"]) > 0.5  # a pure best response to the uniform policy: exploitable
     policy = json.loads((tmp_path / "p" / "openspiel_policy.json").read_text())
     loaded = {key: [tuple(pair) for pair in pairs] for key, pairs in policy.items()}
     turn_based = pyspiel.convert_to_turn_based(pyspiel.load_game("goofspiel(num_cards=4,imp_info=True)"))
-    assert pyspiel.nash_conv(turn_based, loaded) / 2 == pytest.approx(float(last[2]), abs=1e-9)
+    assert pyspiel.nash_conv(turn_based, loaded) / 2 == pytest.approx(float(last["exploitability"]), abs=1e-9)
     env = "openspiel:goofspiel(num_cards=3,imp_info=True)"
     assert run(["nfsp", "--env", env, "--iterations", "1", "--num-envs", "8", "--out", str(tmp_path / "n")]) == 0
     assert (tmp_path / "n" / "openspiel_policy.json").is_file()

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
-from marljoint.collect import CollectionConfig, Collector, LocalCollector, RayJointEnv
+from marljoint.collect import CollectionConfig, Collector, LocalCollector
 from marljoint.env import (
     ActionLayout,
     BlankImageWarning,
@@ -123,7 +123,6 @@ __all__ = [
     "OffPolicyConfig",
     "OffPolicyTrainer",
     "PettingZooJointEnv",
-    "RayJointEnv",
     "RunLock",
     "RunLocked",
     "SacAlgorithm",

@@ -2,8 +2,7 @@
 
 A :class:`Collector` plays rollouts with a :class:`~marljoint.policies.JointPolicy`: in this process
 (:class:`LocalCollector`), in a :class:`~marljoint.env.SubprocessJointEnv`'s workers (:class:`SubprocessCollector`)
-or in Ray actors (:class:`RayCollector`; :class:`RayJointEnv` only steps env copies there, for a trainer
-that acts in its own process), optionally one rollout ahead of the update (:class:`OverlappedCollector`,
+or in Ray actors (:class:`RayCollector`), optionally one rollout ahead of the update (:class:`OverlappedCollector`,
 ``policy_lag=1``), chosen by a :class:`CollectionConfig` (:func:`make_collector`). All give the same rollout bit
 for bit: the subprocess and Ray collectors are one orchestration (:class:`SlicedCollector`) over two transports
 (pipes, Ray actors). Also here: the rollout storage ``[T, E, N, ...]``, the moves a turn-based rollout
@@ -13,7 +12,7 @@ carries into the next, the per-copy noise generators, the padded batches of a sl
 
 from marljoint.collect.backends import make_collector
 from marljoint.collect.balance import WorkBalancer, proportional_slices
-from marljoint.collect.base import Collector, WorkerCollector, rollout_storage
+from marljoint.collect.base import ActingPolicy, Collector, StepActing, WorkerCollector, rollout_storage
 from marljoint.collect.config import BACKENDS, CollectionConfig
 from marljoint.collect.local import LocalCollector
 from marljoint.collect.noise import CopyNoise, copy_generators, generators_from_states
@@ -21,7 +20,6 @@ from marljoint.collect.orchestration import SlicedCollector, SliceTransport
 from marljoint.collect.overlap import OverlappedCollector
 from marljoint.collect.padded import PaddedPolicy, RowPadding
 from marljoint.collect.ray import RayCollector, WorkerLostError
-from marljoint.collect.ray_env import RayJointEnv
 from marljoint.collect.rollout import PER_AGENT_FIELDS, JointRollout, carry_pending_moves
 from marljoint.collect.slices import SliceWorker, assemble, blueprint, rollout_piece
 from marljoint.collect.subprocess import SubprocessCollector
@@ -30,6 +28,7 @@ from marljoint.env.base import split_copies
 __all__ = [
     "BACKENDS",
     "PER_AGENT_FIELDS",
+    "ActingPolicy",
     "CollectionConfig",
     "Collector",
     "CopyNoise",
@@ -38,10 +37,10 @@ __all__ = [
     "OverlappedCollector",
     "PaddedPolicy",
     "RayCollector",
-    "RayJointEnv",
     "RowPadding",
     "SliceTransport",
     "SliceWorker",
+    "StepActing",
     "SlicedCollector",
     "SubprocessCollector",
     "WorkBalancer",

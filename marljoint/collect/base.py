@@ -2,17 +2,73 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
+import numpy as np
 import torch
 
+from marljoint.collect.padded import RowPadding
 from marljoint.collect.rollout import JointRollout
+from marljoint.env.base import JointObs
 from marljoint.env.spaces import JointSpec
 from marljoint.policies.distributions import BehaviourPolicy
 from marljoint.policies.joint import JointPolicy
 
-__all__ = ["Collector", "WorkerCollector", "rollout_storage"]
+__all__ = ["ActingPolicy", "Collector", "StepActing", "WorkerCollector", "rollout_storage"]
+
+
+@runtime_checkable
+class StepActing(Protocol):
+    """A policy that a collector asks for every step's actions, one call per step: the off-policy learners'
+    behaviour (ε-greedy on utilities at the schedule's value, sampling actors, noisy deterministic actors).
+
+    A collector playing one stores, besides the steps, what a learner of ``(observation, next observation)``
+    pairs needs (:meth:`~marljoint.collect.JointRollout.keep_successors`); values and log-probabilities stay 0.
+    Multi-process collectors pickle it to their workers once (it must be picklable) and send :meth:`weights`
+    with every rollout.
+
+    Attributes:
+        spec: the env's agents and layouts.
+    """
+
+    spec: JointSpec
+
+    @property
+    def device(self) -> torch.device:
+        """Where the rollout storage lives (the CPU)."""
+        ...
+
+    def weights(self) -> Mapping[str, Any]:
+        """Everything the acting depends on (network weights, the schedule's clock), for a worker's copy."""
+        ...
+
+    def load_weights(self, weights: Mapping[str, Any]) -> None:
+        """Takes :meth:`weights` of the original."""
+        ...
+
+    def act_step(
+        self, obs: JointObs, step: int, generators: Sequence[torch.Generator], rows: RowPadding | None = None
+    ) -> list[np.ndarray]:
+        """The actions of one step of a rollout.
+
+        Args:
+            obs: the copies' observations, alive and acting flags and action masks (``R`` rows).
+            step: the step's index t in the rollout.
+            generators: ``R`` noise generators, row e's from its copy's (:func:`~marljoint.collect.copy_generators`:
+                addressed by global copy index, so every backend draws the same numbers for a copy).
+            rows: where the R rows sit in the batch of all copies (``None``: they are all of them), for acting
+                whose networks must see the rows at their places to give the same bits.
+
+        Returns:
+            Per group, ``[R, n_g, *action_shape]`` actions for ``env.step``.
+        """
+        ...
+
+
+ActingPolicy = JointPolicy | StepActing
+"""What every collector acts with: a :class:`~marljoint.policies.JointPolicy` (sampled through its fast paths,
+with values and log-probabilities stored) or a :class:`StepActing`."""
 
 
 @runtime_checkable
@@ -28,9 +84,10 @@ class Collector(Protocol):
 
     num_envs: int
 
-    def collect(self, policy: JointPolicy, steps: int, behaviour: BehaviourPolicy | None = None) -> JointRollout:
-        """Plays ``steps`` joint steps in every env copy with ``policy``, continuing where the last rollout
-        stopped (the copies are reset with the collector's seed before the first).
+    def collect(self, policy: ActingPolicy, steps: int, behaviour: BehaviourPolicy | None = None) -> JointRollout:
+        """Plays ``steps`` joint steps in every env copy with ``policy`` (a :class:`~marljoint.policies.JointPolicy`
+        or a :class:`StepActing`), continuing where the last rollout stopped (the copies are reset with the
+        collector's seed before the first).
 
         ``behaviour`` (a :class:`~marljoint.policies.BehaviourPolicy`, e.g. a
         :class:`~marljoint.policies.UniformMixture`) plays in the policy's place when given: the actions are drawn
@@ -73,7 +130,7 @@ class WorkerCollector(Protocol):
 
     def collect(
         self,
-        policy: JointPolicy,
+        policy: ActingPolicy,
         steps: int,
         weights: Mapping[str, Any] | None = None,
         into: JointRollout | None = None,

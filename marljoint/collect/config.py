@@ -76,7 +76,7 @@ class CollectionConfig:
         """Whether the policies act in other processes (``"subprocess"`` or ``"ray"``)."""
         return self.backend != "local"
 
-    def make_env(self, env_fn: Any, num_envs: int, seed: int | None = None, acts_here: bool = False) -> Any:
+    def make_env(self, env_fn: Any, num_envs: int, seed: int | None = None) -> Any:
         """The JointEnv this backend collects from: a :class:`~marljoint.env.SubprocessJointEnv` of
         :attr:`workers` processes for ``"subprocess"``, else a :class:`~marljoint.PettingZooJointEnv` (the Ray
         actors rebuild their copies from its ``env_fn``).
@@ -85,18 +85,11 @@ class CollectionConfig:
             env_fn: a PettingZoo env factory or module.
             num_envs: E, the env copies.
             seed: seed of the first reset.
-            acts_here: for a trainer that acts in its own process and only has the env copies stepped elsewhere
-                (the off-policy trainers): ``"ray"`` then builds a :class:`~marljoint.collect.RayJointEnv` of
-                :attr:`workers` actors.
         """
         from marljoint.env import PettingZooJointEnv, SubprocessJointEnv
 
         if self.backend == "subprocess":
             return SubprocessJointEnv(env_fn, num_envs=num_envs, num_workers=self.workers, seed=seed)
-        if self.backend == "ray" and acts_here:
-            from marljoint.collect.ray_env import RayJointEnv
-
-            return RayJointEnv(env_fn, num_envs=num_envs, num_workers=self.workers, seed=seed)
         return PettingZooJointEnv(env_fn, num_envs=num_envs, seed=seed)
 
     def replace(self, **changes: Any) -> CollectionConfig:

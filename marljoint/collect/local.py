@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 from marljoint.collect.acting import HostActing
-from marljoint.collect.base import rollout_storage
+from marljoint.collect.base import ActingPolicy, StepActing, rollout_storage
 from marljoint.collect.noise import CopyNoise, copy_generators, generators_from_states
 from marljoint.collect.padded import PaddedPolicy, RowPadding
 from marljoint.collect.rollout import JointRollout
@@ -54,9 +54,9 @@ class LocalCollector:
         self._storage: JointRollout | None = None
         self._memory: _Memory | None = None
 
-    def collect(self, policy: JointPolicy, steps: int, behaviour: BehaviourPolicy | None = None) -> JointRollout:
+    def collect(self, policy: ActingPolicy, steps: int, behaviour: BehaviourPolicy | None = None) -> JointRollout:
         """Plays ``steps`` joint steps in every env copy with ``policy`` (played by ``behaviour`` when given: the
-        rollout stores the behaviour's log-probabilities).
+        rollout stores the behaviour's log-probabilities; a :class:`~marljoint.collect.StepActing` plays itself).
 
         Returns:
             The rollout ``[T, E, ...]`` on the policy's device (its storage is reused by the next call).
@@ -111,16 +111,20 @@ class LocalCollector:
     def close(self) -> None:
         """Nothing to release: the env belongs to the caller."""
 
-    def collect_into(self, ro: JointRollout, policy: JointPolicy, behaviour: BehaviourPolicy | None = None) -> None:
+    def collect_into(self, ro: JointRollout, policy: ActingPolicy, behaviour: BehaviourPolicy | None = None) -> None:
         """Plays ``ro.steps`` joint steps in every env copy, writing them into the rollout storage ``ro``.
 
         Args:
             ro: storage allocated for this env's copies on the policy's device (see
                 :meth:`~marljoint.collect.JointRollout.allocate`).
-            policy: the policy to act with.
+            policy: the policy to act with (a :class:`~marljoint.collect.StepActing` is asked for each step's
+                actions, and the rollout keeps the successors of its steps).
             behaviour: the :class:`~marljoint.policies.BehaviourPolicy` that plays in its place (``None``: the
-                policy itself).
+                policy itself; not used with a :class:`~marljoint.collect.StepActing`).
         """
+        if not isinstance(policy, JointPolicy):
+            self._collect_steps(ro, policy)
+            return
         state = self._start()
         noise = CopyNoise(self.copy_generators, ro.steps)
         ro.final_values.zero_()  # written only at the steps where an agent is truncated
@@ -147,6 +151,34 @@ class LocalCollector:
                     memory.after_step(ro.alive[t].cpu().numpy(), step)
                 state = step
             _bootstrap(ro, padded, state, memory)
+        self.current = JointObs(state.obs, state.alive, state.acting, state.action_masks)
+        episodes.write(ro, self.env.spec.num_agents)
+
+    def _collect_steps(self, ro: JointRollout, policy: StepActing) -> None:
+        """:meth:`collect_into` for a :class:`~marljoint.collect.StepActing`: each step's actions from
+        ``policy.act_step``, the copies' noise generators handed over; values and log-probabilities stay 0."""
+        state = self._start()
+        ro.keep_successors()
+        for name in ("values", "log_probs", "final_values", "truncated_waiting", "bootstrap_values"):
+            getattr(ro, name).zero_()
+        ro.states = ro.starts = None
+        writer = _StepWriter(ro)
+        episodes = _Episodes()
+        with torch.no_grad():
+            for t in range(ro.steps):
+                writer.observation(t, state)
+                current = JointObs(state.obs, state.alive, state.acting, state.action_masks)
+                actions = policy.act_step(current, t, self.copy_generators, self.rows)
+                for g, action in enumerate(actions):
+                    ro.actions[g][t].copy_(torch.as_tensor(np.asarray(action)))
+                step = self.env.step(actions)
+                writer.outcome(t, step)
+                writer.successors(t, step)
+                if step.final_waiting is not None and step.truncated.any():
+                    ro.truncated_waiting[t] = torch.from_numpy(step.truncated & step.final_waiting)
+                episodes.record(t, step)
+                state = step
+        writer.after_last(state)
         self.current = JointObs(state.obs, state.alive, state.acting, state.action_masks)
         episodes.write(ro, self.env.spec.num_agents)
 
@@ -180,9 +212,9 @@ class LocalCollector:
             self._memory = None
             ro.states = ro.starts = None
             return None
-        sizes = policy.state_sizes()
+        sizes = policy.group_states.sizes()
         if self._memory is None or self._memory.sizes != sizes:
-            self._memory = _Memory(policy.initial_states(self.env.num_envs), start.alive)
+            self._memory = _Memory(policy.group_states.initial(self.env.num_envs, policy.device), start.alive)
         self._memory.to(policy.device)
         shapes = [(ro.steps, *h.shape) for h in self._memory.hidden]
         if ro.states is None or [tuple(x.shape) for x in ro.states] != shapes:
@@ -233,7 +265,7 @@ class _Memory:
         policy = padded.policy
         fresh = torch.from_numpy(self.fresh).to(ro.alive.device)
         ro.starts[t] = fresh
-        hidden = policy.reset_states(self.hidden, fresh)
+        hidden = policy.group_states.reset(self.hidden, fresh)
         for g, h in enumerate(hidden):
             ro.states[g][t] = h
         masks = [m[t] if m is not None else None for m in ro.action_masks]
@@ -243,7 +275,7 @@ class _Memory:
         ro.log_probs[t] = log_probs
         for g, action in enumerate(actions):
             ro.actions[g][t].copy_(action)
-        self.hidden = policy.advance_states(hidden, outputs, ro.alive[t] & ro.acting[t])
+        self.hidden = policy.group_states.advance(hidden, outputs, ro.alive[t] & ro.acting[t])
         return policy.env_actions(actions)
 
     def after_step(self, alive_before: np.ndarray, step: Any) -> None:
@@ -253,7 +285,7 @@ class _Memory:
 
     def fresh_states(self, policy: JointPolicy) -> tuple[torch.Tensor, ...]:
         """The states the agents act from at the next step (the fresh ones reset)."""
-        return policy.reset_states(self.hidden, torch.from_numpy(self.fresh))
+        return policy.group_states.reset(self.hidden, torch.from_numpy(self.fresh))
 
     def state(self) -> dict[str, Any]:
         """Numpy copies, for the collector's saved state."""
@@ -299,6 +331,7 @@ class _StepWriter:
     def __init__(self, ro: JointRollout) -> None:
         on_host = ro.rewards.device.type == "cpu"
         self.put = _put_numpy if on_host else _put_torch
+        self.ro, self.on_host = ro, on_host
 
         def sink(tensor: torch.Tensor) -> Any:
             return tensor.numpy() if on_host else tensor
@@ -324,6 +357,25 @@ class _StepWriter:
         self.put(self.rewards, t, step.rewards)
         self.put(self.terminated, t, step.terminated)
         self.put(self.truncated, t, step.truncated)
+
+    def successors(self, t: int, step: JointStep) -> None:
+        """The final observations of step ``t`` and the copies it reset (a rollout that keeps successors)."""
+        ro = self.ro
+        for g, final in enumerate(ro.final_obs):
+            self.put(final.numpy() if self.on_host else final, t, step.final_obs[g])
+        self.put(ro.resets.numpy() if self.on_host else ro.resets, t, step.reset_envs)
+
+    def after_last(self, state: JointStep | JointObs) -> None:
+        """The state after the last step: observations, legal actions, who is present and who moves."""
+        ro = self.ro
+        for g, obs in enumerate(ro.next_obs):
+            obs.copy_(torch.from_numpy(np.asarray(state.obs[g])))
+            mask = ro.next_action_masks[g]
+            if mask is not None:
+                given = state.action_masks[g]
+                mask.copy_(torch.from_numpy(np.asarray(given))) if given is not None else mask.fill_(True)
+        ro.next_alive.copy_(torch.from_numpy(state.alive))
+        ro.next_acting.copy_(torch.from_numpy(state.acting))
 
 
 class _Episodes:

@@ -71,6 +71,14 @@ class JointRollout:
             rows where it decides (:attr:`valid`: present, and in turn-based games on its own turns).
         starts: recurrent policies only: ``[T, E, N]`` bool, the agent's state was reset before step t (its
             episode began, or it appeared in this env copy).
+        final_obs: kept for a learner of observation pairs (:meth:`keep_successors`, else ``None``): per group,
+            ``[T, E, n_g, *obs_shape]``, the final observation of the agents that ended at step t (the env's
+            ``final_obs``; meaningless where the agent did not end).
+        resets: with ``final_obs``: ``[T, E]`` bool, the copy finished its episode at step t and was reset.
+        next_obs: with ``final_obs``: per group, ``[E, n_g, *obs_shape]``, the observations of the state after the
+            last step.
+        next_action_masks: with ``final_obs``: per group, ``[E, n_g, sum(nvec)]`` bool legal actions of the state
+            after the last step, or ``None`` for Box actions.
 
     Turn-based games: when a rollout ends while an agent waits for its turn, the value of that waiting state is
     not one the critic learns (it is trained on the states where the agent moves). So the agent's last move is not
@@ -102,6 +110,10 @@ class JointRollout:
     deferred: torch.Tensor | None = None
     states: tuple[torch.Tensor, ...] | None = None
     starts: torch.Tensor | None = None
+    final_obs: tuple[torch.Tensor, ...] | None = None
+    resets: torch.Tensor | None = None
+    next_obs: tuple[torch.Tensor, ...] | None = None
+    next_action_masks: tuple[torch.Tensor | None, ...] | None = None
 
     @classmethod
     def allocate(cls, spec: JointSpec, steps: int, num_envs: int, device: torch.device | str = "cpu") -> JointRollout:
@@ -164,6 +176,18 @@ class JointRollout:
             next_acting=torch.zeros((E, N), dtype=torch.bool, device=device),
         )
 
+    def keep_successors(self) -> None:
+        """Allocates :attr:`final_obs`, :attr:`resets`, :attr:`next_obs` and :attr:`next_action_masks` (zeroed,
+        beside the other fields) unless they are: what a learner of ``(observation, next observation)`` pairs
+        needs beyond what the rollout holds for PPO."""
+        if self.final_obs is not None:
+            return
+        device = self.rewards.device
+        self.final_obs = tuple(torch.zeros_like(o) for o in self.obs)
+        self.resets = torch.zeros(self.rewards.shape[:2], dtype=torch.bool, device=device)
+        self.next_obs = tuple(torch.zeros_like(o[0]) for o in self.obs)
+        self.next_action_masks = tuple(None if m is None else torch.ones_like(m[0]) for m in self.action_masks)
+
     @property
     def steps(self) -> int:
         """T."""
@@ -222,6 +246,12 @@ class JointRollout:
                 torch.cat((a, b)) for a, b in zip(carried.states, self.states)
             ),
             starts=cat(carried.starts, self.starts),
+            final_obs=None if self.final_obs is None or carried.final_obs is None else tuple(
+                torch.cat((a, b)) for a, b in zip(carried.final_obs, self.final_obs)
+            ),
+            resets=cat(carried.resets, self.resets),
+            next_obs=self.next_obs,
+            next_action_masks=self.next_action_masks,
         )
 
     def fields(self) -> dict[str, Any]:
@@ -250,6 +280,12 @@ class JointRollout:
             deferred=move(self.deferred),
             states=None if self.states is None else tuple(move(x) for x in self.states),
             starts=move(self.starts),
+            final_obs=None if self.final_obs is None else tuple(move(x) for x in self.final_obs),
+            resets=move(self.resets),
+            next_obs=None if self.next_obs is None else tuple(move(x) for x in self.next_obs),
+            next_action_masks=None
+            if self.next_action_masks is None
+            else tuple(move(m) for m in self.next_action_masks),
         )
 
     def validate(self) -> None:
@@ -381,6 +417,9 @@ def _carried_rows(rollout: JointRollout, pending: torch.Tensor, last_move: torch
         # A recurrent agent's pending move is replayed from the state it acted from.
         states=None if rollout.states is None else tuple(gather(x) for x in rollout.states),
         starts=gather(rollout.starts),
+        # A carried row ends nothing: its final observations are never read.
+        final_obs=None if rollout.final_obs is None else tuple(gather(x) for x in rollout.final_obs),
+        resets=None if rollout.resets is None else torch.zeros((n, num_envs), dtype=torch.bool, device=device),
     )
 
 

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from marljoint.collect.base import ActingPolicy
 from marljoint.collect.local import LocalCollector
 from marljoint.collect.rollout import PER_AGENT_FIELDS, JointRollout
 from marljoint.env.base import split_copies
@@ -35,13 +36,16 @@ __all__ = ["NEXT_STATE_FIELDS", "SliceWorker", "assemble", "blueprint", "rollout
 NEXT_STATE_FIELDS = ("bootstrap_values", "next_alive", "next_acting")
 
 
-def blueprint(policy: JointPolicy) -> bytes:
+def blueprint(policy: ActingPolicy) -> bytes:
     """The policy's networks (CPU copies), their slots and settings, pickled for :class:`SliceWorker` (a behaviour
-    policy is no part of it: it comes with every rollout's request).
+    policy is no part of it: it comes with every rollout's request); a :class:`~marljoint.collect.StepActing`
+    is pickled whole.
 
     Raises:
         pickle.PicklingError, TypeError, AttributeError: if a network cannot be pickled.
     """
+    if not isinstance(policy, JointPolicy):
+        return pickle.dumps({"acting": policy})
     return pickle.dumps(
         {
             "networks": [copy.deepcopy(network).cpu() for network in policy.networks],
@@ -74,8 +78,12 @@ class SliceWorker:
         limit_threads(torch_threads or 1)
         parts = pickle.loads(plan)
         first = env.first_copy
-        normalizer = RunningNormalizer(env.spec.num_agents) if parts["value_normalization"] else None
-        self.policy = JointPolicy(env.spec, parts["networks"], parts["slots"], parts["centralized"], normalizer)
+        self.policy: ActingPolicy
+        if "acting" in parts:
+            self.policy = parts["acting"]
+        else:
+            normalizer = RunningNormalizer(env.spec.num_agents) if parts["value_normalization"] else None
+            self.policy = JointPolicy(env.spec, parts["networks"], parts["slots"], parts["centralized"], normalizer)
         self.collector = LocalCollector(env, seed, first_copy=first, batch_rows=total)
 
     def collect(
@@ -105,6 +113,13 @@ def rollout_piece(rollout: JointRollout) -> dict[str, Any]:
     if rollout.states is not None and rollout.starts is not None:
         piece["states"] = [x.numpy().copy() for x in rollout.states]
         piece["starts"] = rollout.starts.numpy().copy()
+    if rollout.final_obs is not None:
+        piece["successors"] = {
+            "final_obs": [x.numpy().copy() for x in rollout.final_obs],
+            "resets": rollout.resets.numpy().copy(),
+            "next_obs": [x.numpy().copy() for x in rollout.next_obs],
+            "next_action_masks": [None if m is None else m.numpy().copy() for m in rollout.next_action_masks],
+        }
     return piece
 
 
@@ -124,6 +139,7 @@ def assemble(rollout: JointRollout, pieces: Sequence[dict[str, Any]], slices: Se
                 if rollout.action_masks[g] is not None:
                     rollout.action_masks[g][:, a:b].copy_(torch.from_numpy(piece["action_masks"][g]))
     _assemble_states(rollout, pieces, slices)
+    _assemble_successors(rollout, pieces, slices)
     steps = np.concatenate([p["episode_steps"] for p in pieces])
     # Within one step, one process lists finished episodes in copy order, i.e. slice by slice: a stable sort by
     # step of the slice-ordered concatenation restores exactly that order.
@@ -149,3 +165,21 @@ def _assemble_states(
         for g, x in enumerate(piece["states"]):
             rollout.states[g][:, a:b].copy_(torch.from_numpy(x))
         rollout.starts[:, a:b].copy_(torch.from_numpy(piece["starts"]))
+
+
+def _assemble_successors(
+    rollout: JointRollout, pieces: Sequence[dict[str, Any]], slices: Sequence[tuple[int, int]]
+) -> None:
+    """The successors of the slices' steps (:meth:`~marljoint.collect.JointRollout.keep_successors`), when kept."""
+    if "successors" not in pieces[0]:
+        return
+    rollout.keep_successors()
+    for piece, (a, b) in zip(pieces, slices):
+        kept = piece["successors"]
+        rollout.resets[:, a:b].copy_(torch.from_numpy(kept["resets"]))
+        for g in range(len(rollout.obs)):
+            rollout.final_obs[g][:, a:b].copy_(torch.from_numpy(kept["final_obs"][g]))
+            rollout.next_obs[g][a:b].copy_(torch.from_numpy(kept["next_obs"][g]))
+            mask = rollout.next_action_masks[g]
+            if mask is not None:
+                mask[a:b].copy_(torch.from_numpy(kept["next_action_masks"][g]))

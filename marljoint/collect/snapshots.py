@@ -115,15 +115,14 @@ def resliced(parts: SlicedState, slices: Sequence[tuple[int, int]]) -> SlicedSta
 
 
 def restore_env(env: Any, parts: SlicedState) -> tuple[Any, list[Any] | None]:
-    """Restores ``parts`` into ``env`` (an in-process adapter, or a subprocess or Ray env at its workers' slices).
+    """Restores ``parts`` into ``env`` (an in-process adapter, or a subprocess env at its workers' slices).
 
     Returns:
         The restored :class:`~marljoint.env.JointObs` and every copy's generator states (``None``: fresh noise).
     """
-    from marljoint.collect.ray_env import RayJointEnv
     from marljoint.env.subprocess import SubprocessJointEnv
 
-    if isinstance(env, (SubprocessJointEnv, RayJointEnv)):
+    if isinstance(env, SubprocessJointEnv):
         fitted = resliced(parts, env.slices)
         current = env.set_state(env.snapshot([e for e, _ in fitted]))
     else:

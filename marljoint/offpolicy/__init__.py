@@ -2,6 +2,7 @@
 decomposition (VDN, QMIX), the reward scale of its TD targets, the centralised-critic actor-critics (MASAC, MADDPG)
 and the off-policy trainer."""
 
+from marljoint.offpolicy.acting import ExplorationActing
 from marljoint.offpolicy.base import OffPolicyAlgorithm
 from marljoint.offpolicy.centralised import CentralisedActorCritic
 from marljoint.offpolicy.config import ALGORITHMS, OffPolicyConfig
@@ -13,12 +14,13 @@ from marljoint.offpolicy.reward_scale import RewardScale
 from marljoint.offpolicy.sac import SacAlgorithm, SacConfig
 from marljoint.offpolicy.targets import TargetNetworks, polyak_update
 from marljoint.offpolicy.trainer import OffPolicyTrainer, Played
-from marljoint.offpolicy.transitions import joint_transitions
+from marljoint.offpolicy.transitions import rollout_moves, rollout_transitions
 from marljoint.offpolicy.value import GroupQNetwork, ValueDecomposition
 
 __all__ = [
     "ALGORITHMS",
     "CentralisedActorCritic",
+    "ExplorationActing",
     "GroupQNetwork",
     "JointTransitions",
     "OffPolicyAlgorithm",
@@ -35,10 +37,11 @@ __all__ = [
     "VdnMixer",
     "double_q_values",
     "explore",
-    "joint_transitions",
     "linear_schedule",
     "masked_max",
     "polyak_update",
+    "rollout_moves",
+    "rollout_transitions",
     "td_targets",
     "team_rewards",
 ]

@@ -11,10 +11,13 @@ __all__ = ["JointTransitions", "ReplayBuffer"]
 
 
 class JointTransitions(NamedTuple):
-    """B joint transitions (one per env copy when stored, a sampled batch when read).
+    """B joint transitions (one per env copy when stored, a sampled batch when read), built from collected
+    rollouts (:mod:`marljoint.offpolicy.transitions`).
 
-    Observations, next observations and next action masks are per agent group ``g`` (flattened observations);
-    the per-agent fields are over all N agents in ``possible_agents`` order.
+    Observations, action masks and next observations and action masks are per agent group ``g`` (flattened
+    observations); the per-agent fields are over all N agents in ``possible_agents`` order. Action masks are over
+    the product of an agent's heads (``A_g = prod(nvec)``, :func:`~marljoint.offpolicy.functional.joint_action_mask`;
+    Discrete: its actions; Box: one entry, always True).
 
     Attributes:
         obs: per group, ``[B, n_g, F_g]`` float32 observations acted on.
@@ -26,10 +29,13 @@ class JointTransitions(NamedTuple):
         deciding: ``[B, N]`` bool, the agent's action was used (present, and in turn-based games its turn).
         next_obs: per group, ``[B, n_g, F_g]``, the next observations (the final one before a reset where the
             agent's episode ended).
-        next_masks: per group, ``[B, n_g, A_g]`` bool, the legal actions of the next state (all allowed after a
-            truncation, whose final state's mask the env does not report).
+        next_masks: per group, ``[B, n_g, A_g]`` bool, the legal actions at the agent's next decision (the next
+            state's; all allowed after a truncation, whose final state's mask the env does not report).
         next_present: ``[B, N]`` bool, the agent is in the next state (it continues, or was truncated).
         next_deciding: ``[B, N]`` bool, the agent decides in the next state.
+        masks: per group, ``[B, n_g, A_g]`` bool, the legal actions at ``obs`` (those the agent chose from where it
+            decided; all allowed for Box actions). Empty (``()``) in transitions made without them, which their
+            readers take as every action legal.
     """
 
     obs: tuple[torch.Tensor, ...]
@@ -43,6 +49,7 @@ class JointTransitions(NamedTuple):
     next_masks: tuple[torch.Tensor, ...]
     next_present: torch.Tensor
     next_deciding: torch.Tensor
+    masks: tuple[torch.Tensor, ...] = ()
 
     def to(self, device: torch.device | str) -> JointTransitions:
         """The same transitions on ``device``."""

@@ -12,14 +12,19 @@ import torch
 
 from marljoint.auxiliary import AuxFn
 from marljoint.checkpoint import atomic_torch_save, load_checkpoint
-from marljoint.collect.noise import copy_generators, generators_from_states
-from marljoint.collect.snapshots import read_state, restore_env, trusted_state
+from marljoint.collect.backends import make_collector
+from marljoint.collect.base import Collector
+from marljoint.collect.config import CollectionConfig
+from marljoint.collect.rollout import JointRollout
+from marljoint.collect.snapshots import trusted_state
 from marljoint.env.base import JointEnv, JointObs
+from marljoint.env.subprocess import SubprocessJointEnv
+from marljoint.offpolicy.acting import ExplorationActing
 from marljoint.offpolicy.base import OffPolicyAlgorithm
 from marljoint.offpolicy.centralised import CentralisedActorCritic
 from marljoint.offpolicy.config import VALUE_ALGORITHMS, OffPolicyConfig
 from marljoint.offpolicy.replay import JointTransitions, ReplayBuffer
-from marljoint.offpolicy.transitions import PendingMoves, check_saved_transitions, joint_transitions
+from marljoint.offpolicy.transitions import check_saved_transitions, rollout_moves, rollout_transitions
 from marljoint.offpolicy.value import ValueDecomposition
 from marljoint.policies.joint import JointPolicy, NoActingPolicy
 
@@ -53,19 +58,30 @@ def build_algorithm(spec: Any, config: OffPolicyConfig, init: torch.Generator) -
     return CentralisedActorCritic(spec, config, _seed(config.seed, 1))
 
 
-def _copy_obs(obs: JointObs) -> JointObs:
-    """A copy of what the env returned (its arrays may be reused by the next step)."""
-    masks = tuple(None if m is None else m.copy() for m in obs.action_masks)
-    return JointObs(tuple(o.copy() for o in obs.obs), obs.alive.copy(), obs.acting.copy(), masks)
+def _collection(env: JointEnv, collection: CollectionConfig | None) -> CollectionConfig:
+    """The collection given, else the one the env implies (its worker processes act for a
+    :class:`~marljoint.env.SubprocessJointEnv`, this process for any other env)."""
+    if collection is not None:
+        return collection
+    if isinstance(env, SubprocessJointEnv):
+        return CollectionConfig("subprocess", workers=env.num_workers)
+    return CollectionConfig()
 
 
 class OffPolicyTrainer:
     """Trains an :class:`~marljoint.offpolicy.OffPolicyAlgorithm` (VDN or QMIX by default) on a JointEnv.
 
-    Every env copy explores with its own noise generator, addressed by its global index, and the env copies may
-    step in this process or in workers (:class:`~marljoint.env.SubprocessJointEnv`): the same seed gives the same
-    transitions, bit for bit. A checkpoint holds the networks, the optimisers, the replay buffer, the generators
-    and (by :meth:`env_state`) the env copies mid-episode, so a resumed run continues bit-identically.
+    Every iteration, a :class:`~marljoint.collect.Collector` plays a rollout of ``rollout_steps`` steps in every
+    env copy with the algorithm's exploring behaviour (:class:`~marljoint.offpolicy.acting.ExplorationActing`),
+    in this process, in env worker processes or in Ray actors (``collection``); every env copy explores with its
+    own noise generator, addressed by its global index, so the same seed gives the same transitions, bit for
+    bit, on every backend. The replay buffer receives the rollout's transitions: one team transition per joint
+    step (:func:`~marljoint.offpolicy.transitions.rollout_transitions`), or, for an algorithm that credits its
+    agents' own moves, their moves from decision to decision
+    (:func:`~marljoint.offpolicy.transitions.rollout_moves`), those still waiting at a rollout's end carried into
+    the next (:attr:`carried`). A checkpoint holds the networks, the optimisers, the replay buffer, the carried
+    moves, the generators and (by :meth:`env_state`) the env copies mid-episode, so a resumed run continues
+    bit-identically.
 
     Args:
         env: the env copies (``config.num_envs`` of them).
@@ -75,7 +91,10 @@ class OffPolicyTrainer:
             :class:`~marljoint.offpolicy.CentralisedActorCritic` for masac and maddpg). An algorithm with
             ``learning_rates`` (one per network) gets those; else every network takes ``config.learning_rate``.
             One with ``credits_own_moves`` True gets each agent's moves from decision to decision
-            (:class:`~marljoint.offpolicy.transitions.PendingMoves`) instead of every step's joint transitions.
+            (:func:`~marljoint.offpolicy.transitions.rollout_moves`) instead of every step's team transitions.
+        collection: where the env copies step and the algorithm acts (:class:`~marljoint.collect.CollectionConfig`;
+            ``"subprocess"`` needs a :class:`~marljoint.env.SubprocessJointEnv`, ``"ray"`` an env with an
+            ``env_fn``). ``None``: the env's worker processes for a SubprocessJointEnv, else this process.
 
     Raises:
         ValueError: if the env's number of copies differs from ``config.num_envs``, or an agent's actions are
@@ -91,7 +110,13 @@ class OffPolicyTrainer:
         16
     """
 
-    def __init__(self, env: JointEnv, config: OffPolicyConfig, algorithm: OffPolicyAlgorithm | None = None) -> None:
+    def __init__(
+        self,
+        env: JointEnv,
+        config: OffPolicyConfig,
+        algorithm: OffPolicyAlgorithm | None = None,
+        collection: CollectionConfig | None = None,
+    ) -> None:
         if env.num_envs != config.num_envs:
             raise ValueError(
                 f"the env has {env.num_envs} copies but num_envs={config.num_envs}; build the env with "
@@ -106,11 +131,16 @@ class OffPolicyTrainer:
             torch.optim.Adam(net.parameters(), lr=rate, eps=config.adam_eps) for net, rate in zip(networks, rates)
         ]
         self._generator = torch.Generator().manual_seed(_seed(config.seed, 2))
-        self.copy_generators = copy_generators(config.seed, env.num_envs)
+        self.acting = ExplorationActing(self.algorithm, env.spec, env.num_envs)
+        """What the collector acts with."""
+        self.collector: Collector = make_collector(env, _collection(env, collection), config.seed)
+        """Plays the rollouts (the backend of ``collection``)."""
         self.buffer: ReplayBuffer | None = None
         # Per-agent learners store each agent's moves from decision to decision (turn-based credit).
-        self.moves = PendingMoves() if getattr(self.algorithm, "credits_own_moves", False) else None
-        self.current: JointObs | None = None
+        self.credits_own_moves = bool(getattr(self.algorithm, "credits_own_moves", False))
+        self.carried: JointRollout | None = None
+        """The moves whose agents still waited after the last rollout, put before the next one (per-agent
+        learners; :attr:`~marljoint.collect.JointRollout.carried`)."""
         self.iteration = 0
         self.env_steps = 0
         self.gradient_steps = 0
@@ -142,44 +172,31 @@ class OffPolicyTrainer:
         return self.algorithm.act(obs, self.env_steps, copies, greedy=deterministic)
 
     def collect(self) -> Played:
-        """Plays ``rollout_steps`` joint steps in every copy, storing each joint transition in the replay buffer
-        (for an algorithm that credits its agents' own moves, the moves that are complete; the others wait).
+        """Plays ``rollout_steps`` joint steps in every copy (by :attr:`collector`) and stores the rollout's
+        transitions in the replay buffer (for an algorithm that credits its agents' own moves, the moves that are
+        complete; the others are carried into the next rollout).
 
         The transitions are stored, and the steps counted, once every step has been played: an env (or an env
         worker) that fails midway leaves the trainer's state as the previous iteration left it, so a checkpoint
         written on the way out is consistent.
         """
-        if self.current is None:
-            self.current = _copy_obs(self.env.reset(seed=self.config.seed))
-        returns, lengths, played = [], [], []
-        env_steps = self.env_steps
-        for _ in range(self.config.rollout_steps):
-            before = self.current
-            actions = self.algorithm.act(before, env_steps, self.copy_generators)
-            step = self.env.step(actions)
-            played.append(joint_transitions(self.spec, before, actions, step))
-            env_steps += self.env.num_envs
-            if len(step.episode_lengths):
-                returns.append(step.episode_returns.copy())
-                lengths.append(step.episode_lengths.copy())
-            self.current = _copy_obs(JointObs(step.obs, step.alive, step.acting, step.action_masks))
-        for transitions in played:
-            self._store(transitions)
-        self.env_steps = env_steps
-        n = self.spec.num_agents
-        return Played(
-            self.config.rollout_steps,
-            np.concatenate(returns) if returns else np.zeros((0, n)),
-            np.concatenate(lengths) if lengths else np.zeros(0, np.int64),
-        )
+        self.acting.env_steps = self.env_steps
+        ro = self.collector.collect(self.acting, self.config.rollout_steps)
+        if self.credits_own_moves:
+            ro.carried = self.carried
+            transitions, self.carried, _ = rollout_moves(self.spec, ro)
+            ro.carried = None  # the storage is reused by the next rollout
+        else:
+            transitions = rollout_transitions(self.spec, ro)
+        self._store(transitions)
+        self.env_steps += ro.steps * ro.num_envs
+        return Played(ro.steps, ro.episode_returns.copy(), ro.episode_lengths.copy())
 
     def _store(self, transitions: JointTransitions) -> None:
-        """Adds one step's transitions to the replay buffer (created with the first) and to the algorithm's
+        """Adds a rollout's transitions to the replay buffer (created with the first) and to the algorithm's
         statistics."""
-        if self.moves is not None:
-            transitions = self.moves.complete(transitions)
-            if transitions is None:
-                return
+        if transitions.actions.shape[0] == 0:
+            return
         if self.buffer is None:
             self.buffer = ReplayBuffer(self.config.buffer_size, transitions)
         self.buffer.add(transitions)
@@ -261,7 +278,9 @@ class OffPolicyTrainer:
         return row
 
     def close(self) -> None:
-        """Nothing to release: the env belongs to the caller."""
+        """Stops what the collector started (Ray actors, the workers' copies of the acting); the env, which the
+        caller built, stays open."""
+        self.collector.close()
 
     # ------------------------------------------------------------------ persistence
     def state_dict(self) -> dict[str, Any]:
@@ -277,16 +296,22 @@ class OffPolicyTrainer:
             "iteration": self.iteration,
             "env_steps": self.env_steps,
             "gradient_steps": self.gradient_steps,
-            "pending_moves": None if self.moves is None else self.moves.state_dict(),
+            "carried": None if self.carried is None else self.carried.fields(),
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restores :meth:`state_dict` output into a trainer built for the same env and config.
 
         Raises:
-            ValueError: if the agents differ, or the replay buffer holds transitions of another env (naming the
-                field, its shape and dtype, and this env's).
+            ValueError: if the agents differ, the state is of an older format (without ``carried``: read it through
+                :func:`marljoint.run.migrations.migrate_offpolicy_state`), or the replay buffer holds transitions of
+                another env (naming the field, its shape and dtype, and this env's).
         """
+        if "carried" not in state:
+            raise ValueError(
+                "the off-policy trainer state holds no 'carried' moves (an older format, with 'pending_moves'); "
+                "load it with marljoint.load_run or marljoint train --resume, which migrate it, or start a new run"
+            )
         if list(state["agents"]) != list(self.spec.agents):
             raise ValueError(f"checkpoint agents {state['agents']} differ from this env's {list(self.spec.agents)}")
         if state["buffer"] is not None:  # checked before anything is restored
@@ -302,24 +327,22 @@ class OffPolicyTrainer:
         self._generator.set_state(state["generator"])
         self.iteration, self.env_steps = int(state["iteration"]), int(state["env_steps"])
         self.gradient_steps = int(state["gradient_steps"])
-        if self.moves is not None:
-            self.moves.load_state_dict(state.get("pending_moves"))
+        carried = state["carried"]
+        self.carried = None if carried is None else JointRollout(spec=self.spec, **carried)
 
     def env_state(self) -> dict[str, Any] | None:
-        """The env copies mid-episode and the copies' exploration generators (``None`` before the first step).
+        """Where the next rollout starts: the env copies mid-episode and the copies' exploration generators (the
+        collector's :meth:`~marljoint.collect.Collector.state`; ``None`` before the first rollout).
 
         Raises:
             TypeError: if the env has no ``get_state()``.
         """
-        if self.current is None:
-            return None
-        get_state = getattr(self.env, "get_state", None)
-        if get_state is None:
-            raise TypeError(f"{type(self.env).__name__} has no get_state(), so its episodes cannot be saved")
-        return {"env": get_state(), "copy_generators": [g.get_state() for g in self.copy_generators]}
+        return self.collector.state()
 
     def load_env_state(self, state: Mapping[str, Any] | None, trust_snapshot: bool = False) -> None:
-        """Restores :meth:`env_state` output (``None``: the env is reset at the next collection).
+        """Restores :meth:`env_state` output, of this or any other collection backend over the same copies
+        (``None``: the env is reset at the next collection, and the carried moves, whose episodes then end unseen,
+        are dropped).
 
         The env snapshot is pickled env objects, unpickled only when signed with this user's key
         (:mod:`marljoint.trust`): a state someone else saved is refused unless ``trust_snapshot``.
@@ -332,18 +355,13 @@ class OffPolicyTrainer:
         Raises:
             marljoint.trust.SnapshotTrustError: for a snapshot not signed with this user's key (without
                 ``trust_snapshot``), before anything of it is unpickled.
+            ValueError: for a state that is unreadable or holds another number of copies.
         """
         if trust_snapshot:
             state = trusted_state(state)
         if state is None:
-            self.current = None
-            if self.moves is not None:
-                self.moves.clear()
-            return
-        current, generators = restore_env(self.env, read_state(state))
-        self.current = _copy_obs(current)
-        if generators is not None:
-            self.copy_generators = generators_from_states(generators)
+            self.carried = None
+        self.collector.load_state(state)
 
     def save(self, path: Any) -> None:
         """Writes :meth:`state_dict` and :meth:`env_state` to ``path`` (atomically)."""

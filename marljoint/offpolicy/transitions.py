@@ -1,82 +1,308 @@
-"""Joint transitions from the env adapter's steps: what each agent saw, did and sees next; and, for learners that
-credit each agent's own moves, those transitions joined into decision-to-decision moves (:class:`PendingMoves`)."""
+"""Transitions for the replay buffer, built from collected rollouts (:class:`~marljoint.collect.JointRollout`
+with :meth:`~marljoint.collect.JointRollout.keep_successors`): one team transition per joint step
+(:func:`rollout_transitions`, the value methods), or each agent's moves from one of its decisions to the next
+(:func:`rollout_moves`, the per-agent learners), credited as PPO credits turn-based games and carried across
+rollouts by the same code (:func:`~marljoint.collect.carry_pending_moves`)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
 
-from marljoint.env.base import JointObs, JointStep
+from marljoint.collect.rollout import JointRollout, carry_pending_moves
 from marljoint.env.spaces import JointSpec
 from marljoint.offpolicy.functional import encode_actions, joint_action_mask
-from marljoint.offpolicy.replay import JointTransitions, _map
+from marljoint.offpolicy.replay import JointTransitions
 
-__all__ = ["PendingMoves", "check_saved_transitions", "joint_transitions", "transition_layout"]
+__all__ = ["Moves", "check_saved_transitions", "rollout_moves", "rollout_transitions", "transition_layout"]
 
 
-def joint_transitions(
-    spec: JointSpec, before: JointObs, actions: Sequence[np.ndarray], step: JointStep
-) -> JointTransitions:
-    """The E joint transitions of one env step.
+def rollout_transitions(spec: JointSpec, rollout: JointRollout) -> JointTransitions:
+    """The ``T · E`` team transitions of a rollout, one per joint step and copy, in step-then-copy order.
 
-    An agent whose episode ended on the step (terminated or truncated) has its final observation as next
-    observation; a terminated agent is absent from the next state (nothing bootstrapped from it), a truncated one
-    present in it (bootstrapped, with all actions legal since the env does not report its final mask). In
-    turn-based games an agent decides in the next state only on its own turn.
+    Step t's next state is step t + 1's (the rollout's state after its last step for the last). An agent whose
+    episode ended at the step has its final observation as next observation; a terminated agent is absent from
+    the next state (nothing bootstrapped from it), a truncated one present in it (bootstrapped, with all actions
+    legal since the env does not report its final mask) and deciding there unless it ended while another agent
+    was to move. In turn-based games an agent decides in the next state only on its own turn.
 
     Args:
         spec: the env's agents and groups.
-        before: the observations the actions were chosen on.
-        actions: per group ``[E, n_g]`` (Discrete) or ``[E, n_g, K]`` (MultiDiscrete) int64, the actions played,
-            stored as indices of the product of the heads' choices; or, where every agent acts in a Box,
-            ``[E, n_g, D]`` float32, stored as they are (``[E, N, D]`` float32 actions).
-        step: the env's outcome.
+        rollout: a rollout that kept its successors (:meth:`~marljoint.collect.JointRollout.keep_successors`).
 
     Returns:
-        :class:`JointTransitions` of E rows, on the CPU.
+        :class:`JointTransitions` of ``T · E`` rows, on the CPU.
+
+    Raises:
+        ValueError: if the rollout did not keep its successors.
     """
-    ended = step.terminated | step.truncated
-    reset = step.reset_envs[:, None]
-    next_present = step.truncated | (~step.terminated & ~reset & step.alive)
-    final_acting = np.ones_like(ended) if step.final_waiting is None else ~step.final_waiting
-    next_deciding = next_present & np.where(ended, final_acting, step.acting)
-    num_envs = ended.shape[0]
-    all_actions = _action_storage(spec, num_envs)
-    obs, next_obs, next_masks = [], [], []
+    team = _team_fields(spec, rollout)
+    return JointTransitions(*(_rows_of(field, lambda x: x.flatten(0, 1)) for field in team))
+
+
+class Moves(NamedTuple):
+    """What :func:`rollout_moves` returns.
+
+    Attributes:
+        transitions: the moves completed in the rollout (:class:`JointTransitions`).
+        carried: the moves to put before the next rollout (:attr:`~marljoint.collect.JointRollout.carried`), or
+            ``None``.
+        deferred: ``[T', E, N]`` bool over the rows of :meth:`~marljoint.collect.JointRollout.extended`: the moves
+            carried on or left out (``None``: none).
+    """
+
+    transitions: JointTransitions
+    carried: JointRollout | None
+    deferred: torch.Tensor | None
+
+
+def rollout_moves(spec: JointSpec, rollout: JointRollout) -> Moves:
+    """Each agent's moves of a rollout, from one of its decisions to its next: the turn-based credit of
+    per-agent learners, PPO's rule (:func:`~marljoint.collect.carry_pending_moves`,
+    :func:`~marljoint.ppo.compute_gae`).
+
+    A move's reward is everything its agent receives from the move's step until the step after which it decides
+    again, summed without discounting (the rewards paid while it waits for other agents' moves belong to its
+    previous move); the move then bootstraps, discounted once, at that decision (next observations, legal
+    actions, who is present and who decides come from that step's team transition, :func:`rollout_transitions`).
+    A move ends earlier with its episode: a termination stops the bootstrap, a truncation bootstraps from the
+    final observation where the agent was to move there; a move whose episode is truncated while its agent waits
+    is left out (its target would need the value of a state the agent does not move in), as PPO leaves it out.
+    A move whose agent still waits after the rollout's last step is carried into the next rollout (set the
+    returned ``carried`` as the next rollout's :attr:`~marljoint.collect.JointRollout.carried`).
+
+    The moves whose next decision is their step's next state (every move in simultaneous-move envs) share their
+    step's team row, deciding together; each other move is a row of its own, in which only its agent decides.
+    Rows are in the order of the steps that complete them (a step's own row after the earlier moves it completes).
+
+    Args:
+        spec: the env's agents and groups.
+        rollout: a rollout that kept its successors, with the moves carried from the previous one as its
+            :attr:`~marljoint.collect.JointRollout.carried` (or ``None``).
+
+    Returns:
+        :class:`Moves`: the completed moves, the moves to carry on, and the deferred rows.
+
+    Raises:
+        ValueError: if the rollout did not keep its successors.
+    """
+    extended = rollout.extended()
+    deferred, carried = carry_pending_moves(extended)
+    team = _team_fields(spec, rollout)
+    steps, copies, agents = rollout.rewards.shape
+    first = extended.steps - steps  # carried rows before the rollout's own
+    decided = extended.valid if deferred is None else extended.valid & ~deferred
+    trainable = decided[first:]
+    completed, received = _completion(rollout)
+    row = torch.arange(steps).view(steps, 1, 1)
+    own = trainable & (completed == row)
+    later = trainable & (completed > row) & (completed < steps)
+    parts, keys = [], []
+    step_index, copy_index = (own.any(-1)).nonzero(as_tuple=True)
+    if len(step_index):
+        shared = _select(team, step_index, copy_index)
+        parts.append(shared._replace(deciding=own[step_index, copy_index]))
+        keys.append(_order(step_index, 1, copy_index, torch.zeros_like(copy_index), copies, agents))
+    step_index, copy_index, agent = later.nonzero(as_tuple=True)
+    if len(step_index):
+        decision = _select(team, step_index, copy_index)
+        reward = received[step_index, copy_index, agent]
+        parts.append(_own_move(decision, team, completed[step_index, copy_index, agent], copy_index, agent, reward))
+        keys.append(_order(completed[step_index, copy_index, agent], 0, copy_index, agent, copies, agents))
+    if rollout.carried is not None and first:
+        waiting = decided[:first].diagonal(dim1=0, dim2=2).T & (completed[0] < steps).T  # [N, E]
+        agent, copy_index = waiting.nonzero(as_tuple=True)
+        if len(agent):
+            decision = _carried_decisions(spec, rollout.carried, agent, copy_index)
+            reward = rollout.carried.rewards[agent, copy_index, agent] + received[0, copy_index, agent]
+            done = completed[0, copy_index, agent]
+            parts.append(_own_move(decision, team, done, copy_index, agent, reward))
+            keys.append(_order(done, 0, copy_index, agent, copies, agents))
+    return Moves(_in_order(parts, keys, team), carried, deferred)
+
+
+def _completion(rollout: JointRollout) -> tuple[torch.Tensor, torch.Tensor]:
+    """For each step t and agent: the step that completes a move the agent made at t or waits through at t
+    (``T``: none in this rollout) and the rewards it receives from t to that step, summed (``[T, E, N]`` each).
+
+    A step completes the move when the agent's episode ends there, or after it the agent is absent or decides.
+    """
+    steps = rollout.steps
+    valid_after = torch.cat((rollout.valid[1:], (rollout.next_alive & rollout.next_acting)[None]))
+    alive_after = torch.cat((rollout.alive[1:], rollout.next_alive[None]))
+    completes = rollout.terminated | rollout.truncated | ~alive_after | valid_after
+    completed = torch.empty(rollout.rewards.shape, dtype=torch.int64)
+    received = torch.empty_like(rollout.rewards)
+    later_step = torch.full(completed.shape[1:], steps, dtype=torch.int64)
+    later_reward = torch.zeros_like(received[0])
+    for t in range(steps - 1, -1, -1):
+        completed[t] = torch.where(completes[t], t, later_step)
+        received[t] = rollout.rewards[t] + torch.where(completes[t], 0.0, later_reward)
+        later_step, later_reward = completed[t], received[t]
+    return completed, received
+
+
+def _order(
+    step: torch.Tensor, kind: int, copy: torch.Tensor, agent: torch.Tensor, copies: int, agents: int
+) -> torch.Tensor:
+    """Sort keys: by completing step, the moves completed before the step's own row, then by copy and agent."""
+    return ((step * 2 + kind) * copies + copy) * agents + agent
+
+
+def _in_order(parts: list[JointTransitions], keys: list[torch.Tensor], team: JointTransitions) -> JointTransitions:
+    """The rows of ``parts`` one after another, sorted by ``keys``; no rows: an empty batch of ``team``'s layout."""
+    if not parts:
+        return JointTransitions(*(_rows_of(field, lambda x: x.flatten(0, 1)[:0]) for field in team))
+    fields = []
+    for values in zip(*parts):
+        if isinstance(values[0], tuple):
+            fields.append(tuple(torch.cat(group) for group in zip(*values)))
+        else:
+            fields.append(torch.cat(values))
+    order = torch.argsort(torch.cat(keys), stable=True)
+    return JointTransitions(*(_rows_of(field, lambda x: x[order]) for field in fields))
+
+
+def _own_move(
+    decision: JointTransitions,
+    team: JointTransitions,
+    done: torch.Tensor,
+    copy: torch.Tensor,
+    agent: torch.Tensor,
+    reward: torch.Tensor,
+) -> JointTransitions:
+    """Rows of one move each (only its agent deciding, its reward the ``[B]`` ``reward``), completed by the team
+    transitions at (``done``, ``copy``)."""
+    outcome = _select(team, done, copy)
+    alone = torch.nn.functional.one_hot(agent, decision.rewards.shape[1]).bool()
+    return decision._replace(
+        rewards=torch.where(alone, reward[:, None], 0.0),
+        deciding=alone,
+        terminated=outcome.terminated,
+        truncated=outcome.truncated,
+        next_obs=outcome.next_obs,
+        next_masks=outcome.next_masks,
+        next_present=outcome.next_present,
+        next_deciding=outcome.next_deciding,
+    )
+
+
+def _carried_decisions(
+    spec: JointSpec, carried: JointRollout, agent: torch.Tensor, copy: torch.Tensor
+) -> JointTransitions:
+    """The decision side (observations, actions, masks, who was present) of carried moves: row ``agent`` of
+    copy ``copy`` of the carried rows; the outcome side is filled by :func:`_own_move`."""
+    obs, actions, masks = _decisions(spec, carried)
+    alive = carried.alive[agent, copy]
+    return JointTransitions(
+        obs=tuple(o[agent, copy] for o in obs),
+        actions=actions[agent, copy],
+        rewards=torch.zeros(alive.shape),
+        terminated=torch.zeros_like(alive),
+        truncated=torch.zeros_like(alive),
+        alive=alive,
+        deciding=torch.zeros_like(alive),
+        masks=tuple(m[agent, copy] for m in masks),
+        next_obs=tuple(o[agent, copy] for o in obs),
+        next_masks=tuple(m[agent, copy] for m in masks),
+        next_present=torch.zeros_like(alive),
+        next_deciding=torch.zeros_like(alive),
+    )
+
+
+def _team_fields(spec: JointSpec, ro: JointRollout) -> JointTransitions:
+    """:func:`rollout_transitions` before its rows are flattened: every field ``[T, E, ...]``."""
+    if ro.final_obs is None or ro.resets is None or ro.next_obs is None or ro.next_action_masks is None:
+        raise ValueError(
+            "the rollout holds no final observations or state after its last step; collect it with an off-policy "
+            "acting policy (a StepActing), or call rollout.keep_successors() before it is played"
+        )
+    ended = ro.terminated | ro.truncated
+    reset = ro.resets[..., None]
+    alive_after = torch.cat((ro.alive[1:], ro.next_alive[None]))
+    acting_after = torch.cat((ro.acting[1:], ro.next_acting[None]))
+    next_present = ro.truncated | (~ro.terminated & ~reset & alive_after)
+    # A truncated agent decides in its final state unless it ended while another agent was to move.
+    next_deciding = next_present & torch.where(ended, ~ro.truncated_waiting, acting_after)
+    obs, actions, masks = _decisions(spec, ro)
+    next_obs, next_masks = [], []
+    for g, group in enumerate(spec.groups):
+        columns = list(group.agent_indices)
+        shape = ended[..., columns].shape + (1,) * (ro.obs[g].dim() - 3)
+        after = torch.cat((ro.obs[g][1:], ro.next_obs[g][None]))
+        next_obs.append(_flat(torch.where(ended[..., columns].view(shape), ro.final_obs[g], after)))
+        mask = ro.action_masks[g]
+        nvec = group.action.nvec
+        allowed = torch.ones((*ended.shape[:2], len(columns), int(np.prod(nvec))), dtype=torch.bool)
+        if mask is not None:
+            fresh = (ended[..., columns] | reset)[..., None]
+            mask_after = torch.cat((mask[1:], ro.next_action_masks[g][None]))
+            allowed = torch.where(fresh, allowed, joint_action_mask(mask_after, nvec))
+        next_masks.append(allowed)
+    return JointTransitions(
+        obs=obs,
+        actions=actions,
+        rewards=ro.rewards.clone(),
+        terminated=ro.terminated.clone(),
+        truncated=ro.truncated.clone(),
+        alive=ro.alive.clone(),
+        deciding=ro.valid,
+        masks=masks,
+        next_obs=tuple(next_obs),
+        next_masks=tuple(next_masks),
+        next_present=next_present,
+        next_deciding=next_deciding,
+    )
+
+
+def _decisions(
+    spec: JointSpec, ro: JointRollout
+) -> tuple[tuple[torch.Tensor, ...], torch.Tensor, tuple[torch.Tensor, ...]]:
+    """The rollout's observations (per group ``[T, E, n_g, F_g]`` float32), actions (``[T, E, N]`` indices of
+    the product of the heads, or ``[T, E, N, D]`` float32 where every agent acts in a Box) and legal actions (per
+    group ``[T, E, n_g, prod(nvec)]`` bool) as transitions store them."""
+    steps, copies = ro.rewards.shape[:2]
+    all_actions = torch.from_numpy(_action_storage(spec, steps * copies)).view(steps, copies, *_action_tail(spec))
+    obs, masks = [], []
     for g, group in enumerate(spec.groups):
         columns = list(group.agent_indices)
         nvec = group.action.nvec
+        played = ro.actions[g]
         if group.action.kind == "box":
-            all_actions[:, columns] = np.asarray(actions[g], np.float32).reshape(num_envs, len(columns), -1)
+            all_actions[:, :, columns] = played.to(torch.float32).reshape(steps, copies, len(columns), -1)
         else:
-            played = torch.as_tensor(np.asarray(actions[g], np.int64))
-            categorical = played if group.action.kind == "discrete" else encode_actions(played, nvec)
-            all_actions[:, columns] = categorical.numpy()
-        obs.append(_flat(before.obs[g]))
-        shape = (num_envs, len(columns)) + (1,) * (step.obs[g].ndim - 2)
-        next_obs.append(_flat(np.where(ended[:, columns].reshape(shape), step.final_obs[g], step.obs[g])))
-        mask = step.action_masks[g]
-        allowed = torch.ones((num_envs, len(columns), int(np.prod(nvec))), dtype=torch.bool)
-        if mask is not None:
-            fresh = torch.from_numpy(ended[:, columns] | reset)[..., None]
-            allowed = torch.where(fresh, allowed, joint_action_mask(torch.from_numpy(mask.copy()), nvec))
-        next_masks.append(allowed)
-    return JointTransitions(
-        obs=tuple(obs),
-        actions=torch.from_numpy(all_actions),
-        rewards=torch.from_numpy(np.array(step.rewards, np.float32)),  # a copy: the env reuses its arrays
-        terminated=torch.from_numpy(step.terminated.copy()),
-        truncated=torch.from_numpy(step.truncated.copy()),
-        alive=torch.from_numpy(before.alive.copy()),
-        deciding=torch.from_numpy(before.alive & before.acting),
-        next_obs=tuple(next_obs),
-        next_masks=tuple(next_masks),
-        next_present=torch.from_numpy(next_present),
-        next_deciding=torch.from_numpy(next_deciding),
-    )
+            all_actions[:, :, columns] = played if group.action.kind == "discrete" else encode_actions(played, nvec)
+        obs.append(_flat(ro.obs[g]))
+        mask = ro.action_masks[g]
+        legal = torch.ones((steps, copies, len(columns), int(np.prod(nvec))), dtype=torch.bool)
+        masks.append(legal if mask is None else joint_action_mask(mask, nvec))
+    return tuple(obs), all_actions, tuple(masks)
+
+
+def _action_tail(spec: JointSpec) -> tuple[int, ...]:
+    """The shape of one step's actions after the copy axis (``(N,)`` or ``(N, D)``)."""
+    return tuple(_action_storage(spec, 1).shape[1:])
+
+
+def _select(team: JointTransitions, step: torch.Tensor, copy: torch.Tensor) -> JointTransitions:
+    """The team transitions at (``step``, ``copy``) (``[B]`` int64 each)."""
+    return JointTransitions(*(_rows_of(field, lambda x: x[step, copy]) for field in team))
+
+
+def _rows_of(field: Any, fn: Any) -> Any:
+    return tuple(fn(x) for x in field) if isinstance(field, tuple) else fn(field)
+
+
+def _flat(obs: torch.Tensor) -> torch.Tensor:
+    """``[..., n_g, *shape]`` observations → float32 ``[..., n_g, F]`` (``[T, E, n_g, ...]`` in; uint8 scaled to
+    [0, 1])."""
+    flat = obs.reshape(*obs.shape[:3], -1)
+    if flat.dtype == torch.uint8:
+        return flat.to(torch.float32) / 255.0
+    return flat.to(torch.float32, copy=True)
 
 
 def transition_layout(spec: JointSpec) -> dict[str, Any]:
@@ -88,6 +314,7 @@ def transition_layout(spec: JointSpec) -> dict[str, Any]:
         "obs": [((g.size, g.observation.size), torch.float32) for g in spec.groups],
         "actions": (tuple(actions.shape[1:]), torch.from_numpy(actions).dtype),
         "rewards": ((n,), torch.float32),
+        "masks": [((g.size, int(np.prod(g.action.nvec))), torch.bool) for g in spec.groups],
         "next_obs": [((g.size, g.observation.size), torch.float32) for g in spec.groups],
         "next_masks": [((g.size, int(np.prod(g.action.nvec))), torch.bool) for g in spec.groups],
     }
@@ -129,140 +356,3 @@ def _action_storage(spec: JointSpec, num_envs: int) -> np.ndarray:
     if all(layout.kind == "box" for layout in spec.actions):
         return np.zeros((num_envs, spec.num_agents, spec.actions[0].shape[0]), np.float32)
     return np.zeros((num_envs, spec.num_agents), np.int64)
-
-
-def _flat(obs: np.ndarray) -> torch.Tensor:
-    """``[E, n_g, *shape]`` → float32 ``[E, n_g, F]`` (a copy: the env may reuse its arrays)."""
-    flat = np.asarray(obs).reshape(obs.shape[0], obs.shape[1], -1)
-    if flat.dtype == np.uint8:
-        return torch.from_numpy(flat.astype(np.float32) / np.float32(255.0))
-    return torch.from_numpy(flat.astype(np.float32, copy=True))
-
-
-class PendingMoves:
-    """Each agent's moves from one of its decisions to the next: the turn-based credit of per-agent learners.
-
-    The rule is PPO's (:func:`~marljoint.collect.carry_pending_moves`, :func:`~marljoint.ppo.compute_gae`): the
-    rewards an agent receives while it waits for another agent's move belong to its previous move, undiscounted,
-    and that move bootstraps at the agent's next decision. So a move after which its agent waits is held back
-    until the agent decides again, gathering the agent's rewards of the steps in between, and is then completed
-    with the state of that decision (next observations, legal actions, who is present and who decides), or with
-    its episode's end: a termination stops the bootstrap, a truncation bootstraps from the final observation where
-    the agent was to move there. A move whose episode is truncated while its agent waits is left out (its target
-    would need the value of a state the agent does not move in, which its critic does not learn), as PPO leaves it
-    out.
-
-    Simultaneous-move envs have no held moves (every present agent decides in every state): their transitions pass
-    through :meth:`complete` unchanged. A transition of several deciders of which some wait is split: the others'
-    row is stored at once, each waiting agent's held as a row in which only it decides.
-    """
-
-    def __init__(self) -> None:
-        self.held: JointTransitions | None = None
-        """The held moves, ``E · N`` rows (row ``e · N + j``: agent j's move in copy e; only agent j decides)."""
-        self.waiting: torch.Tensor | None = None
-        """``[E, N]`` bool: agent j of copy e has a held move."""
-
-    def complete(self, step: JointTransitions) -> JointTransitions | None:
-        """The transitions to store after one env step: the held moves this step completes, then the step's own
-        transitions whose deciders do not wait; ``None`` when there are none.
-
-        Args:
-            step: the step's :class:`JointTransitions` (E rows, one per env copy), from :func:`joint_transitions`.
-
-        Raises:
-            ValueError: if the step's number of copies or agents differs from the previous steps'.
-        """
-        copies, agents = step.rewards.shape
-        if self.held is None or self.waiting is None:
-            rows = copies * agents
-            self.held = JointTransitions(*(_map(f, lambda x: x.new_zeros((rows, *x.shape[1:]))) for f in step))
-            self.waiting = torch.zeros((copies, agents), dtype=torch.bool)
-        elif tuple(self.waiting.shape) != (copies, agents):
-            raise ValueError(
-                f"a step of {copies} env copies and {agents} agents follows steps of {tuple(self.waiting.shape)}; "
-                "use one PendingMoves per env"
-            )
-        parts = [] if not bool(self.waiting.any()) else [self._finish_held(step)]
-        ended_or_continues = step.terminated | ~step.next_present | step.next_deciding
-        waits = step.deciding & ~ended_or_continues  # held, or left out where truncated while waiting
-        if not bool(waits.any()):
-            parts.append(step)
-        else:
-            self._hold(step, waits & ~step.truncated)
-            stored = step.deciding & ~waits
-            keep = stored.any(-1) | ~step.deciding.any(-1)
-            parts.append(_rows(step._replace(deciding=stored), keep.nonzero().flatten()))
-        parts = [p for p in parts if p.actions.shape[0] > 0]
-        if not parts:
-            return None
-        return parts[0] if len(parts) == 1 else _concat(parts)
-
-    def _finish_held(self, step: JointTransitions) -> JointTransitions:
-        """Credits the step's rewards to the held moves and takes out those the step completes (its rows, in
-        copy-then-agent order; those truncated while their agent waits are dropped)."""
-        agents = step.rewards.shape[1]
-        waiting = self.waiting
-        per_move = self.held.rewards.view(-1, agents, agents)
-        torch.diagonal(per_move, dim1=1, dim2=2).add_(torch.where(waiting, step.rewards, 0.0))
-        done = waiting & (step.terminated | step.truncated | ~step.next_present | step.next_deciding)
-        dropped = done & step.truncated & ~step.terminated & ~step.next_deciding
-        self.waiting = waiting & ~done
-        copy, agent = (done & ~dropped).nonzero(as_tuple=True)
-        rows = copy * agents + agent
-        outcome = {
-            name: getattr(step, name)[copy] for name in ("terminated", "truncated", "next_present", "next_deciding")
-        }
-        finished = _rows(self.held, rows)._replace(
-            next_obs=tuple(x[copy] for x in step.next_obs),
-            next_masks=tuple(x[copy] for x in step.next_masks),
-            **outcome,
-        )
-        return finished
-
-    def _hold(self, step: JointTransitions, moves: torch.Tensor) -> None:
-        """Holds the ``[E, N]`` bool ``moves`` of the step: agent j's row of copy e with only j deciding."""
-        agents = step.rewards.shape[1]
-        copy, agent = moves.nonzero(as_tuple=True)
-        own = torch.nn.functional.one_hot(agent, agents).bool()
-        rows = copy * agents + agent
-        for held, new in zip(self.held, _rows(step, copy)._replace(deciding=own)):
-            for h, x in zip(*((held, new) if isinstance(held, tuple) else ((held,), (new,)))):
-                h[rows] = x
-        self.waiting = self.waiting | moves
-
-    def clear(self) -> None:
-        """Forgets the held moves (their episodes end unseen: the env copies restart)."""
-        self.held, self.waiting = None, None
-
-    def state_dict(self) -> dict[str, Any] | None:
-        """The held moves (``None`` before the first step)."""
-        if self.held is None or self.waiting is None:
-            return None
-        held = _rows(self.held, torch.arange(self.held.actions.shape[0]))  # a copy: the held rows change in place
-        return {"held": held._asdict(), "waiting": self.waiting.clone()}
-
-    def load_state_dict(self, state: Mapping[str, Any] | None) -> None:
-        """Restores :meth:`state_dict` output (``None``: nothing held)."""
-        if state is None:
-            self.clear()
-            return
-        saved = JointTransitions(**state["held"])
-        self.held = _rows(saved, torch.arange(saved.actions.shape[0]))  # a copy: the held rows change in place
-        self.waiting = state["waiting"].clone().bool()
-
-
-def _rows(transitions: JointTransitions, index: torch.Tensor) -> JointTransitions:
-    """The transitions at ``index`` (``[B]`` int64), copied."""
-    return JointTransitions(*(_map(field, lambda x: x[index]) for field in transitions))
-
-
-def _concat(parts: Sequence[JointTransitions]) -> JointTransitions:
-    """The transitions of ``parts`` one after another."""
-    fields = []
-    for values in zip(*parts):
-        if isinstance(values[0], tuple):
-            fields.append(tuple(torch.cat(group) for group in zip(*values)))
-        else:
-            fields.append(torch.cat(values))
-    return JointTransitions(*fields)

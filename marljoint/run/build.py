@@ -8,9 +8,10 @@ from typing import Any, TextIO
 
 from marljoint.ppo.config import JointTrainerConfig
 from marljoint.run import memory
+from marljoint.run.algorithms import Algorithm, run_entry
 from marljoint.run.errors import RunError
 from marljoint.run.memory import format_bytes
-from marljoint.run.offpolicy import OFFPOLICY_ALGORITHMS, build_offpolicy_trainer, check_offpolicy_env
+from marljoint.run.offpolicy import OFFPOLICY_ALGORITHMS, check_offpolicy_env
 from marljoint.run.registry import EnvSpecError, ResolvedEnv, resolve_env, supersuit_wrappers, wrapped_factory
 from marljoint.run.spec import RunSpec
 
@@ -31,8 +32,7 @@ def _env_factory(spec: RunSpec, **extra_kwargs: Any) -> Any:
 
 def make_env(spec: RunSpec, num_envs: int | None = None, seed: int | None = None, **extra_kwargs: Any) -> Any:
     """Builds the JointEnv of a run: the env its collection backend collects from
-    (:meth:`~marljoint.collect.CollectionConfig.make_env`: worker processes for ``"subprocess"``; for an
-    off-policy run, which acts in this process, Ray actors stepping the copies for ``"ray"``).
+    (:meth:`~marljoint.collect.CollectionConfig.make_env`: worker processes for ``"subprocess"``).
 
     Args:
         spec: the run.
@@ -49,7 +49,6 @@ def make_env(spec: RunSpec, num_envs: int | None = None, seed: int | None = None
             factory,
             num_envs=spec.trainer.num_envs if num_envs is None else num_envs,
             seed=spec.trainer.seed if seed is None else seed,
-            acts_here=spec.algorithm in OFFPOLICY_ALGORITHMS,
         )
     except Exception as exc:  # env constructors raise anything for bad keyword arguments
         raise RunError(f"env {spec.env!r} with kwargs {dict(spec.env_kwargs)} cannot be built: {exc}") from None
@@ -100,7 +99,9 @@ def check_memory(spec: RunSpec, stream: TextIO | None = None) -> Any:
     except Exception:  # the copy above was built and reset by the adapter: the estimate goes without its size
         per_copy, seconds = 0, 0.0
     if spec.algorithm in OFFPOLICY_ALGORITHMS:  # a replay buffer, not a rollout; and envs it cannot learn on
-        estimate = check_offpolicy_env(spec, joint_spec, per_copy)
+        from marljoint.run.exploitability import zero_sum_env
+
+        estimate = check_offpolicy_env(spec, joint_spec, per_copy, zero_sum_env(spec.env, spec.env_kwargs))
     else:
         estimate = memory.estimate_memory(joint_spec, spec.trainer, per_copy)
         _refuse_oversized(estimate, spec.trainer, joint_spec.num_agents)
@@ -129,23 +130,14 @@ def _refuse_oversized(estimate: Any, config: JointTrainerConfig, agents: int) ->
             )
 
 
-def build_trainer(spec: RunSpec, env: Any) -> Any:
-    """The :class:`~marljoint.JointMultiAgentTrainer` of a run, on ``env`` (the off-policy trainer of a vdn, qmix,
-    masac or maddpg run)."""
-    from marljoint.ppo.trainer import JointMultiAgentTrainer
+def build_trainer(spec: RunSpec, env: Any) -> Algorithm:
+    """The trainer of a run on ``env``: the one its row of :data:`~marljoint.run.algorithms.ALGORITHMS` builds
+    (:func:`~marljoint.run.algorithms.run_entry`).
 
-    if spec.algorithm in OFFPOLICY_ALGORITHMS:
-        return build_offpolicy_trainer(spec, env)
-
-    try:
-        trainer = JointMultiAgentTrainer.from_env(env, spec.trainer)
-        if spec.self_play == "mmd":
-            from marljoint.best_response.mmd import attach_mmd
-
-            attach_mmd(trainer, spec.mmd_config())
-        return trainer
-    except ValueError as exc:
-        raise RunError(f"cannot build the trainer for env {spec.env!r}: {exc}") from None
+    Raises:
+        RunError: for settings or an env the algorithm cannot train.
+    """
+    return run_entry(spec).build(spec, env)
 
 
 def say(stream: TextIO, enabled: bool, text: str) -> None:

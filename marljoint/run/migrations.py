@@ -22,9 +22,11 @@ __all__ = [
     "collection_from_keys",
     "migrate_checkpoint",
     "migrate_collection_keys",
+    "migrate_offpolicy_state",
     "migrate_best_response_state",
     "migrate_psro_config",
     "migrate_saved_config",
+    "without_settings_not_read",
     "read_nfsp_checkpoint",
     "read_psro_checkpoint",
 ]
@@ -107,16 +109,50 @@ def collection_from_keys(values: Mapping[str, Any], base: CollectionConfig) -> C
 
 def migrate_saved_config(values: Mapping[str, Any]) -> dict[str, Any]:
     """A saved trainer config (a run's flat ``config.toml``, or a config holding one as ``trainer``) with the
-    settings it predates (:data:`SAVED_BEFORE`) set to the values it trained with, so an old run resumes as it ran.
+    settings it predates (:data:`SAVED_BEFORE`) set to the values it trained with, so an old run resumes as it ran;
+    a run's settings its algorithm never read (:func:`~marljoint.run.reads.settings_not_read`: PPO settings of an
+    off-policy run, which older versions took and ignored) are dropped, so they take their defaults.
 
     Example:
         >>> migrate_saved_config({"gamma": 0.9})
         {'normalize_observations': False, 'gamma': 0.9}
+        >>> migrate_saved_config({"algorithm": "qmix", "n_epochs": 3, "offpolicy": {"batch_size": 8}})
+        {'algorithm': 'qmix', 'offpolicy': {'batch_size': 8}}
     """
     trainer = values.get("trainer")
     if isinstance(trainer, Mapping):
         return {**values, "trainer": {**SAVED_BEFORE, **trainer}}
-    return {**SAVED_BEFORE, **values}
+    return without_settings_not_read({**SAVED_BEFORE, **values})
+
+
+def without_settings_not_read(values: Mapping[str, Any]) -> dict[str, Any]:
+    """A run's flat settings without those its ``algorithm`` never reads (they changed nothing in the run).
+
+    Example:
+        >>> without_settings_not_read({"algorithm": "masac", "learning_rate": 0.01, "offpolicy": {"tau": 0.1}})
+        {'algorithm': 'masac', 'offpolicy': {}}
+    """
+    from marljoint.run.reads import settings_not_read
+
+    out = dict(values)
+    algorithm = out.get("algorithm")
+    for name in settings_not_read(algorithm if isinstance(algorithm, str) else None):
+        table, _, key = name.rpartition(".")
+        if not table:
+            out.pop(key, None)
+        elif isinstance(out.get("offpolicy"), Mapping):
+            out["offpolicy"] = _without(out["offpolicy"], table.split(".")[1:], key)
+    return out
+
+
+def _without(table: Mapping[str, Any], path: list[str], key: str) -> dict[str, Any]:
+    """``table`` without ``key`` in its sub-table at ``path`` (``["sac"]``), or at its top (``[]``)."""
+    out = dict(table)
+    if not path:
+        out.pop(key, None)
+    elif isinstance(out.get(path[0]), Mapping):
+        out[path[0]] = _without(out[path[0]], path[1:], key)
+    return out
 
 
 def migrate_checkpoint(checkpoint: Mapping[str, Any]) -> dict[str, Any]:
@@ -132,6 +168,8 @@ def migrate_checkpoint(checkpoint: Mapping[str, Any]) -> dict[str, Any]:
     """
     out = dict(checkpoint)
     trainer = out.get("trainer")
+    if isinstance(trainer, Mapping) and "buffer" in trainer:  # an off-policy trainer's
+        trainer = out["trainer"] = migrate_offpolicy_state(trainer)
     if not isinstance(trainer, Mapping) or "copy_generators" not in trainer:
         return out
     trainer = dict(trainer)
@@ -141,6 +179,33 @@ def migrate_checkpoint(checkpoint: Mapping[str, Any]) -> dict[str, Any]:
     # Only an in-process or subprocess env state took them; a state holding its own keeps those.
     if isinstance(env, Mapping) and generators is not None and "env" in env and "copy_generators" not in env:
         out["env"] = {**env, "copy_generators": generators}
+    return out
+
+
+def migrate_offpolicy_state(state: Mapping[str, Any]) -> dict[str, Any]:
+    """An off-policy trainer's state (:meth:`~marljoint.offpolicy.OffPolicyTrainer.state_dict`) in the current
+    layout.
+
+    States written before off-policy rollouts were collected through :mod:`marljoint.collect` held the moves
+    waiting for their agents' next decision as ``pending_moves``, in a form the rollout-based credit does not
+    read: they are dropped (the run resumes without those few moves, so not bit-identically to an uninterrupted
+    run), and nothing is carried. Their replay buffers lack the legal actions at each decision (``masks``):
+    every action counts as legal there, as it did for those transitions' learners.
+
+    Example:
+        >>> migrate_offpolicy_state({"buffer": None, "pending_moves": None})
+        {'buffer': None, 'carried': None}
+    """
+    out = dict(state)
+    if "carried" in out:
+        return out
+    out.pop("pending_moves", None)
+    out["carried"] = None
+    buffer = out.get("buffer")
+    if isinstance(buffer, Mapping) and "masks" not in buffer.get("transitions", {"masks": None}):
+        transitions = dict(buffer["transitions"])
+        transitions["masks"] = tuple(m.new_ones(m.shape) for m in transitions["next_masks"])
+        out["buffer"] = {**buffer, "transitions": transitions}
     return out
 
 

@@ -1,29 +1,29 @@
-"""The ``algorithm`` of a run: which trainer ``marljoint train`` builds, and the off-policy trainer of value
-runs (``vdn``, ``qmix``) and centralised-critic actor-critic runs (``masac``, ``maddpg``) behind the same interface
-as the PPO trainer's."""
+"""The off-policy runs: value decomposition (``vdn``, ``qmix``) and centralised-critic actor-critics (``masac``,
+``maddpg``), their settings (the run's ``[offpolicy]`` table), their refusals and their trainer, an
+:class:`~marljoint.offpolicy.OffPolicyTrainer` (the rows of :data:`~marljoint.run.algorithms.ALGORITHMS` build it
+with :func:`build_offpolicy_trainer`)."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from types import SimpleNamespace
 from typing import Any
 
 import torch
 
 from marljoint.offpolicy import OffPolicyConfig, OffPolicyTrainer
+from marljoint.offpolicy.defaults import OFFPOLICY_DEFAULTS
 from marljoint.run.errors import RunError
+from marljoint.run.reads import OFFPOLICY_RUN_SETTINGS
 from marljoint.threads import learner_threads
 
 __all__ = [
-    "ALGORITHMS",
     "OFFPOLICY_ALGORITHMS",
     "VALUE_ALGORITHMS",
-    "OffPolicyRun",
     "build_offpolicy_trainer",
-    "check_algorithm",
     "check_offpolicy_env",
     "check_offpolicy_run",
+    "offpolicy_config",
 ]
 
 VALUE_ALGORITHMS = ("vdn", "qmix")
@@ -31,11 +31,9 @@ VALUE_ALGORITHMS = ("vdn", "qmix")
 OFFPOLICY_ALGORITHMS = (*VALUE_ALGORITHMS, "masac", "maddpg")
 """Algorithms trained off-policy from a replay buffer: value decomposition and the centralised-critic
 actor-critics (their own settings in ``[offpolicy.sac]``)."""
-ALGORITHMS = ("mappo", "ippo", *OFFPOLICY_ALGORITHMS)
-"""Every ``algorithm`` a run may name; ``mappo`` and ``ippo`` are PPO with and without the centralised critic."""
 
 # Settings an off-policy run takes from the run's trainer settings, not from its [offpolicy] table.
-_FROM_RUN = ("algorithm", "num_envs", "rollout_steps", "seed", "hidden_sizes", "share_parameters", "gamma")
+_FROM_RUN = OFFPOLICY_RUN_SETTINGS
 
 
 def offpolicy_config(algorithm: str, trainer: Any, table: Mapping[str, Any]) -> OffPolicyConfig:
@@ -64,7 +62,7 @@ def offpolicy_config(algorithm: str, trainer: Any, table: Mapping[str, Any]) -> 
         "seed": trainer.seed,
         "hidden_sizes": trainer.hidden_sizes,
         "share_parameters": trainer.share_parameters,
-        "gamma": 0.99 if trainer.gamma is None else trainer.gamma,
+        "gamma": OFFPOLICY_DEFAULTS["gamma"] if trainer.gamma is None else trainer.gamma,
     }
     try:
         return OffPolicyConfig(**shared, **dict(table))
@@ -76,17 +74,12 @@ def offpolicy_config(algorithm: str, trainer: Any, table: Mapping[str, Any]) -> 
         raise RunError(f"offpolicy: {exc}") from None
 
 
-_SAC_RATES = "offpolicy.sac's actor_lr, critic_lr and alpha_lr (--set 'offpolicy={sac={actor_lr=3e-4}}')"
-
-
 def _learning_rate(algorithm: str, trainer: Any, table: Mapping[str, Any]) -> dict[str, Any]:
     """The run's ``learning_rate`` (``--learning-rate``) as the value methods' ``offpolicy.learning_rate``; refused
-    where it would be ignored: given twice, or for masac and maddpg, which read ``offpolicy.sac``'s rates."""
+    when given twice (masac and maddpg read ``offpolicy.sac``'s rates: :mod:`marljoint.run.reads` refuses it
+    there)."""
     rate = trainer.learning_rate
-    if algorithm not in VALUE_ALGORITHMS:
-        for name, given in (("learning_rate", rate), ("offpolicy.learning_rate", table.get("learning_rate"))):
-            if given is not None:
-                raise RunError(f"{algorithm} does not read {name} (= {given!r}); set {_SAC_RATES} instead")
+    if algorithm not in VALUE_ALGORITHMS:  # masac and maddpg read offpolicy.sac's rates (marljoint.run.reads)
         return {}
     if rate is None:
         return {}
@@ -99,23 +92,36 @@ def _learning_rate(algorithm: str, trainer: Any, table: Mapping[str, Any]) -> di
 
 
 def check_offpolicy_run(spec: Any) -> None:
-    """Refuses run settings an off-policy run cannot honour: ``exploitability_every`` (it scores per-seat
-    policies, which these runs do not have), and a ``learning_starts`` the run never reaches (the run would end
-    without a gradient step).
+    """Refuses run settings an off-policy run cannot honour: recurrent networks, a device other than the CPU,
+    ``policy_lag`` and ``balance`` (it acts in this process at every env step), invalid ``[offpolicy]`` settings,
+    ``exploitability_every`` (it scores per-seat policies, which these runs do not have), and a
+    ``learning_starts`` the run never reaches (the run would end without a gradient step).
 
     Raises:
         RunError: naming the setting, its value and the fix.
     """
-    algorithm = spec.algorithm
-    if algorithm not in OFFPOLICY_ALGORITHMS:
-        return
+    algorithm, trainer = spec.algorithm, spec.trainer
+    if trainer.recurrent is not None:
+        raise RunError(
+            f"{algorithm} trains feed-forward utilities, but recurrent={trainer.recurrent!r}; drop recurrent or "
+            "use --algorithm mappo or ippo"
+        )
+    if trainer.device != "cpu":
+        raise RunError(f"{algorithm} trains on the CPU, got device={trainer.device!r}; drop --device")
+    collection = trainer.collection
+    if collection.policy_lag or collection.balance:
+        raise RunError(
+            f"{algorithm} acts in this process at every env step, so there is no rollout to collect ahead "
+            "or to rebalance (its env copies may step in --env-workers K or --ray workers); drop --policy-lag "
+            "and --balance"
+        )
+    config = offpolicy_config(algorithm, trainer, spec.offpolicy)
     if spec.exploitability_every is not None:
         raise RunError(
             f"exploitability_every = {spec.exploitability_every} scores each seat's policy, which a {algorithm} run "
             "does not have; drop --exploitability-every (--eval-every measures its returns), or train with "
             "--algorithm mappo or ippo, or run marljoint psro or nfsp"
         )
-    config = offpolicy_config(algorithm, spec.trainer, spec.offpolicy)
     per_iteration = config.transitions_per_iteration
     stored = math.ceil(spec.total_steps / per_iteration) * per_iteration
     if config.learning_starts > stored:
@@ -126,7 +132,7 @@ def check_offpolicy_run(spec: Any) -> None:
         )
 
 
-def check_offpolicy_env(spec: Any, joint_spec: Any, per_copy: int = 0) -> Any:
+def check_offpolicy_env(spec: Any, joint_spec: Any, per_copy: int = 0, zero_sum: bool = False) -> Any:
     """Refuses, before the env copies and networks are built, an off-policy run that cannot learn on its env or
     does not fit in memory: vdn and qmix on a zero-sum game (their team reward, the agents' rewards summed or
     averaged, is always 0 there), and a replay buffer, networks and env copies larger than the memory available
@@ -136,6 +142,7 @@ def check_offpolicy_env(spec: Any, joint_spec: Any, per_copy: int = 0) -> Any:
         spec: the run's :class:`~marljoint.run.spec.RunSpec`.
         joint_spec: its env's :class:`~marljoint.JointSpec`.
         per_copy: bytes one env copy allocates.
+        zero_sum: whether the env is a zero-sum game (:func:`~marljoint.run.exploitability.zero_sum_env`).
 
     Returns:
         The :class:`~marljoint.run.memory.OffPolicyMemory` estimate.
@@ -144,10 +151,9 @@ def check_offpolicy_env(spec: Any, joint_spec: Any, per_copy: int = 0) -> Any:
         RunError: naming the reason, the numbers and the fix.
     """
     from marljoint.run import memory
-    from marljoint.run.exploitability import zero_sum_env
 
     algorithm = spec.algorithm
-    if algorithm in VALUE_ALGORITHMS and zero_sum_env(spec.env, spec.env_kwargs):
+    if algorithm in VALUE_ALGORITHMS and zero_sum:
         raise RunError(
             f"env {spec.env!r} is a zero-sum game, so the team reward {algorithm} learns (the agents' rewards "
             "averaged or summed) is always 0 and nothing would be learnt; train its players against each other "
@@ -171,100 +177,7 @@ def check_offpolicy_env(spec: Any, joint_spec: Any, per_copy: int = 0) -> Any:
     return estimate
 
 
-def check_algorithm(algorithm: str | None, trainer: Any, table: Mapping[str, Any]) -> None:
-    """Refuses an unknown algorithm, PPO settings that contradict it, and invalid off-policy settings.
-
-    Raises:
-        RunError: naming the setting, its value and the fix.
-    """
-    if algorithm is None:
-        if table:
-            raise RunError(
-                f"offpolicy settings need algorithm = one of {list(OFFPOLICY_ALGORITHMS)}; set algorithm or drop them"
-            )
-        return
-    if algorithm not in ALGORITHMS:
-        raise RunError(f"algorithm must be one of {list(ALGORITHMS)}, got {algorithm!r}")
-    if algorithm in OFFPOLICY_ALGORITHMS:
-        if trainer.recurrent is not None:
-            raise RunError(
-                f"{algorithm} trains feed-forward utilities, but recurrent={trainer.recurrent!r}; drop recurrent or "
-                "use --algorithm mappo or ippo"
-            )
-        if trainer.device != "cpu":
-            raise RunError(f"{algorithm} trains on the CPU, got device={trainer.device!r}; drop --device")
-        collection = trainer.collection
-        if collection.policy_lag or collection.balance:
-            raise RunError(
-                f"{algorithm} acts in this process at every env step, so there is no rollout to collect ahead "
-                "or to rebalance (its env copies may step in --env-workers K or --ray workers); drop --policy-lag "
-                "and --balance"
-            )
-        offpolicy_config(algorithm, trainer, table)
-        return
-    if table:
-        raise RunError(f"offpolicy settings apply to {', '.join(OFFPOLICY_ALGORITHMS)}, not {algorithm}; drop them")
-    central = algorithm == "mappo"
-    if trainer.centralized_critic != central:
-        raise RunError(
-            f"algorithm {algorithm!r} trains {'a centralised' if central else 'per-agent'} critic, but "
-            f"centralized_critic={str(trainer.centralized_critic).lower()}; drop one of the two settings"
-        )
-
-
-def with_algorithm_defaults(values: Mapping[str, Any]) -> dict[str, Any]:
-    """Run settings with ``centralized_critic`` following ``algorithm = mappo | ippo`` unless given."""
-    out = dict(values)
-    if out.get("algorithm") in ("mappo", "ippo") and "centralized_critic" not in out:
-        out["centralized_critic"] = out["algorithm"] == "mappo"
-    return out
-
-
-class OffPolicyRun:
-    """An :class:`~marljoint.offpolicy.OffPolicyTrainer` as the run loop, evaluation and checkpoints see a
-    trainer: :attr:`config` is the run's trainer settings, everything else is the off-policy trainer's."""
-
-    def __init__(self, trainer: OffPolicyTrainer, run_config: Any) -> None:
-        self.trainer = trainer
-        self.config = run_config
-        self.derived: dict[str, str] = {}
-        # The run loop reads learner.regularizer (PPO's self-play term, --self-play mmd): an off-policy run has none.
-        self.learner = SimpleNamespace(regularizer=None)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.trainer, name)
-
-    @property
-    def joint_policy(self) -> Any:
-        """Refused: an off-policy run acts with its Q networks (vdn, qmix) or its own actors (masac, maddpg), not
-        with PPO's policy networks, which export and per-agent policies take.
-
-        Raises:
-            RunError: saying what to use instead.
-        """
-        algorithm = self.trainer.config.algorithm
-        if algorithm in VALUE_ALGORITHMS:
-            why = (
-                f"a {algorithm} run acts greedily on its Q networks (the argmax of each agent's utilities), and "
-                "export and per-agent policies take PPO's policy networks; export supports mappo and ippo runs"
-            )
-        else:
-            why = (
-                f"a {algorithm} run's actors are its own networks (trained against centralised critics), and "
-                "export and per-agent policies take PPO's policy networks; export supports mappo and ippo runs"
-            )
-        raise RunError(f"{why}; use marljoint eval, or load_run(run_dir).act(obs) from Python")
-
-    def agent_policy(self, agent: int | str) -> Any:
-        """Refused, as :attr:`joint_policy`.
-
-        Raises:
-            RunError: saying what to use instead.
-        """
-        return self.joint_policy
-
-
-def build_offpolicy_trainer(spec: Any, env: Any) -> OffPolicyRun:
+def build_offpolicy_trainer(spec: Any, env: Any) -> OffPolicyTrainer:
     """The off-policy trainer of a run (``spec.algorithm`` vdn, qmix, masac or maddpg) on ``env``.
 
     Raises:
@@ -275,6 +188,6 @@ def build_offpolicy_trainer(spec: Any, env: Any) -> OffPolicyRun:
     threads = spec.trainer.torch_threads
     torch.set_num_threads(threads if isinstance(threads, int) else learner_threads(0, collects=True)[0])
     try:
-        return OffPolicyRun(OffPolicyTrainer(env, config), spec.trainer)
+        return OffPolicyTrainer(env, config, collection=spec.trainer.collection)
     except ValueError as exc:
         raise RunError(f"cannot build the {spec.algorithm} trainer for env {spec.env!r}: {exc}") from None

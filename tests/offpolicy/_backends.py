@@ -7,6 +7,7 @@ import functools
 from rollout_checks import same_state
 
 from marljoint import PettingZooJointEnv
+from marljoint.collect.snapshots import joined_generators, read_state
 from marljoint.offpolicy import OffPolicyConfig, OffPolicyTrainer
 from marljoint_envs import identity_v0, mock_v0
 
@@ -26,10 +27,10 @@ SETTINGS = {
 }
 
 
-def trainer_on(env, algorithm: str) -> OffPolicyTrainer:
+def trainer_on(env, algorithm: str, collection=None) -> OffPolicyTrainer:
     """A tiny trainer of ``algorithm`` over ``env`` (NUM_ENVS copies of ENV_FNS[algorithm], any backend)."""
     settings = {**TINY, "num_envs": NUM_ENVS, **SETTINGS[algorithm]}
-    return OffPolicyTrainer(env, OffPolicyConfig(algorithm=algorithm, **settings))
+    return OffPolicyTrainer(env, OffPolicyConfig(algorithm=algorithm, **settings), collection=collection)
 
 
 def assert_same_run(a: OffPolicyTrainer, b: OffPolicyTrainer) -> None:
@@ -38,18 +39,27 @@ def assert_same_run(a: OffPolicyTrainer, b: OffPolicyTrainer) -> None:
     state_a, state_b = a.state_dict(), b.state_dict()
     for key in state_a:
         assert same_state(state_a[key], state_b[key]), key
-    generators = [t.env_state()["copy_generators"] for t in (a, b)]
-    assert same_state(*generators)
+    generators = [copy_generator_states(t) for t in (a, b)]
+    assert generators[0] is not None and same_state(*generators)
 
 
-def assert_gives_the_in_process_run(algorithm: str, make_env) -> None:
-    """A short run over ``make_env(env_fn, num_envs, seed)`` equals the same run over in-process copies."""
+def copy_generator_states(trainer: OffPolicyTrainer) -> list:
+    """Every copy's exploration generator state, in copy order, whichever backend collected."""
+    return joined_generators(read_state(trainer.env_state()))
+
+
+def assert_gives_the_in_process_run(algorithm: str, make_env, collection=None) -> None:
+    """A short run over ``make_env(env_fn, num_envs, seed)`` (collected as ``collection`` says) equals the same
+    run over in-process copies."""
     local = trainer_on(PettingZooJointEnv(ENV_FNS[algorithm], num_envs=NUM_ENVS, seed=0), algorithm)
     local.train(64)
     env = make_env(ENV_FNS[algorithm], NUM_ENVS, 0)
     try:
-        remote = trainer_on(env, algorithm)
-        remote.train(64)
-        assert_same_run(local, remote)
+        remote = trainer_on(env, algorithm, collection)
+        try:
+            remote.train(64)
+            assert_same_run(local, remote)
+        finally:
+            remote.close()
     finally:
         env.close()

@@ -66,3 +66,28 @@ def test_a_foreign_env_snapshot_is_refused_unless_trusted(saved):
     trainer.load_env_state(foreign, trust_snapshot=True)
     trainer.train(48)
     assert trainer.env_steps == 48
+
+
+def _older_format(state):
+    """``state`` as trainers wrote it before their rollouts were collected through marljoint.collect: moves held
+    as ``pending_moves``, no legal actions at the decisions in the replay buffer."""
+    older = {k: v for k, v in state.items() if k != "carried"}
+    older["pending_moves"] = {"held": {}, "waiting": torch.zeros(2, 2, dtype=torch.bool)}
+    transitions = {k: v for k, v in state["buffer"]["transitions"].items() if k != "masks"}
+    return {**older, "buffer": {**state["buffer"], "transitions": transitions}}
+
+
+def test_a_state_of_the_older_format_is_refused_in_one_line_and_migrated(saved):
+    from marljoint.run.migrations import migrate_checkpoint, migrate_offpolicy_state
+
+    older = _older_format(saved[0])
+    with pytest.raises(ValueError, match=r"holds no 'carried' moves \(an older format, with 'pending_moves'\); load"):
+        tiny_trainer(algorithm="qmix").load_state_dict(older)
+    migrated = migrate_offpolicy_state(older)
+    assert migrated["carried"] is None and "pending_moves" not in migrated
+    assert all(m.all() for m in migrated["buffer"]["transitions"]["masks"])  # every action counts as legal
+    resumed = tiny_trainer(algorithm="qmix")
+    resumed.load_state_dict(migrate_checkpoint({"trainer": older, "env": saved[1]})["trainer"])
+    resumed.load_env_state(saved[1])
+    resumed.train(48)
+    assert resumed.gradient_steps > 0 and len(resumed.buffer) == 48

@@ -8,12 +8,13 @@ import pytest
 import torch
 
 from marljoint import PettingZooJointEnv
+from marljoint.collect import LocalCollector
 from marljoint.offpolicy import (
     OffPolicyConfig,
     ValueDecomposition,
     double_q_values,
-    joint_transitions,
     masked_max,
+    rollout_transitions,
     td_targets,
     team_rewards,
 )
@@ -49,19 +50,33 @@ def test_td_targets_bootstrap_only_rows_that_continue():
     assert y.tolist() == [3.0, 2.0]
 
 
+class Scripted:
+    """A StepActing that plays the given actions, step by step."""
+
+    def __init__(self, spec, actions):
+        self.spec, self.actions, self.device = spec, actions, torch.device("cpu")
+
+    def weights(self):
+        return {}
+
+    def load_weights(self, weights):
+        pass
+
+    def act_step(self, obs, step, generators, rows=None):
+        return [np.array(self.actions[step], np.int64)]
+
+
 def _counter_steps():
     # agent_1 terminates when t becomes 1; every remaining agent is truncated when t becomes 2.
     env_fn = functools.partial(counter_v0.parallel_env, num_agents=2, terminate_at={"agent_1": 1}, truncate_at=2)
     env = PettingZooJointEnv(env_fn, num_envs=1, seed=0)
-    obs = env.reset(seed=0)
-    out = []
-    for action in ([[1, 2]], [[2, 0]]):
-        before = obs._replace(obs=tuple(o.copy() for o in obs.obs), alive=obs.alive.copy())
-        actions = [np.array(action, np.int64)]
-        step = env.step(actions)
-        out.append(joint_transitions(env.spec, before, actions, step))
-        obs = step
-    return out
+    rollout = LocalCollector(env, seed=0).collect(Scripted(env.spec, [[[1, 2]], [[2, 0]]]), 2)
+    transitions = rollout_transitions(env.spec, rollout)
+    return [type(transitions)(*(_row(field, t) for field in transitions)) for t in range(2)]
+
+
+def _row(field, t):
+    return tuple(x[t : t + 1] for x in field) if isinstance(field, tuple) else field[t : t + 1]
 
 
 def test_transitions_of_a_termination_a_dead_agent_and_a_truncation():

@@ -1,16 +1,19 @@
 """MASAC and MADDPG in turn-based games: a move is credited with the rewards its agent receives while it waits,
 and bootstraps at the agent's next decision (or stops at its episode's end), as in PPO."""
 
+import functools
+
 import numpy as np
 import pytest
 import torch
 from rollout_checks import same_state
 
 from marljoint import PettingZooJointEnv
+from marljoint.collect import JointRollout
 from marljoint.env.base import JointObs
 from marljoint.offpolicy import OffPolicyConfig, OffPolicyTrainer
-from marljoint.offpolicy.replay import JointTransitions
-from marljoint.offpolicy.transitions import PendingMoves
+from marljoint.offpolicy.transitions import rollout_moves, rollout_transitions
+from marljoint_envs import counter_v0
 
 from ._sac_helpers import DISCRETE, make_algorithm, make_batch
 from ._two_moves import TwoMoves
@@ -50,7 +53,8 @@ def test_the_first_move_carries_the_reward_paid_on_the_second_and_is_terminal(al
 def test_a_move_at_the_end_of_an_iteration_waits_for_the_next_one():
     trainer = two_moves_trainer("masac", learning_starts=10_000, rollout_steps=3)
     trainer.collect()  # each copy: a game, then player_0's move of the next one
-    assert len(trainer.buffer) == 8 and trainer.moves.waiting[:, 0].all() and not trainer.moves.waiting[:, 1].any()
+    carried = trainer.carried  # row j: agent j's move waiting in each copy
+    assert len(trainer.buffer) == 8 and carried.acting[0, :, 0].all() and not carried.acting[1].any()
     trainer.collect()
     stored = trainer.buffer.gather(torch.arange(8, 16))
     carried = stored.deciding[:4, 0]  # the held moves come first, completed by player_1's move
@@ -81,7 +85,7 @@ def test_a_resumed_run_with_held_moves_is_bit_identical(tmp_path):
     straight.train(36)
     first = two_moves_trainer("maddpg", **settings)
     first.train(18)
-    assert first.moves.waiting.any()
+    assert first.carried is not None and first.carried.acting.any()
     first.save(tmp_path / "ckpt.pt")
     resumed = two_moves_trainer("maddpg", **settings)
     resumed.load(tmp_path / "ckpt.pt")
@@ -89,76 +93,105 @@ def test_a_resumed_run_with_held_moves_is_bit_identical(tmp_path):
     assert same_state(resumed.state_dict(), straight.state_dict())
 
 
-def _steps(**fields):
-    """One copy, two agents: JointTransitions with the given per-agent flags (rows of 1) and the rest idle."""
-    flags = {
-        name: torch.tensor([fields.get(name, [False, False])])
-        for name in ("terminated", "truncated", "next_present", "next_deciding")
-    }
-    obs = torch.full((1, 2, 1), float(fields["t"]))
-    return JointTransitions(
-        obs=(obs,),
-        actions=torch.zeros(1, 2, dtype=torch.int64),
-        rewards=torch.tensor([fields.get("rewards", [0.0, 0.0])]),
-        alive=torch.ones(1, 2, dtype=torch.bool),
-        deciding=torch.tensor([fields["deciding"]]),
-        next_obs=(obs + 1,),
-        next_masks=(torch.ones(1, 2, 3, dtype=torch.bool),),
-        **flags,
-    )
+def _rollout(acting, next_acting, num_agents=2, **fields):
+    """A hand-made rollout of one copy: every agent present throughout, ``acting[t]`` deciding at step t,
+    observation t at step t, final observation t + 1 (the state after the last step: observation T, with
+    ``next_acting`` deciding); ``fields`` set the rest per step (rewards, terminated, truncated,
+    truncated_waiting, resets)."""
+    env_fn = functools.partial(counter_v0.parallel_env, num_agents=num_agents)
+    spec = PettingZooJointEnv(env_fn, num_envs=1, seed=0).spec
+    steps = len(acting)
+    ro = JointRollout.allocate(spec, steps, 1)
+    ro.keep_successors()
+    for t in range(steps):
+        ro.obs[0][t] = float(t)
+        ro.final_obs[0][t] = float(t + 1)
+    ro.alive[:] = True
+    ro.acting[:, 0] = torch.tensor(acting)
+    for name in ("rewards", "terminated", "truncated", "truncated_waiting"):
+        if name in fields:
+            getattr(ro, name)[:, 0] = torch.tensor(fields[name])
+    if "resets" in fields:
+        ro.resets[:, 0] = torch.tensor(fields["resets"])
+    ro.next_obs[0][:] = float(steps)
+    ro.next_alive[:] = True
+    ro.next_acting[0] = torch.tensor(next_acting)
+    return spec, ro
 
 
-def test_pending_moves_by_hand_rewards_while_waiting_and_the_next_decision():
-    moves = PendingMoves()
-    both = [True, True]
-    # t=0: player 0 moves and waits; t=1: player 1 moves, player 0 gets 2; t=2: player 0 decides again.
-    assert moves.complete(_steps(t=0, deciding=[True, False], next_present=both, next_deciding=[False, True])) is None
-    out = moves.complete(
-        _steps(t=1, deciding=[False, True], rewards=[2.0, 0.0], next_present=both, next_deciding=[True, False])
+def test_moves_by_hand_rewards_while_waiting_and_the_next_decision():
+    # t=0: player 0 moves and waits; t=1: player 1 moves, player 0 gets 2; t=2: player 0 decides again, and the
+    # episode terminates with 3 for player 1.
+    spec, ro = _rollout(
+        acting=[[True, False], [False, True], [True, False]],
+        next_acting=[True, False],
+        rewards=[[0.0, 0.0], [2.0, 0.0], [0.0, 3.0]],
+        terminated=[[False, False], [False, False], [True, True]],
+        resets=[False, False, True],
     )
-    assert out is not None and out.deciding.tolist() == [[True, False]]  # player 0's move; player 1's is held
+    out, carried, _ = rollout_moves(spec, ro)
+    assert carried is None
+    # Player 0's first move, completed at t=1 by its decision at t=2; player 1's move, completed by the
+    # termination; player 0's second move, which the termination ends at once (its step's own row).
+    assert out.deciding.tolist() == [[True, False], [False, True], [True, False]]
     assert out.rewards[0, 0] == 2.0 and out.obs[0][0, 0, 0] == 0.0 and out.next_obs[0][0, 0, 0] == 2.0
-    assert out.next_deciding.tolist() == [[True, False]] and not out.terminated.any()
-    # t=2: player 0 moves; the episode terminates: player 1's held move gets its reward and no bootstrap.
-    out = moves.complete(_steps(t=2, deciding=[True, False], rewards=[0.0, 3.0], terminated=both))
-    assert out.deciding.tolist() == [[False, True], [True, False]]
-    assert out.rewards[0, 1] == 3.0 and out.terminated[0, 1] and not out.next_present[0, 1]
-    assert not moves.waiting.any()
+    assert out.next_deciding[0].tolist() == [True, False] and not out.terminated[0].any()
+    assert out.rewards[1, 1] == 3.0 and out.terminated[1, 1] and not out.next_present[1, 1]
+    assert out.obs[0][1, 0, 0] == 1.0 and out.next_obs[0][1, 1, 0] == 3.0  # the final observation
+    assert out.terminated[2, 0] and out.rewards[2, 0] == 0.0
 
 
-def test_pending_moves_by_hand_a_truncation_bootstraps_only_the_agent_to_move():
-    moves = PendingMoves()
-    both = [True, True]
-    moves.complete(_steps(t=0, deciding=[True, False], next_present=both, next_deciding=[False, True]))
+def test_moves_by_hand_the_rewards_between_decisions_are_summed_undiscounted():
+    # Three players in turn; player 0 receives 1, 2 and 4 at steps 0, 1, 2 and decides again at step 3: its
+    # move's reward is 1 + 2 + 4 (no discount while it waits), and it bootstraps (discounted once, by the loss)
+    # from step 3's observation.
+    turns = [[True, False, False], [False, True, False], [False, False, True], [True, False, False]]
+    spec, ro = _rollout(
+        acting=turns,
+        next_acting=[False, True, False],
+        num_agents=3,
+        rewards=[[1.0, 0, 0], [2.0, 0, 0], [4.0, 0, 0], [8.0, 0, 0]],
+    )
+    out, carried, _ = rollout_moves(spec, ro)
+    first = out.deciding[:, 0].nonzero().flatten()[0]
+    assert out.rewards[first, 0] == 7.0 and out.next_obs[0][first, 0, 0] == 3.0 and out.next_deciding[first, 0]
+    # Player 0's move at step 3 waits for its next decision in the next rollout, with what it has received so far.
+    assert carried is not None and carried.acting[0, 0].tolist() == [True, False, False]
+    assert carried.rewards[0, 0, 0] == 8.0 and not carried.acting[1:, 0, 0].any()
+
+
+def test_moves_by_hand_a_truncation_bootstraps_only_the_agent_to_move():
     # Truncated after player 1's move with player 0 to move: player 0's move bootstraps from the final state;
     # player 1's, whose next decision never comes, is left out.
-    out = moves.complete(
-        _steps(
-            t=1,
-            deciding=[False, True],
-            rewards=[1.0, 0.0],
-            truncated=both,
-            next_present=both,
-            next_deciding=[True, False],
-        )
+    spec, ro = _rollout(
+        acting=[[True, False], [False, True]],
+        next_acting=[True, False],
+        rewards=[[0.0, 0.0], [1.0, 0.0]],
+        truncated=[[False, False], [True, True]],
+        truncated_waiting=[[False, False], [False, True]],
+        resets=[False, True],
     )
-    assert out.deciding.tolist() == [[True, False]]
-    assert out.truncated[0, 0] and out.next_present[0, 0] and out.rewards[0, 0] == 1.0
-    assert not moves.waiting.any()
+    out, carried, deferred = rollout_moves(spec, ro)
+    assert out.deciding.tolist() == [[True, False]] and carried is None and deferred[1, 0, 1]
+    assert out.truncated[0, 0] and out.next_present[0, 0] and out.next_deciding[0, 0] and out.rewards[0, 0] == 1.0
+    assert out.next_obs[0][0, 0, 0] == 2.0  # the final observation
 
 
-def test_pending_moves_pass_simultaneous_steps_through_unchanged():
-    step = _steps(t=0, deciding=[True, True], next_present=[True, True], next_deciding=[True, True])
-    assert PendingMoves().complete(step) is step
+def test_moves_of_simultaneous_steps_are_the_team_transitions():
+    both = [[True, True]] * 3
+    spec, ro = _rollout(acting=both, next_acting=[True, True], rewards=[[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]])
+    moves, carried, deferred = rollout_moves(spec, ro)
+    assert carried is None and deferred is None
+    assert same_state(moves._asdict(), rollout_transitions(spec, ro)._asdict())
 
 
-def test_pending_moves_refuse_a_step_of_another_env():
-    moves = PendingMoves()
-    moves.complete(_steps(t=0, deciding=[True, True], next_present=[True, True], next_deciding=[True, True]))
-    one = _steps(t=0, deciding=[True, True])
-    three = JointTransitions(*(f if isinstance(f, tuple) else torch.cat([f, f, f]) for f in one))
-    with pytest.raises(ValueError, match=r"a step of 3 env copies and 2 agents follows steps of \(1, 2\); use one"):
-        moves.complete(three)
+def test_moves_need_a_rollout_that_kept_its_successors():
+    spec, ro = _rollout(acting=[[True, True]], next_acting=[True, True])
+    ro.final_obs = None
+    with pytest.raises(
+        ValueError, match=r"the rollout holds no final observations .* call rollout.keep_successors\(\)"
+    ):
+        rollout_moves(spec, ro)
 
 
 def test_only_the_agents_deciding_next_have_a_next_action_in_the_target():
@@ -174,7 +207,10 @@ def test_only_the_agents_deciding_next_have_a_next_action_in_the_target():
 def test_restarting_the_env_copies_drops_the_held_moves_and_value_methods_hold_none():
     trainer = two_moves_trainer("masac", learning_starts=10_000, rollout_steps=3)
     trainer.collect()
-    assert trainer.moves.state_dict()["waiting"].any()
+    assert trainer.carried.acting.any()
     trainer.load_env_state(None)
-    assert trainer.moves.state_dict() is None
-    assert two_moves_trainer("vdn").moves is None and two_moves_trainer("qmix").moves is None
+    assert trainer.carried is None
+    for algorithm in ("vdn", "qmix"):
+        value = two_moves_trainer(algorithm, learning_starts=10_000, rollout_steps=3)
+        value.collect()
+        assert value.carried is None and len(value.buffer) == 12  # one team transition per joint step

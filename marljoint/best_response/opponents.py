@@ -37,6 +37,7 @@ import torch
 
 from marljoint.best_response.population import FrozenPolicy, PolicyMixture, policy_device
 from marljoint.env.base import JointEnv, JointObs, JointStep
+from marljoint.env.snapshots import dump_snapshot, load_snapshot
 from marljoint.policies.stack import PolicyStack
 
 __all__ = [
@@ -222,6 +223,55 @@ class PopulationEnv:
             self.controllers[done] = self._assign(done)
         self._state = JointObs(step.obs, step.alive, step.acting, step.action_masks)
         return step._replace(acting=self._learner_acting(step))
+
+    def get_state(self) -> bytes:
+        """Snapshot of the wrapped env's copies mid-episode (its :meth:`get_state`) and of this env's own state:
+        who controls each seat, the running returns, the generators, the recurrent members' states and the log,
+        signed with the user's key as the wrapped env's snapshots are.
+
+        Raises:
+            TypeError: if the wrapped env has no ``get_state()`` or cannot be pickled.
+        """
+        inner = getattr(self.env, "get_state", None)
+        if inner is None:
+            raise TypeError(f"{type(self.env).__name__} has no get_state(), so its episodes cannot be saved")
+        return dump_snapshot(
+            {
+                "num_envs": self.num_envs,  # what every env snapshot states (the collectors read it)
+                "agents": self.spec.agents,
+                "env": inner(),
+                "controllers": self.controllers.copy(),
+                "returns": self._returns.copy(),
+                "rng": self._rng.bit_generator.state,
+                "generator": self._generator.get_state(),
+                "memory": {key: states.cpu() for key, states in self._memory.items()},
+                "log": [tuple(episode) for episode in self.log],
+            }
+        )
+
+    def set_state(self, state: bytes) -> JointObs:
+        """Restores a :meth:`get_state` snapshot of a population env over the same env and members.
+
+        Returns:
+            The restored :class:`JointObs`, where the next step starts (``acting`` only where the learner plays).
+
+        Raises:
+            marljoint.trust.SnapshotTrustError: a snapshot not signed with this user's key (checked first).
+            ValueError: an unreadable snapshot, or one of another env.
+        """
+        snapshot = load_snapshot(state)
+        restored = self.env.set_state(snapshot["env"])
+        self.controllers = np.array(snapshot["controllers"], dtype=np.int64)
+        self._returns = np.array(snapshot["returns"], dtype=np.float64)
+        self._rng.bit_generator.state = snapshot["rng"]
+        self._generator.set_state(snapshot["generator"])
+        self._memory = {
+            key: states.to(policy_device(self.members[key[0]][key[1]])) for key, states in snapshot["memory"].items()
+        }
+        self.log = [FinishedEpisode(*episode) for episode in snapshot["log"]]
+        self.finished = []
+        self._state = JointObs(restored.obs, restored.alive, restored.acting, restored.action_masks)
+        return JointObs(restored.obs, restored.alive, self._learner_acting(restored), restored.action_masks)
 
     def drain_log(self) -> list[FinishedEpisode]:
         """Every episode finished since the last call (or reset), oldest first; the log is emptied."""

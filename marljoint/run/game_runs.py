@@ -164,7 +164,8 @@ def _known_game(spec: Any) -> KnownGame | None:
 
 def build_game_trainer(spec: Any, env: Any) -> GameRun:
     """The trainer of a psro or nfsp run. It builds its env copies from the env's factory itself (its tasks and
-    estimates build more of them), so ``env`` is only closed by the caller.
+    estimates build more of them): ``env`` gives the spaces its settings are derived from, and is closed by the
+    caller.
 
     Raises:
         RunError: for an env with fewer than two agents, or settings the env cannot take (naming them).
@@ -175,11 +176,17 @@ def build_game_trainer(spec: Any, env: Any) -> GameRun:
         factory = env_factory(spec.env, dict(spec.env_kwargs))
     except ValueError as exc:
         raise RunError(str(exc)) from None
+    from marljoint.ppo.derived import derive_settings
+
     game = _known_game(spec)
-    config = game_config(spec.algorithm, spec.trainer, getattr(spec, spec.algorithm))
     kind = PsroRun if spec.algorithm == "psro" else NfspRun
     try:
-        return kind(factory, config, game, spec.trainer)
+        # The best responses' settings derived from the env are resolved once, here, and written to config.toml
+        # with their reasons, so that a resume reads the very settings the run started with.
+        trainer, derived = derive_settings(env.spec, spec.trainer)
+        run = kind(factory, game_config(spec.algorithm, trainer, getattr(spec, spec.algorithm)), game, trainer)
+        run.derived = derived
+        return run
     except ValueError as exc:
         raise RunError(f"cannot build the {spec.algorithm} run for env {spec.env!r}: {exc}") from None
 
@@ -190,8 +197,9 @@ class GameRun:
 
     Attributes:
         spec: the env's agents, groups and spaces.
-        config: the run's trainer settings (the best responses' PPO settings), as ``config.toml`` holds them.
-        derived: nothing is derived from the env.
+        config: the run's trainer settings (the best responses' PPO settings), those derived from the env
+            resolved, as ``config.toml`` holds them.
+        derived: the settings derived from the env, each with the reason.
         env_steps: env steps of training (best responses, NFSP's rollouts) completed.
         abandons_iterations: a stop request (SIGINT, SIGTERM) abandons the iteration in progress at once: an
             iteration can take minutes, and the checkpoint of the last completed one is what a resume continues.
@@ -295,7 +303,7 @@ class PsroRun(GameRun):
     """
 
     name = "psro"
-    _acting = "meta-mixtures of its populations (one member drawn per step, by its meta-strategy weight)"
+    _acting = "meta-mixtures of its populations, one member drawn per step by its meta-strategy weight"
 
     def __init__(self, factory: Any, settings: Any, game: KnownGame | None, run_config: Any) -> None:
         from marljoint.best_response.psro import PSRO
@@ -358,9 +366,7 @@ class PsroRun(GameRun):
 
 class NfspRun(GameRun):
     """An NFSP run (:class:`~marljoint.best_response.NFSP`) as the run driver drives it; it acts with the average
-    policies. Episodes in progress at a checkpoint start afresh on a resume (the population env's controllers are
-    not saved), so a resumed run continues from the same networks, reservoirs and counters but is not bit-identical
-    to an uninterrupted one."""
+    policies. Its checkpoints hold the episodes in progress (:meth:`env_state`), so a resume is exact."""
 
     name = "nfsp"
     _acting = "the average policies of its seats (small networks trained on its best responses' moves)"
@@ -413,8 +419,17 @@ class NfspRun(GameRun):
         self._generator.set_state(state["generator"])
 
     def env_state(self) -> dict[str, Any] | None:
-        """``None``: the population env's episodes are not saved (a resume starts them afresh)."""
-        return None
+        """The best responses' env copies mid-episode, with who controls each seat (the population env's state),
+        so that a resume is exact; ``None`` before the first rollout.
+
+        Raises:
+            TypeError: if the env copies cannot be pickled.
+        """
+        return self.nfsp.trainer.env_state()
+
+    def load_env_state(self, state: Mapping[str, Any] | None, trust_snapshot: bool = False) -> None:
+        """Restores :meth:`env_state` output (``None``: the copies start afresh at the next rollout)."""
+        self.nfsp.trainer.load_env_state(state, trust_snapshot=trust_snapshot)
 
     def close(self) -> None:
         """Closes NFSP's env copies."""

@@ -97,6 +97,26 @@ def rollout_moves(spec: JointSpec, rollout: JointRollout) -> Moves:
     decided = extended.valid if deferred is None else extended.valid & ~deferred
     trainable = decided[first:]
     completed, received = _completion(rollout)
+    parts, keys = _rollout_moves(team, trainable, completed, received)
+    if rollout.carried is not None and first:
+        # Row j of the carried rows: agent j's move, waiting when this rollout began.
+        waiting = decided[:first].diagonal(dim1=0, dim2=2).T & (completed[0] < steps).T  # [N, E]
+        agent, copy_index = waiting.nonzero(as_tuple=True)
+        if len(agent):
+            decision = _carried_decisions(spec, rollout.carried, agent, copy_index)
+            reward = rollout.carried.rewards[agent, copy_index, agent] + received[0, copy_index, agent]
+            done = completed[0, copy_index, agent]
+            parts.append(_own_move(decision, team, done, copy_index, agent, reward))
+            keys.append(_order(done, 0, copy_index, agent, copies, agents))
+    return Moves(_in_order(parts, keys, team), carried, deferred)
+
+
+def _rollout_moves(
+    team: JointTransitions, trainable: torch.Tensor, completed: torch.Tensor, received: torch.Tensor
+) -> tuple[list[JointTransitions], list[torch.Tensor]]:
+    """The moves made in the rollout's own steps (``trainable``: ``[T, E, N]``): those completed at their own step
+    share its team row, the others are rows of their own; with their sort keys (:func:`_order`)."""
+    steps, copies, agents = trainable.shape
     row = torch.arange(steps).view(steps, 1, 1)
     own = trainable & (completed == row)
     later = trainable & (completed > row) & (completed < steps)
@@ -109,19 +129,10 @@ def rollout_moves(spec: JointSpec, rollout: JointRollout) -> Moves:
     step_index, copy_index, agent = later.nonzero(as_tuple=True)
     if len(step_index):
         decision = _select(team, step_index, copy_index)
-        reward = received[step_index, copy_index, agent]
-        parts.append(_own_move(decision, team, completed[step_index, copy_index, agent], copy_index, agent, reward))
-        keys.append(_order(completed[step_index, copy_index, agent], 0, copy_index, agent, copies, agents))
-    if rollout.carried is not None and first:
-        waiting = decided[:first].diagonal(dim1=0, dim2=2).T & (completed[0] < steps).T  # [N, E]
-        agent, copy_index = waiting.nonzero(as_tuple=True)
-        if len(agent):
-            decision = _carried_decisions(spec, rollout.carried, agent, copy_index)
-            reward = rollout.carried.rewards[agent, copy_index, agent] + received[0, copy_index, agent]
-            done = completed[0, copy_index, agent]
-            parts.append(_own_move(decision, team, done, copy_index, agent, reward))
-            keys.append(_order(done, 0, copy_index, agent, copies, agents))
-    return Moves(_in_order(parts, keys, team), carried, deferred)
+        done = completed[step_index, copy_index, agent]
+        parts.append(_own_move(decision, team, done, copy_index, agent, received[step_index, copy_index, agent]))
+        keys.append(_order(done, 0, copy_index, agent, copies, agents))
+    return parts, keys
 
 
 def _completion(rollout: JointRollout) -> tuple[torch.Tensor, torch.Tensor]:

@@ -111,9 +111,9 @@ def check_offpolicy_run(spec: Any) -> None:
     collection = trainer.collection
     if collection.policy_lag or collection.balance:
         raise RunError(
-            f"{algorithm} acts in this process at every env step, so there is no rollout to collect ahead "
-            "or to rebalance (its env copies may step in --env-workers K or --ray workers); drop --policy-lag "
-            "and --balance"
+            f"{algorithm} collects every rollout with the weights of its last gradient steps, so there is no "
+            "rollout to collect ahead, and its workers keep their share of the env copies (--env-workers K and "
+            "--ray work as they are); drop --policy-lag and --balance"
         )
     config = offpolicy_config(algorithm, trainer, spec.offpolicy)
     if spec.exploitability_every is not None:

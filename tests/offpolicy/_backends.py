@@ -48,12 +48,13 @@ def copy_generator_states(trainer: OffPolicyTrainer) -> list:
     return joined_generators(read_state(trainer.env_state()))
 
 
-def assert_gives_the_in_process_run(algorithm: str, make_env, collection=None) -> None:
-    """A short run over ``make_env(env_fn, num_envs, seed)`` (collected as ``collection`` says) equals the same
-    run over in-process copies."""
-    local = trainer_on(PettingZooJointEnv(ENV_FNS[algorithm], num_envs=NUM_ENVS, seed=0), algorithm)
+def assert_gives_the_in_process_run(algorithm: str, make_env, collection=None, env_fn=None) -> None:
+    """A short run over ``make_env(env_fn, num_envs, seed)`` (collected as ``collection`` says; ``env_fn``
+    defaults to ENV_FNS[algorithm]) equals the same run over in-process copies."""
+    env_fn = ENV_FNS[algorithm] if env_fn is None else env_fn
+    local = trainer_on(PettingZooJointEnv(env_fn, num_envs=NUM_ENVS, seed=0), algorithm)
     local.train(64)
-    env = make_env(ENV_FNS[algorithm], NUM_ENVS, 0)
+    env = make_env(env_fn, NUM_ENVS, 0)
     try:
         remote = trainer_on(env, algorithm, collection)
         try:

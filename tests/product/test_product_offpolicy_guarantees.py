@@ -138,8 +138,9 @@ def test_the_estimate_counts_the_replay_buffer_and_every_network():
 
     env = PettingZooJointEnv(lambda: mock_v0.parallel_env(num_agents=2), num_envs=1)
     small = memory.estimate_offpolicy_memory(env.spec, OffPolicyConfig(algorithm="qmix", num_envs=1))
-    # obs and next obs 2 x [2, 4] float32, masks [2, 3] bool, actions [2] int64, rewards [2] float32, 6 x [2] bool
-    assert small.transition == 2 * 2 * 4 * 4 + 6 + 16 + 8 + 12
+    # obs and next obs 2 x [2, 4] float32, masks and next masks 2 x [2, 3] bool, actions [2] int64, rewards [2]
+    # float32, 6 x [2] bool
+    assert small.transition == 2 * 2 * 4 * 4 + 2 * 6 + 16 + 8 + 12
     assert small.replay == 2 * 50_000 * small.transition
     wide = memory.estimate_offpolicy_memory(
         env.spec, OffPolicyConfig(algorithm="qmix", num_envs=1, mixer_embed_dim=1024), per_copy=10
@@ -157,9 +158,11 @@ def test_learning_rate_is_used_by_the_value_methods_and_refused_where_ignored(tm
     assert _train(tmp_path / "both", "qmix", "--learning-rate", "0.01", offpolicy=both) == 2
     assert "learning_rate = 0.01 and offpolicy.learning_rate = 0.001 both set" in _one_line(capsys)
     assert _train(tmp_path / "masac", "masac", "--learning-rate", "0.01") == 2
-    assert "masac does not read learning_rate (= 0.01); set offpolicy.sac's actor_lr" in _one_line(capsys)
+    assert "masac does not read learning_rate (= 0.01); set offpolicy.sac.actor_lr, offpolicy.sac.critic_lr" in (
+        _one_line(capsys)
+    )
     assert _train(tmp_path / "maddpg", "maddpg", offpolicy=both) == 2
-    assert "maddpg does not read offpolicy.learning_rate (= 0.001); set offpolicy.sac's" in _one_line(capsys)
+    assert "maddpg does not read offpolicy.learning_rate (= 0.001); set offpolicy.sac.actor_lr" in _one_line(capsys)
 
 
 @pytest.mark.parametrize("algorithm", ["vdn", "qmix"])

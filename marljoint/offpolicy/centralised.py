@@ -57,12 +57,16 @@ class CentralisedActorCritic:
     Every agent's flat observation is padded with zeros to the largest; the critics' global state is the N padded
     observations concatenated. An agent's rows enter the losses where it decided (present, and in a turn-based
     game on its turn), and each of its transitions runs from one of its decisions to the next
-    (:attr:`credits_own_moves`: the trainer joins the env steps by
-    :class:`~marljoint.offpolicy.transitions.PendingMoves`): its reward is everything it received in between,
+    (:attr:`credits_own_moves`: the trainer builds them from each rollout by
+    :func:`~marljoint.offpolicy.transitions.rollout_moves`): its reward is everything it received in between,
     and it bootstraps from the state of its next decision, with the actions of the agents deciding there, unless
-    its episode terminated first. Each env copy's exploration noise comes from its own generator. Discrete agents'
-    legal actions at the next state enter the soft values; those at the current state are not stored, so an env
-    with action masks is refused.
+    its episode terminated first. Each env copy's exploration noise comes from its own generator.
+
+    Discrete agents honour their action masks: they act among their legal actions (sampled or greedy), the actor
+    loss and MASAC's entropy read the legal actions they chose from (:attr:`JointTransitions.masks`), and the
+    critics' targets sample the next actions among the legal actions of the next decision (``next_masks``). A
+    mask row that allows nothing counts every action legal
+    (:func:`~marljoint.policies.distributions.legal_actions`), as in PPO's distributions.
 
     Args:
         spec: the env's agents and layouts.
@@ -70,18 +74,13 @@ class CentralisedActorCritic:
         seed: seeds the initial weights and the loss's sampling noise.
 
     Raises:
-        ValueError: for action spaces SAC cannot train, action masks, or invalid settings.
+        ValueError: for action spaces SAC cannot train, or invalid settings.
     """
 
     credits_own_moves = True
     """Per-agent critics: each stored transition is an agent's move from one of its decisions to the next."""
 
     def __init__(self, spec: JointSpec, config: OffPolicyConfig, seed: int) -> None:
-        if any(layout.has_mask for layout in spec.observations):
-            raise ValueError(
-                f"{config.algorithm} does not store the legal actions an agent chose from, so an env with action "
-                "masks is refused; train it with --algorithm mappo, ippo, vdn or qmix"
-            )
         self.spec, self.config = spec, config
         self.sac_config = sac_config(config)
         self.obs_dim = max(group.observation.size for group in spec.groups)
@@ -129,10 +128,15 @@ class CentralisedActorCritic:
         """Per group ``[E, n_g]`` int64 (Discrete) or ``[E, n_g, D]`` float32 (Box) actions: sampled, copy e's noise
         from ``generators[e]``, or greedy (the mean action, the most likely one)."""
         x = self._agents_obs(obs.obs)
+        has_masks = self.discrete and any(mask is not None for mask in obs.action_masks)
+        masks = self._agents_masks(obs.action_masks, x.shape[0]) if has_masks else None
         if greedy:
-            chosen = self.sac.act(x, explore=False)
+            chosen = self.sac.act(x, masks, explore=False)
         else:
-            rows = [self.sac.act(x[e : e + 1], explore=True, generator=generators[e]) for e in range(x.shape[0])]
+            rows = [
+                self.sac.act(x[e : e + 1], None if masks is None else masks[e : e + 1], explore=True, generator=g)
+                for e, g in zip(range(x.shape[0]), generators)
+            ]
             chosen = torch.cat(rows)
         dtype = np.int64 if self.discrete else np.float32
         return [chosen[:, list(group.agent_indices)].numpy().astype(dtype) for group in self.spec.groups]
@@ -155,10 +159,17 @@ class CentralisedActorCritic:
             "next_acting": transitions.next_deciding,
         }
         if self.discrete:
-            masks = torch.zeros(rows, self.spec.num_agents, self.sac.spaces.action_size, dtype=torch.bool)
-            for group, mask in zip(self.spec.groups, transitions.next_masks):
-                masks[:, list(group.agent_indices)] = mask
-            out["next_masks"] = masks
+            out["next_masks"] = self._agents_masks(transitions.next_masks, rows)
+            if transitions.masks:
+                out["masks"] = self._agents_masks(transitions.masks, rows)
+        return out
+
+    def _agents_masks(self, per_group: Sequence[Any], rows: int) -> torch.Tensor:
+        """Per group ``[B, n_g, A]`` bool (or ``None``: all legal) → ``[B, N, A]`` bool in agent order."""
+        out = torch.ones(rows, self.spec.num_agents, self.sac.spaces.action_size, dtype=torch.bool)
+        for group, mask in zip(self.spec.groups, per_group):
+            if mask is not None:
+                out[:, list(group.agent_indices)] = torch.as_tensor(mask, dtype=torch.bool)
         return out
 
     def loss(self, batch: JointTransitions, aux_fn: AuxFn | None = None) -> tuple[torch.Tensor, dict[str, Any]]:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import torch
 
+from marljoint.policies.distributions import legal_actions
+
 __all__ = [
     "decode_actions",
     "double_q_values",
@@ -17,10 +19,11 @@ __all__ = [
 
 
 def _legal(mask: torch.Tensor | None, q: torch.Tensor) -> torch.Tensor | None:
-    """The mask with all-forbidden rows allowed everywhere (rows without a decision: the adapter's contract)."""
+    """The mask with all-forbidden rows allowed everywhere (rows without a decision: the adapter's contract), the
+    rule of every masked distribution (:func:`~marljoint.policies.distributions.legal_actions`)."""
     if mask is None:
         return None
-    return mask | ~mask.any(-1, keepdim=True)
+    return legal_actions(mask)
 
 
 def masked_max(q: torch.Tensor, mask: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -128,7 +131,7 @@ def joint_action_mask(mask: torch.Tensor, nvec: tuple[int, ...]) -> torch.Tensor
         return mask
     joint = None
     for head in torch.split(mask, list(nvec), dim=-1):
-        head = head | ~head.any(-1, keepdim=True)
+        head = legal_actions(head)
         joint = head if joint is None else (joint.unsqueeze(-1) & head.unsqueeze(-2)).flatten(-2)
     return joint
 

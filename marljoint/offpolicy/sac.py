@@ -382,6 +382,21 @@ def _read_batch(batch: Mapping[str, torch.Tensor], spaces: _Spaces) -> dict[str,
     return out
 
 
+def _check_act_masks(masks: Any, obs: torch.Tensor, spaces: _Spaces) -> None:
+    """Refuses action masks :meth:`SacAlgorithm.act` cannot apply."""
+    if not spaces.discrete:
+        raise ValueError("a Box action space takes no action mask; pass masks=None for continuous actions")
+    if not isinstance(masks, torch.Tensor) or masks.dtype != torch.bool:
+        what = masks.dtype if isinstance(masks, torch.Tensor) else type(masks).__name__
+        raise TypeError(f"masks must be a bool tensor (True = legal), got {what}; pass masks.bool()")
+    expected = (*obs.shape[:2], spaces.action_size)
+    if tuple(masks.shape) != expected:
+        raise ValueError(
+            f"masks of shape {list(masks.shape)} do not match the observations: expected {list(expected)} "
+            "(one entry per action of each agent)"
+        )
+
+
 def _own_slot_eye(num_agents: int, like: torch.Tensor) -> torch.Tensor:
     """``[N, N, 1]``: 1 where the member (first axis) is the agent whose action slot it is (second axis)."""
     return torch.eye(num_agents, dtype=like.dtype, device=like.device).unsqueeze(-1)
@@ -543,7 +558,8 @@ class SacAlgorithm(nn.Module):
 
         Args:
             obs: ``[E, N, obs_dim]``.
-            masks: ``[E, N, A]`` bool legal actions (Discrete), or ``None``.
+            masks: ``[E, N, A]`` bool legal actions (Discrete), or ``None``: all legal. A row that allows nothing
+                counts every action legal (:func:`~marljoint.policies.distributions.legal_actions`).
             explore: sample (True), or act greedily (False: the mean action, or the most likely legal one).
             generator: the source of the exploration noise; required when ``explore``.
 
@@ -551,13 +567,16 @@ class SacAlgorithm(nn.Module):
             ``[E, N]`` long (Discrete) or ``[E, N, D]`` float within the Box's bounds.
 
         Raises:
-            TypeError: ``explore=True`` without a ``torch.Generator``.
+            TypeError: ``explore=True`` without a ``torch.Generator``; masks that are not a bool tensor.
+            ValueError: masks for Box actions, or masks of another shape than ``[E, N, A]``.
         """
         if explore and not isinstance(generator, torch.Generator):
             raise TypeError(
                 f"act(explore=True) needs a torch.Generator, got {type(generator).__name__}; marljoint never draws "
                 "from torch's global generator. Pass e.g. generator=torch.Generator().manual_seed(seed)."
             )
+        if masks is not None:
+            _check_act_masks(masks, obs, self.spaces)
         head, _ = self.actor(obs)
         if self.spaces.discrete:
             if explore:

@@ -11,8 +11,7 @@ __all__ = ["WorkerLostError", "raise_env_copy_error", "ray_actor_class"]
 
 
 class WorkerLostError(RuntimeError):
-    """A Ray actor (a rollout worker, or the actor stepping a slice of a :class:`RayJointEnv`) died, or kept dying
-    after the allowed number of restarts."""
+    """A Ray rollout worker died, or kept dying after the allowed number of restarts."""
 
 
 def ray_actor_class(body: type, workers: int, role: str) -> tuple[Any, Any]:

@@ -93,7 +93,7 @@ def _learning_rate(algorithm: str, trainer: Any, table: Mapping[str, Any]) -> di
 
 def check_offpolicy_run(spec: Any) -> None:
     """Refuses run settings an off-policy run cannot honour: recurrent networks, a device other than the CPU,
-    ``policy_lag`` and ``balance`` (it acts in this process at every env step), invalid ``[offpolicy]`` settings,
+    ``policy_lag`` and ``balance`` (it collects each rollout with its latest weights), invalid ``[offpolicy]`` settings,
     ``exploitability_every`` (it scores per-seat policies, which these runs do not have), and a
     ``learning_starts`` the run never reaches (the run would end without a gradient step).
 

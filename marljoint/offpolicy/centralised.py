@@ -133,9 +133,10 @@ class CentralisedActorCritic:
         if greedy:
             chosen = self.sac.act(x, masks, explore=False)
         else:
+            copy_masks = [None] * x.shape[0] if masks is None else masks.split(1)
             rows = [
-                self.sac.act(x[e : e + 1], None if masks is None else masks[e : e + 1], explore=True, generator=g)
-                for e, g in zip(range(x.shape[0]), generators)
+                self.sac.act(x[e : e + 1], copy_masks[e], explore=True, generator=generators[e])
+                for e in range(x.shape[0])
             ]
             chosen = torch.cat(rows)
         dtype = np.int64 if self.discrete else np.float32

@@ -126,7 +126,8 @@ class CentralisedActorCritic:
         self, obs: JointObs, env_steps: int, generators: Sequence[torch.Generator], greedy: bool = False
     ) -> list[np.ndarray]:
         """Per group ``[E, n_g]`` int64 (Discrete) or ``[E, n_g, D]`` float32 (Box) actions: sampled, copy e's noise
-        from ``generators[e]``, or greedy (the mean action, the most likely one)."""
+        from ``generators[e]``, or greedy (the mean action, the most likely legal one); Discrete agents choose among
+        the legal actions of ``obs.action_masks``."""
         x = self._agents_obs(obs.obs)
         has_masks = self.discrete and any(mask is not None for mask in obs.action_masks)
         masks = self._agents_masks(obs.action_masks, x.shape[0]) if has_masks else None

@@ -149,9 +149,9 @@ def _checked_axes(
     """The ``--sweep`` (or ``--param``) axes, refused when they repeat a key, vary the seed, or vary a key that is
     set another way."""
     from marljoint.run.errors import RunError
-    from marljoint.run.spec import RunSpec
+    from marljoint.run.reads import setting_keys
 
-    known = set(RunSpec().to_dict())
+    known = set(setting_keys())
     seen: set[str] = set()
     for key, _ in axes:
         if key == "seed":

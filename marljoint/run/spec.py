@@ -19,6 +19,7 @@ from marljoint.run.defaults import DEFAULT_ENV, DEFAULT_ENV_KWARGS, DEFAULT_TOTA
 from marljoint.run.errors import RunError
 from marljoint.run.game_runs import GAME_ALGORITHMS, check_game_run, game_config, game_iterations, settings_table
 from marljoint.run.offpolicy import check_algorithm, check_offpolicy_run, with_algorithm_defaults
+from marljoint.run.reads import check_settings_read, with_dotted_keys
 from marljoint.run.registry import EnvSpecError, supersuit_wrappers
 from marljoint.run.rundir import CONFIG_FILE
 
@@ -164,6 +165,7 @@ class RunSpec:
         if not isinstance(self.offpolicy, Mapping):
             raise RunError(f"offpolicy must be a table of settings, got {self.offpolicy!r}")
         object.__setattr__(self, "offpolicy", dict(self.offpolicy))
+        check_settings_read(self)
         check_algorithm(self.algorithm, self.trainer, self.offpolicy)
         if self.self_play == "mmd" and self.algorithm not in (None, "mappo", "ippo"):
             raise RunError(
@@ -233,6 +235,7 @@ class RunSpec:
             RunError: for unknown keys (listing the valid ones) or invalid values (naming the field).
         """
         base = base or cls()
+        values = with_dotted_keys(values, {"offpolicy": base.offpolicy, "mmd": base.mmd})
         values = with_algorithm_defaults(values)
         run_names = [f.name for f in dataclasses.fields(cls) if f.name != "trainer"]
         trainer_names = [f.name for f in dataclasses.fields(JointTrainerConfig)]

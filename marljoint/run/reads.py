@@ -1,0 +1,245 @@
+"""Every key a run's settings are given by, and which of them each algorithm reads.
+
+A run's settings are the :class:`~marljoint.run.spec.RunSpec` fields and the
+:class:`~marljoint.JointTrainerConfig` fields, each under its own name, and the keys of its tables, named with dots:
+``offpolicy.<key>`` (:class:`~marljoint.offpolicy.OffPolicyConfig`), ``offpolicy.sac.<key>``
+(:class:`~marljoint.offpolicy.sac.SacConfig`) and ``mmd.<key>`` (:class:`~marljoint.best_response.MmdConfig`).
+``--set``, ``--sweep``, ``marljoint tune --param`` and a ``--config`` file take every one of them
+(:func:`setting_keys`); :func:`with_dotted_keys` folds the dotted ones into their tables.
+
+A setting the run's algorithm does not read is refused (:func:`check_settings_read`), naming the one it reads
+instead where there is one: ``--set clip_range=0.1 --algorithm qmix`` would otherwise train as if it were not
+there. What counts is a setting whose value is not its default: a run's ``config.toml`` holds every trainer
+setting, the defaults of those its algorithm does not read included, and is read back, or passed as ``--config``,
+without tripping this.
+
+Example:
+    >>> "offpolicy.sac.actor_lr" in setting_keys() and "algorithm" in setting_keys()
+    True
+    >>> with_dotted_keys({"offpolicy.tau": 0.05}, {"offpolicy": {"batch_size": 64}})
+    {'offpolicy': {'batch_size': 64, 'tau': 0.05}}
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+from marljoint.offpolicy.config import RUN_SAC_SETTINGS, VALUE_ALGORITHMS, OffPolicyConfig
+from marljoint.offpolicy.sac import SAC_VARIANTS, SacConfig
+from marljoint.ppo.config import JointTrainerConfig
+from marljoint.run.errors import RunError
+
+__all__ = [
+    "OFFPOLICY_RUN_SETTINGS",
+    "OFFPOLICY_TRAINER_SETTINGS",
+    "READ_INSTEAD",
+    "TABLE_SETTINGS",
+    "check_settings_read",
+    "setting_keys",
+    "settings_not_read",
+    "table_keys",
+    "unread_settings",
+    "with_dotted_keys",
+]
+
+OFFPOLICY_TRAINER_SETTINGS = (
+    "num_envs",
+    "rollout_steps",
+    "seed",
+    "gamma",
+    "hidden_sizes",
+    "share_parameters",
+    "collection",
+    "torch_threads",
+    "device",
+)
+"""The trainer settings every off-policy algorithm reads: the run's env copies, rollout, seed, discount and
+networks (declared once, for every family), and how and where it computes. vdn and qmix also read
+``learning_rate``; every other trainer setting is PPO's."""
+
+OFFPOLICY_RUN_SETTINGS = ("algorithm", "num_envs", "rollout_steps", "seed", "gamma", "hidden_sizes", "share_parameters")
+""":class:`~marljoint.offpolicy.OffPolicyConfig` fields an off-policy run takes from the run's own settings
+(``algorithm`` and the trainer settings of the same names), never from its ``[offpolicy]`` table."""
+
+_OFFPOLICY_ONLY_PPO = ("learning_rate",)
+_NOT_REFUSED = ("recurrent", "acting_device", "recurrent_replay")
+# recurrent is refused with its own reason (the off-policy networks are feed-forward); acting_device and
+# recurrent_replay are resolved from the machine, and the run layer sets them for every run (evaluation acts on the
+# CPU), so they are not the user's to refuse.
+_SAC_RATES = "offpolicy.sac.actor_lr, offpolicy.sac.critic_lr and offpolicy.sac.alpha_lr"
+
+READ_INSTEAD: dict[str, dict[str, str]] = {
+    "value": {
+        "critic_lr": "offpolicy.learning_rate (one rate for every network)",
+        "adam_eps": "offpolicy.adam_eps",
+        "max_grad_norm": "offpolicy.max_grad_norm",
+    },
+    "vdn": {
+        "offpolicy.mixer_embed_dim": "qmix only",
+        "offpolicy.hypernet_hidden": "qmix only",
+    },
+    "actor-critic": {
+        "learning_rate": _SAC_RATES,
+        "critic_lr": "offpolicy.sac.critic_lr",
+        "adam_eps": "offpolicy.adam_eps",
+        "max_grad_norm": "offpolicy.max_grad_norm",
+        "offpolicy.learning_rate": _SAC_RATES,
+        "offpolicy.tau": "offpolicy.sac.tau",
+        "offpolicy.target_update": "offpolicy.sac.tau (Polyak targets after every gradient step)",
+        "offpolicy.target_update_interval": "offpolicy.sac.tau (Polyak targets after every gradient step)",
+        "offpolicy.double_q": "the twin critics of masac",
+        "offpolicy.exploration": "offpolicy.sac.exploration_noise (maddpg) or offpolicy.sac.init_alpha (masac)",
+        "offpolicy.exploration_start": "offpolicy.sac.exploration_noise (maddpg) or offpolicy.sac.init_alpha (masac)",
+        "offpolicy.exploration_end": "offpolicy.sac.exploration_noise (maddpg) or offpolicy.sac.init_alpha (masac)",
+        "offpolicy.exploration_steps": "offpolicy.sac.exploration_noise (maddpg) or offpolicy.sac.init_alpha (masac)",
+        "offpolicy.mixer_embed_dim": "qmix only",
+        "offpolicy.hypernet_hidden": "qmix only",
+    },
+    "masac": {
+        "offpolicy.sac.exploration_noise": "maddpg only (masac explores by its entropy temperature)",
+        "offpolicy.sac.gumbel_temperature": "maddpg only",
+    },
+    "maddpg": {
+        "offpolicy.sac.init_alpha": "masac only (maddpg has no entropy temperature)",
+        "offpolicy.sac.autotune_alpha": "masac only",
+        "offpolicy.sac.alpha_lr": "masac only",
+        "offpolicy.sac.target_entropy": "masac only",
+        "offpolicy.sac.target_entropy_fraction": "masac only",
+    },
+}
+"""``{family or algorithm: {setting: what it reads instead}}`` for the settings an off-policy algorithm does not
+read but another does (``"qmix only"`` where nothing stands in). A trainer setting not listed and not in
+:data:`OFFPOLICY_TRAINER_SETTINGS` is PPO's (mappo, ippo)."""
+
+TABLE_SETTINGS: dict[str, type] = {"offpolicy": OffPolicyConfig, "offpolicy.sac": SacConfig}
+"""The tables of a run whose keys a dotted setting names, by their prefix, with the type that declares their keys
+(``mmd`` is added by :func:`table_keys`: it lives in the best-response layer)."""
+
+
+def table_keys() -> dict[str, list[str]]:
+    """``{table: its keys}``: ``offpolicy`` (the :class:`~marljoint.offpolicy.OffPolicyConfig` fields that are
+    not run settings), ``offpolicy.sac`` (the :class:`~marljoint.offpolicy.sac.SacConfig` fields that are not
+    taken from the run) and ``mmd`` (:class:`~marljoint.best_response.MmdConfig`)."""
+    from marljoint.best_response.mmd import MmdConfig
+
+    offpolicy = [f.name for f in dataclasses.fields(OffPolicyConfig) if f.name not in OFFPOLICY_RUN_SETTINGS]
+    sac = [f.name for f in dataclasses.fields(SacConfig) if f.name not in RUN_SAC_SETTINGS]
+    mmd = [f.name for f in dataclasses.fields(MmdConfig)]
+    return {"offpolicy": offpolicy, "offpolicy.sac": sac, "mmd": mmd}
+
+
+def setting_keys() -> list[str]:
+    """Every key ``--set``, ``--sweep``, ``marljoint tune --param`` and a config file take: the run's fields,
+    the trainer's and each table's keys with their table's prefix (``offpolicy.tau``, ``offpolicy.sac.actor_lr``,
+    ``mmd.alpha``)."""
+    from marljoint.run.defaults import RUN_DEFAULTS
+
+    run = list(RUN_DEFAULTS)
+    trainer = [f.name for f in dataclasses.fields(JointTrainerConfig)]
+    dotted = [f"{table}.{key}" for table, keys in table_keys().items() for key in keys]
+    return [*run, *trainer, *dotted]
+
+
+def with_dotted_keys(values: Mapping[str, Any], tables: Mapping[str, Any]) -> dict[str, Any]:
+    """``values`` with every dotted key (``offpolicy.tau``, ``offpolicy.sac.actor_lr``, ``mmd.alpha``) folded into
+    its table: the table ``values`` gives, else the one in ``tables`` (the run's current tables), with the key set.
+
+    Raises:
+        RunError: for a dotted key of no table, or one its table does not hold, listing the valid keys.
+    """
+    dotted = {key: value for key, value in values.items() if "." in key}
+    if not dotted:
+        return dict(values)
+    known = table_keys()
+    out = {key: value for key, value in values.items() if "." not in key}
+    for key, value in dotted.items():
+        table, _, name = key.rpartition(".")
+        if table not in known or name not in known[table]:
+            valid = [f"{t}.{k}" for t, keys in known.items() for k in keys]
+            raise RunError(f"unknown setting {key!r}; the tables' settings are {valid}")
+        top, _, sub = table.partition(".")
+        current = dict(out[top] if top in out else tables.get(top) or {})
+        if sub:
+            current[sub] = {**dict(current.get(sub) or {}), name: value}
+        else:
+            current[name] = value
+        out[top] = current
+    return out
+
+
+def _family(algorithm: str | None) -> str:
+    if algorithm in VALUE_ALGORITHMS:
+        return "value"
+    if algorithm in SAC_VARIANTS:
+        return "actor-critic"
+    return "ppo"
+
+
+def settings_not_read(algorithm: str | None) -> list[str]:
+    """The settings ``algorithm`` never reads, whatever their values: the trainer settings and the keys of its
+    tables (``offpolicy.<key>``, ``offpolicy.sac.<key>``); empty for PPO, which reads every trainer setting."""
+    family = _family(algorithm)
+    if family == "ppo":
+        return []
+    reads = set(OFFPOLICY_TRAINER_SETTINGS) | (set(_OFFPOLICY_ONLY_PPO) if family == "value" else set())
+    trainer = [f.name for f in dataclasses.fields(JointTrainerConfig) if f.name not in reads | set(_NOT_REFUSED)]
+    return [*trainer, *(key for key in _read_instead(algorithm) if "." in key)]
+
+
+def _read_instead(algorithm: str | None) -> dict[str, str]:
+    return {**READ_INSTEAD.get(_family(algorithm), {}), **READ_INSTEAD.get(algorithm or "", {})}
+
+
+def unread_settings(spec: Any) -> list[tuple[str, Any, str]]:
+    """The settings of a run (a :class:`~marljoint.run.spec.RunSpec`) its algorithm does not read, whose values are
+    not their defaults: ``[(setting, value, what the algorithm reads instead, or "")]``."""
+    instead = _read_instead(spec.algorithm)
+    found = []
+    for name in settings_not_read(spec.algorithm):
+        given = _given(name, spec)
+        if given is not None:
+            found.append((name, given, instead.get(name, "")))
+    return found
+
+
+def _given(name: str, spec: Any) -> Any:
+    """The value ``spec`` gives ``name``, or ``None`` where it holds the setting's default (or nothing)."""
+    table = dict(spec.offpolicy or {})
+    if name.startswith("offpolicy.sac."):
+        key, table, defaults = name.rpartition(".")[2], dict(table.get("sac") or {}), dataclasses.fields(SacConfig)
+    elif name.startswith("offpolicy."):
+        key, defaults = name.rpartition(".")[2], dataclasses.fields(OffPolicyConfig)
+    else:
+        value = getattr(spec.trainer, name)
+        usual = (getattr(JointTrainerConfig(), name), getattr(_product_trainer(), name))
+        return None if value in usual else value
+    default = next(f.default for f in defaults if f.name == key)
+    return table[key] if key in table and table[key] != default else None
+
+
+def _product_trainer() -> JointTrainerConfig:
+    from marljoint.run.defaults import DEFAULT_TRAINER
+
+    return JointTrainerConfig(**DEFAULT_TRAINER)
+
+
+def check_settings_read(spec: Any) -> None:
+    """Refuses a run that gives a setting its algorithm does not read (:func:`unread_settings`).
+
+    Raises:
+        RunError: naming the algorithm, the setting and its value, and what the algorithm reads instead.
+    """
+    found = unread_settings(spec)
+    if not found:
+        return
+    name, value, instead = found[0]
+    algorithm = spec.algorithm
+    if instead.endswith(" only") or " only (" in instead:
+        why = f"it is read by {instead}; drop it"
+    elif instead:
+        why = f"set {instead} instead"
+    else:
+        why = "it is a PPO setting (--algorithm mappo or ippo); drop it"
+    raise RunError(f"{algorithm} does not read {name} (= {value!r}); {why}")

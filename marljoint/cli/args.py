@@ -22,6 +22,7 @@ __all__ = [
     "positive_int",
     "seed",
     "setting",
+    "sweep_axis",
     "wandb_project",
     "wrapper",
 ]
@@ -179,3 +180,40 @@ def workers_or_auto(text: str) -> int | str:
         return positive_int(text)
     except argparse.ArgumentTypeError:
         raise argparse.ArgumentTypeError(f"must be a positive integer or 'auto', got {text}") from None
+
+
+def sweep_axis(text: str) -> tuple[str, list[tuple[str, Any]]]:
+    """``KEY=V1,V2,...`` as ``(key, [(label, value), ...])``, each value read as ``--set`` reads it; commas inside
+    brackets, braces or quotes belong to the value (``hidden_sizes=[64,64],[128,128]``)."""
+    key, sep, rest = text.partition("=")
+    key = key.strip()
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"expected KEY=V1,V2,... such as learning_rate=1e-3,3e-4, got {text!r}")
+    labels = [part.strip() for part in _split_values(rest)]
+    if not all(labels):
+        raise argparse.ArgumentTypeError(f"empty value in {text!r}; give KEY=V1,V2,... with no empty item")
+    values = [setting(f"{key}={label}")[1] for label in labels]
+    for k, value in enumerate(values):
+        if any(value == earlier and type(value) is type(earlier) for earlier in values[:k]):
+            raise argparse.ArgumentTypeError(f"{key} lists the value {labels[k]} twice in {text!r}")
+    return key, list(zip(labels, values))
+
+
+def _split_values(text: str) -> list[str]:
+    """Splits at the commas outside brackets, braces and quotes."""
+    parts, depth, quote, current = [], 0, "", []
+    for char in text:
+        if quote:
+            quote = "" if char == quote else quote
+        elif char in "\"'":
+            quote = char
+        elif char in "[{":
+            depth += 1
+        elif char in "]}":
+            depth -= 1
+        elif char == "," and depth == 0:
+            parts.append("".join(current))
+            current = []
+            continue
+        current.append(char)
+    return [*parts, "".join(current)]

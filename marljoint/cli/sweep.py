@@ -12,9 +12,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from marljoint.cli.args import positive_int, setting
+from marljoint.cli.args import positive_int, sweep_axis
+from marljoint.cli.train_options import add_train_options
 
-__all__ = ["add_options", "register", "several_runs", "sweep_axis", "train_many"]
+__all__ = ["register", "several_runs", "sweep_axis", "train_many"]
 
 FAILED = 1
 """Exit status when some runs failed (the others finished and are reported)."""
@@ -25,64 +26,6 @@ _OPTION_OF = {
     "wandb_project": "--wandb",
     "collection": "--env-workers/--ray",
 }
-
-
-def add_options(parser: argparse.ArgumentParser) -> None:
-    """Adds ``--jobs`` and ``--sweep`` to ``marljoint train`` (and ``marljoint tune``)."""
-    parser.add_argument(
-        "--jobs",
-        metavar="N",
-        type=positive_int,
-        help="with --seeds or --sweep: runs trained at a time, each in its own process with an equal share of the "
-        "cores (default: the cores this process may use, at most the number of runs); 1: one after another",
-    )
-    parser.add_argument(
-        "--sweep",
-        metavar="KEY=V1,V2,...",
-        action="append",
-        type=sweep_axis,
-        default=[],
-        help="train every combination of these values (repeatable; KEY any --set setting, values as --set reads "
-        "them) for each seed into OUT/<key=value,...>/seed_<S>; prints one table of the final returns and writes "
-        "OUT/sweep.csv and OUT/sweep.png",
-    )
-
-
-def sweep_axis(text: str) -> tuple[str, list[tuple[str, Any]]]:
-    """``KEY=V1,V2,...`` as ``(key, [(label, value), ...])``, each value read as ``--set`` reads it; commas inside
-    brackets, braces or quotes belong to the value (``hidden_sizes=[64,64],[128,128]``)."""
-    key, sep, rest = text.partition("=")
-    key = key.strip()
-    if not sep or not key:
-        raise argparse.ArgumentTypeError(f"expected KEY=V1,V2,... such as learning_rate=1e-3,3e-4, got {text!r}")
-    labels = [part.strip() for part in _split_values(rest)]
-    if not all(labels):
-        raise argparse.ArgumentTypeError(f"empty value in {text!r}; give KEY=V1,V2,... with no empty item")
-    values = [setting(f"{key}={label}")[1] for label in labels]
-    for k, value in enumerate(values):
-        if any(value == earlier and type(value) is type(earlier) for earlier in values[:k]):
-            raise argparse.ArgumentTypeError(f"{key} lists the value {labels[k]} twice in {text!r}")
-    return key, list(zip(labels, values))
-
-
-def _split_values(text: str) -> list[str]:
-    """Splits at the commas outside brackets, braces and quotes."""
-    parts, depth, quote, current = [], 0, "", []
-    for char in text:
-        if quote:
-            quote = "" if char == quote else quote
-        elif char in "\"'":
-            quote = char
-        elif char in "[{":
-            depth += 1
-        elif char in "]}":
-            depth -= 1
-        elif char == "," and depth == 0:
-            parts.append("".join(current))
-            current = []
-            continue
-        current.append(char)
-    return [*parts, "".join(current)]
 
 
 def several_runs(args: argparse.Namespace) -> bool:
@@ -149,9 +92,9 @@ def _checked_axes(
     """The ``--sweep`` (or ``--param``) axes, refused when they repeat a key, vary the seed, or vary a key that is
     set another way."""
     from marljoint.run.errors import RunError
-    from marljoint.run.reads import setting_keys
+    from marljoint.run.spec import RunSpec
 
-    known = set(setting_keys())
+    known = set(RunSpec().to_dict())
     seen: set[str] = set()
     for key, _ in axes:
         if key == "seed":
@@ -253,13 +196,21 @@ def _status(outcomes: list[Any], command: str) -> int:
     return 0
 
 
-def register(subparsers: Any) -> None:
-    """Adds ``marljoint tune``: the options of ``marljoint train`` plus ``--param`` and ``--trials``."""
-    from marljoint.cli import _add_train
+def register(subparsers: Any) -> argparse.ArgumentParser:
+    """Adds ``marljoint tune``: the options of ``marljoint train`` plus ``--param`` and ``--trials``.
 
-    holder = _TuneParser(subparsers)
-    _add_train(holder)
-    parser = holder.parser
+    Returns:
+        The ``tune`` parser, whose handler the command table sets (it trains as ``marljoint train`` does).
+    """
+    parser = subparsers.add_parser(
+        "tune",
+        help='search settings with Optuna for the best final return (pip install "marljoint[tune]")',
+        description="Search settings with Optuna: each trial trains the seeds (--seeds, default 0) with the "
+        "values it draws into OUT/trial_<k>/seed_<S> and scores their mean final return, which the search "
+        "maximises. Takes every option of marljoint train. Prints one line per trial and the best, and writes "
+        "OUT/tune.csv.",
+    )
+    add_train_options(parser)
     parser.add_argument(
         "--param",
         metavar="KEY=RANGE",
@@ -270,25 +221,7 @@ def register(subparsers: Any) -> None:
         "e.g. --param learning_rate=log:1e-4:1e-2 --param ent_coef=0:0.05",
     )
     parser.add_argument("--trials", metavar="N", type=positive_int, default=10, help="settings to try (default 10)")
-
-
-class _TuneParser:
-    """Stands in for the subcommand table so that ``marljoint train``'s options are added to ``tune`` as well."""
-
-    def __init__(self, subparsers: Any) -> None:
-        self.subparsers = subparsers
-        self.parser: Any = None
-
-    def add_parser(self, name: str, **kwargs: Any) -> Any:
-        self.parser = self.subparsers.add_parser(
-            "tune",
-            help='search settings with Optuna for the best final return (pip install "marljoint[tune]")',
-            description="Search settings with Optuna: each trial trains the seeds (--seeds, default 0) with the "
-            "values it draws into OUT/trial_<k>/seed_<S> and scores their mean final return, which the search "
-            "maximises. Takes every option of marljoint train. Prints one line per trial and the best, and writes "
-            "OUT/tune.csv.",
-        )
-        return self.parser
+    return parser
 
 
 def _param_range(text: str) -> Any:

@@ -260,5 +260,7 @@ def sac_config(config: OffPolicyConfig) -> SacConfig:
             share_parameters=config.share_parameters,
             **table,
         )
-    except TypeError as exc:
-        raise ValueError(f"sac: {exc}") from None
+    except (TypeError, ValueError) as exc:
+        # SacConfig's messages start with the field they name: "sac.tau=0.0 must lie in (0.0, 1.0]".
+        named = str(exc).split(" ")[0].split("=")[0] in SacConfig.__dataclass_fields__
+        raise ValueError(f"sac.{exc}" if named else f"sac: {exc}") from None

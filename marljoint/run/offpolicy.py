@@ -12,9 +12,10 @@ from typing import Any
 import torch
 
 from marljoint.offpolicy import OffPolicyConfig, OffPolicyTrainer
+from marljoint.offpolicy.config import RUN_SAC_SETTINGS
 from marljoint.offpolicy.defaults import OFFPOLICY_DEFAULTS
 from marljoint.run.errors import RunError
-from marljoint.run.reads import OFFPOLICY_RUN_SETTINGS
+from marljoint.run.reads import OFFPOLICY_RUN_SETTINGS, table_keys
 from marljoint.threads import learner_threads
 
 __all__ = [
@@ -64,14 +65,28 @@ def offpolicy_config(algorithm: str, trainer: Any, table: Mapping[str, Any]) -> 
         "share_parameters": trainer.share_parameters,
         "gamma": OFFPOLICY_DEFAULTS["gamma"] if trainer.gamma is None else trainer.gamma,
     }
+    _check_table_keys(table)
     try:
         return OffPolicyConfig(**shared, **dict(table))
-    except TypeError:
-        valid = sorted(f for f in OffPolicyConfig.__dataclass_fields__ if f not in _FROM_RUN)
-        unknown = sorted(set(table) - set(OffPolicyConfig.__dataclass_fields__))
-        raise RunError(f"unknown offpolicy setting(s) {unknown}; valid keys: {valid}") from None
-    except ValueError as exc:
-        raise RunError(f"offpolicy: {exc}") from None
+    except (TypeError, ValueError) as exc:
+        # The config's messages start with the field they name ("batch_size must be ...", "sac.tau=0.0 ...").
+        first = str(exc).split(" ")[0].split("=")[0]
+        named = first in OffPolicyConfig.__dataclass_fields__ or first.startswith("sac.")
+        raise RunError(f"offpolicy.{exc}" if named else f"offpolicy: {exc}") from None
+
+
+def _check_table_keys(table: Mapping[str, Any]) -> None:
+    """Refuses a key of the ``[offpolicy]`` table, or of its ``sac`` table, that is no setting, naming it as
+    ``offpolicy.<key>`` and listing the valid keys."""
+    keys = table_keys()
+    sac = table.get("sac")
+    for prefix, given, own in (("offpolicy", table, ()), ("offpolicy.sac", sac, RUN_SAC_SETTINGS)):
+        if not isinstance(given, Mapping):
+            continue  # not a table: the config refuses it
+        unknown = sorted(set(given) - set(keys[prefix]) - set(own))
+        if unknown:
+            valid = ", ".join(f"{prefix}.{key}" for key in keys[prefix])
+            raise RunError(f"unknown setting {prefix}.{unknown[0]}; valid keys: {valid}")
 
 
 def _learning_rate(algorithm: str, trainer: Any, table: Mapping[str, Any]) -> dict[str, Any]:

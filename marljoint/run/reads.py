@@ -40,6 +40,7 @@ __all__ = [
     "setting_keys",
     "settings_not_read",
     "table_keys",
+    "table_of",
     "unread_settings",
     "with_dotted_keys",
 ]
@@ -160,13 +161,20 @@ def with_dotted_keys(values: Mapping[str, Any], tables: Mapping[str, Any]) -> di
             valid = [f"{t}.{k}" for t, keys in known.items() for k in keys]
             raise RunError(f"unknown setting {key!r}; the tables' settings are {valid}")
         top, _, sub = table.partition(".")
-        current = dict(out[top] if top in out else tables.get(top) or {})
+        current = table_of(out[top] if top in out else tables.get(top))
         if sub:
             current[sub] = {**dict(current.get(sub) or {}), name: value}
         else:
             current[name] = value
         out[top] = current
     return out
+
+
+def table_of(value: Any) -> dict[str, Any]:
+    """A table's settings as a dict: a mapping's items, a config's ``to_dict()``, ``{}`` for ``None``."""
+    if value is None:
+        return {}
+    return value.to_dict() if hasattr(value, "to_dict") else dict(value)
 
 
 def _family(algorithm: str | None) -> str:

@@ -10,7 +10,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from marljoint.ppo.config import JointTrainerConfig
 from marljoint.run import _toml, migrations
@@ -19,9 +19,12 @@ from marljoint.run.defaults import DEFAULT_ENV, DEFAULT_ENV_KWARGS, DEFAULT_TOTA
 from marljoint.run.errors import RunError
 from marljoint.run.game_runs import GAME_ALGORITHMS, check_game_run, game_config, game_iterations, settings_table
 from marljoint.run.offpolicy import check_algorithm, check_offpolicy_run, with_algorithm_defaults
-from marljoint.run.reads import check_settings_read, with_dotted_keys
+from marljoint.run.reads import check_settings_read, table_keys, table_of, with_dotted_keys
 from marljoint.run.registry import EnvSpecError, supersuit_wrappers
 from marljoint.run.rundir import CONFIG_FILE
+
+if TYPE_CHECKING:
+    from marljoint.best_response.mmd import MmdConfig
 
 __all__ = [
     "MACHINE_SETTINGS",
@@ -98,9 +101,10 @@ class RunSpec:
     self_play: str | None = RUN_DEFAULTS["self_play"]
     """``"mmd"``: magnetic mirror descent self-play of a two-player zero-sum game (each seat's PPO loss plus
     α·KL(π ‖ magnet), :mod:`marljoint.best_response.mmd`); ``"ppo"`` or ``None``: plain PPO of every agent."""
-    mmd: Mapping[str, Any] | None = RUN_DEFAULTS["mmd"]
-    """:class:`~marljoint.best_response.MmdConfig` settings (a TOML table) with ``self_play = "mmd"``; ``None``:
-    its defaults."""
+    mmd: MmdConfig | None = RUN_DEFAULTS["mmd"]
+    """The :class:`~marljoint.best_response.MmdConfig` of ``self_play = "mmd"``, parsed from its table (``[mmd]``
+    in ``config.toml``, ``mmd.<key>`` on the command line; a mapping may be given) when the spec is built; ``None``
+    without MMD self-play."""
     trainer: JointTrainerConfig = field(default_factory=lambda: JointTrainerConfig(**DEFAULT_TRAINER))
     """The trainer's hyperparameters: :class:`~marljoint.JointTrainerConfig`'s defaults with
     :data:`~marljoint.run.defaults.DEFAULT_TRAINER` applied (:mod:`marljoint.run.defaults` says why)."""
@@ -157,7 +161,7 @@ class RunSpec:
             )
         if self.wandb_project is not None and (not isinstance(self.wandb_project, str) or not self.wandb_project):
             raise RunError(f"wandb_project must be a project name, got {self.wandb_project!r}")
-        self.mmd_config()
+        object.__setattr__(self, "mmd", self.mmd_config())
         if self.redundancy is not None:
             self.penalty()
         elif not isinstance(self.redundancy_coef, (int, float)) or isinstance(self.redundancy_coef, bool):
@@ -200,16 +204,23 @@ class RunSpec:
 
         if self.self_play is not None and self.self_play not in SELF_PLAY_KINDS:
             raise RunError(f"self_play must be one of {SELF_PLAY_KINDS} (or unset), got {self.self_play!r}")
+        if self.mmd is not None and not isinstance(self.mmd, (Mapping, MmdConfig)):
+            raise RunError(f"mmd must be a table of MmdConfig settings, got {self.mmd!r}")
         if self.self_play != "mmd":
             if self.mmd is not None:
-                raise RunError(f'mmd settings {dict(self.mmd)} need self_play = "mmd" (--self-play mmd)')
+                raise RunError(f'mmd settings {table_of(self.mmd)} need self_play = "mmd" (--self-play mmd)')
             return None
-        if self.mmd is not None and not isinstance(self.mmd, Mapping):
-            raise RunError(f"mmd must be a table of MmdConfig settings, got {self.mmd!r}")
+        if isinstance(self.mmd, MmdConfig):
+            return self.mmd
+        table = dict(self.mmd or {})
+        valid = table_keys()["mmd"]
+        unknown = sorted(set(table) - set(valid))
+        if unknown:
+            raise RunError(f"unknown setting mmd.{unknown[0]}; valid keys: {', '.join(f'mmd.{k}' for k in valid)}")
         try:
-            return MmdConfig.from_dict(self.mmd or {})
+            return MmdConfig.from_dict(table)
         except (TypeError, ValueError) as exc:
-            raise RunError(f"mmd: {exc}") from None
+            raise RunError(f"mmd.{exc}") from None
 
     def to_dict(self) -> dict[str, Any]:
         """The run fields followed by the trainer fields, flat (as in ``config.toml``)."""

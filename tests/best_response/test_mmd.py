@@ -251,7 +251,7 @@ def _written(spec, directory):
     [
         ({"self_play": "cfr"}, r"self_play must be one of \('ppo', 'mmd'\) \(or unset\), got 'cfr'"),
         ({"mmd": {"alpha": 0.1}}, r"mmd settings \{'alpha': 0.1\} need self_play = \"mmd\""),
-        ({"self_play": "mmd", "mmd": {"alpha": -1}}, "mmd: alpha must be a finite number > 0, got -1"),
+        ({"self_play": "mmd", "mmd": {"alpha": -1}}, "mmd.alpha must be a finite number > 0, got -1"),
         ({"self_play": "mmd", "mmd": 3}, "mmd must be a table of MmdConfig settings, got 3"),
     ],
 )

@@ -59,7 +59,7 @@ def test_a_magnet_rate_outside_zero_one_is_refused_with_the_fix(rate):
 
 
 def test_a_bad_magnet_rate_in_the_run_settings_is_a_run_error():
-    with pytest.raises(RunError, match=r"mmd: magnet_rate must be a number in \(0, 1\], got 2"):
+    with pytest.raises(RunError, match=r"mmd.magnet_rate must be a number in \(0, 1\], got 2"):
         RunSpec.from_dict({"self_play": "mmd", "mmd": {"magnet": "ema", "magnet_rate": 2}})
 
 

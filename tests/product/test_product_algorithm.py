@@ -123,11 +123,11 @@ BAD = {
     ),
     "unknown-table-key": (
         ["--algorithm", "qmix", "--set", "offpolicy={batch_sz=5}"],
-        "unknown offpolicy setting(s) ['batch_sz']; valid keys: ['adam_eps', 'batch_size'",
+        "unknown setting offpolicy.batch_sz; valid keys: offpolicy.learning_rate, offpolicy.adam_eps",
     ),
     "bad-table-value": (
         ["--algorithm", "qmix", "--set", "offpolicy={exploration='ucb'}"],
-        "offpolicy: exploration must be one of ['epsilon', 'boltzmann'], got 'ucb'",
+        "offpolicy.exploration must be one of ['epsilon', 'boltzmann'], got 'ucb'",
     ),
     "table-without-value-algorithm": (
         ["--set", "offpolicy={batch_size=5}"],
@@ -238,15 +238,15 @@ def test_a_maddpg_run_with_the_redundancy_penalty_logs_it(tmp_path):
 SAC_BAD = {
     "sac-table-with-vdn": (
         ["--algorithm", "vdn", "--set", "offpolicy={sac={tau=0.1}}"],
-        "offpolicy: sac settings apply to masac and maddpg, not vdn; drop them",
+        "offpolicy.sac settings apply to masac and maddpg, not vdn; drop them",
     ),
     "unknown-sac-key": (
         ["--algorithm", "masac", "--set", "offpolicy={sac={taus=0.1}}"],
-        "offpolicy: unknown sac setting(s) ['taus']; valid keys: ['actor_lr'",
+        "unknown setting offpolicy.sac.taus; valid keys: offpolicy.sac.tau, offpolicy.sac.actor_lr",
     ),
     "run-setting-in-sac-table": (
         ["--algorithm", "masac", "--set", "offpolicy={sac={gamma=0.5}}"],
-        "offpolicy: sac.gamma is set by the off-policy config itself",
+        "offpolicy.sac.gamma is set by the off-policy config itself",
     ),
     "mmd-self-play": (
         ["--algorithm", "vdn", "--self-play", "mmd"],
@@ -254,7 +254,7 @@ SAC_BAD = {
     ),
     "bad-sac-value": (
         ["--algorithm", "maddpg", "--set", "offpolicy={sac={tau=0.0}}"],
-        "offpolicy: tau=0.0 must lie in (0.0, 1.0]",
+        "offpolicy.sac.tau=0.0 must lie in (0.0, 1.0]",
     ),
 }
 

@@ -38,5 +38,5 @@ def test_a_bad_reward_scale_gives_one_line_and_exit_2(value, tmp_path, capsys):
     assert run_cli(args) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "Traceback" not in err, err
-    assert "offpolicy: reward_scale must be 'auto' or a positive number, got " in err, err
+    assert "offpolicy.reward_scale must be 'auto' or a positive number, got " in err, err
     assert not (tmp_path / "run").exists()

@@ -119,3 +119,38 @@ def test_a_sweep_over_the_algorithm_is_taken(tmp_path, capsys):
     assert run_cli(args) == 2
     err = capsys.readouterr().err
     assert "unknown setting" not in err and "algorithm=vdn" in err and "offpolicy.learning_starts = 1000" in err, err
+
+
+def test_the_tables_are_parsed_when_the_spec_is_built():
+    from marljoint.best_response import MmdConfig
+
+    spec = _spec(self_play="mmd", env="kuhn_poker_v0", mmd={"alpha": 0.3})
+    assert spec.mmd == MmdConfig(alpha=0.3) and spec.mmd_config() is spec.mmd
+    assert spec.to_dict()["mmd"] == MmdConfig(alpha=0.3).to_dict()  # written back as a table, every setting
+    assert RunSpec.from_dict(spec.to_dict()) == spec
+    assert _spec(mmd=None).mmd is None
+
+
+@pytest.mark.parametrize(
+    ("values", "match"),
+    [
+        (
+            {"algorithm": "qmix", "offpolicy": {"batch_sz": 4}},
+            r"^unknown setting offpolicy.batch_sz; valid keys: offpolicy.learning_rate, offpolicy.adam_eps",
+        ),
+        (
+            {"algorithm": "masac", "offpolicy": {"sac": {"taus": 0.1}}},
+            r"^unknown setting offpolicy.sac.taus; valid keys: offpolicy.sac.tau, offpolicy.sac.actor_lr",
+        ),
+        ({"algorithm": "qmix", "offpolicy": {"batch_size": 0}}, r"^offpolicy.batch_size must be a positive integer"),
+        ({"algorithm": "maddpg", "offpolicy": {"sac": {"tau": 0.0}}}, r"^offpolicy.sac.tau=0.0 must lie in"),
+        (
+            {"self_play": "mmd", "env": "kuhn_poker_v0", "mmd": {"alfa": 0.1}},
+            r"^unknown setting mmd.alfa; valid keys: mmd.alpha, mmd.alpha_units",
+        ),
+        ({"self_play": "mmd", "env": "kuhn_poker_v0", "mmd.magnet": "x"}, r"^mmd.magnet must be one of"),
+    ],
+)
+def test_a_table_key_that_is_no_setting_or_a_bad_value_is_named_with_its_table(values, match):
+    with pytest.raises(RunError, match=match):
+        _spec(**values)

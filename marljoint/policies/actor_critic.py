@@ -16,6 +16,7 @@ from marljoint.policies.encoders import (
     observation_normalizers,
     plain_settings,
     step_core,
+    trunk_features,
 )
 from marljoint.policies.layers import Activation, StackedCNN, StackedLinear, StackedMLP, tanh
 from marljoint.policies.member_axis import MemberAxis
@@ -41,7 +42,7 @@ class PolicyOutput(NamedTuple):
     state: torch.Tensor | None = None
 
 
-class ActorCritic(MemberAxis, nn.Module):
+class ActorCritic(nn.Module):
     """Actor-critic for the n_g agents of one group, with shared or independent parameters.
 
     With ``share_parameters=True`` one network (M = 1 member) serves every agent, and each agent's one-hot index
@@ -155,24 +156,41 @@ class ActorCritic(MemberAxis, nn.Module):
             self.log_std = nn.Parameter(torch.full((self.members, action.logits_size), float(log_std_init)))
         self.critic_cnn, self.critic_encoder = build.critic_trunk(critic_input_size, self.share_trunk)
         self.critic_core = None if self.critic_encoder is None else build.core(self.critic_encoder.out_features)
-        self.value_head = StackedLinear(self.members, self._critic_feature_size(), 1, 1.0, generator=generator)
+        self.value_head = build.value_head(self.feature_size, self.critic_encoder, self.critic_core)
         self.obs_normalizer, self.critic_obs_normalizer = observation_normalizers(
             normalize_observations, observation, self.members, critic_input_size
         )
         self.register_buffer("agent_ids", torch.eye(num_agents), persistent=False)
-        self._obs_shape = (num_agents, *observation.shape)
-        # The constructor's settings as plain values (with the layouts and the activation, they build this network
-        # again: marljoint.policies.description).
+        self.axis = MemberAxis(
+            observation, num_agents, share_parameters, critic_input_size, self.core, self.critic_core
+        )
+        """The shapes of the inputs and states, and the conversions between the agent and member axes."""
+        # The settings as plain values: with the layouts and the activation, they build it again (policies.description).
         self.settings = plain_settings(
             num_agents, self.share_parameters, hidden_sizes, critic_input_size, log_std_init, share_trunk, recurrent,
             rnn_hidden_size, normalize_observations, cnn_settings,
         )  # fmt: skip
 
-    def _critic_feature_size(self) -> int:
-        """The input size of the value head: the critic core's, the critic MLP's, or (shared trunk) the actor's."""
-        if self.critic_encoder is None:
-            return self.feature_size
-        return self.critic_encoder.out_features if self.critic_core is None else self.critic_core.hidden_size
+    @property
+    def state_size(self) -> int:
+        """S, the numbers of one agent's recurrent state: the actor core's state, then the critic core's (0 for a
+        feed-forward network)."""
+        return self.axis.state_size
+
+    @property
+    def actor_state_size(self) -> int:
+        """The numbers of one agent's actor-core state (the first part of :attr:`state_size`; 0 when
+        feed-forward): all that acting needs, since the critic's core does not feed the actions."""
+        return self.axis.actor_state_size
+
+    def initial_state(self, batch: int) -> torch.Tensor:
+        """The zero recurrent state of ``batch`` rows of every agent, ``[batch, n_g, S]`` (an episode's start)."""
+        return torch.zeros(batch, self.num_agents, self.state_size, device=self.agent_ids.device)
+
+    def member_of_agent(self, agent: int) -> int:
+        """Index along the member axis of the parameters that act for agent ``agent`` of the group; IndexError
+        for an ``agent`` outside ``0 .. n_g - 1``."""
+        return self.axis.member_of_agent(agent)
 
     def forward(
         self, obs: torch.Tensor, critic_obs: torch.Tensor | None = None, state: torch.Tensor | None = None
@@ -193,24 +211,22 @@ class ActorCritic(MemberAxis, nn.Module):
         Raises:
             ValueError: if a tensor has the wrong shape, or ``critic_obs`` or ``state`` is missing or unexpected.
         """
-        batch = self._check_obs(obs)
-        actor_state, critic_state = self._split_state(state, batch)
+        batch = self.axis.check_obs(obs)
+        actor_state, critic_state = self.axis.split_state(state, batch)
         if self.core is not None and self.critic_core is not None:
             # Both cores step side by side, as the replay of the update steps them.
             hidden = self._critic_features(obs, critic_obs, batch)
             assert hidden is not None and actor_state is not None and critic_state is not None
-            (features, actor_state), (hidden, critic_state) = StackedRecurrentCell.steps(
-                [self.core, self.critic_core],
-                [self._mlp(self.cnn, self.encoder, obs), hidden],
-                [actor_state, critic_state],
-            )
-            values = self._agent_major(self.value_head.forward_member_major(hidden), batch).squeeze(-1)
+            cores, inputs = [self.core, self.critic_core], [self._mlp(self.cnn, self.encoder, obs), hidden]
+            stepped = StackedRecurrentCell.steps(cores, inputs, [actor_state, critic_state])
+            (features, actor_state), (hidden, critic_state) = stepped
+            values = self._value_head(hidden, batch)
         else:
             features, actor_state = self._trunk(obs, actor_state)
             values, critic_state = self._values(obs, critic_obs, batch, features, critic_state)
-        head = self._agent_major(self.actor_head.forward_member_major(features), batch)
-        new_state = self._join_state(actor_state, critic_state, batch)
-        return PolicyOutput(head, values, self._agent_major(features, batch), new_state)
+        head = self._head(features, batch)
+        new_state = self.axis.join_state(actor_state, critic_state, batch)
+        return PolicyOutput(head, values, self.axis.agent_major(features, batch), new_state)
 
     def forward_sequence(
         self,
@@ -244,30 +260,24 @@ class ActorCritic(MemberAxis, nn.Module):
         Raises:
             ValueError: for a feed-forward network, shapes that disagree, or an unknown ``replay``.
         """
-        flat_obs = self._check_sequence(obs, starts, advance)
         length, batch = obs.shape[:2]
-        actor_state, critic_state = self._split_state(state, batch)
-        starts_mm, advance_mm = self._sequence_mask(starts), None if advance is None else self._sequence_mask(advance)
+        flat_obs, flat_critic, starts_mm, advance_mm = self.axis.sequence_inputs(obs, critic_obs, starts, advance)
+        actor_state, critic_state = self.axis.split_state(state, batch)
         rows = length * batch
         actor_in = self._mlp(self.cnn, self.encoder, flat_obs)
-        flat_critic = critic_obs
-        if critic_obs is not None and self.critic_input_size is not None:
-            flat_critic = critic_obs.reshape(rows, *critic_obs.shape[2:])
         hidden = self._critic_features(flat_obs, flat_critic, rows)
-        cores, inputs, states = [self.core], [self._time_major(actor_in, length)], [actor_state]
+        cores, inputs, states = [self.core], [self.axis.time_major(actor_in, length)], [actor_state]
         if hidden is not None and self.critic_core is not None:
             cores.append(self.critic_core)
-            inputs.append(self._time_major(hidden, length))
+            inputs.append(self.axis.time_major(hidden, length))
             states.append(critic_state)
         replayed = StackedRecurrentCell.forward_sequences(cores, inputs, states, starts_mm, advance_mm, replay=replay)
-        features, actor_state = self._rows_of(replayed[0][0]), replayed[0][1]
+        features, actor_state = self.axis.rows_of(replayed[0][0]), replayed[0][1]
         if len(replayed) > 1:
-            hidden, critic_state = self._rows_of(replayed[1][0]), replayed[1][1]
-        head = self._agent_major(self.actor_head.forward_member_major(features), rows)
-        values = self._agent_major(self.value_head.forward_member_major(features if hidden is None else hidden), rows)
-        fields = (head, values.squeeze(-1), self._agent_major(features, rows))
-        shaped = (x.reshape(length, batch, *x.shape[1:]) for x in fields)
-        return PolicyOutput(*shaped, state=self._join_state(actor_state, critic_state, batch))
+            hidden, critic_state = self.axis.rows_of(replayed[1][0]), replayed[1][1]
+        head, values = self._head(features, rows), self._value_head(features if hidden is None else hidden, rows)
+        shaped = (x.reshape(length, batch, *x.shape[1:]) for x in (head, values, self.axis.agent_major(features, rows)))
+        return PolicyOutput(*shaped, state=self.axis.join_state(actor_state, critic_state, batch))
 
     def action_head(self, obs: torch.Tensor, state: torch.Tensor | None = None) -> torch.Tensor:
         """The action-head output alone, ``[B, n_g, L]`` (no critic is evaluated).
@@ -276,9 +286,9 @@ class ActorCritic(MemberAxis, nn.Module):
             obs: ``[B, n_g, *obs_shape]`` observations.
             state: ``[B, n_g, S]`` recurrent states (recurrent networks only).
         """
-        batch = self._check_obs(obs)
-        features, _ = self._trunk(obs, self._split_state(state, batch)[0])
-        return self._agent_major(self.actor_head.forward_member_major(features), batch)
+        batch = self.axis.check_obs(obs)
+        features, _ = self._trunk(obs, self.axis.split_state(state, batch)[0])
+        return self._head(features, batch)
 
     def actor_step(
         self, obs: torch.Tensor, actor_state: torch.Tensor | None = None
@@ -296,11 +306,11 @@ class ActorCritic(MemberAxis, nn.Module):
         Raises:
             ValueError: for a missing, unexpected or misshapen ``actor_state``.
         """
-        batch = self._check_obs(obs)
-        member_state = self._actor_member_state(actor_state, batch)
+        batch = self.axis.check_obs(obs)
+        member_state = self.axis.actor_member_state(actor_state, batch)
         features, new_state = step_core(self.core, self._mlp(self.cnn, self.encoder, obs), member_state)
-        head = self._agent_major(self.actor_head.forward_member_major(features), batch)
-        return head, None if new_state is None else self._agent_major(new_state, batch)
+        head = self._head(features, batch)
+        return head, None if new_state is None else self.axis.agent_major(new_state, batch)
 
     def encoder_features(self, obs: torch.Tensor, state: torch.Tensor | None = None) -> torch.Tensor:
         """Trunk features of every agent, ``[B, n_g, d]`` (the input of the action head).
@@ -309,9 +319,9 @@ class ActorCritic(MemberAxis, nn.Module):
             obs: ``[B, n_g, *obs_shape]`` observations.
             state: ``[B, n_g, S]`` recurrent states (recurrent networks only).
         """
-        batch = self._check_obs(obs)
-        features, _ = self._trunk(obs, self._split_state(state, batch)[0])
-        return self._agent_major(features, batch)
+        batch = self.axis.check_obs(obs)
+        features, _ = self._trunk(obs, self.axis.split_state(state, batch)[0])
+        return self.axis.agent_major(features, batch)
 
     def value(
         self, obs: torch.Tensor, critic_obs: torch.Tensor | None = None, state: torch.Tensor | None = None
@@ -323,8 +333,8 @@ class ActorCritic(MemberAxis, nn.Module):
             critic_obs: ``[B, n_g, critic_input_size]``; required with a centralised critic, rejected otherwise.
             state: ``[B, n_g, S]`` recurrent states (recurrent networks only).
         """
-        batch = self._check_obs(obs)
-        actor_state, critic_state = self._split_state(state, batch)
+        batch = self.axis.check_obs(obs)
+        actor_state, critic_state = self.axis.split_state(state, batch)
         features = self._trunk(obs, actor_state)[0] if self.share_trunk else None
         return self._values(obs, critic_obs, batch, features, critic_state)[0]
 
@@ -371,14 +381,21 @@ class ActorCritic(MemberAxis, nn.Module):
         """
         if self.obs_normalizer is None:
             return
-        batch = self._check_obs(obs)
-        rows = batch * self.num_agents if self.share_parameters else batch
-        shaped = (rows, self.members, -1)
-        self.obs_normalizer.update(obs.reshape(shaped), weights.reshape(rows, self.members))
+        self.axis.check_obs(obs)
+        counted = self.axis.member_columns(weights)[..., 0]
+        self.obs_normalizer.update(self.axis.member_columns(obs), counted)
         if self.critic_obs_normalizer is not None:
             if critic_obs is None:
                 raise ValueError("this network normalises a centralised critic's input; pass critic_obs")
-            self.critic_obs_normalizer.update(critic_obs.reshape(shaped), weights.reshape(rows, self.members))
+            self.critic_obs_normalizer.update(self.axis.member_columns(critic_obs), counted)
+
+    def _head(self, features: torch.Tensor, batch: int) -> torch.Tensor:
+        """The action head on member-major ``features``, agent-major: ``[B, n_g, L]``."""
+        return self.axis.agent_major(self.actor_head.forward_member_major(features), batch)
+
+    def _value_head(self, hidden: torch.Tensor, batch: int) -> torch.Tensor:
+        """The value head on the critic's member-major ``hidden`` features, agent-major: ``[B, n_g]``."""
+        return self.axis.agent_major(self.value_head.forward_member_major(hidden), batch).squeeze(-1)
 
     def _trunk(self, obs: torch.Tensor, state: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Member-major actor trunk features ``[M, B', d]`` (``B' = B`` independent, ``B * n_g`` shared) and the
@@ -387,18 +404,7 @@ class ActorCritic(MemberAxis, nn.Module):
 
     def _mlp(self, cnn: StackedCNN | None, encoder: StackedMLP, obs: torch.Tensor) -> torch.Tensor:
         """Member-major MLP features of one trunk (the actor's or the local critic's) on ``[B, n_g, *obs]``."""
-        batch = obs.shape[0]
-        if cnn is None:
-            x = obs if self.obs_normalizer is None else self.obs_normalizer(obs)
-            if self.observation.kind == "image":  # an image too small for the default CNN, flattened
-                x = obs.reshape(batch, self.num_agents, -1)
-                if x.dtype == torch.uint8:
-                    x = x.to(self.agent_ids.dtype).div_(255.0)
-        else:
-            if self.share_parameters:
-                obs = obs.reshape(batch * self.num_agents, 1, *obs.shape[2:])
-            x = cnn(obs).reshape(batch, self.num_agents, -1)
-        return encoder.forward_member_major(self._member_major(x))
+        return trunk_features(cnn, encoder, obs, self.obs_normalizer, self.axis, self.agent_ids)
 
     def _values(
         self,
@@ -417,20 +423,20 @@ class ActorCritic(MemberAxis, nn.Module):
             hidden = features
         else:
             hidden, state = step_core(self.critic_core, hidden, state)
-        return self._agent_major(self.value_head.forward_member_major(hidden), batch).squeeze(-1), state
+        return self._value_head(hidden, batch), state
 
     def _critic_features(self, obs: torch.Tensor, critic_obs: torch.Tensor | None, batch: int) -> torch.Tensor | None:
         """Member-major input of the critic's core (or head): the centralised critic's MLP on ``critic_obs``, the
         critic's own trunk on ``obs``, or ``None`` with a shared trunk."""
         if self.critic_input_size is not None:
             return self._critic_hidden(critic_obs, batch)
-        self._reject_critic_obs(critic_obs)
+        self.axis.reject_critic_obs(critic_obs)
         return None if self.critic_encoder is None else self._mlp(self.critic_cnn, self.critic_encoder, obs)
 
     def _critic_hidden(self, critic_obs: torch.Tensor | None, batch: int) -> torch.Tensor:
         """Member-major features of the centralised critic's MLP on ``[B, n_g, critic_input_size]``."""
-        critic_obs = self._check_critic_obs(critic_obs, batch)
+        critic_obs = self.axis.check_critic_obs(critic_obs, batch)
         if self.critic_obs_normalizer is not None:
             critic_obs = self.critic_obs_normalizer(critic_obs)
         assert self.critic_encoder is not None
-        return self.critic_encoder.forward_member_major(self._member_major(critic_obs))
+        return self.critic_encoder.forward_member_major(self.axis.member_major(critic_obs, self.agent_ids))

@@ -15,11 +15,19 @@ from typing import Any
 import torch
 
 from marljoint.env.spaces import ActionLayout, ObservationLayout
-from marljoint.policies.layers import Activation, StackedCNN, StackedMLP
+from marljoint.policies.layers import Activation, StackedCNN, StackedLinear, StackedMLP
+from marljoint.policies.member_axis import MemberAxis
 from marljoint.policies.normalizer import ObservationNormalizer
 from marljoint.policies.recurrent import RECURRENT_KINDS, StackedRecurrentCell
 
-__all__ = ["TrunkBuilder", "check_arguments", "observation_normalizers", "plain_settings", "step_core"]
+__all__ = [
+    "TrunkBuilder",
+    "check_arguments",
+    "observation_normalizers",
+    "plain_settings",
+    "step_core",
+    "trunk_features",
+]
 
 _NATURE_CNN = ((32, 64, 64), (8, 4, 3), (4, 2, 1), 512)
 """Default CNN: channels, kernel sizes, strides, output features."""
@@ -162,6 +170,17 @@ class TrunkBuilder:
             self.members, in_features, self.rnn_hidden_size, self.recurrent, generator=self.generator
         )
 
+    def value_head(
+        self, feature_size: int, critic_encoder: StackedMLP | None, critic_core: StackedRecurrentCell | None
+    ) -> StackedLinear:
+        """The value head (gain 1) on the critic core's output, the critic MLP's, or (shared trunk, no critic MLP)
+        the actor's ``feature_size`` features."""
+        if critic_encoder is None:
+            inputs = feature_size
+        else:
+            inputs = critic_encoder.out_features if critic_core is None else critic_core.hidden_size
+        return StackedLinear(self.members, inputs, 1, 1.0, generator=self.generator)
+
     def critic_trunk(
         self, critic_input_size: int | None, share_trunk: bool
     ) -> tuple[StackedCNN | None, StackedMLP | None]:
@@ -182,3 +201,31 @@ def step_core(
         return x, None
     assert state is not None
     return core.step(x, state)
+
+
+def trunk_features(
+    cnn: StackedCNN | None,
+    encoder: StackedMLP,
+    obs: torch.Tensor,
+    normalizer: ObservationNormalizer | None,
+    axis: MemberAxis,
+    agent_ids: torch.Tensor,
+) -> torch.Tensor:
+    """Member-major MLP features ``[M, B', d]`` of one trunk on a group's ``[B, n_g, *obs_shape]`` observations.
+
+    Flat observations are standardised by ``normalizer`` (when given); an image goes through ``cnn``, or, too small
+    for one (``cnn=None``), is flattened (``uint8`` scaled to ``[0, 1]``). Shared parameters (``axis``) append
+    each agent's one-hot id (a row of ``agent_ids``) to the MLP's input.
+    """
+    batch, num_agents = obs.shape[:2]
+    if cnn is None:
+        x = obs if normalizer is None else normalizer(obs)
+        if axis.observation.kind == "image":  # an image too small for the default CNN, flattened
+            x = obs.reshape(batch, num_agents, -1)
+            if x.dtype == torch.uint8:
+                x = x.to(agent_ids.dtype).div_(255.0)
+    else:
+        if axis.share_parameters:
+            obs = obs.reshape(batch * num_agents, 1, *obs.shape[2:])
+        x = cnn(obs).reshape(batch, num_agents, -1)
+    return encoder.forward_member_major(axis.member_major(x, agent_ids))

@@ -9,7 +9,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
-from marljoint.env.base import JointObs, JointStep
+from marljoint.env.base import JointObs
 from marljoint.env.spaces import JointSpec
 from marljoint.policies.actor_critic import ActorCritic, PolicyOutput
 from marljoint.policies.distributions import BehaviourPolicy, FactoredCategorical
@@ -40,7 +40,7 @@ class NoActingPolicy(ValueError):
     (Q networks, actors of its own): the message says what it acts with instead."""
 
 
-class JointPolicy(GroupStates):
+class JointPolicy:
     """Every agent's policy and value function: one network per slot, evaluated with one batched forward each.
 
     Inputs and outputs are per group (observations ``[B, n_g, ...]``, actions, masks) or per agent (``[B, N]``
@@ -79,11 +79,16 @@ class JointPolicy(GroupStates):
         self.centralized = bool(centralized)
         self.value_normalizer = value_normalizer
         self.device = torch.device(device)
-        # What act() remembers between calls for a recurrent policy: the states and alive flags after its last call.
-        self._acting: tuple[tuple[torch.Tensor, ...], np.ndarray] | None = None
+        self.group_states = GroupStates(spec, self.networks, [slot.group for slot in self.slots])
+        """The groups' recurrent states: their sizes, start, reset and advance, and what :meth:`act` remembers."""
         # Columns of the concatenated network outputs, mapped back to possible_agents order.
         self._to_agent_order = torch.as_tensor(np.argsort(order), dtype=torch.long, device=self.device)
         self._in_agent_order = bool(np.array_equal(order, np.arange(len(order))))
+
+    @property
+    def recurrent(self) -> bool:
+        """Whether some network has a recurrent core (then every forward takes the agents' states)."""
+        return self.group_states.recurrent
 
     # ------------------------------------------------------------------ inputs
     def network_obs(self, k: int, group_obs: Sequence[torch.Tensor]) -> torch.Tensor:
@@ -103,6 +108,12 @@ class JointPolicy(GroupStates):
             return mask
         _, j = self.spec.group_of(slot.agents[0])
         return mask[:, j : j + 1]
+
+    def network_state(self, k: int, states: Sequence[torch.Tensor] | None) -> torch.Tensor | None:
+        """Network ``k``'s states ``[B, n_k, S]`` from the per-group states (``None`` for a feed-forward one)."""
+        if states is None or not self.group_states.network_recurrent[k]:
+            return None
+        return self.network_obs(k, states)
 
     def critic_state(self, group_obs: Sequence[torch.Tensor], alive: torch.Tensor) -> torch.Tensor | None:
         """``[B, S]`` joint state of a centralised critic: every agent's flat observation and the alive mask
@@ -132,6 +143,44 @@ class JointPolicy(GroupStates):
         for k, network, obs, critic_obs in self.network_inputs(group_obs, alive):
             state = self.network_state(k, states)
             outputs.append(network(obs, critic_obs) if state is None else network(obs, critic_obs, state))
+        return outputs
+
+    def forward_sequence(
+        self,
+        group_obs: Sequence[torch.Tensor],
+        alive: torch.Tensor,
+        states: Sequence[torch.Tensor],
+        starts: torch.Tensor,
+        advance: torch.Tensor,
+        *,
+        replay: str = "cells",
+    ) -> list[PolicyOutput]:
+        """Replays sequence chunks of a recurrent policy (truncated BPTT); outputs flattened to ``L × B`` rows.
+
+        Args:
+            group_obs: per group, ``[L, B, n_g, *obs_shape]``.
+            alive: ``[L, B, N]`` bool.
+            states: per group, ``[B, n_g, S_g]``, the states before each chunk's first step.
+            starts: ``[L, B, N]`` bool, the agent's state is reset before that step.
+            advance: ``[L, B, N]`` bool, the agent's state advances through that step.
+            replay: ``"cells"`` or ``"fused"``: how the recurrent cores replay the chunks
+                (:meth:`~marljoint.policies.ActorCritic.forward_sequence`).
+
+        Returns:
+            One :class:`~marljoint.policies.PolicyOutput` per network with fields over ``L × B`` rows in
+            ``(step, chunk)`` order (as ``[L, B]`` flattened), and the states after the chunks ``[B, n_k, S]``.
+        """
+        length, batch = alive.shape[:2]
+        rows = length * batch
+        flat_obs = [o.reshape(rows, *o.shape[2:]) for o in group_obs]
+        outputs = []
+        for k, network, obs, critic_obs in self.network_inputs(flat_obs, alive.reshape(rows, -1)):
+            starts_k, advance_k = (flags[:, :, list(self.slots[k].agents)] for flags in (starts, advance))
+            obs, critic_obs = (x if x is None else x.reshape(length, batch, *x.shape[1:]) for x in (obs, critic_obs))
+            out = network.forward_sequence(
+                obs, self.network_state(k, states), starts_k, advance_k, critic_obs, replay=replay
+            )
+            outputs.append(PolicyOutput(*(x.reshape(rows, *x.shape[2:]) for x in out[:3]), state=out.state))
         return outputs
 
     def network_inputs(
@@ -257,13 +306,13 @@ class JointPolicy(GroupStates):
         group_obs = [torch.as_tensor(o, device=self.device) for o in obs.obs]
         masks = [None if m is None else torch.as_tensor(m, device=self.device) for m in obs.action_masks]
         alive = torch.as_tensor(obs.alive, device=self.device)
-        states = self._acting_states(obs)
+        states = self.group_states.acting(obs, self.device)
         with torch.no_grad():
             outputs = self.forward(group_obs, alive, states)
             actions, _ = self.sample(outputs, masks, deterministic, generator)
         if states is not None:
             advance = alive & torch.as_tensor(obs.acting, device=self.device)
-            self._acting = (self.advance_states(states, outputs, advance), np.array(obs.alive, dtype=bool))
+            self.group_states.remember(states, outputs, advance, obs.alive)
         return self.env_actions(actions)
 
     def predict_values(self, obs: JointObs) -> torch.Tensor:
@@ -273,18 +322,7 @@ class JointPolicy(GroupStates):
         group_obs = [torch.as_tensor(o, device=self.device) for o in obs.obs]
         alive = torch.as_tensor(obs.alive, device=self.device)
         with torch.no_grad():
-            return self.values(self.forward(group_obs, alive, self._acting_states(obs)))
-
-    def _acting_states(self, obs: JointObs) -> tuple[torch.Tensor, ...] | None:
-        """The states :meth:`act` acts from on ``obs`` (``None`` for a feed-forward policy)."""
-        if not self.recurrent:
-            return None
-        copies = len(obs.alive)
-        remembered = self._acting
-        if not isinstance(obs, JointStep) or remembered is None or len(remembered[1]) != copies:
-            return self.initial_states(copies)
-        hidden, alive_before = remembered
-        return self.reset_states(hidden, torch.from_numpy(obs.alive & (obs.reset_envs[:, None] | ~alive_before)))
+            return self.values(self.forward(group_obs, alive, self.group_states.acting(obs, self.device)))
 
     def env_actions(self, actions: Sequence[torch.Tensor]) -> list[np.ndarray]:
         """Per-group action tensors as the env takes them: numpy, Box actions clipped to their bounds."""

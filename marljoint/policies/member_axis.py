@@ -3,7 +3,7 @@
 Inputs and outputs of :class:`~marljoint.policies.actor_critic.ActorCritic` are agent-major: ``[B, n_g, ...]``.
 Its stacked layers compute member-major: ``[M, B', ...]``, where sharing one network (M = 1) folds the agents into
 the batch (``B' = B * n_g``, each agent's one-hot id appended to its input) and per-agent weights (M = n_g) keep
-the batch (``B' = B``). :class:`MemberAxis` holds the conversions between the two, the checks of the inputs'
+the batch (``B' = B``). A :class:`MemberAxis` holds the conversions between the two, the checks of the inputs'
 shapes and the layout of the recurrent state (the actor core's numbers, then the critic core's).
 """
 
@@ -18,36 +18,43 @@ __all__ = ["MemberAxis"]
 
 
 class MemberAxis:
-    """Agent-major ↔ member-major conversions and input checks, mixed into a group's network.
+    """The shapes of one group network's inputs and states, and the conversions between its two axes.
 
-    The network sets the attributes below; :attr:`state_size` is its own property.
+    A value object: it holds the sizes it was built with and no tensor, so a network moved to another device keeps
+    it as it is.
+
+    Args:
+        observation: the group's observation layout.
+        num_agents: n_g, the agents of the group.
+        share_parameters: one member serves every agent (M = 1), else one member per agent (M = n_g).
+        critic_input_size: the per-agent input of a centralised critic, ``None`` for a local critic.
+        core: the actor's recurrent core, ``None`` when feed-forward.
+        critic_core: the critic's own recurrent core, ``None`` without one.
     """
 
-    observation: ObservationLayout
-    num_agents: int
-    share_parameters: bool
-    recurrent: str | None
-    agent_ids: torch.Tensor
-    critic_input_size: int | None
-    core: StackedRecurrentCell | None
-    critic_core: StackedRecurrentCell | None
-    _obs_shape: tuple[int, ...]
+    def __init__(
+        self,
+        observation: ObservationLayout,
+        num_agents: int,
+        share_parameters: bool,
+        critic_input_size: int | None,
+        core: StackedRecurrentCell | None,
+        critic_core: StackedRecurrentCell | None,
+    ) -> None:
+        self.observation = observation
+        self.num_agents = num_agents
+        self.share_parameters = bool(share_parameters)
+        self.critic_input_size = critic_input_size
+        self.recurrent = None if core is None else core.kind
+        """The recurrent core's kind (``"gru"``, ``"lstm"``), ``None`` when feed-forward."""
+        self.actor_state_size = 0 if core is None else core.state_size
+        self.critic_state_size = 0 if critic_core is None else critic_core.state_size
+        self.obs_shape = (num_agents, *observation.shape)
 
     @property
     def state_size(self) -> int:
-        """S, the numbers of one agent's recurrent state: the actor core's state, then the critic core's (0 for a
-        feed-forward network)."""
-        return sum(c.state_size for c in (self.core, self.critic_core) if c is not None)
-
-    @property
-    def actor_state_size(self) -> int:
-        """The numbers of one agent's actor-core state (the first part of :attr:`state_size`; 0 when
-        feed-forward): all that acting needs, since the critic's core does not feed the actions."""
-        return 0 if self.core is None else self.core.state_size
-
-    def initial_state(self, batch: int) -> torch.Tensor:
-        """The zero recurrent state of ``batch`` rows of every agent, ``[batch, n_g, S]`` (an episode's start)."""
-        return torch.zeros(batch, self.num_agents, self.state_size, device=self.agent_ids.device)
+        """S, the numbers of one agent's recurrent state: the actor core's state, then the critic core's."""
+        return self.actor_state_size + self.critic_state_size
 
     def member_of_agent(self, agent: int) -> int:
         """Index along the member axis of the parameters that act for agent ``agent`` of the group.
@@ -59,16 +66,17 @@ class MemberAxis:
             raise IndexError(f"agent {agent} is out of range for a group of {self.num_agents} agents")
         return 0 if self.share_parameters else agent
 
-    def _check_obs(self, obs: torch.Tensor) -> int:
-        if obs.dim() != len(self._obs_shape) + 1 or obs.shape[1:] != self._obs_shape:
+    def check_obs(self, obs: torch.Tensor) -> int:
+        """Checks ``[B, n_g, *obs_shape]`` observations; returns B."""
+        if obs.dim() != len(self.obs_shape) + 1 or obs.shape[1:] != self.obs_shape:
             raise ValueError(
                 f"obs of shape {tuple(obs.shape)} does not fit this group; expected [B, "
-                f"{', '.join(map(str, self._obs_shape))}] (batch, {self.num_agents} agents, observation shape "
+                f"{', '.join(map(str, self.obs_shape))}] (batch, {self.num_agents} agents, observation shape "
                 f"{self.observation.shape})."
             )
         return obs.shape[0]
 
-    def _check_critic_obs(self, critic_obs: torch.Tensor | None, batch: int) -> torch.Tensor:
+    def check_critic_obs(self, critic_obs: torch.Tensor | None, batch: int) -> torch.Tensor:
         """A centralised critic's input ``[B, n_g, critic_input_size]``, checked."""
         expected = (batch, self.num_agents, self.critic_input_size)
         if critic_obs is None:
@@ -81,39 +89,62 @@ class MemberAxis:
         return critic_obs
 
     @staticmethod
-    def _reject_critic_obs(critic_obs: torch.Tensor | None) -> None:
+    def reject_critic_obs(critic_obs: torch.Tensor | None) -> None:
+        """Refuses a critic input given to a network without a centralised critic."""
         if critic_obs is not None:
             raise ValueError(
                 "critic_obs was given but this network has no centralised critic; build it with "
                 "critic_input_size=... or pass critic_obs=None."
             )
 
+    def sequence_inputs(
+        self, obs: torch.Tensor, critic_obs: torch.Tensor | None, starts: torch.Tensor, advance: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor, torch.Tensor | None]:
+        """A sequence chunk's inputs, checked and laid out for its replay.
+
+        Args:
+            obs: ``[L, B, n_g, *obs_shape]`` observations.
+            critic_obs: ``[L, B, n_g, critic_input_size]`` with a centralised critic, else ``None``.
+            starts: ``[L, B, n_g]`` bool.
+            advance: ``[L, B, n_g]`` bool, or ``None``.
+
+        Returns:
+            ``(obs, critic_obs)`` as ``[L * B, n_g, ...]`` rows (a ``critic_obs`` without a centralised critic as
+            given, for its refusal), and ``starts``, ``advance`` as the cores' member-major ``[L, M, B']``.
+        """
+        flat_obs = self._check_sequence(obs, starts, advance)
+        flat_critic = critic_obs
+        if critic_obs is not None and self.critic_input_size is not None:
+            flat_critic = critic_obs.reshape(flat_obs.shape[0], *critic_obs.shape[2:])
+        member_advance = None if advance is None else self.sequence_mask(advance)
+        return flat_obs, flat_critic, self.sequence_mask(starts), member_advance
+
     def _check_sequence(self, obs: torch.Tensor, starts: torch.Tensor, advance: torch.Tensor | None) -> torch.Tensor:
         """Checks a sequence chunk's ``[L, B, n_g, *obs_shape]`` observations and its ``[L, B, n_g]`` flags, and
         returns the observations as ``[L * B, n_g, *obs_shape]`` rows."""
-        if self.core is None:
+        if self.recurrent is None:
             raise ValueError("forward_sequence replays a recurrent network; this one is feed-forward (recurrent=None)")
         length, batch = obs.shape[:2]
         flat_obs = obs.reshape(length * batch, *obs.shape[2:])
-        self._check_obs(flat_obs)
+        self.check_obs(flat_obs)
         expected = (length, batch, self.num_agents)
         if starts.shape != expected or (advance is not None and advance.shape != expected):
             raise ValueError(f"starts and advance must be [L, B, n_g] = {list(expected)}, got {tuple(starts.shape)}")
         return flat_obs
 
     @staticmethod
-    def _time_major(x: torch.Tensor, length: int) -> torch.Tensor:
+    def time_major(x: torch.Tensor, length: int) -> torch.Tensor:
         """Member-major rows ``[M, L * B', f]`` of a chunk → the cores' ``[L, M, B', f]``."""
         return x.reshape(x.shape[0], length, -1, x.shape[-1]).transpose(0, 1)
 
     @staticmethod
-    def _rows_of(out: torch.Tensor) -> torch.Tensor:
-        """Inverse of :meth:`_time_major`: ``[L, M, B', f]`` → ``[M, L * B', f]``."""
+    def rows_of(out: torch.Tensor) -> torch.Tensor:
+        """Inverse of :meth:`time_major`: ``[L, M, B', f]`` → ``[M, L * B', f]``."""
         return out.transpose(0, 1).reshape(out.shape[1], -1, out.shape[-1])
 
-    def _split_state(self, state: torch.Tensor | None, batch: int) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    def split_state(self, state: torch.Tensor | None, batch: int) -> tuple[torch.Tensor | None, torch.Tensor | None]:
         """Agent-major ``[B, n_g, S]`` states → the member-major states of the actor core and the critic core."""
-        if self.core is None:
+        if self.recurrent is None:
             if state is not None:
                 raise ValueError("state was given, but this network is feed-forward (recurrent=None); pass None")
             return None, None
@@ -124,15 +155,14 @@ class MemberAxis:
                 f"this network is recurrent ({self.recurrent}); pass state of shape {list(expected)} (the agents' "
                 f"states before this step, initial_state(B) at an episode's start), got {got}"
             )
-        actor_size = self.core.state_size
-        member_major = self._member_major_rows(state)
-        critic = member_major[..., actor_size:] if self.critic_core is not None else None
-        return member_major[..., :actor_size], critic
+        member_major = self.member_major_rows(state)
+        critic = member_major[..., self.actor_state_size :] if self.critic_state_size else None
+        return member_major[..., : self.actor_state_size], critic
 
-    def _actor_member_state(self, actor_state: torch.Tensor | None, batch: int) -> torch.Tensor | None:
+    def actor_member_state(self, actor_state: torch.Tensor | None, batch: int) -> torch.Tensor | None:
         """Agent-major ``[B, n_g, actor_state_size]`` actor-core states → member-major (``None`` when
         feed-forward)."""
-        if self.core is None:
+        if self.recurrent is None:
             if actor_state is not None:
                 raise ValueError("actor_state was given, but this network is feed-forward (recurrent=None); pass None")
             return None
@@ -143,44 +173,49 @@ class MemberAxis:
                 f"this network is recurrent ({self.recurrent}); pass actor_state of shape {list(expected)}, got "
                 f"{got} (zeros at an episode's start)"
             )
-        return self._member_major_rows(actor_state)
+        return self.member_major_rows(actor_state)
 
-    def _join_state(self, actor: torch.Tensor | None, critic: torch.Tensor | None, batch: int) -> torch.Tensor | None:
-        """Inverse of :meth:`_split_state`."""
+    def join_state(self, actor: torch.Tensor | None, critic: torch.Tensor | None, batch: int) -> torch.Tensor | None:
+        """Inverse of :meth:`split_state`."""
         if actor is None:
             return None
         joined = actor if critic is None else torch.cat((actor, critic), dim=-1)
-        return self._agent_major(joined, batch)
+        return self.agent_major(joined, batch)
 
-    def _member_major_rows(self, x: torch.Tensor) -> torch.Tensor:
+    def member_major_rows(self, x: torch.Tensor) -> torch.Tensor:
         """``[B, n_g, k]`` → ``[M, B', k]`` without agent ids (states and masks)."""
         if self.share_parameters:
             return x.reshape(1, x.shape[0] * self.num_agents, *x.shape[2:])
         return x.transpose(0, 1)
 
-    def _sequence_mask(self, mask: torch.Tensor) -> torch.Tensor:
+    def member_columns(self, x: torch.Tensor) -> torch.Tensor:
+        """``[B, n_g, ...]`` → ``[B', M, f]``: each member's rows in its own column (per-member statistics)."""
+        rows = x.shape[0] * self.num_agents if self.share_parameters else x.shape[0]
+        return x.reshape(rows, 1 if self.share_parameters else self.num_agents, -1)
+
+    def sequence_mask(self, mask: torch.Tensor) -> torch.Tensor:
         """``[L, B, n_g]`` per-agent flags → the cores' member-major ``[L, M, B']``."""
         length, batch = mask.shape[:2]
         if self.share_parameters:
             return mask.reshape(length, 1, batch * self.num_agents)
         return mask.transpose(1, 2)
 
-    def _member_major(self, x: torch.Tensor) -> torch.Tensor:
+    def member_major(self, x: torch.Tensor, agent_ids: torch.Tensor) -> torch.Tensor:
         """``[B, n_g, f]`` per-agent inputs → the ``[M, B', f']`` input of a stacked network.
 
-        Sharing folds the agents into the batch and appends each agent's one-hot id.
+        Sharing folds the agents into the batch and appends each agent's one-hot id (a row of ``agent_ids``,
+        ``[n_g, n_g]``, whose dtype the input takes).
         """
-        ids = self.agent_ids
-        if x.dtype != ids.dtype:
-            x = x.to(ids.dtype)
+        if x.dtype != agent_ids.dtype:
+            x = x.to(agent_ids.dtype)
         if not self.share_parameters:
             return x.transpose(0, 1)
         batch = x.shape[0]
-        ids = ids.expand(batch, self.num_agents, self.num_agents)
+        ids = agent_ids.expand(batch, self.num_agents, self.num_agents)
         return torch.cat((x, ids), dim=-1).view(1, batch * self.num_agents, -1)
 
-    def _agent_major(self, y: torch.Tensor, batch: int) -> torch.Tensor:
-        """Inverse of :meth:`_member_major` for outputs: ``[M, B', k]`` → ``[B, n_g, k]``."""
+    def agent_major(self, y: torch.Tensor, batch: int) -> torch.Tensor:
+        """Inverse of :meth:`member_major` for outputs: ``[M, B', k]`` → ``[B, n_g, k]``."""
         if not self.share_parameters:
             return y.transpose(0, 1)
         return y.reshape(batch, self.num_agents, y.shape[-1])

@@ -59,7 +59,7 @@ def test_the_rollout_stores_the_state_each_agent_acted_from_and_its_resets():
     outputs = policy.forward([rollout.obs[0][1]], rollout.alive[1], [states[1]])
     torch.testing.assert_close(policy.values(outputs), rollout.values[1], rtol=1e-5, atol=1e-5)
     # ... and the next step's state is the network's output from it.
-    torch.testing.assert_close(policy.group_states(outputs)[0], states[2], rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(policy.group_states.stepped(outputs)[0], states[2], rtol=1e-6, atol=1e-6)
 
 
 def test_absent_agents_keep_their_state_and_a_returning_agent_starts_afresh():
@@ -176,7 +176,7 @@ def test_acting_carries_each_agents_state_through_an_episode():
     assert (lengths == 4).all() and returns.mean() >= 0.95  # greedy, from a state carried over 3 steps
     # A new reset forgets: the state act() starts from is zero, whatever came before.
     state = env.reset(seed=2)
-    assert all(not s.any() for s in trainer.joint_policy._acting_states(state))
+    assert all(not s.any() for s in trainer.joint_policy.group_states.acting(state, trainer.joint_policy.device))
     env.close()
 
 

@@ -3,8 +3,9 @@
 The rules (see ``docs/concepts.md``): the env layer imports no torch and nothing above it; policies import no ppo;
 the redundancy losses import neither ppo nor env; ppo imports no best-response code, no Ray layer and no bundled
 envs; only the product layer imports the bundled envs; packages form no cycle; no module takes a private name
-from another package; the modules of a package form no cycle; the package top holds only the library
-utilities.
+from another package; the modules of a package, its front (``__init__.py``) included, form no cycle; no module
+imports from the front of its own package (the front re-exports the modules, so a module that reads a name back
+from it depends on every sibling the front imports); the package top holds only the library utilities.
 
 The collection layer may use the Ray connection (``marljoint.distributed.ray``); the distributed layer itself
 imports nothing of the trainer, the collectors or the best-response code.
@@ -13,6 +14,7 @@ imports nothing of the trainer, the collectors or the best-response code.
 from __future__ import annotations
 
 import ast
+import functools
 import pathlib
 
 ROOT = pathlib.Path(__file__).resolve().parents[1] / "marljoint"
@@ -90,6 +92,12 @@ def _package(module: str) -> str:
 
 
 def _arrows() -> dict[str, list[tuple[str, str | None]]]:
+    """Every module's imports (a new dict each call, for a test to add a probe to)."""
+    return dict(_parsed_arrows())
+
+
+@functools.cache
+def _parsed_arrows() -> dict[str, list[tuple[str, str | None]]]:
     return {_module_name(p): _imports(p) for p in sorted(ROOT.rglob("*.py"))}
 
 
@@ -179,18 +187,37 @@ ENTRY_MODULES = {"__init__.py", "__main__.py"}
 
 
 def _module_cycles(arrows: dict[str, list[tuple[str, str | None]]], package: str) -> list[list[str]]:
-    """The import cycles among the modules of one package (nested imports included), each as a closed path."""
-    prefix = f"marljoint.{package}."
+    """The import cycles among the modules of one package and its front (nested imports included), each as a
+    closed path."""
+    front = f"marljoint.{package}"
+
+    def inside(module: str) -> bool:
+        return module == front or module.startswith(front + ".")
+
     edges: dict[str, set[str]] = {}
     for module, imports in arrows.items():
-        if not module.startswith(prefix):
+        if not inside(module):
             continue
         for target, name in imports:
             if f"{target}.{name}" in arrows:  # "from marljoint.run import train"
                 target = f"{target}.{name}"
-            if target.startswith(prefix) and target != module:
+            if inside(target) and target != module:
                 edges.setdefault(module, set()).add(target)
     return _cycles(edges)
+
+
+def _front_imports(arrows: dict[str, list[tuple[str, str | None]]]) -> set[tuple[str, str]]:
+    """``(module, name)`` for every name a module of a package reads from the front (``__init__.py``) of its own
+    package; ``from package import module`` imports the module, not the front, and is not one of them."""
+    found = set()
+    for module, imports in arrows.items():
+        front = module.rpartition(".")[0]
+        if module.count(".") < 2 or front not in arrows:  # a front itself, or a top-level module
+            continue
+        for target, name in imports:
+            if target == front and f"{target}.{name}" not in arrows:
+                found.add((module, f"{front}.{name or '*'}" if name else front))
+    return found
 
 
 def test_the_package_top_holds_only_the_library_utilities():
@@ -246,3 +273,31 @@ def test_the_cycle_check_sees_a_top_level_module_in_a_cycle(tmp_path):
     arrows = _arrows()
     arrows["marljoint.threads"] = arrows["marljoint.threads"] + _imports(source, "marljoint.threads")
     assert ["threads", "ppo", "threads"] in _package_cycles(arrows)
+
+
+def test_no_module_imports_the_front_of_its_own_package():
+    found = sorted(_front_imports(_arrows()))
+    assert not found, f"modules reading names back from their own package's __init__.py (import the module): {found}"
+
+
+def test_the_front_check_sees_an_import_back(tmp_path):
+    # The tune command taking train's options from the command table again: cli/sweep.py -> cli/__init__.py, in a
+    # function; importing a sibling module through the package (from marljoint.cli import args) is no such import.
+    source = tmp_path / "sweep.py"
+    source.write_text("from marljoint.cli import args\n\ndef f():\n    from marljoint.cli import build_parser\n")
+    arrows = _arrows()
+    arrows["marljoint.cli.sweep"] = arrows["marljoint.cli.sweep"] + _imports(source, "marljoint.cli.sweep")
+    assert _front_imports(arrows) == {("marljoint.cli.sweep", "marljoint.cli.build_parser")}
+    # ... and the cycle it closes, the front importing the module back, is a cycle of the package.
+    assert ["marljoint.cli", "marljoint.cli.sweep", "marljoint.cli"] in _module_cycles(arrows, "cli")
+
+
+def test_the_front_check_sees_a_relative_import_and_a_plain_import(tmp_path):
+    source = tmp_path / "learner.py"
+    source.write_text("import marljoint.ppo\nfrom . import JointStats\nfrom . import gae\n")
+    arrows = _arrows()
+    arrows["marljoint.ppo.learner"] = _imports(source, "marljoint.ppo.learner")
+    assert _front_imports(arrows) == {
+        ("marljoint.ppo.learner", "marljoint.ppo"),
+        ("marljoint.ppo.learner", "marljoint.ppo.JointStats"),
+    }

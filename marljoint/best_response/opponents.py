@@ -424,6 +424,11 @@ class _ProfileQueue:
         return out
 
 
+STALLED_STEPS = 5_000
+"""Simulated episodes are given up, with an error, when no env copy ends an episode in this many joint steps: the
+env's episodes do not end by themselves."""
+
+
 def simulate_profiles(
     env: JointEnv,
     members: Sequence[Sequence[FrozenPolicy]],
@@ -459,6 +464,7 @@ def simulate_profiles(
     Raises:
         ValueError: ``episodes_per_profile`` below 1, profiles of the wrong width, or ``episode_seeds`` not one
             integer per repetition.
+            Also: no episode ends in :data:`STALLED_STEPS` joint steps (an env whose episodes never end).
         TypeError: ``episode_seeds`` with an env that cannot seed its copies' resets.
     """
     index = np.asarray(profiles, dtype=np.int64).reshape(-1, env.spec.num_agents)
@@ -519,11 +525,13 @@ def _play_jobs(wrapped: PopulationEnv, queue: _ProfileQueue, results: np.ndarray
     """Steps until every job's episode has finished, writing each job's returns into its row of ``results``."""
     remaining = len(results)
     job_of_copy = dict(queue.job_of_copy)
-    steps = 0
+    steps = stalled = 0
     while remaining:
         wrapped.step(None)
         steps += 1
+        stalled += 1
         for episode in wrapped.drain_log():
+            stalled = 0
             job = job_of_copy.get(episode.copy, -1)
             if job >= 0:
                 results[job] = episode.returns
@@ -531,6 +539,12 @@ def _play_jobs(wrapped: PopulationEnv, queue: _ProfileQueue, results: np.ndarray
         job_of_copy.update(queue.job_of_copy)
         if max_steps is not None and steps >= max_steps and remaining:
             raise RuntimeError(f"simulate_profiles: {remaining} episodes still running after {steps} joint steps")
+        if stalled >= STALLED_STEPS:
+            raise ValueError(
+                f"no episode ended in {stalled:,} joint steps of {wrapped.num_envs} env copies ({remaining} still to "
+                "play): the env's episodes do not end by themselves, and episodes are scored when they end; give the "
+                "env an episode limit (a PettingZoo env's max_cycles, e.g. --env-kwargs '{\"max_cycles\": 25}')"
+            )
 
 
 def mixture_profiles(

@@ -169,6 +169,13 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--gain-steps", type=positive_int, help="env steps of training per estimate (default: psro's --br-steps, 50000)"
     )
+    parser.add_argument(
+        "--eval-every",
+        type=positive_int,
+        metavar="K",
+        help="every K iterations (and after the last) play the run's policies (psro: the meta-mixtures, nfsp: the "
+        "average policies) greedily on fresh episodes: the eval/... columns, and checkpoints/best.pt",
+    )
     group = parser.add_mutually_exclusive_group()
     group.add_argument(
         "--resume",
@@ -357,7 +364,7 @@ def _nfsp_total_steps(spec: RunSpec, iterations: int | None) -> int:
 
 def _budget(args: argparse.Namespace) -> dict[str, Any]:
     """The settings every new best-response run takes from the command line besides its own."""
-    return {"max_seconds": args.seconds, "checkpoint_every": 1}
+    return {"max_seconds": args.seconds, "checkpoint_every": 1, "eval_every": args.eval_every}
 
 
 def _spec(command: str, **values: Any) -> RunSpec:

@@ -185,7 +185,7 @@ def build_game_trainer(spec: Any, env: Any) -> GameRun:
         # with their reasons, so that a resume reads the very settings the run started with.
         trainer, derived = derive_settings(env.spec, spec.trainer)
         run = kind(factory, game_config(spec.algorithm, trainer, getattr(spec, spec.algorithm)), game, trainer)
-        run.derived = derived
+        run.derived, run.env_name = derived, spec.env
         return run
     except ValueError as exc:
         raise RunError(f"cannot build the {spec.algorithm} run for env {spec.env!r}: {exc}") from None
@@ -215,6 +215,8 @@ class GameRun:
         self.env_steps = 0
         self._generator = torch.Generator().manual_seed(int(run_config.seed))
         self.spec: Any = None
+        self.env_name = "?"
+        """The env's name, for messages (:func:`build_game_trainer` sets it)."""
 
     @property
     def generator(self) -> torch.Generator:
@@ -321,7 +323,10 @@ class PsroRun(GameRun):
         """Iteration 0 (the initial population) first, then one PSRO iteration per call; ``(env steps of best
         response training, PSRO's metrics row, seconds)``."""
         tick = time.perf_counter()
-        row = self.psro.step() if self.psro.started else self.psro.start()
+        try:
+            row = self.psro.step() if self.psro.started else self.psro.start()
+        except ValueError as exc:  # the env or settings (an env whose episodes never end), found as it plays
+            raise RunError(f"psro on env {self.env_name!r}, iteration {self.psro.iteration}: {exc}") from None
         steps = int(row.get("br_env_steps", 0) or 0)
         self.env_steps += steps
         row = dict(row)
@@ -336,9 +341,10 @@ class PsroRun(GameRun):
         return _MixtureActor(self.psro.meta_policy(seat))
 
     def state_dict(self) -> dict[str, Any]:
-        """What ``psro.pt`` held (:meth:`PSRO.state_dict <marljoint.best_response.PSRO.state_dict>`), with the
-        population members under ``policies`` (where the driver looks for non-finite weights), and the counters."""
-        state = self.psro.state_dict()
+        """What ``psro.pt`` held (:meth:`PSRO.state_dict <marljoint.best_response.PSRO.state_dict>`) but its
+        metrics rows and clock, with the population members under ``policies`` (where the driver looks for
+        non-finite weights), and the counters."""
+        state = _untimed(self.psro.state_dict())
         state["policies"] = state.pop("populations")
         return {**state, "env_steps": self.env_steps, "generator": self._generator.get_state()}
 
@@ -347,7 +353,7 @@ class PsroRun(GameRun):
         from marljoint.best_response.psro import PSRO
 
         saved = {k: v for k, v in state.items() if k not in ("policies", "env_steps", "generator")}
-        saved["populations"] = state["policies"]
+        saved.update(populations=state["policies"], **_UNTIMED)
         settings = self.settings
         old = self.psro
         self.psro = PSRO.from_state(saved, self.factory, self.game, settings, **old.policy_kwargs)
@@ -400,9 +406,10 @@ class NfspRun(GameRun):
         return self.nfsp.average_policies[seat]
 
     def state_dict(self) -> dict[str, Any]:
-        """What ``nfsp.pt`` held (:meth:`NFSP.state_dict <marljoint.best_response.NFSP.state_dict>`), with the
-        average policies under ``policies`` (where the driver looks for non-finite weights)."""
-        state = self.nfsp.state_dict()
+        """What ``nfsp.pt`` held (:meth:`NFSP.state_dict <marljoint.best_response.NFSP.state_dict>`) but its
+        metrics rows and clock, with the average policies under ``policies`` (where the driver looks for non-finite
+        weights)."""
+        state = _untimed(self.nfsp.state_dict())
         state["policies"] = state.pop("average_policies")
         return {**state, "generator": self._generator.get_state()}
 
@@ -411,7 +418,7 @@ class NfspRun(GameRun):
         from marljoint.best_response.nfsp import NFSP
 
         saved = {k: v for k, v in state.items() if k not in ("policies", "generator")}
-        saved["average_policies"] = state["policies"]
+        saved.update(average_policies=state["policies"], **_UNTIMED)
         old = self.nfsp
         self.nfsp = NFSP.from_state(saved, self.factory, self.game, device=self.settings.device)
         old.env.close()
@@ -434,6 +441,15 @@ class NfspRun(GameRun):
     def close(self) -> None:
         """Closes NFSP's env copies."""
         self.nfsp.env.close()
+
+
+_UNTIMED = {"history": [], "wall_time": 0.0}
+"""What a PSRO or NFSP state holds that a run's checkpoint leaves out: its metrics rows (in metrics.csv) and its
+clock (the run's is the driver's). A resumed run is then the same, bit for bit, as an uninterrupted one."""
+
+
+def _untimed(state: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in state.items() if k not in _UNTIMED}
 
 
 class _MixtureActor:

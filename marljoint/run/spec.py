@@ -444,7 +444,7 @@ def resume_spec(
         UntrustedConfigError: see :func:`load_run_spec`.
     """
     saved = load_run_spec(run_dir, trust_run)
-    overrides = dict(overrides or {})
+    overrides = with_dotted_keys(dict(overrides or {}), {"offpolicy": saved.offpolicy, "mmd": saved.mmd})
     current = saved.to_dict()
     for key, value in overrides.items():
         if key in RESUMABLE_CHANGES or key not in current:

@@ -154,3 +154,13 @@ def test_the_tables_are_parsed_when_the_spec_is_built():
 def test_a_table_key_that_is_no_setting_or_a_bad_value_is_named_with_its_table(values, match):
     with pytest.raises(RunError, match=match):
         _spec(**values)
+
+
+def test_a_resume_compares_a_dotted_key_with_the_saved_table(tmp_path):
+    from marljoint.run.spec import resume_spec, write_config
+
+    (tmp_path / "run").mkdir()
+    write_config(_spec(algorithm="qmix", offpolicy={**SMALL, "tau": 0.05}), tmp_path / "run" / "config.toml")
+    assert resume_spec(tmp_path / "run", {"offpolicy.tau": 0.05}).offpolicy["tau"] == 0.05
+    with pytest.raises(RunError, match=r"cannot resume with offpolicy = .*'tau': 0.1.*has offpolicy = .*'tau': 0.05"):
+        resume_spec(tmp_path / "run", {"offpolicy.tau": 0.1})

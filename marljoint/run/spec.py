@@ -222,6 +222,19 @@ class RunSpec:
         except (TypeError, ValueError) as exc:
             raise RunError(f"mmd.{exc}") from None
 
+    def offpolicy_config(self) -> Any:
+        """The :class:`~marljoint.offpolicy.OffPolicyConfig` an off-policy run trains with (its ``[offpolicy]``
+        table over the run's own settings, parsed when the spec is built), or ``None`` for another algorithm.
+
+        Raises:
+            RunError: naming the ``offpolicy.<key>`` that is no setting, or whose value is refused.
+        """
+        from marljoint.run.offpolicy import OFFPOLICY_ALGORITHMS, offpolicy_config
+
+        if self.algorithm not in OFFPOLICY_ALGORITHMS:
+            return None
+        return offpolicy_config(self.algorithm, self.trainer, self.offpolicy)
+
     def to_dict(self) -> dict[str, Any]:
         """The run fields followed by the trainer fields, flat (as in ``config.toml``)."""
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "trainer"}

@@ -129,6 +129,9 @@ def test_the_tables_are_parsed_when_the_spec_is_built():
     assert spec.to_dict()["mmd"] == MmdConfig(alpha=0.3).to_dict()  # written back as a table, every setting
     assert RunSpec.from_dict(spec.to_dict()) == spec
     assert _spec(mmd=None).mmd is None
+    config = _spec(algorithm="masac", num_envs=2, offpolicy={**SMALL, "sac": {"tau": 0.02}}).offpolicy_config()
+    assert (config.algorithm, config.num_envs, config.batch_size, config.sac) == ("masac", 2, 8, {"tau": 0.02})
+    assert _spec().offpolicy_config() is None
 
 
 @pytest.mark.parametrize(

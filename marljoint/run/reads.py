@@ -35,7 +35,6 @@ __all__ = [
     "OFFPOLICY_RUN_SETTINGS",
     "OFFPOLICY_TRAINER_SETTINGS",
     "READ_INSTEAD",
-    "TABLE_SETTINGS",
     "check_settings_read",
     "setting_keys",
     "settings_not_read",
@@ -114,10 +113,6 @@ READ_INSTEAD: dict[str, dict[str, str]] = {
 read but another does (``"qmix only"`` where nothing stands in). A trainer setting not listed and not in
 :data:`OFFPOLICY_TRAINER_SETTINGS` is PPO's (mappo, ippo)."""
 
-TABLE_SETTINGS: dict[str, type] = {"offpolicy": OffPolicyConfig, "offpolicy.sac": SacConfig}
-"""The tables of a run whose keys a dotted setting names, by their prefix, with the type that declares their keys
-(``mmd`` is added by :func:`table_keys`: it lives in the best-response layer)."""
-
 
 def table_keys() -> dict[str, list[str]]:
     """``{table: its keys}``: ``offpolicy`` (the :class:`~marljoint.offpolicy.OffPolicyConfig` fields that are
@@ -158,8 +153,9 @@ def with_dotted_keys(values: Mapping[str, Any], tables: Mapping[str, Any]) -> di
     for key, value in dotted.items():
         table, _, name = key.rpartition(".")
         if table not in known or name not in known[table]:
-            valid = [f"{t}.{k}" for t, keys in known.items() for k in keys]
-            raise RunError(f"unknown setting {key!r}; the tables' settings are {valid}")
+            tables = [table] if table in known else list(known)
+            valid = ", ".join(f"{t}.{k}" for t in tables for k in known[t])
+            raise RunError(f"unknown setting {key}; valid keys: {valid}")
         top, _, sub = table.partition(".")
         current = table_of(out[top] if top in out else tables.get(top))
         if sub:
@@ -204,15 +200,16 @@ def unread_settings(spec: Any) -> list[tuple[str, Any, str]]:
     """The settings of a run (a :class:`~marljoint.run.spec.RunSpec`) its algorithm does not read, whose values are
     not their defaults: ``[(setting, value, what the algorithm reads instead, or "")]``."""
     instead = _read_instead(spec.algorithm)
+    usual = (JointTrainerConfig(), _product_trainer())  # a trainer setting at either default is not given
     found = []
     for name in settings_not_read(spec.algorithm):
-        given = _given(name, spec)
+        given = _given(name, spec, usual)
         if given is not None:
             found.append((name, given, instead.get(name, "")))
     return found
 
 
-def _given(name: str, spec: Any) -> Any:
+def _given(name: str, spec: Any, usual: tuple[JointTrainerConfig, ...]) -> Any:
     """The value ``spec`` gives ``name``, or ``None`` where it holds the setting's default (or nothing)."""
     table = dict(spec.offpolicy or {})
     if name.startswith("offpolicy.sac."):
@@ -221,8 +218,7 @@ def _given(name: str, spec: Any) -> Any:
         key, defaults = name.rpartition(".")[2], dataclasses.fields(OffPolicyConfig)
     else:
         value = getattr(spec.trainer, name)
-        usual = (getattr(JointTrainerConfig(), name), getattr(_product_trainer(), name))
-        return None if value in usual else value
+        return None if value in [getattr(config, name) for config in usual] else value
     default = next(f.default for f in defaults if f.name == key)
     return table[key] if key in table and table[key] != default else None
 

@@ -170,7 +170,7 @@ def build_game_trainer(spec: Any, env: Any) -> GameRun:
     Raises:
         RunError: for an env with fewer than two agents, or settings the env cannot take (naming them).
     """
-    from marljoint.run.recipes import env_factory
+    from marljoint.run.registry import env_factory
 
     try:
         factory = env_factory(spec.env, dict(spec.env_kwargs))
@@ -280,18 +280,14 @@ class GameRun:
 
     _acting = ""
 
-    def write_files(self, run_dir: Path) -> None:
-        """``run_dir/openspiel_policy.json``: the scored policies in OpenSpiel's tabular form, where the env is an
-        OpenSpiel game that could be tabulated (written after every iteration)."""
+    def write_openspiel_policy(self, path: Path) -> None:
+        """Writes the scored policies to ``path`` in OpenSpiel's tabular form, where the env is an OpenSpiel game
+        that could be tabulated (the run driver calls it after every iteration: ``openspiel_policy.json``)."""
         from marljoint.best_response.openspiel_game import OpenSpielGame
-        from marljoint.run.exploitability import OPENSPIEL_POLICY
-        from marljoint.run.rundir import run_path, writing
 
         game = self.game
         if isinstance(game, OpenSpielGame):
-            path = run_path(run_dir, OPENSPIEL_POLICY)
-            with writing(path):
-                game.export(game.tables(self.scored_policies()), path)
+            game.export(game.tables(self.scored_policies()), path)
 
     def load_env_state(self, state: Mapping[str, Any] | None, trust_snapshot: bool = False) -> None:
         """Nothing to restore: see :meth:`env_state`."""

@@ -9,13 +9,11 @@ Example:
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable, Mapping
 from typing import Any
 
 from marljoint.env.openspiel import OPENSPIEL_PREFIX
 from marljoint.run.presets import BEST_RESPONSE_PRESETS, SELF_PLAY_PRESETS, Preset
-from marljoint.run.registry import resolve_env
+from marljoint.run.registry import env_factory
 
 __all__ = [
     "BUNDLED_ENVS",
@@ -75,35 +73,3 @@ def recipe_for(env_name: str) -> Preset:
     if env_name.startswith(OPENSPIEL_PREFIX):
         return OPENSPIEL_RECIPE
     return GENERAL_RECIPE
-
-
-def env_factory(env_name: str, env_kwargs: Mapping[str, Any]) -> Callable[[], Any]:
-    """A function building one env of ``env_name`` with ``env_kwargs``: any name ``marljoint train --env`` takes
-    (a bundled env, a PettingZoo module path, ``package.module:factory``).
-
-    Kuhn poker is built as its bare AEC env (``raw_env``): the adapter checks actions itself, and PettingZoo's
-    checking wrappers would halve the env's speed.
-
-    Raises:
-        ValueError: an env that does not resolve, keyword arguments the env rejects (one env is built here to
-            check), or an env with fewer than two agents (best responses need opponents).
-    """
-    kwargs = dict(env_kwargs)
-    if env_name == "kuhn_poker_v0":
-        import marljoint_envs
-
-        factory: Callable[[], Any] = functools.partial(marljoint_envs.kuhn_poker_v0.raw_env, **kwargs)
-    else:
-        factory = resolve_env(env_name, kwargs).env_fn()
-    try:
-        probe = factory()
-    except TypeError as exc:
-        raise ValueError(f"{env_name} does not accept the keyword arguments {kwargs}: {exc}") from exc
-    agents = list(getattr(probe, "possible_agents", []))
-    probe.close()
-    if len(agents) < 2:
-        raise ValueError(
-            f"env {env_name!r} has {len(agents)} agent(s) {agents}; PSRO and NFSP play agents against each other, "
-            "so they need at least two"
-        )
-    return factory

@@ -38,6 +38,7 @@ __all__ = [
     "BUNDLED_ENVS",
     "EnvSpecError",
     "ResolvedEnv",
+    "env_factory",
     "is_factory_path",
     "known_game",
     "resolve_env",
@@ -345,3 +346,33 @@ def _build_wrapped(factory: Callable[[], Any], wrappers: Sequence[tuple[str, dic
     for name, kwargs in wrappers:
         env = getattr(supersuit, name)(env, **kwargs)
     return env
+
+
+def env_factory(env_name: str, env_kwargs: Mapping[str, Any]) -> Callable[[], Any]:
+    """A function building one env of ``env_name`` with ``env_kwargs``: any name ``marljoint train --env`` takes
+    (a bundled env, a PettingZoo module path, ``package.module:factory``).
+
+    Kuhn poker is built as its bare AEC env (``raw_env``): the adapter checks actions itself, and PettingZoo's
+    checking wrappers would halve the env's speed.
+
+    Raises:
+        ValueError: an env that does not resolve, keyword arguments the env rejects (one env is built here to
+            check), or an env with fewer than two agents (best responses need opponents).
+    """
+    kwargs = dict(env_kwargs)
+    if env_name == "kuhn_poker_v0":
+        factory: Callable[[], Any] = functools.partial(marljoint_envs.kuhn_poker_v0.raw_env, **kwargs)
+    else:
+        factory = resolve_env(env_name, kwargs).env_fn()
+    try:
+        probe = factory()
+    except TypeError as exc:
+        raise ValueError(f"{env_name} does not accept the keyword arguments {kwargs}: {exc}") from exc
+    agents = list(getattr(probe, "possible_agents", []))
+    probe.close()
+    if len(agents) < 2:
+        raise ValueError(
+            f"env {env_name!r} has {len(agents)} agent(s) {agents}; PSRO and NFSP play agents against each other, "
+            "so they need at least two"
+        )
+    return factory

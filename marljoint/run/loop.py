@@ -24,7 +24,16 @@ from marljoint.run.build import make_env, say
 from marljoint.run.episodes import play_episodes
 from marljoint.run.errors import EnvFailure, RunError, RunInterrupted, WorkerFailure
 from marljoint.run.lock import LOCK_FILE
-from marljoint.run.rundir import CHECKPOINT_DIR, CONFIG_FILE, CURVE_FILE, clear_run, refuse_links, save_state, writing
+from marljoint.run.rundir import (
+    CHECKPOINT_DIR,
+    CONFIG_FILE,
+    CURVE_FILE,
+    clear_run,
+    refuse_links,
+    run_path,
+    save_state,
+    writing,
+)
 from marljoint.run.spec import RunSpec, iterations_for, write_config
 
 __all__ = ["RunLoop", "StopRequested", "StopRequests", "idle_cores_hint", "write_curve"]
@@ -288,9 +297,11 @@ class RunLoop:
         if self.log is None:
             self._open()
         self.tracker.export(self.run_dir)
-        write_files = getattr(trainer, "write_files", None)  # psro's and nfsp's openspiel_policy.json
-        if write_files is not None:
-            write_files(self.run_dir)
+        write_policy = getattr(trainer, "write_openspiel_policy", None)  # psro's and nfsp's scored policies
+        if write_policy is not None:
+            path = run_path(self.run_dir, exploitability.OPENSPIEL_POLICY)
+            with writing(path):
+                write_policy(path)
         self.agent_steps += metrics["agent_steps"]
         row = _row(metrics, self.clock_offset + time.perf_counter() - clock, self.agent_steps)
         with writing(self.log.path):

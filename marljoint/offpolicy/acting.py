@@ -13,6 +13,7 @@ from marljoint.collect.padded import RowPadding
 from marljoint.env.base import JointObs
 from marljoint.env.spaces import JointSpec
 from marljoint.offpolicy.base import OffPolicyAlgorithm
+from marljoint.offpolicy.centralised import CentralisedActorCritic
 
 __all__ = ["ExplorationActing"]
 
@@ -43,7 +44,7 @@ class ExplorationActing:
         self.num_envs = int(num_envs)
         self.env_steps = 0
         # Actors that act copy by copy (one network call per row) give the same bits in any batch.
-        self.row_by_row = type(algorithm).__name__ == "CentralisedActorCritic"
+        self.row_by_row = isinstance(algorithm, CentralisedActorCritic)
         self._spare = torch.Generator().manual_seed(0)  # the noise of padding rows, never used
 
     @property

@@ -56,3 +56,21 @@ def test_bad_slots_and_missing_noise_are_refused():
         policy.sample(outputs, [None])
     with pytest.raises(ValueError, match="unknown agent 'nobody'"):
         policy.network_of("nobody")
+
+
+def test_the_groups_states_need_one_size_per_group():
+    # Two per-agent networks of one group whose recurrent cores differ: the group has no one state size.
+    from marljoint.policies import ActorCritic
+
+    spec = _trainer().spec
+    group = spec.groups[0]
+    networks = [
+        ActorCritic(group.observation, group.action, 1, False, recurrent="gru", rnn_hidden_size=size) for size in (4, 8)
+    ]
+    policy = JointPolicy(spec, networks, [NetworkSlot(0, (0,), False), NetworkSlot(0, (1,), False)])
+    assert policy.recurrent and policy.group_states.network_recurrent == [True, True]
+    with pytest.raises(ValueError, match=r"recurrent states of sizes \[8, 16\]; one group's networks need one state"):
+        policy.group_states.sizes()
+    same = JointPolicy(spec, networks[:1] * 2, [NetworkSlot(0, (0,), False), NetworkSlot(0, (1,), False)])
+    assert same.group_states.sizes() == (8,)  # the actor core's 4 numbers, then the critic core's
+    assert [s.shape for s in same.group_states.initial(3)] == [(3, 2, 8)]

@@ -1,6 +1,7 @@
 """Collection: how rollouts are gathered from env copies.
 
-A :class:`Collector` plays rollouts with a :class:`~marljoint.policies.JointPolicy`: in this process
+A :class:`Collector` plays rollouts with a :class:`~marljoint.policies.JointPolicy` (or a :class:`StepActing`, the
+off-policy learners' exploring behaviour, asked for every step's actions): in this process
 (:class:`LocalCollector`), in a :class:`~marljoint.env.SubprocessJointEnv`'s workers (:class:`SubprocessCollector`)
 or in Ray actors (:class:`RayCollector`), optionally one rollout ahead of the update (:class:`OverlappedCollector`,
 ``policy_lag=1``), chosen by a :class:`CollectionConfig` (:func:`make_collector`). All give the same rollout bit

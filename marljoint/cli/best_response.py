@@ -31,7 +31,7 @@ from typing import Any
 
 from marljoint.best_response.games import KnownGame
 from marljoint.best_response.meta_solvers import META_SOLVERS
-from marljoint.cli.args import USAGE_ERROR, non_negative_int, out_path, positive_float, positive_int, seed
+from marljoint.cli.args import USAGE_ERROR, non_negative_int, out_path, positive_float, positive_int, seed, setting
 from marljoint.env.openspiel import OPENSPIEL_PREFIX
 from marljoint.policies.recurrent import RECURRENT_KINDS
 from marljoint.ppo.config import JointTrainerConfig
@@ -175,6 +175,15 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
         metavar="K",
         help="every K iterations (and after the last) play the run's policies (psro: the meta-mixtures, nfsp: the "
         "average policies) greedily on fresh episodes: the eval/... columns, and checkpoints/best.pt",
+    )
+    parser.add_argument(
+        "--set",
+        metavar="KEY=VALUE",
+        action="append",
+        type=setting,
+        default=[],
+        help="any setting of the run's config.toml, as a TOML value (repeatable), applied after the options: "
+        "--set rollout_steps=64, --set psro={meta_solver=\"prd\"} (a table's keys are merged into it)",
     )
     group = parser.add_mutually_exclusive_group()
     group.add_argument(
@@ -339,7 +348,8 @@ def _psro_spec(args: argparse.Namespace) -> RunSpec:
         **_gain_settings(args, game, args.br_steps or recipe.br_steps),
     }
     trainer = _run_trainer("psro", recipe.trainer, args)
-    return _spec("psro", env=args.env, env_kwargs=env_kwargs, psro=table, trainer=trainer, **_budget(args))
+    spec = _spec("psro", env=args.env, env_kwargs=env_kwargs, psro=table, trainer=trainer, **_budget(args))
+    return _with_settings("psro", spec, args)
 
 
 def _nfsp_spec(args: argparse.Namespace) -> RunSpec:
@@ -353,7 +363,19 @@ def _nfsp_spec(args: argparse.Namespace) -> RunSpec:
         table["anticipatory"] = args.anticipatory
     trainer = _run_trainer("nfsp", recipe.nfsp_trainer_config(), args)
     spec = _spec("nfsp", env=args.env, env_kwargs=env_kwargs, nfsp=table, trainer=trainer, **_budget(args))
+    spec = _with_settings("nfsp", spec, args)
     return dataclasses.replace(spec, total_steps=_nfsp_total_steps(spec, args.iterations))
+
+
+def _with_settings(command: str, spec: RunSpec, args: argparse.Namespace) -> RunSpec:
+    """``spec`` with the ``--set`` settings applied (a ``psro`` / ``nfsp`` table's keys merged into the run's)."""
+    values = dict(args.set)
+    if isinstance(values.get(command), Mapping):
+        values[command] = {**getattr(spec, command), **values[command]}
+    try:
+        return RunSpec.from_dict(values, base=spec)
+    except RunError as exc:
+        raise _fail(command, f"--set: {exc}") from None
 
 
 def _nfsp_total_steps(spec: RunSpec, iterations: int | None) -> int:
@@ -379,7 +401,7 @@ def _resumed_spec(command: str, args: argparse.Namespace) -> RunSpec:
     and ``--env-kwargs``, when given, must be the run's."""
     out = Path(args.out)
     _refuse_older_run(command, out)
-    overrides: dict[str, Any] = {"max_seconds": args.seconds, "device": args.device}
+    overrides: dict[str, Any] = {**dict(args.set), "max_seconds": args.seconds, "device": args.device}
     if args.env is not None:
         overrides.update(env=args.env, env_kwargs=_env_kwargs(command, args))
     if not (out / CONFIG_FILE).is_file():

@@ -22,8 +22,8 @@ from marljoint.run.spec import RunSpec, load_run_spec, write_config
 from marljoint_envs import mock_v0
 
 TINY = {
-    "psro": ["--br-steps", "16", "--num-envs", "2", "--episodes-per-entry", "2"],
-    "nfsp": ["--num-envs", "2"],
+    "psro": ["--br-steps", "16", "--num-envs", "2", "--episodes-per-entry", "2", "--set", "rollout_steps=8"],
+    "nfsp": ["--num-envs", "2", "--set", "rollout_steps=8", "--set", "nfsp={rollouts_per_iteration=2}"],
 }
 
 
@@ -138,7 +138,9 @@ def test_the_time_budget_ends_a_run_after_the_iteration_that_reaches_it(tmp_path
     argv = ["nfsp", "--env", "kuhn_poker_v0", *TINY["nfsp"], "--seconds", "0.001", "--quiet", "--out", str(out)]
     assert _cli(argv) == 0
     assert [r["iteration"] for r in _rows(out)] == ["1"]
-    assert load_run_spec(out).max_seconds == 0.001
+    saved = load_run_spec(out)
+    assert saved.max_seconds == 0.001 and saved.trainer.rollout_steps == 8  # --set reaches every setting
+    assert saved.nfsp["rollouts_per_iteration"] == 2 and saved.nfsp["sl_steps_per_rollout"] == 8  # recipe's kept
     shutil.rmtree(out)
     assert _cli([*argv[:-3], "--seconds", "1000", "--iterations", "2", "--quiet", "--out", str(out)]) == 0
     assert [r["iteration"] for r in _rows(out)] == ["1", "2"]  # the iterations end first

@@ -316,12 +316,8 @@ def _progress_line(command: str, row: Mapping[str, Any], total: int | None) -> s
 
 
 def _run_trainer(command: str, base: JointTrainerConfig, args: argparse.Namespace) -> JointTrainerConfig:
-    """The run's trainer settings (the best responses' PPO settings): the recipe's, with the options given; the
-    recipe's minibatch is cut to the rows of an update where ``--num-envs`` makes the update smaller."""
-    config = _trainer_config(command, base, args).replace(seed=args.seed, device=args.device)
-    if config.num_minibatches is None and config.minibatch_size > config.batch_rows:
-        config = config.replace(minibatch_size=config.batch_rows)
-    return config
+    """The run's trainer settings (the best responses' PPO settings): the recipe's, with the options given."""
+    return _trainer_config(command, base, args).replace(seed=args.seed, device=args.device)
 
 
 def _psro_spec(args: argparse.Namespace) -> RunSpec:
@@ -368,14 +364,21 @@ def _nfsp_spec(args: argparse.Namespace) -> RunSpec:
 
 
 def _with_settings(command: str, spec: RunSpec, args: argparse.Namespace) -> RunSpec:
-    """``spec`` with the ``--set`` settings applied (a ``psro`` / ``nfsp`` table's keys merged into the run's)."""
+    """``spec`` with the ``--set`` settings applied (a ``psro`` / ``nfsp`` table's keys merged into the run's); the
+    recipe's minibatch is cut to the rows of an update where ``--num-envs`` or ``rollout_steps`` make an update
+    smaller (a ``minibatch_size`` given is kept, and checked)."""
     values = dict(args.set)
     if isinstance(values.get(command), Mapping):
         values[command] = {**getattr(spec, command), **values[command]}
     try:
-        return RunSpec.from_dict(values, base=spec)
+        spec = RunSpec.from_dict(values, base=spec)
     except RunError as exc:
         raise _fail(command, f"--set: {exc}") from None
+    trainer = spec.trainer
+    too_large = trainer.num_minibatches is None and trainer.minibatch_size > trainer.batch_rows
+    if too_large and "minibatch_size" not in values:
+        return dataclasses.replace(spec, trainer=trainer.replace(minibatch_size=trainer.batch_rows))
+    return spec
 
 
 def _nfsp_total_steps(spec: RunSpec, iterations: int | None) -> int:

@@ -92,9 +92,10 @@ def _checked_axes(
     """The ``--sweep`` (or ``--param``) axes, refused when they repeat a key, vary the seed, or vary a key that is
     set another way."""
     from marljoint.run.errors import RunError
+    from marljoint.run.reads import setting_keys
     from marljoint.run.spec import RunSpec
 
-    known = set(RunSpec().to_dict())
+    known = set(setting_keys(RunSpec.__dataclass_fields__))
     seen: set[str] = set()
     for key, _ in axes:
         if key == "seed":

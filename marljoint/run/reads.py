@@ -14,7 +14,8 @@ setting, the defaults of those its algorithm does not read included, and is read
 without tripping this.
 
 Example:
-    >>> "offpolicy.sac.actor_lr" in setting_keys() and "algorithm" in setting_keys()
+    >>> keys = setting_keys(["env", "algorithm", "offpolicy"])
+    >>> "offpolicy.sac.actor_lr" in keys and "algorithm" in keys and "clip_range" in keys
     True
     >>> with_dotted_keys({"offpolicy.tau": 0.05}, {"offpolicy": {"batch_size": 64}})
     {'offpolicy': {'batch_size': 64, 'tau': 0.05}}
@@ -23,7 +24,7 @@ Example:
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from marljoint.offpolicy.config import RUN_SAC_SETTINGS, VALUE_ALGORITHMS, OffPolicyConfig
@@ -126,13 +127,12 @@ def table_keys() -> dict[str, list[str]]:
     return {"offpolicy": offpolicy, "offpolicy.sac": sac, "mmd": mmd}
 
 
-def setting_keys() -> list[str]:
-    """Every key ``--set``, ``--sweep``, ``marljoint tune --param`` and a config file take: the run's fields,
-    the trainer's and each table's keys with their table's prefix (``offpolicy.tau``, ``offpolicy.sac.actor_lr``,
+def setting_keys(run_settings: Iterable[str]) -> list[str]:
+    """Every key ``--set``, ``--sweep``, ``marljoint tune --param`` and a config file take: ``run_settings`` (the
+    :class:`~marljoint.run.spec.RunSpec` fields, which the run layer passes: that module builds on this one), the
+    trainer's fields and each table's keys with their table's prefix (``offpolicy.tau``, ``offpolicy.sac.actor_lr``,
     ``mmd.alpha``)."""
-    from marljoint.run.defaults import RUN_DEFAULTS
-
-    run = list(RUN_DEFAULTS)
+    run = [name for name in run_settings if name != "trainer"]
     trainer = [f.name for f in dataclasses.fields(JointTrainerConfig)]
     dotted = [f"{table}.{key}" for table, keys in table_keys().items() for key in keys]
     return [*run, *trainer, *dotted]

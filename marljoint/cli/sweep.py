@@ -219,7 +219,8 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
         type=_param_range,
         required=True,
         help="a setting to search (repeatable): KEY=LOW:HIGH (uniform), KEY=log:LOW:HIGH, KEY=int:LOW:HIGH, "
-        "e.g. --param learning_rate=log:1e-4:1e-2 --param ent_coef=0:0.05",
+        "e.g. --param learning_rate=log:1e-4:1e-2 --param ent_coef=0:0.05 (a table's key with dots: "
+        "--param offpolicy.learning_rate=log:1e-4:1e-2)",
     )
     parser.add_argument("--trials", metavar="N", type=positive_int, default=10, help="settings to try (default 10)")
     return parser

@@ -148,7 +148,9 @@ def _trainer_options(p: argparse.ArgumentParser) -> None:
         type=setting,
         default=[],
         help="any setting a --config file holds, as a TOML value (repeatable): --set learning_rate=3e-4 "
-        "--set hidden_sizes=[128,128] --set centralized_critic=true; applied after --config and --preset",
+        "--set hidden_sizes=[128,128] --set centralized_critic=true; a key of a table with dots: --set "
+        "offpolicy.batch_size=64 --set offpolicy.sac.actor_lr=1e-3 --set mmd.alpha=0.2; applied after --config and "
+        "--preset",
     )
 
 

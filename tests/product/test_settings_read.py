@@ -168,3 +168,22 @@ def test_a_resume_compares_a_dotted_key_with_the_saved_table(tmp_path):
     assert resume_spec(tmp_path / "run", {"offpolicy.tau": 0.05}).offpolicy["tau"] == 0.05
     with pytest.raises(RunError, match=r"cannot resume with offpolicy = .*'tau': 0.1.*has offpolicy = .*'tau': 0.05"):
         resume_spec(tmp_path / "run", {"offpolicy.tau": 0.1})
+
+
+def test_the_examples_in_the_docstrings_hold():
+    import doctest
+
+    import marljoint.collect.settings
+    import marljoint.offpolicy.defaults
+    import marljoint.ppo.network
+    import marljoint.ppo.optim
+    import marljoint.ppo.ppo_settings
+    import marljoint.ppo.runtime
+    import marljoint.run.migrations
+    import marljoint.run.reads
+
+    modules = [marljoint.run.reads, marljoint.run.migrations, marljoint.collect.settings, marljoint.offpolicy.defaults]
+    modules += [marljoint.ppo.ppo_settings, marljoint.ppo.optim, marljoint.ppo.network, marljoint.ppo.runtime]
+    for module in modules:
+        result = doctest.testmod(module)
+        assert result.failed == 0 and result.attempted > 0, module.__name__

@@ -12,8 +12,8 @@ import signal
 import pytest
 from _product_helpers import run_cli
 
+from marljoint.checkpoint import list_checkpoints
 from marljoint.cli import best_response
-from marljoint.run.rundir import latest_checkpoint
 
 COMMANDS = {
     "psro": ["psro", "--env", "kuhn_poker_v0", "--br-steps", "256", "--quiet"],
@@ -41,13 +41,14 @@ def _signal_after(monkeypatch, calls: int, signum: int = signal.SIGTERM) -> None
     monkeypatch.setattr(best_response, "_progress", progress)
 
 
-def _rows(out) -> int:
+def _rows(out) -> list[dict]:
     with open(out / "metrics.csv", newline="") as f:
-        return len(list(csv.DictReader(f)))
+        return list(csv.DictReader(f))
 
 
-def _history(out) -> list[dict]:
-    return latest_checkpoint(out)["trainer"]["history"]
+def _checkpointed(out) -> int:
+    """The driver's iterations the newest checkpoint holds (one metrics row each)."""
+    return int(list_checkpoints(out / "checkpoints")[-1].stem.split("_")[1])
 
 
 @pytest.mark.parametrize("command", sorted(COMMANDS))
@@ -61,12 +62,12 @@ def test_sigterm_stops_the_run_with_its_last_iteration_kept_and_it_resumes(comma
         f"marljoint {command}: stopped by SIGTERM after iteration 2, which is checkpointed. Continue with: "
         f"marljoint {command} --out {out} --resume"
     ]
-    history = _history(out)
-    last = history[-1]["iteration"]
-    assert 1 <= last < 6 and _rows(out) == len(history)
+    rows = _rows(out)
+    last = int(rows[-1]["iteration"])
+    assert 1 <= last < 6 and _checkpointed(out) == len(rows) == 2
     monkeypatch.undo()
     assert run_cli([command, "--out", str(out), "--resume", "--iterations", str(last + 1), "--quiet"]) == 0
-    assert _history(out)[-1]["iteration"] == last + 1
+    assert int(_rows(out)[-1]["iteration"]) == last + 1 and _checkpointed(out) == 3
 
 
 def test_ctrl_c_before_the_first_iteration_ends_writes_nothing(tmp_path, monkeypatch, capsys):
@@ -103,7 +104,7 @@ def test_a_signal_during_an_iteration_abandons_it_and_keeps_the_last_completed_o
         "marljoint psro: stopped by SIGTERM during iteration 3, which was abandoned; the checkpoint of iteration 2, "
         f"the last completed one, is kept. Continue with: marljoint psro --out {out} --resume"
     )
-    assert len(_history(out)) == _rows(out) == 2
+    assert _checkpointed(out) == len(_rows(out)) == 2
 
 
 def test_a_signal_during_the_writes_waits_until_every_file_is_written(tmp_path, monkeypatch):
@@ -122,4 +123,4 @@ def test_a_signal_during_the_writes_waits_until_every_file_is_written(tmp_path, 
     out = tmp_path / "run"
     assert run_cli([*COMMANDS["psro"], "--out", str(out), "--iterations", "6"]) == 143
     assert sent["done"]
-    assert len(_history(out)) == _rows(out) == 1
+    assert _checkpointed(out) == len(_rows(out)) == 1

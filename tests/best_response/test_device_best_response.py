@@ -22,7 +22,7 @@ from marljoint.best_response.games import KuhnGame
 from marljoint.best_response.members import member_from_plain, member_to_plain
 from marljoint.best_response.opponents import simulate_profiles
 from marljoint.best_response.population import UniformPolicy, policy_device
-from marljoint.checkpoint import load_checkpoint
+from marljoint.checkpoint import list_checkpoints, load_checkpoint
 from marljoint.cli import main
 from marljoint.policies import ActorCritic, AgentPolicy
 from marljoint.policies.stack import PolicyStack
@@ -33,7 +33,7 @@ TRAINER = JointTrainerConfig(
 )
 KUHN_CLI = ["--env", "kuhn_poker_v0", "--num-envs", "8", "--quiet"]
 # Columns that measure time, the only ones two runs of the same computation may differ in.
-TIMES = ("wall_time", "br_seconds", "iteration_seconds")
+TIMES = ("wall_time", "sps", "br_seconds", "iteration_seconds")
 
 
 def run_cli(args):
@@ -149,12 +149,12 @@ def test_the_cli_refuses_a_device_with_ray_tasks(tmp_path, capsys):
 def test_the_cli_refuses_to_resume_on_a_device_this_machine_lacks(tmp_path, capsys, monkeypatch):
     out = tmp_path / "run"
     assert run_cli(["nfsp", *KUHN_CLI, "--iterations", "1", "--out", str(out)]) == 0
-    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
     without_cuda(monkeypatch)
     assert run_cli(["nfsp", *KUHN_CLI, "--iterations", "2", "--resume", "--device", "cuda", "--out", str(out)]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "sees no CUDA GPU" in err
-    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
 
 
 @pytest.mark.parametrize(
@@ -166,8 +166,8 @@ def test_device_cpu_is_the_default_bit_for_bit(command, extra, tmp_path):
     assert run_cli([command, *KUHN_CLI, *extra, "--out", str(default)]) == 0
     assert run_cli([command, *KUHN_CLI, *extra, "--device", "cpu", "--out", str(cpu)]) == 0
     assert read_rows(default / "metrics.csv") == read_rows(cpu / "metrics.csv")
-    saved = [load_checkpoint(run / f"{command}.pt") for run in (default, cpu)]
-    weights = [_tensors(state["populations" if command == "psro" else "trainer"]) for state in saved]
+    saved = [load_checkpoint(list_checkpoints(run / "checkpoints")[-1])["trainer"] for run in (default, cpu)]
+    weights = [_tensors(state["policies" if command == "psro" else "trainer"]) for state in saved]
     assert len(weights[0]) > 0 and len(weights[0]) == len(weights[1])
     assert all(torch.equal(a, b) for a, b in zip(*weights))
 

@@ -170,14 +170,13 @@ def build_game_trainer(spec: Any, env: Any) -> GameRun:
     Raises:
         RunError: for an env with fewer than two agents, or settings the env cannot take (naming them).
     """
+    from marljoint.ppo.derived import derive_settings
     from marljoint.run.registry import env_factory
 
     try:
         factory = env_factory(spec.env, dict(spec.env_kwargs))
     except ValueError as exc:
         raise RunError(str(exc)) from None
-    from marljoint.ppo.derived import derive_settings
-
     game = _known_game(spec)
     kind = PsroRun if spec.algorithm == "psro" else NfspRun
     try:
@@ -206,6 +205,8 @@ class GameRun:
     """
 
     name = ""
+    _acting = ""
+    """What the run acts with, for the refusal of export."""
     abandons_iterations = True
 
     def __init__(self, factory: Any, settings: Any, game: KnownGame | None, run_config: Any) -> None:
@@ -277,8 +278,6 @@ class GameRun:
             f"a {self.name} run acts with {self._acting} (an OpenSpiel game's run writes them to "
             "openspiel_policy.json)"
         )
-
-    _acting = ""
 
     def write_openspiel_policy(self, path: Path) -> None:
         """Writes the scored policies to ``path`` in OpenSpiel's tabular form, where the env is an OpenSpiel game

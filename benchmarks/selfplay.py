@@ -37,7 +37,7 @@ def self_play_trainer(
     --policy-lag`` take them (``"auto"``: one worker process per core but the learner's, policy lag 1 unless
     given; a number: that many workers, policy lag 0 unless given; ``None``: collect in this process)."""
     from marljoint import JointMultiAgentTrainer
-    from marljoint.best_response.mmd import MmdConfig, attach_mmd
+    from marljoint.best_response.mmd import MmdConfig, mmd_regularizer
     from marljoint.collect import CollectionConfig
     from marljoint.run.build import make_env
     from marljoint.run.collection import with_auto_workers
@@ -54,11 +54,11 @@ def self_play_trainer(
         collection = CollectionConfig("subprocess", workers=int(env_workers), policy_lag=policy_lag or 0)
         spec = RunSpec.from_dict({"collection": collection.to_dict()}, base=spec)
     env = make_env(spec)  # in this process, or in the worker processes of the collection
-    trainer = JointMultiAgentTrainer.from_env(env, spec.trainer)
-    regularizer = None
+    factory = None
     if kind == "mmd":
-        regularizer = attach_mmd(trainer, MmdConfig.from_dict({**(spec.mmd or {}), **mmd_changes}))
-    return trainer, known_game(game), regularizer
+        factory = mmd_regularizer(MmdConfig.from_dict({**(spec.mmd or {}), **mmd_changes}))
+    trainer = JointMultiAgentTrainer.from_env(env, spec.trainer, regularizer=factory)
+    return trainer, known_game(game), trainer.regularizer
 
 
 def current_tables(trainer: Any, game: Any) -> list[Any]:

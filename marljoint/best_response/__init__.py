@@ -3,7 +3,7 @@
 - :class:`PSRO` / :class:`PsroConfig`: populations of frozen best responses, an empirical meta-game estimated
   entry by entry, and a meta-solver from :data:`META_SOLVERS`.
 - :class:`NFSP` / :class:`NfspConfig`: PPO best responses plus supervised average policies.
-- :class:`MmdConfig` / :func:`attach_mmd`: magnetic mirror descent self-play of the joint trainer;
+- :class:`MmdConfig` / :func:`mmd_regularizer`: magnetic mirror descent self-play of the joint trainer;
   :class:`PolicyAverage`: the reach-weighted average of tabulated iterates, whose exploitability no-regret
   self-play bounds.
 - :func:`nash_conv` / :func:`exploitability`: exact for games with a known tree (matrix games, Kuhn poker);
@@ -56,7 +56,7 @@ from marljoint.best_response.meta_solvers import (
     regret_matching,
     uniform,
 )
-from marljoint.best_response.mmd import MmdConfig, MmdRegularizer, OpponentReach, attach_mmd, magnet_kl
+from marljoint.best_response.mmd import MmdConfig, MmdRegularizer, OpponentReach, magnet_kl, mmd_regularizer
 from marljoint.best_response.nfsp import NFSP, NFSP_METRICS, AveragePolicy, NfspConfig
 from marljoint.best_response.openspiel_game import MAX_INFORMATION_STATES, OpenSpielGame, OpenSpielTablePolicy
 from marljoint.best_response.opponents import (
@@ -134,7 +134,6 @@ __all__ = [
     "SeatAssigner",
     "UniformPolicy",
     "action_values",
-    "attach_mmd",
     "best_response_gain",
     "exploitability",
     "fictitious_play",
@@ -153,6 +152,7 @@ __all__ = [
     "matrix_exploitability",
     "matrix_nash_conv",
     "mixture_profiles",
+    "mmd_regularizer",
     "nash",
     "nash_conv",
     "prd",

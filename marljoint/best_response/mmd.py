@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,8 +46,8 @@ __all__ = [
     "MmdConfig",
     "MmdRegularizer",
     "OpponentReach",
-    "attach_mmd",
     "magnet_kl",
+    "mmd_regularizer",
 ]
 
 MAGNETS = ("moving", "uniform", "ema")
@@ -452,21 +452,38 @@ def advantage_scale(advantages: torch.Tensor, valid: torch.Tensor) -> torch.Tens
     return variance.detach().sqrt().clamp_min(tiny)
 
 
-def attach_mmd(trainer: Any, config: MmdConfig) -> MmdRegularizer:
-    """Makes a joint trainer's updates MMD updates: attaches :class:`MmdRegularizer` to its learner.
+def mmd_regularizer(config: MmdConfig) -> Callable[[JointPolicy, Any], MmdRegularizer]:
+    """The ``regularizer`` argument that makes a joint trainer's updates MMD updates: it builds
+    :class:`MmdRegularizer` from the trainer's joint policy and resolved config (a
+    :data:`~marljoint.ppo.regularizer.RegularizerFactory`).
+
+    Example:
+        >>> from marljoint import JointMultiAgentTrainer, JointTrainerConfig, PettingZooJointEnv
+        >>> from marljoint_envs import kuhn_poker_v0
+        >>> env = PettingZooJointEnv(kuhn_poker_v0.raw_env, num_envs=2, seed=0)
+        >>> config = JointTrainerConfig(num_envs=2, rollout_steps=8, minibatch_size=8)
+        >>> trainer = JointMultiAgentTrainer.from_env(env, config, regularizer=mmd_regularizer(MmdConfig()))
+        >>> type(trainer.regularizer).__name__
+        'MmdRegularizer'
 
     Args:
-        trainer: a :class:`~marljoint.JointMultiAgentTrainer` of a two-player game.
         config: the MMD settings.
 
     Returns:
-        The regulariser (its :meth:`~MmdRegularizer.metrics` and state for checkpoints).
-
-    Raises:
-        ValueError: the env does not have exactly two agents, an agent's actions are not categorical, the
-            networks are recurrent, or ``anneal_lr`` would fight the MMD step-size schedule.
+        ``build(policy, trainer_config)``, which raises ``ValueError`` when the env does not have exactly two
+        agents, an agent's actions are not categorical, the networks are recurrent, ``anneal_lr`` would fight the
+        MMD step-size schedule, or ``opponent_reach`` meets ``uniform_mix``.
     """
-    spec = trainer.spec
+
+    def build(policy: JointPolicy, trainer_config: Any) -> MmdRegularizer:
+        _check_trainer(policy.spec, trainer_config, config)
+        return MmdRegularizer(policy, config)
+
+    return build
+
+
+def _check_trainer(spec: Any, trainer_config: Any, config: MmdConfig) -> None:
+    """Refuses (``ValueError``) a trainer the MMD term cannot regularise (see :func:`mmd_regularizer`)."""
     if spec.num_agents != 2:
         raise ValueError(
             f"self_play='mmd' is for two-player zero-sum games; this env has {spec.num_agents} agents "
@@ -477,19 +494,16 @@ def attach_mmd(trainer: Any, config: MmdConfig) -> MmdRegularizer:
         raise ValueError(
             "self_play='mmd' needs categorical (Discrete or MultiDiscrete) actions; this env has Box actions"
         )
-    if trainer.config.recurrent is not None:
-        raise ValueError(f"self_play='mmd' needs feed-forward networks, got recurrent={trainer.config.recurrent!r}")
-    if trainer.config.anneal_lr and config.anneal_step_size:
+    if trainer_config.recurrent is not None:
+        raise ValueError(f"self_play='mmd' needs feed-forward networks, got recurrent={trainer_config.recurrent!r}")
+    if trainer_config.anneal_lr and config.anneal_step_size:
         raise ValueError(
             "anneal_lr=True and mmd anneal_step_size=True would both set the learning rate; set anneal_lr=False "
             "(the MMD schedule anneals it) or mmd anneal_step_size=false"
         )
-    if config.opponent_reach and trainer.config.ppo.uniform_mix:
+    if config.opponent_reach and trainer_config.ppo.uniform_mix:
         raise ValueError(
             f"mmd opponent_reach = true computes each seat's own reach from the rollout's log-probs, which "
-            f"uniform_mix = {trainer.config.ppo.uniform_mix} makes those of the behaviour policy, not the seat's; set "
+            f"uniform_mix = {trainer_config.ppo.uniform_mix} makes those of the behaviour policy, not the seat's; set "
             "one of them off"
         )
-    regularizer = MmdRegularizer(trainer.joint_policy, config)
-    trainer.learner.regularizer = regularizer
-    return regularizer

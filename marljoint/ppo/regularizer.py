@@ -8,15 +8,16 @@ before the one backward.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple, Protocol
 
 import torch
 
 from marljoint.policies.actor_critic import PolicyOutput
 from marljoint.policies.joint import JointPolicy
+from marljoint.ppo.config import JointTrainerConfig
 
-__all__ = ["PolicyRegularizer", "RegularizerBatch"]
+__all__ = ["PolicyRegularizer", "RegularizerBatch", "RegularizerFactory"]
 
 
 class RegularizerBatch(NamedTuple):
@@ -70,3 +71,9 @@ class PolicyRegularizer(Protocol):
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restores :meth:`state_dict`."""
+
+
+RegularizerFactory = Callable[[JointPolicy, JointTrainerConfig], PolicyRegularizer]
+"""Builds a trainer's regulariser from the joint policy it trains and the trainer's resolved settings (it may
+refuse settings it cannot work with, raising ``ValueError``): the ``regularizer`` argument of
+:class:`~marljoint.JointMultiAgentTrainer`, e.g. :func:`marljoint.best_response.mmd_regularizer`."""

@@ -45,6 +45,7 @@ from marljoint.ppo.derived import (
 from marljoint.ppo.divergence import DivergenceError
 from marljoint.ppo.learner import JointStats, Learner, NetworkUnit
 from marljoint.ppo.metrics import MetricKeys, iteration_metrics
+from marljoint.ppo.regularizer import PolicyRegularizer, RegularizerFactory
 from marljoint.threads import set_torch_threads
 
 __all__ = ["Iteration", "JointMultiAgentTrainer", "JointStats"]
@@ -90,6 +91,9 @@ class JointMultiAgentTrainer:
         optimizers: one torch optimizer per agent over its policy's actor parameters (and critic parameters unless
             ``critic_optimizers`` is given).
         critic_optimizers: optional one optimizer per agent over its policy's critic parameters (split critic).
+        regularizer: builds the term the updates add to the joint loss (:attr:`regularizer`, e.g. magnetic mirror
+            descent's: :func:`marljoint.best_response.mmd_regularizer`) from the joint policy and the resolved
+            config; ``None``: plain PPO.
 
     Raises:
         ValueError: when the numbers of policies/optimizers do not match the env's agents, or the config's
@@ -103,6 +107,7 @@ class JointMultiAgentTrainer:
         policies: Sequence[ActorCritic],
         optimizers: Sequence[torch.optim.Optimizer],
         critic_optimizers: Sequence[torch.optim.Optimizer] | None = None,
+        regularizer: RegularizerFactory | None = None,
     ) -> None:
         config, derived = settings_of_policies(config, policies)
         config, from_env = derive_settings(env.spec, config)
@@ -110,11 +115,15 @@ class JointMultiAgentTrainer:
         config, replay = derive_replay(config)
         derived = {**derived, **from_env, **threads, **replay}
         units = units_from_policies(env.spec, config, policies, optimizers, critic_optimizers)
-        self._setup(env, config, units, derived)
+        self._setup(env, config, units, derived, regularizer)
 
     @classmethod
     def from_env(
-        cls, env: JointEnv, config: JointTrainerConfig | None = None, **policy_kwargs: Any
+        cls,
+        env: JointEnv,
+        config: JointTrainerConfig | None = None,
+        regularizer: RegularizerFactory | None = None,
+        **policy_kwargs: Any,
     ) -> JointMultiAgentTrainer:
         """Builds default policies and per-agent Adam optimizers for ``env``.
 
@@ -124,6 +133,7 @@ class JointMultiAgentTrainer:
         Args:
             env: the JointEnv.
             config: hyperparameters (defaults when ``None``).
+            regularizer: builds the term the updates add to the joint loss, as in the constructor.
             **policy_kwargs: passed to every ``ActorCritic`` (e.g. ``log_std_init``); ``hidden_sizes`` defaults to
                 ``config.network.hidden_sizes``.
 
@@ -135,12 +145,17 @@ class JointMultiAgentTrainer:
         config, replay = derive_replay(config)
         derived = {**derived, **threads, **replay}
         trainer = cls.__new__(cls)
-        trainer._setup(env, config, default_units(env.spec, config, **policy_kwargs), derived)
+        trainer._setup(env, config, default_units(env.spec, config, **policy_kwargs), derived, regularizer)
         return trainer
 
     # ------------------------------------------------------------------ setup
     def _setup(
-        self, env: JointEnv, config: JointTrainerConfig, units: list[NetworkUnit], derived: dict[str, str]
+        self,
+        env: JointEnv,
+        config: JointTrainerConfig,
+        units: list[NetworkUnit],
+        derived: dict[str, str],
+        regularizer: RegularizerFactory | None,
     ) -> None:
         if config.ppo.num_envs != env.num_envs:
             raise ValueError(
@@ -183,6 +198,8 @@ class JointMultiAgentTrainer:
         self._acting_policy: JointPolicy | None = None
         self.learner = Learner(config, self.joint_policy, units, self._generator, self.behaviour)
         """The optimizers and the one-backward update."""
+        if regularizer is not None:
+            self.learner.regularizer = regularizer(self.joint_policy, config)
         # Collecting workers compute on one thread each, whatever the learner's count.
         self.collector: Collector = make_collector(env, config.collection, config.runtime.seed)
         """Plays the rollouts (the backend of ``config.collection``)."""
@@ -196,8 +213,17 @@ class JointMultiAgentTrainer:
         """The networks, one per unit (per group with ``from_env``, per agent with the constructor)."""
         return [u.policy for u in self.learner.units]
 
-    @property
     def acting_policy(self) -> JointPolicy:
+        """The policy that acts, for export and per-agent policies: :attr:`joint_policy` (the learner's networks)."""
+        return self.joint_policy
+
+    @property
+    def regularizer(self) -> PolicyRegularizer | None:
+        """The term the updates add to the joint loss, built at construction (``regularizer``), or ``None``."""
+        return self.learner.regularizer
+
+    @property
+    def collector_policy(self) -> JointPolicy:
         """The policy the collector acts with: :attr:`joint_policy` itself, or its copy on ``config.acting_device``
         (made when first asked for, refreshed from :attr:`joint_policy` before every rollout)."""
         if self._acting_policy is None:
@@ -361,7 +387,7 @@ class JointMultiAgentTrainer:
         Returns:
             A :class:`JointRollout` (its storage is reused by the next call: keep a copy if you need both).
         """
-        acting = self.acting_policy
+        acting = self.collector_policy
         if acting is not self.joint_policy:
             acting.copy_weights_from(self.joint_policy)
         ro = self.collector.collect(acting, self.config.ppo.rollout_steps, behaviour=self.behaviour)
@@ -527,11 +553,15 @@ class JointMultiAgentTrainer:
 
     def iteration_metrics(self, rollout: JointRollout, stats: JointStats, seconds: float) -> dict[str, Any]:
         """Flat metrics of one iteration: counters, episode returns and every :class:`JointStats` field per agent
-        (:func:`~marljoint.ppo.metrics.iteration_metrics`)."""
+        (:func:`~marljoint.ppo.metrics.iteration_metrics`), then the :attr:`regularizer`'s metrics since the last
+        call (e.g. ``mmd/alpha``, ``mmd/kl``)."""
         if self._keys is None:
             self._keys = MetricKeys(self.spec.agents)
         lr = float(self.learner.units[0].optimizer.param_groups[0]["lr"])
-        return iteration_metrics(self._keys, rollout, stats, seconds, self.iteration, self.env_steps, lr)
+        metrics = iteration_metrics(self._keys, rollout, stats, seconds, self.iteration, self.env_steps, lr)
+        if self.learner.regularizer is not None:
+            metrics.update(self.learner.regularizer.metrics())
+        return metrics
 
 
 def _behaviour(spec: JointSpec, epsilon: float) -> UniformMixture | None:

@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from marljoint.run.algorithms import Algorithm
 from marljoint.run.errors import RunError
 
 __all__ = ["EpisodesInterrupted", "check_step_budget", "play_episodes"]
@@ -46,7 +47,7 @@ def check_step_budget(episodes: int, copies: int, max_steps: int) -> None:
 
 
 def play_episodes(
-    trainer: Any,
+    trainer: Algorithm,
     env: Any,
     episodes: int,
     deterministic: bool = True,
@@ -61,7 +62,7 @@ def play_episodes(
     episodes are not over-represented.
 
     Args:
-        trainer: a :class:`~marljoint.JointMultiAgentTrainer` (its ``act`` chooses the actions).
+        trainer: an :class:`~marljoint.run.algorithms.Algorithm` (its ``act`` chooses the actions).
         env: a JointEnv with the trainer's agents (any number of copies).
         episodes: episodes to play (>= 1).
         deterministic: take each policy's most likely action; False samples (seeded by ``seed``).
@@ -99,7 +100,7 @@ def _collected(got: list[list[np.ndarray]], lengths: list[list[int]], agents: in
 
 
 def _play(
-    trainer: Any,
+    trainer: Algorithm,
     env: Any,
     quota: np.ndarray,
     got: list[list[np.ndarray]],

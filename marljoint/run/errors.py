@@ -5,7 +5,7 @@ from __future__ import annotations
 import errno
 import os
 
-__all__ = ["EnvFailure", "RunError", "RunInterrupted", "WorkerFailure", "unwritable_file_error"]
+__all__ = ["EnvFailure", "ExportRefused", "RunError", "RunInterrupted", "WorkerFailure", "unwritable_file_error"]
 
 # The errors of a file system that will not take a run's files, and what the user can do about each.
 _UNWRITABLE_FIXES = {
@@ -19,6 +19,11 @@ _UNWRITABLE_FIXES = {
 
 class RunError(ValueError):
     """A run that cannot start or continue: bad settings, an unusable run directory or checkpoint."""
+
+
+class ExportRefused(RunError):
+    """An algorithm whose trained policy cannot be exported (or handed out per agent), with the reason and what to
+    use instead (:meth:`~marljoint.run.algorithms.Algorithm.acting_policy`)."""
 
 
 class RunInterrupted(RunError):

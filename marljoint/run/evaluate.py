@@ -17,6 +17,7 @@ import numpy as np
 from marljoint.checkpoint import CheckpointError, list_checkpoints, load_checkpoint
 from marljoint.collect.config import CollectionConfig
 from marljoint.run import migrations
+from marljoint.run.algorithms import Algorithm, agent_policies
 from marljoint.run.episodes import EpisodesInterrupted, check_step_budget, play_episodes
 from marljoint.run.exploitability import game_facts
 from marljoint.run.stats import confidence_interval
@@ -123,13 +124,15 @@ class TrainedRun:
     """A trained run loaded for acting (:func:`load_run`).
 
     Attributes:
-        trainer: a :class:`~marljoint.JointMultiAgentTrainer` holding the checkpoint's networks and normaliser.
+        trainer: the run's trainer (an :class:`~marljoint.run.algorithms.Algorithm`: a
+            :class:`~marljoint.JointMultiAgentTrainer`, an :class:`~marljoint.offpolicy.OffPolicyTrainer`, ...)
+            holding the checkpoint's networks.
         env: ``num_envs`` in-process copies of the run's env (on the CPU).
         spec: the run's settings (``config.toml``), with the in-process, CPU collection used here.
         checkpoint: the checkpoint file loaded.
     """
 
-    trainer: Any
+    trainer: Algorithm
     env: Any
     spec: RunSpec
     checkpoint: Path
@@ -140,8 +143,12 @@ class TrainedRun:
         return self.trainer.act(obs, deterministic=deterministic)
 
     def agent_policy(self, agent: int | str) -> Any:
-        """One agent's frozen policy (:class:`~marljoint.policies.AgentPolicy`), for play outside the env."""
-        return self.trainer.agent_policy(agent)
+        """One agent's frozen policy (:class:`~marljoint.policies.AgentPolicy`), for play outside the env.
+
+        Raises:
+            ExportRefused: for an algorithm that acts with something else (its Q networks, its own actors).
+        """
+        return agent_policies(self.trainer, [agent])[0]
 
     def close(self) -> None:
         """Closes the env copies."""
@@ -233,7 +240,7 @@ def _env_mismatch(path: Path, state: dict[str, Any], spec: RunSpec, trainer: Any
     differences = []
     if list(theirs.get("agents", [])) != list(ours["agents"]):
         differences.append(f"agents {list(theirs.get('agents', []))} vs {list(ours['agents'])}")
-    for n, (their_net, our_net) in enumerate(zip(theirs.get("policies", []), ours["policies"])):
+    for n, (their_net, our_net) in enumerate(zip(theirs.get("policies", []), ours.get("policies", []))):
         for key, axis, meaning in _PARAMETER_MEANINGS:
             if key in their_net and key in our_net and their_net[key].shape[axis] != our_net[key].shape[axis]:
                 differences.append(

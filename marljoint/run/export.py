@@ -35,7 +35,8 @@ from marljoint.policies.actor_critic import ActorCritic
 from marljoint.policies.joint import JointPolicy
 from marljoint.policies.layers import tanh
 from marljoint.policies.recurrent import StackedRecurrentCell
-from marljoint.run.errors import RunError
+from marljoint.run.algorithms import acting_policy_of
+from marljoint.run.errors import ExportRefused, RunError
 from marljoint.run.evaluate import load_run
 from marljoint.run.rundir import run_path
 
@@ -331,7 +332,7 @@ def greedy_policies(
     """The greedy acting policy of every agent group, in ``policy.spec.groups`` order.
 
     Args:
-        policy: the run's :class:`~marljoint.JointPolicy` (``load_run(...).trainer.joint_policy``).
+        policy: the run's :class:`~marljoint.JointPolicy` (``load_run(...).trainer.acting_policy()``).
         observation_spaces: the agents' raw observation spaces (``env.observation_spaces``); a group whose agents
             observe a Box (or the ``"observation"`` Box of PettingZoo's masked Dict) then takes observations of the
             Box's own shape. ``None``: every group takes flat ``[B, obs_size]`` observations.
@@ -416,6 +417,7 @@ def export_run(
         RunError: for an unknown format, a missing onnx package, a directory without a run or checkpoint, a
             damaged checkpoint, a policy that cannot be exported yet (image observations, an activation other
             than tanh), or a symbolic link where a file would be written.
+        ExportRefused: for a run whose algorithm acts with something else (its Q networks, its own actors).
     """
 
     if format not in EXPORT_FORMATS:
@@ -424,7 +426,9 @@ def export_run(
         _require_onnx()
     run = load_run(run_dir, checkpoint, trust_run=trust_run)
     try:
-        policies = greedy_policies(run.trainer.joint_policy, run.env.observation_spaces)
+        policies = greedy_policies(acting_policy_of(run.trainer), run.env.observation_spaces)
+    except ExportRefused as exc:  # the algorithm acts with something else: the reason, and what to use instead
+        raise ExportRefused(f"cannot export {run_dir}: {exc}") from None
     except ValueError as exc:
         raise RunError(f"cannot export {run_dir}: {exc}") from None
     finally:

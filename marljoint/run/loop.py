@@ -20,6 +20,7 @@ from marljoint.env.subprocess import EnvWorkerDied
 from marljoint.ppo.config import JointTrainerConfig
 from marljoint.ppo.divergence import DivergenceError
 from marljoint.run import exploitability, plotting, runlog
+from marljoint.run.algorithms import Algorithm
 from marljoint.run.build import make_env, say
 from marljoint.run.episodes import play_episodes
 from marljoint.run.errors import EnvFailure, RunError, RunInterrupted, WorkerFailure
@@ -36,7 +37,7 @@ from marljoint.run.rundir import (
 )
 from marljoint.run.spec import RunSpec, iterations_for, write_config
 
-__all__ = ["RunLoop", "StopRequested", "StopRequests", "idle_cores_hint", "write_curve"]
+__all__ = ["RunLoop", "StopRequested", "StopRequests", "idle_cores_hint", "resolved_spec", "write_curve"]
 
 # What the env side of a run raises mid-run: the env itself, or a worker process stepping its copies.
 _ENV_ERRORS = (EnvCopyError, NonFiniteEnvError)
@@ -116,7 +117,14 @@ class RunLoop:
     first iteration."""
 
     def __init__(
-        self, spec: RunSpec, run_dir: Path, trainer: Any, stream: TextIO, progress: bool, resume: bool, force: bool
+        self,
+        spec: RunSpec,
+        run_dir: Path,
+        trainer: Algorithm,
+        stream: TextIO,
+        progress: bool,
+        resume: bool,
+        force: bool,
     ) -> None:
         self.spec, self.run_dir, self.trainer = spec, run_dir, trainer
         self.stream, self.progress, self.resume, self.force = stream, progress, resume, force
@@ -155,8 +163,9 @@ class RunLoop:
         try:
             with writing(self.run_dir):
                 self.run_dir.mkdir(parents=True, exist_ok=True)
-            # The settings the trainer derived from the env are written as resolved, with their reasons.
-            self.spec = dataclasses.replace(self.spec, trainer=self.trainer.config)
+            # The settings the trainer derived from the env are written as resolved, with their reasons (a trainer
+            # with settings of its own keeps the run's trainer settings as given).
+            self.spec = resolved_spec(self.spec, self.trainer)
             with writing(self.run_dir / CONFIG_FILE):
                 write_config(self.spec, self.run_dir / CONFIG_FILE, self.trainer.derived)
             self._open_log()
@@ -284,9 +293,6 @@ class RunLoop:
         with self.stops.interruptible() if abandon else contextlib.nullcontext():
             rollout, stats, seconds = trainer.iterate(total, aux_fn=self.aux_fn)
         metrics = trainer.iteration_metrics(rollout, stats, seconds)
-        learner = getattr(trainer, "learner", None)
-        if learner is not None and learner.regularizer is not None:  # the self-play term (mmd/alpha, mmd/kl)
-            metrics.update(learner.regularizer.metrics())
         self.tracker.observe(trainer, trainer.iteration)  # the average policy of MMD self-play, where kept
         try:
             with self.stops.interruptible():
@@ -395,11 +401,19 @@ def _row(metrics: Mapping[str, Any], wall_time: float, agent_steps: int) -> dict
     return {**head, **{k: v for k, v in values.items() if k not in head}}
 
 
-def _banner(spec: RunSpec, run_dir: Path, trainer: Any, iterations: int, resume: bool) -> str:
+def resolved_spec(spec: RunSpec, trainer: Algorithm) -> RunSpec:
+    """``spec`` with the trainer's resolved :class:`~marljoint.JointTrainerConfig` where its config is one (PPO:
+    the settings it derived from the env and the machine filled in); else ``spec`` as it is."""
+    if isinstance(trainer.config, JointTrainerConfig):
+        return dataclasses.replace(spec, trainer=trainer.config)
+    return spec
+
+
+def _banner(spec: RunSpec, run_dir: Path, trainer: Algorithm, iterations: int, resume: bool) -> str:
     agents = ", ".join(trainer.spec.agents)
     verb = f"resuming at iteration {trainer.iteration} of" if resume else "training"
     kwargs = f" {json.dumps(dict(spec.env_kwargs))}" if spec.env_kwargs else ""
-    hint = idle_cores_hint(trainer.config)
+    hint = idle_cores_hint(resolved_spec(spec, trainer).trainer)
     return (
         f"{verb} {spec.env}{kwargs} ({agents}) for {iterations} iterations "
         f"({iterations * spec.trainer.rollout_steps * spec.trainer.num_envs:,} env steps) -> {run_dir}"

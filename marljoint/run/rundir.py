@@ -22,6 +22,7 @@ from marljoint.checkpoint import (
     save_checkpoint,
 )
 from marljoint.run import _toml, migrations
+from marljoint.run.algorithms import Algorithm
 from marljoint.run.errors import RunError, unwritable_file_error
 from marljoint.trust import SnapshotTrustError
 
@@ -261,7 +262,7 @@ def latest_checkpoint(run_dir: Path) -> dict[str, Any] | None:
 
 
 def save_state(
-    trainer: Any,
+    trainer: Algorithm,
     run_dir: Path,
     spec: Any,
     wall_time: float,
@@ -298,7 +299,7 @@ def save_state(
 
 
 def restore_state(
-    trainer: Any, checkpoint: Mapping[str, Any], stream: TextIO, run_dir: Path, trust_snapshot: bool
+    trainer: Algorithm, checkpoint: Mapping[str, Any], stream: TextIO, run_dir: Path, trust_snapshot: bool
 ) -> tuple[float, int, bool]:
     """Loads a checkpoint into ``trainer``; returns the run's wall time, agent steps and whether the env copies
     were restored.

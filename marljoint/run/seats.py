@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from marljoint.run.errors import RunError
+from marljoint.run.errors import ExportRefused, RunError
 from marljoint.run.evaluate import TrainedRun, load_run
 from marljoint.run.exploitability import game_facts, seat_returns, uniform_references
 from marljoint.run.stats import confidence_interval
@@ -71,6 +71,21 @@ class SeatEvaluation:
         return "\n".join(lines)
 
 
+def _seat_policies(run: TrainedRun, asked: bool) -> list[Any] | None:
+    """Each seat's policy, or ``None`` for a run without per-seat policies (it acts on its Q networks, say) when no
+    reference was ``asked`` for: it plays no seats then.
+
+    Raises:
+        ExportRefused: references asked for a run without per-seat policies.
+    """
+    try:
+        return [run.agent_policy(seat) for seat in range(2)]
+    except ExportRefused:
+        if asked:
+            raise
+        return None
+
+
 def evaluate_seats(
     run_dir: str | os.PathLike[str],
     against: Sequence[str] = (),
@@ -101,6 +116,8 @@ def evaluate_seats(
     Raises:
         RunError: a reference that is none of the above, a run of another env, or references for a game that does
             not have two players.
+        ExportRefused: references given for a run without per-seat policies (an off-policy run); without
+            references such a run plays no seats (``None``).
     """
     spec = load_run_spec(run_dir, trust_run)
     if not against and not game_facts(spec.env, spec.env_kwargs, spec.wrappers, 2).zero_sum:
@@ -117,8 +134,10 @@ def evaluate_seats(
                 f"--against {references[0]}: evaluation against a reference needs a two-player game, and env "
                 f"{run.spec.env!r} has {len(agents)} agents {list(agents)}; drop --against"
             )
+        policies = _seat_policies(run, bool(against))
+        if policies is None:
+            return None
         result = SeatEvaluation(agents, checkpoint=run.checkpoint)
-        policies = [run.agent_policy(seat) for seat in range(2)]
         for reference in references:
             label, opponents = _reference(reference, run, run_dir, trust_run)
             returns = [seat_returns(run.env, policies, opponents, seat, episodes, seed) for seat in range(2)]

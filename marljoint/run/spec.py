@@ -14,11 +14,11 @@ from typing import TYPE_CHECKING, Any
 
 from marljoint.ppo.config import JointTrainerConfig
 from marljoint.run import _toml, migrations
+from marljoint.run.algorithms import check_run_algorithm, with_algorithm_defaults
 from marljoint.run.config_trust import config_signed, function_env, sign_config, untrusted_config_error
 from marljoint.run.defaults import DEFAULT_ENV, DEFAULT_ENV_KWARGS, DEFAULT_TOTAL_STEPS, DEFAULT_TRAINER, RUN_DEFAULTS
 from marljoint.run.errors import RunError
 from marljoint.run.game_runs import GAME_ALGORITHMS, check_game_run, game_config, game_iterations, settings_table
-from marljoint.run.offpolicy import check_algorithm, check_offpolicy_run, with_algorithm_defaults
 from marljoint.run.reads import check_settings_read, table_keys, table_of, with_dotted_keys
 from marljoint.run.registry import EnvSpecError, supersuit_wrappers
 from marljoint.run.rundir import CONFIG_FILE
@@ -109,9 +109,10 @@ class RunSpec:
     """The trainer's hyperparameters: :class:`~marljoint.JointTrainerConfig`'s defaults with
     :data:`~marljoint.run.defaults.DEFAULT_TRAINER` applied (:mod:`marljoint.run.defaults` says why)."""
     algorithm: str | None = RUN_DEFAULTS["algorithm"]
-    """``mappo`` or ``ippo`` (PPO with or without ``centralized_critic``), ``vdn`` or ``qmix`` (value
-    decomposition, trained off-policy), or ``masac`` or ``maddpg`` (off-policy actor-critics with centralised
-    critics); ``None``: PPO as ``centralized_critic`` says."""
+    """An algorithm of :data:`~marljoint.run.algorithms.ALGORITHMS` that ``--algorithm`` selects: ``mappo`` or
+    ``ippo`` (PPO with or without ``centralized_critic``), ``vdn`` or ``qmix`` (value decomposition, trained
+    off-policy), or ``masac`` or ``maddpg`` (off-policy actor-critics with centralised critics); ``None``: PPO as
+    ``centralized_critic`` says."""
     offpolicy: Mapping[str, Any] = field(default_factory=lambda: dict(RUN_DEFAULTS["offpolicy"]))
     """The off-policy runs' own settings (:class:`~marljoint.offpolicy.OffPolicyConfig` fields other than those of
     the run: ``[offpolicy]`` in ``config.toml``, with masac's and maddpg's in ``[offpolicy.sac]``)."""
@@ -170,13 +171,7 @@ class RunSpec:
             raise RunError(f"offpolicy must be a table of settings, got {self.offpolicy!r}")
         object.__setattr__(self, "offpolicy", dict(self.offpolicy))
         check_settings_read(self)
-        check_algorithm(self.algorithm, self.trainer, self.offpolicy)
-        if self.self_play == "mmd" and self.algorithm not in (None, "mappo", "ippo"):
-            raise RunError(
-                f"self_play = 'mmd' regularises the PPO loss, but algorithm={self.algorithm!r} trains off-policy; "
-                "drop one of the two"
-            )
-        check_offpolicy_run(self)
+        check_run_algorithm(self)
         for name in GAME_ALGORITHMS:
             if not isinstance(getattr(self, name), Mapping):
                 raise RunError(f"{name} must be a table of settings, got {getattr(self, name)!r}")

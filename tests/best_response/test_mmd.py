@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from marljoint import JointMultiAgentTrainer, JointTrainerConfig, PettingZooJointEnv
-from marljoint.best_response import KuhnGame, MmdConfig, attach_mmd, magnet_kl
+from marljoint.best_response import KuhnGame, MmdConfig, magnet_kl, mmd_regularizer
 from marljoint.best_response.mmd import advantage_scale
 from marljoint.ppo.losses import masked_mean
 from marljoint.run.errors import RunError
@@ -81,10 +81,10 @@ def test_alpha_min_floors_alpha_but_not_the_step_size():
     assert MmdConfig(alpha=0.8).alpha_at(10**6) == pytest.approx(0.8 / math.sqrt(1 + 10**4))  # 0: no floor
 
 
-def _mock_trainer(**changes):
+def _mock_trainer(mmd=None, **changes):
     env = PettingZooJointEnv(mock_v0.parallel_env, num_envs=2, seed=0)
     config = JointTrainerConfig(num_envs=2, rollout_steps=8, minibatch_size=8, n_epochs=1, hidden_sizes=(8,), **changes)
-    return JointMultiAgentTrainer.from_env(env, config)
+    return JointMultiAgentTrainer.from_env(env, config, regularizer=None if mmd is None else mmd_regularizer(mmd))
 
 
 def _weights(policy):
@@ -92,8 +92,8 @@ def _weights(policy):
 
 
 def test_the_moving_magnet_is_refreshed_every_k_updates_and_the_learning_rate_follows_the_schedule():
-    trainer = _mock_trainer()
-    regularizer = attach_mmd(trainer, MmdConfig(alpha=1.0, magnet="moving", magnet_every=2, decay_updates=1.0))
+    trainer = _mock_trainer(MmdConfig(alpha=1.0, magnet="moving", magnet_every=2, decay_updates=1.0))
+    regularizer = trainer.regularizer
     start = _weights(trainer.joint_policy)
     trainer.iterate()
     trainer.iterate()
@@ -109,8 +109,8 @@ def test_the_moving_magnet_is_refreshed_every_k_updates_and_the_learning_rate_fo
 
 
 def test_the_run_holds_alpha_at_its_floor_while_the_learning_rate_keeps_falling():
-    trainer = _mock_trainer()
-    regularizer = attach_mmd(trainer, MmdConfig(alpha=1.0, decay_updates=1.0, alpha_min=0.6))
+    trainer = _mock_trainer(MmdConfig(alpha=1.0, decay_updates=1.0, alpha_min=0.6))
+    regularizer = trainer.regularizer
     for _ in range(4):
         trainer.iterate()
     assert regularizer.alpha == 0.6  # 1 / sqrt(4) = 0.5 is below the floor
@@ -147,8 +147,8 @@ def test_alpha_in_advantage_standard_deviations_weighs_each_seats_kl_by_its_scal
     # The same update once in payoff units and once in advantage_std units: the term is α · Σ_i s_i KL_i.
     terms = {}
     for units in ("payoff", "advantage_std"):
-        trainer = _mock_trainer()
-        regularizer = attach_mmd(trainer, MmdConfig(alpha=0.7, alpha_units=units))
+        trainer = _mock_trainer(MmdConfig(alpha=0.7, alpha_units=units))
+        regularizer = trainer.regularizer
         recording = trainer.learner.regularizer = _Recording(regularizer)
         trainer.iterate()
         batch, term = recording.calls[0]
@@ -167,13 +167,12 @@ def test_alpha_in_advantage_standard_deviations_weighs_each_seats_kl_by_its_scal
 
 
 def test_the_magnet_and_the_update_count_survive_a_checkpoint():
-    trainer = _mock_trainer()
-    attach_mmd(trainer, MmdConfig(magnet="moving", magnet_every=1))
+    trainer = _mock_trainer(MmdConfig(magnet="moving", magnet_every=1))
     trainer.iterate()
     trainer.iterate()
     state = trainer.state_dict()
-    other = _mock_trainer()
-    restored = attach_mmd(other, MmdConfig(magnet="moving", magnet_every=1))
+    other = _mock_trainer(MmdConfig(magnet="moving", magnet_every=1))
+    restored = other.regularizer
     other.load_state_dict(state)
     assert restored.updates == 2
     for a, b in zip(_weights(restored.magnet), _weights(trainer.learner.regularizer.magnet)):
@@ -218,15 +217,15 @@ def test_mmd_refuses_envs_that_are_not_two_player_and_a_second_learning_rate_sch
     from marljoint_envs import bucket_brigade_v0
 
     env = PettingZooJointEnv(lambda: bucket_brigade_v0.parallel_env(num_agents=3), num_envs=1, seed=0)
-    trainer = JointMultiAgentTrainer.from_env(env, JointTrainerConfig(num_envs=1, rollout_steps=8, minibatch_size=8))
+    config = JointTrainerConfig(num_envs=1, rollout_steps=8, minibatch_size=8)
     with pytest.raises(ValueError, match=r"two-player zero-sum games; this env has 3 agents"):
-        attach_mmd(trainer, MmdConfig())
+        JointMultiAgentTrainer.from_env(env, config, regularizer=mmd_regularizer(MmdConfig()))
     with pytest.raises(ValueError, match="anneal_lr=True and mmd anneal_step_size=True"):
-        attach_mmd(_mock_trainer(anneal_lr=True), MmdConfig())
-    attach_mmd(_mock_trainer(anneal_lr=True), MmdConfig(anneal_step_size=False))
+        _mock_trainer(MmdConfig(), anneal_lr=True)
+    _mock_trainer(MmdConfig(anneal_step_size=False), anneal_lr=True)
     with pytest.raises(ValueError, match=r"opponent_reach = true computes each seat's own reach .* uniform_mix = 0.1"):
-        attach_mmd(_mock_trainer(uniform_mix=0.1), MmdConfig(opponent_reach=True))
-    attach_mmd(_mock_trainer(uniform_mix=0.1), MmdConfig())
+        _mock_trainer(MmdConfig(opponent_reach=True), uniform_mix=0.1)
+    _mock_trainer(MmdConfig(), uniform_mix=0.1)
 
 
 def test_run_settings_round_trip_through_config_toml(tmp_path):
@@ -291,8 +290,8 @@ def test_mmd_self_play_approaches_the_equilibrium_of_kuhn_poker():
 
     env = PettingZooJointEnv(kuhn_poker_v0.raw_env, num_envs=SELF_PLAY_TRAINER["num_envs"], seed=0)
     spec = RunSpec.from_dict({"env": "kuhn_poker_v0", "env_kwargs": {}, "self_play": "mmd"})
-    trainer = JointMultiAgentTrainer.from_env(env, spec.trainer.replace(**SELF_PLAY_TRAINER))
-    attach_mmd(trainer, MmdConfig())
+    config = spec.trainer.replace(**SELF_PLAY_TRAINER)
+    trainer = JointMultiAgentTrainer.from_env(env, config, regularizer=mmd_regularizer(MmdConfig()))
     game = KuhnGame()
     for _ in range(60):
         trainer.iterate()

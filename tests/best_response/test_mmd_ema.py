@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from marljoint import JointMultiAgentTrainer, JointTrainerConfig, PettingZooJointEnv
-from marljoint.best_response import MmdConfig, attach_mmd
+from marljoint.best_response import MmdConfig, mmd_regularizer
 from marljoint.checkpoint import list_checkpoints, load_checkpoint
 from marljoint.run.errors import RunError
 from marljoint.run.train import RunSpec, read_config_file, resume_spec, train_run, write_config
@@ -20,10 +20,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "product"))
 from _product_helpers import run_cli  # noqa: E402
 
 
-def _mock_trainer():
+def _mock_trainer(mmd):
     env = PettingZooJointEnv(mock_v0.parallel_env, num_envs=2, seed=0)
     config = JointTrainerConfig(num_envs=2, rollout_steps=8, minibatch_size=8, n_epochs=1, hidden_sizes=(8,))
-    return JointMultiAgentTrainer.from_env(env, config)
+    return JointMultiAgentTrainer.from_env(env, config, regularizer=mmd_regularizer(mmd))
 
 
 def _parameters(policy):
@@ -31,8 +31,8 @@ def _parameters(policy):
 
 
 def test_the_ema_magnet_moves_a_fraction_of_the_way_to_the_policy_at_every_update():
-    trainer = _mock_trainer()
-    regularizer = attach_mmd(trainer, MmdConfig(magnet="ema", magnet_rate=0.25))
+    trainer = _mock_trainer(MmdConfig(magnet="ema", magnet_rate=0.25))
+    regularizer = trainer.regularizer
     start = _parameters(trainer.joint_policy)
     trainer.iterate()  # update 0: the magnet is the initial policy
     assert all(torch.equal(a, b) for a, b in zip(_parameters(regularizer.magnet), start))
@@ -44,8 +44,8 @@ def test_the_ema_magnet_moves_a_fraction_of_the_way_to_the_policy_at_every_updat
 
 
 def test_rate_one_makes_the_magnet_the_policy_of_the_previous_update():
-    trainer = _mock_trainer()
-    regularizer = attach_mmd(trainer, MmdConfig(magnet="ema", magnet_rate=1.0))
+    trainer = _mock_trainer(MmdConfig(magnet="ema", magnet_rate=1.0))
+    regularizer = trainer.regularizer
     trainer.iterate()
     previous = _parameters(trainer.joint_policy)
     trainer.iterate()

@@ -9,7 +9,7 @@ import pytest
 from _kuhn_tables import column, openspiel_exploitability
 
 from marljoint import JointMultiAgentTrainer, JointTrainerConfig, PettingZooJointEnv
-from marljoint.best_response import KuhnGame, MmdConfig, attach_mmd, kuhn_exploitability
+from marljoint.best_response import KuhnGame, MmdConfig, kuhn_exploitability, mmd_regularizer
 from marljoint.checkpoint import list_checkpoints, load_checkpoint
 from marljoint.run.evaluate import load_run
 from marljoint.run.train import RunSpec, train_run
@@ -70,15 +70,15 @@ def test_a_uniform_magnet_has_no_magnet_column_nor_file(tmp_path):
     assert not (tmp_path / "uniform" / "openspiel_magnet_policy.json").exists()
 
 
-def _kuhn_trainer():
+def _kuhn_trainer(mmd):
     env = PettingZooJointEnv(kuhn_poker_v0.raw_env, num_envs=4, seed=0)
     config = JointTrainerConfig(num_envs=4, rollout_steps=8, minibatch_size=16, n_epochs=1, hidden_sizes=(8,))
-    return JointMultiAgentTrainer.from_env(env, config)
+    return JointMultiAgentTrainer.from_env(env, config, regularizer=mmd_regularizer(mmd))
 
 
 def test_magnet_policy_is_a_frozen_copy_that_starts_as_the_initial_policy():
-    trainer = _kuhn_trainer()
-    regularizer = attach_mmd(trainer, MmdConfig(magnet="ema", magnet_rate=0.5, alpha=0.1))
+    trainer = _kuhn_trainer(MmdConfig(magnet="ema", magnet_rate=0.5, alpha=0.1))
+    regularizer = trainer.regularizer
     game = KuhnGame()
     initial = game.tables([trainer.agent_policy(0), trainer.agent_policy(1)])
     frozen = [regularizer.magnet_policy(seat) for seat in range(2)]
@@ -91,6 +91,6 @@ def test_magnet_policy_is_a_frozen_copy_that_starts_as_the_initial_policy():
 
 
 def test_a_uniform_magnet_has_no_policy_to_hand_out():
-    regularizer = attach_mmd(_kuhn_trainer(), MmdConfig(magnet="uniform"))
+    regularizer = _kuhn_trainer(MmdConfig(magnet="uniform")).regularizer
     with pytest.raises(ValueError, match="a uniform magnet has no network .*use magnet='ema' or 'moving'"):
         regularizer.magnet_policy(0)

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from marljoint import JointMultiAgentTrainer, JointTrainerConfig, PettingZooJointEnv
-from marljoint.best_response import MmdConfig, attach_mmd, magnet_kl
+from marljoint.best_response import MmdConfig, magnet_kl, mmd_regularizer
 from marljoint.best_response.mmd import OpponentReach
 from marljoint.ppo.losses import masked_mean
 from marljoint.run.train import read_config_file
@@ -32,11 +32,11 @@ def _leduc():
     return env_factory("openspiel:leduc_poker", {})()
 
 
-def _trainer(seed=0, game=kuhn_poker_v0.raw_env, **changes):
+def _trainer(seed=0, game=kuhn_poker_v0.raw_env, mmd=None, **changes):
     env = PettingZooJointEnv(game, num_envs=3, seed=seed)
     settings = dict(num_envs=3, rollout_steps=3, num_minibatches=2, n_epochs=2, hidden_sizes=(8,), gamma=1.0)
     config = JointTrainerConfig(**{**settings, **changes})
-    return JointMultiAgentTrainer.from_env(env, config)
+    return JointMultiAgentTrainer.from_env(env, config, regularizer=None if mmd is None else mmd_regularizer(mmd))
 
 
 def _by_episode(rollouts):
@@ -105,9 +105,8 @@ def test_a_row_weighs_its_own_reach_over_the_visits_of_its_information_state(gam
 
 
 def test_weights_of_one_leave_the_update_as_it_is_without_them(monkeypatch):
-    plain, ones = _trainer(), _trainer()
-    attach_mmd(plain, MmdConfig())
-    regularizer = attach_mmd(ones, MmdConfig(opponent_reach=True))
+    plain, ones = _trainer(mmd=MmdConfig()), _trainer(mmd=MmdConfig(opponent_reach=True))
+    regularizer = ones.regularizer
     monkeypatch.setattr(OpponentReach, "__call__", lambda self, rollout, carried: torch.ones(rollout.log_probs.shape))
     for _ in range(3):
         plain.iterate()
@@ -119,9 +118,8 @@ def test_weights_of_one_leave_the_update_as_it_is_without_them(monkeypatch):
 
 
 def test_larger_weights_change_the_update():
-    plain, weighted = _trainer(), _trainer()
-    attach_mmd(plain, MmdConfig())
-    regularizer = attach_mmd(weighted, MmdConfig(opponent_reach=True))
+    plain, weighted = _trainer(mmd=MmdConfig()), _trainer(mmd=MmdConfig(opponent_reach=True))
+    regularizer = weighted.regularizer
     for _ in range(3):
         plain.iterate()
         weighted.iterate()
@@ -135,14 +133,12 @@ def test_larger_weights_change_the_update():
 
 
 def test_the_carry_survives_a_checkpoint_and_resumes_bit_identically():
-    first = _trainer()
-    attach_mmd(first, MmdConfig(opponent_reach=True))
+    first = _trainer(mmd=MmdConfig(opponent_reach=True))
     for _ in range(2):
         first.iterate()
     state = first.state_dict()
     assert state["regularizer"]["reach"]["own_log_prob"].shape == (3, 2)
-    second = _trainer()
-    attach_mmd(second, MmdConfig(opponent_reach=True))
+    second = _trainer(mmd=MmdConfig(opponent_reach=True))
     second.load_state_dict(state)
     reach_a, reach_b = first.learner.regularizer.reach, second.learner.regularizer.reach
     assert torch.equal(reach_a.own_log_prob, reach_b.own_log_prob) and torch.equal(reach_a.pending, reach_b.pending)
@@ -167,8 +163,8 @@ def _copy(rollout):
 
 
 def test_each_rows_kl_carries_its_weight_in_the_term():
-    trainer = _trainer()
-    regularizer = attach_mmd(trainer, MmdConfig(alpha=0.7, opponent_reach=True))
+    trainer = _trainer(mmd=MmdConfig(alpha=0.7, opponent_reach=True))
+    regularizer = trainer.regularizer
     calls = []
 
     class Recording:

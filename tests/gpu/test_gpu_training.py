@@ -78,7 +78,7 @@ def test_the_update_of_every_network_kind_runs_on_cuda(case, acting):
     # Only convolutional networks pay for acting on the device at this size (the rule of acting_device="auto").
     expected = "cuda" if acting == "cuda" or case == "cnn" else "cpu"
     assert trainer.config.acting_device == expected
-    assert trainer.acting_policy.device.type == expected
+    assert trainer.collector_policy.device.type == expected
     before = [p.detach().clone() for policy in trainer.policies for p in policy.parameters()]
     for _ in range(2):
         rollout, stats, _ = trainer.iterate(aux_fn=_penalty(penalty))
@@ -122,11 +122,11 @@ def test_env_workers_act_on_cpu_copies_for_a_cuda_learner_at_lag_1():
     env = config.collection.make_env(mock_v0.parallel_env, config.num_envs, config.seed)
     trainer = JointMultiAgentTrainer.from_env(env, config)
     try:
-        assert trainer.config.acting_device == "cpu" and trainer.acting_policy.device.type == "cpu"
+        assert trainer.config.acting_device == "cpu" and trainer.collector_policy.device.type == "cpu"
         for _ in range(3):
             rollout, stats, _ = trainer.iterate()
             assert rollout.rewards.device.type == "cuda" and math.isfinite(stats.total_loss)
-        weights = trainer.acting_policy.weights()
+        weights = trainer.collector_policy.weights()
         assert all(isinstance(v, np.ndarray) for state in weights["policies"] for v in state.values())
     finally:
         trainer.close()

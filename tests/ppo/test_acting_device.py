@@ -100,7 +100,7 @@ def _config(**cfg):
 def test_on_the_cpu_the_learners_networks_act_themselves():
     env = PettingZooJointEnv(mock_v0.parallel_env, num_envs=4, seed=0)
     trainer = JointMultiAgentTrainer.from_env(env, _config())
-    assert trainer.config.acting_device == "cpu" and trainer.acting_policy is trainer.joint_policy
+    assert trainer.config.acting_device == "cpu" and trainer.collector_policy is trainer.joint_policy
     assert trainer.derived["acting_device"] == "cpu: the learner's device is the CPU"
 
 
@@ -137,8 +137,8 @@ def _assert_same_rollout(acted, reference):
 def test_a_learner_on_another_device_collects_on_a_cpu_copy_and_gets_its_rollout_there(monkeypatch):
     split, reference, calls = _split_and_reference(monkeypatch)
     assert split.config.acting_device == "cpu" and split.derived["acting_device"].startswith("cpu: about")
-    assert split.acting_policy is not split.joint_policy and split.acting_policy.device.type == "cpu"
-    assert all(p.device.type == "cpu" for n in split.acting_policy.networks for p in n.parameters())
+    assert split.collector_policy is not split.joint_policy and split.collector_policy.device.type == "cpu"
+    assert all(p.device.type == "cpu" for n in split.collector_policy.networks for p in n.parameters())
     assert all(p.device.type == "meta" for n in split.joint_policy.networks for p in n.parameters())
     for _ in range(2):
         rollout = split.collect_rollout()
@@ -169,7 +169,7 @@ def test_env_workers_get_the_cpu_copy_and_the_learner_its_rollout_on_its_device(
             assert rollout.rewards.device.type == "meta"
             if k == 0:  # collected now, with the initial weights: the same bits as in one process
                 _assert_same_rollout(inner._storage, reference.collect_rollout())
-        assert inner._policy is split.acting_policy
+        assert inner._policy is split.collector_policy
         arrays = [v for weights in sent for state in weights["policies"] for v in state.values()]
         assert arrays and all(type(v).__module__ == "numpy" for v in arrays)
         assert calls == [("meta", "cpu")] * 3

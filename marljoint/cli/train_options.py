@@ -24,6 +24,7 @@ from marljoint.cli.args import (
     workers_or_auto,
     wrapper,
 )
+from marljoint.run.algorithms import train_choices, train_help
 from marljoint.run.presets import PRESETS
 
 __all__ = ["add_train_options"]
@@ -129,11 +130,8 @@ def _trainer_options(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--algorithm",
-        choices=["mappo", "ippo", "vdn", "qmix", "masac", "maddpg"],
-        help="mappo/ippo: PPO with/without the centralised critic; vdn/qmix: value decomposition trained off-policy "
-        "(Discrete actions; --set offpolicy={...} tunes it; see docs/value_decomposition.md); masac/maddpg: "
-        "off-policy actor-critics with centralised critics (one Discrete or Box space; --set "
-        "offpolicy={sac={...}}; see docs/masac.md). Default: PPO as centralized_critic says",
+        choices=train_choices(),
+        help=f"{train_help()} (every algorithm: docs/algorithms.md)",
     )
     p.add_argument(
         "--recurrent",

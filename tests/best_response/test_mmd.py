@@ -175,7 +175,7 @@ def test_the_magnet_and_the_update_count_survive_a_checkpoint():
     restored = other.regularizer
     other.load_state_dict(state)
     assert restored.updates == 2
-    for a, b in zip(_weights(restored.magnet), _weights(trainer.learner.regularizer.magnet)):
+    for a, b in zip(_weights(restored.magnet), _weights(trainer.regularizer.magnet)):
         assert torch.equal(a, b)
 
 

@@ -140,7 +140,7 @@ def test_the_carry_survives_a_checkpoint_and_resumes_bit_identically():
     assert state["regularizer"]["reach"]["own_log_prob"].shape == (3, 2)
     second = _trainer(mmd=MmdConfig(opponent_reach=True))
     second.load_state_dict(state)
-    reach_a, reach_b = first.learner.regularizer.reach, second.learner.regularizer.reach
+    reach_a, reach_b = first.regularizer.reach, second.regularizer.reach
     assert torch.equal(reach_a.own_log_prob, reach_b.own_log_prob) and torch.equal(reach_a.pending, reach_b.pending)
     rollout = first.collect_rollout()
     carried = 0 if rollout.carried is None else rollout.carried.steps

@@ -10,7 +10,8 @@ Where the contract differs from its first version: :meth:`Algorithm.acting_polic
 layer refuses with :class:`~marljoint.policies.NoActingPolicy` (the packages of the trainers cannot import the run
 layer); :func:`acting_policy_of` turns that into :class:`ExportRefused`, with what to use instead. A row's ``build``
 takes the run's :class:`~marljoint.run.spec.RunSpec` typed ``Any``: the table sits below ``run/spec.py``, which
-validates a run's algorithm with it.
+validates a run's algorithm with it. :meth:`Algorithm.iteration_metrics` need not give ``episode_length_mean`` (PPO's
+rows have none).
 """
 
 from __future__ import annotations
@@ -93,8 +94,8 @@ class Algorithm(Protocol):
 
     def iteration_metrics(self, played: Any, stats: Mapping[str, Any], seconds: float) -> dict[str, Any]:
         """One metrics.csv row: at least ``iteration``, ``env_steps``, ``agent_steps``, ``sps``, ``episodes``,
-        ``episode_return_mean``, ``episode_length_mean`` and ``episode_return/<agent>``, plus the algorithm's
-        own columns (its regulariser's included)."""
+        ``episode_return_mean`` and ``episode_return/<agent>``, plus the algorithm's own columns (its regulariser's
+        included; ``episode_length_mean`` where it keeps episode lengths)."""
         ...
 
     def act(self, obs: JointObs, deterministic: bool = True) -> list[np.ndarray]:
@@ -335,14 +336,20 @@ def train_choices() -> list[str]:
 
 
 def train_help() -> str:
-    """The help of ``marljoint train --algorithm``: each choice's summary and docs page, and the rows ``train``
-    selects otherwise (``--self-play``)."""
+    """The help of ``marljoint train --algorithm``: each choice's summary, docs page and settings table, and the
+    rows ``train`` selects otherwise (``--self-play``)."""
     rows = ALGORITHMS.values()
     choices = [
-        f"{row.name}: {row.summary} (docs/{row.docs})" for row in rows if row.command[:2] == ("train", "--algorithm")
+        f"{row.name}: {row.summary} (docs/{row.docs}{_settings_hint(row)})"
+        for row in rows
+        if row.command[:2] == ("train", "--algorithm")
     ]
-    others = [f"{' '.join(row.command[1:])}: {row.summary}" for row in rows if row.self_play is not None]
+    others = [f"{' '.join(row.command[1:])}: {row.summary}{_settings_hint(row)}" for row in rows if row.self_play]
     return "; ".join(choices) + ". Default: PPO as centralized_critic says" + "".join(f"; {o}" for o in others)
+
+
+def _settings_hint(row: AlgorithmEntry) -> str:
+    return f"; its settings: --set {row.table}.KEY=VALUE" if row.table else ""
 
 
 def table_markdown() -> str:

@@ -120,16 +120,7 @@ def _first_of_family(name: str) -> bool:
     return next(row.name for row in ALGORITHMS.values() if row.family == family) == name
 
 
-def _row_params() -> list[object]:
-    """Every row; those run by a command of their own (psro, nfsp: best responses trained every iteration, about a
-    minute for the two envs) are marked slow."""
-    return [
-        pytest.param(name, marks=() if row.command[0] == "train" else pytest.mark.slow)
-        for name, row in ALGORITHMS.items()
-    ]
-
-
-@pytest.mark.parametrize("name", _row_params())
+@pytest.mark.parametrize("name", list(ALGORITHMS))
 def test_every_algorithm_trains_resumes_evaluates_and_exports_or_refuses(name, tmp_path, capsys):
     entry = ALGORITHMS[name]
     trained = [env for env in ENVS if _conforms(entry, env, tmp_path / env, capsys)]

@@ -20,7 +20,7 @@ from marljoint.env.subprocess import EnvWorkerDied
 from marljoint.ppo.config import JointTrainerConfig
 from marljoint.ppo.divergence import DivergenceError
 from marljoint.run import exploitability, plotting, runlog
-from marljoint.run.algorithms import Algorithm
+from marljoint.run.algorithms import Algorithm, run_entry
 from marljoint.run.build import make_env, say
 from marljoint.run.episodes import play_episodes
 from marljoint.run.errors import EnvFailure, RunError, RunInterrupted, WorkerFailure
@@ -257,10 +257,9 @@ class RunLoop:
 
     @property
     def resume_command(self) -> str:
-        """The command line that continues this run (``marljoint psro`` and ``nfsp`` runs are continued by their
-        own commands)."""
-        command = self.spec.algorithm if self.spec.algorithm in ("psro", "nfsp") else "train"
-        return f"marljoint {command} --out {self.run_dir} --resume"
+        """The command line that continues this run: its algorithm's command (``marljoint psro`` and ``nfsp`` runs
+        are continued by their own commands)."""
+        return f"marljoint {run_entry(self.spec).command[0]} --out {self.run_dir} --resume"
 
     def _out_of_time(self, clock: float) -> bool:
         """Whether the run's ``max_seconds`` (resumed time included) is spent."""

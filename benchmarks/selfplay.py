@@ -56,7 +56,7 @@ def self_play_trainer(
     env = make_env(spec)  # in this process, or in the worker processes of the collection
     factory = None
     if kind == "mmd":
-        factory = mmd_regularizer(MmdConfig.from_dict({**(spec.mmd or {}), **mmd_changes}))
+        factory = mmd_regularizer(MmdConfig.from_dict({**spec.mmd_config().to_dict(), **mmd_changes}))
     trainer = JointMultiAgentTrainer.from_env(env, spec.trainer, regularizer=factory)
     return trainer, known_game(game), trainer.regularizer
 

@@ -30,14 +30,15 @@ from marljoint.run.train import RunInterrupted, RunSpec, train_run
 ROOT = Path(__file__).resolve().parents[2]
 ENV = "_faulty_envs:faulty_mock"
 ITERATION = 32
-CONFIG = "rollout_steps = 16\nminibatch_size = 32\nn_epochs = 1\nhidden_sizes = [16]\ncheckpoint_every = 10\n"
+CONFIG = "rollout_steps = 16\nhidden_sizes = [16]\ncheckpoint_every = 10\n"
+PPO_CONFIG = "minibatch_size = 32\nn_epochs = 1\n"  # settings only PPO reads (an off-policy run refuses them)
 QMIX = ("--algorithm", "qmix", "--set", "offpolicy={learning_starts = 32}")  # trains within the short run
 WORKERS = ("--env-workers", "2")
 
 
 def _train_args(out: Path, tmp_path: Path, *extra: str) -> list[str]:
     config = tmp_path / "tiny.toml"
-    config.write_text(CONFIG)
+    config.write_text(CONFIG if "qmix" in extra else CONFIG + PPO_CONFIG)
     return [
         "train", "--env", ENV, "--num-envs", "2", "--total-steps", str(4 * ITERATION), "--config", str(config),
         "--out", str(out), "--quiet", *extra,

@@ -292,9 +292,7 @@ def _replay(
     if k > 1:
         keep = keep.repeat(1, k, 1, 1)
         moves = None if moves is None else moves.repeat(1, k, 1, 1)
-    needs_grad = torch.is_grad_enabled() and any(
-        t.requires_grad for t in (gates_x, state, weight_hh, bias_hh)
-    )
+    needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (gates_x, state, weight_hh, bias_hh))
     if needs_grad:
         out_all, state = _ChunkReplay.apply(cell.kind, gates_x.transpose(0, 1), state, weight_hh, bias_hh, keep, moves)
     else:
@@ -374,8 +372,12 @@ class _ChunkReplay(torch.autograd.Function):
 
 
 def _gru_forward(
-    gates_x: torch.Tensor, state: torch.Tensor, weight_hh: torch.Tensor, bias_hh: torch.Tensor,
-    keep: torch.Tensor, moves: torch.Tensor | None,
+    gates_x: torch.Tensor,
+    state: torch.Tensor,
+    weight_hh: torch.Tensor,
+    bias_hh: torch.Tensor,
+    keep: torch.Tensor,
+    moves: torch.Tensor | None,
 ) -> tuple[torch.Tensor, torch.Tensor, list[torch.Tensor]]:
     """The GRU chunk: ``(outputs, final state, [kept states, r, z, n, h_n] stacked over steps)``."""
     h = state.shape[-1]
@@ -398,8 +400,12 @@ def _gru_forward(
 
 
 def _lstm_forward(
-    gates_x: torch.Tensor, state: torch.Tensor, weight_hh: torch.Tensor, bias_hh: torch.Tensor,
-    keep: torch.Tensor, moves: torch.Tensor | None,
+    gates_x: torch.Tensor,
+    state: torch.Tensor,
+    weight_hh: torch.Tensor,
+    bias_hh: torch.Tensor,
+    keep: torch.Tensor,
+    moves: torch.Tensor | None,
 ) -> tuple[torch.Tensor, torch.Tensor, list[torch.Tensor]]:
     """The LSTM chunk: ``(outputs, final state, [kept states, σ(i), σ(f), tanh(g), σ(o), tanh(c)] stacked)``."""
     h = state.shape[-1] // 2
@@ -411,7 +417,10 @@ def _lstm_forward(
         gates_h = torch.baddbmm(bias_hh.unsqueeze(1), hidden, weight_hh)
         i, f, g, o = (gates_x[t] + gates_h).split(h, dim=-1)
         input_gate, forget_gate, candidate, output_gate = (
-            torch.sigmoid(i), torch.sigmoid(f), torch.tanh(g), torch.sigmoid(o)
+            torch.sigmoid(i),
+            torch.sigmoid(f),
+            torch.tanh(g),
+            torch.sigmoid(o),
         )
         c = forget_gate * memory + input_gate * candidate
         squashed = torch.tanh(c)
@@ -433,8 +442,12 @@ def _split_carried(carried: torch.Tensor, moves_t: torch.Tensor | None) -> tuple
 
 
 def _gru_backward(
-    saved: list[torch.Tensor], weight_hh: torch.Tensor, keep: torch.Tensor, moves: torch.Tensor | None,
-    grad_outputs: torch.Tensor, grad_state: torch.Tensor,
+    saved: list[torch.Tensor],
+    weight_hh: torch.Tensor,
+    keep: torch.Tensor,
+    moves: torch.Tensor | None,
+    grad_outputs: torch.Tensor,
+    grad_state: torch.Tensor,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(grad of gates_x, grad of the start state, grad of the hidden gates [L, M, B, 3h], their inputs)``."""
     kept, resets, updates, candidates, hidden_n = saved
@@ -457,8 +470,12 @@ def _gru_backward(
 
 
 def _lstm_backward(
-    saved: list[torch.Tensor], weight_hh: torch.Tensor, keep: torch.Tensor, moves: torch.Tensor | None,
-    grad_outputs: torch.Tensor, grad_state: torch.Tensor,
+    saved: list[torch.Tensor],
+    weight_hh: torch.Tensor,
+    keep: torch.Tensor,
+    moves: torch.Tensor | None,
+    grad_outputs: torch.Tensor,
+    grad_state: torch.Tensor,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """As :func:`_gru_backward`; an LSTM's input and hidden gates share one gradient."""
     kept, input_gate, forget_gate, candidate, output_gate, squashed = saved
@@ -474,8 +491,12 @@ def _lstm_backward(
         grad_c = grad_c + grad_h * o * (1.0 - tc * tc)
         memory = kept[t, ..., h:]
         grad_gates = torch.cat(
-            (grad_c * g * i * (1.0 - i), grad_c * memory * f * (1.0 - f), grad_c * i * (1.0 - g * g),
-             grad_h * tc * o * (1.0 - o)),
+            (
+                grad_c * g * i * (1.0 - i),
+                grad_c * memory * f * (1.0 - f),
+                grad_c * i * (1.0 - g * g),
+                grad_h * tc * o * (1.0 - o),
+            ),
             dim=-1,
         )
         grad_gate_steps.append(grad_gates)

@@ -1,8 +1,11 @@
-"""marljoint: synchronized joint multi-agent PPO for PettingZoo.
+"""marljoint: multi-agent reinforcement learning on PettingZoo.
 
-Every agent's PPO loss and optional cross-agent auxiliary losses form one scalar; one backward pass runs; each
-agent's optimizer steps on its own parameters. Any PettingZoo env (parallel or turn-based) becomes a
-:class:`JointEnv` through :class:`PettingZooJointEnv`.
+Any PettingZoo env (parallel or turn-based) becomes a :class:`JointEnv` through :class:`PettingZooJointEnv`.
+Every training family makes one joint update: each agent's loss and optional cross-agent auxiliary losses form one
+scalar, one backward pass runs, and each agent's optimiser steps on its own parameters. The families are PPO
+(MAPPO, IPPO, and MMD self-play), value decomposition (VDN, QMIX) and off-policy actor-critics (MASAC, MADDPG); the
+game solvers PSRO and NFSP train best responses with them. Every one implements
+:class:`~marljoint.run.algorithms.Algorithm` and is a row of :data:`~marljoint.run.algorithms.ALGORITHMS`.
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ from marljoint.ppo import (
     features_only,
     gamma_for_episodes,
 )
+from marljoint.run.algorithms import ALGORITHMS, Algorithm, AlgorithmEntry
 from marljoint.run.lock import RunLock, RunLocked
 from marljoint.threads import auto_workers, learner_threads, limit_threads, usable_cores
 from marljoint.trust import SnapshotTrustError
@@ -99,7 +103,10 @@ def export_run(
 
 
 __all__ = [
+    "ALGORITHMS",
     "ActionLayout",
+    "Algorithm",
+    "AlgorithmEntry",
     "AuxOutput",
     "BlankImageWarning",
     "CollectionConfig",

@@ -43,6 +43,7 @@ __all__ = [
     "agent_policies",
     "algorithm_entry",
     "algorithm_options",
+    "family_of",
     "build_ppo_trainer",
     "check_run_algorithm",
     "run_entry",
@@ -132,6 +133,10 @@ class Algorithm(Protocol):
         ...
 
 
+REPLAY_FAMILIES = ("value", "actor-critic")
+"""The families trained off-policy from a replay buffer."""
+
+
 @dataclass(frozen=True)
 class AlgorithmEntry:
     """One row of :data:`ALGORITHMS`.
@@ -151,6 +156,10 @@ class AlgorithmEntry:
         table: the ``config.toml`` table of its own settings (a run setting of that name), or ``None``.
         implies: trainer settings its name sets unless the run gives them (a contradicting value is refused).
         check: ``check(spec)``, its refusals of run settings it cannot honour (raising ``RunError``), or ``None``.
+        abandons_iterations: a stop request (SIGINT, SIGTERM) abandons its iteration in progress at once (its
+            iterations can take minutes); the others finish the iteration and checkpoint it.
+        writes_openspiel_policy: its trainer's ``write_openspiel_policy(path)`` writes the policies it is scored by
+            to ``openspiel_policy.json`` after every iteration (the game solvers).
     """
 
     name: str
@@ -164,6 +173,8 @@ class AlgorithmEntry:
     table: str | None = None
     implies: Mapping[str, Any] = field(default_factory=dict)
     check: Callable[[Any], None] | None = None
+    abandons_iterations: bool = False
+    writes_openspiel_policy: bool = False
 
     @property
     def option(self) -> str | None:
@@ -177,6 +188,18 @@ class AlgorithmEntry:
     def self_play(self) -> str | None:
         """The value of ``--self-play`` (``self_play``) that selects it, or ``None``."""
         return self.command[2] if self.command[:2] == ("train", "--self-play") else None
+
+    @property
+    def replays(self) -> bool:
+        """Whether it trains off-policy from a replay buffer (the value and actor-critic families): its memory is
+        the buffer's, and it acts with the newest weights at every env step (no policy lag)."""
+        return self.family in REPLAY_FAMILIES
+
+    @property
+    def scores_seats(self) -> bool:
+        """Whether the run driver measures the exploitability of its per-seat policies (the PPO family's): the
+        off-policy families act with networks of their own, the game solvers measure their own."""
+        return self.family == "ppo"
 
 
 def build_ppo_trainer(spec: Any, env: Any, regularizer: RegularizerFactory | None = None) -> Algorithm:
@@ -294,9 +317,10 @@ def _game_rows() -> list[AlgorithmEntry]:
 
     psro = "PSRO: populations of best responses and an empirical meta-game solved by a meta-solver"
     nfsp = "NFSP: PPO best responses and average policies trained on their moves (neural fictitious self-play)"
+    long = {"abandons_iterations": True, "writes_openspiel_policy": True}
     return [
-        AlgorithmEntry("psro", "game", psro, ("psro",), PsroConfig, _build_game, "best_response.md", False, "psro"),
-        AlgorithmEntry("nfsp", "game", nfsp, ("nfsp",), NfspConfig, _build_game, "best_response.md", False, "nfsp"),
+        AlgorithmEntry(name, "game", summary, (name,), config, _build_game, "best_response.md", False, name, **long)
+        for name, summary, config in (("psro", psro, PsroConfig), ("nfsp", nfsp, NfspConfig))
     ]
 
 
@@ -379,6 +403,16 @@ def algorithm_entry(name: str) -> AlgorithmEntry:
         return ALGORITHMS[name]
     except KeyError:
         raise RunError(f"algorithm must be one of {list(ALGORITHMS)}, got {name!r}") from None
+
+
+def family_of(algorithm: str | None) -> str:
+    """The family of the algorithm named ``algorithm`` (``"ppo"`` for ``None``: PPO as ``centralized_critic``
+    says).
+
+    Raises:
+        RunError: for an unknown name, listing the known ones.
+    """
+    return "ppo" if algorithm is None else algorithm_entry(algorithm).family
 
 
 def run_entry(spec: Any) -> AlgorithmEntry:

@@ -11,7 +11,7 @@ from marljoint.run import memory
 from marljoint.run.algorithms import Algorithm, run_entry
 from marljoint.run.errors import RunError
 from marljoint.run.memory import format_bytes
-from marljoint.run.offpolicy import OFFPOLICY_ALGORITHMS, check_offpolicy_env
+from marljoint.run.offpolicy import check_offpolicy_env
 from marljoint.run.registry import EnvSpecError, ResolvedEnv, resolve_env, supersuit_wrappers, wrapped_factory
 from marljoint.run.spec import RunSpec
 
@@ -98,7 +98,7 @@ def check_memory(spec: RunSpec, stream: TextIO | None = None) -> Any:
         per_copy, seconds = memory.measure_env_copy(_env_factory(spec), seed=spec.trainer.seed)
     except Exception:  # the copy above was built and reset by the adapter: the estimate goes without its size
         per_copy, seconds = 0, 0.0
-    if spec.algorithm in OFFPOLICY_ALGORITHMS:  # a replay buffer, not a rollout; and envs it cannot learn on
+    if run_entry(spec).replays:  # a replay buffer, not a rollout; and envs it cannot learn on
         from marljoint.run.exploitability import zero_sum_env
 
         estimate = check_offpolicy_env(spec, joint_spec, per_copy, zero_sum_env(spec.env, spec.env_kwargs))

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from marljoint.collect.config import CollectionConfig
-from marljoint.run.offpolicy import OFFPOLICY_ALGORITHMS
+from marljoint.run.algorithms import run_entry
 from marljoint.run.spec import RunSpec
 from marljoint.threads import auto_workers
 
@@ -29,6 +29,6 @@ def with_auto_workers(
         return RunSpec.from_dict({"collection": {"backend": "local"}}, base=spec)
     lag = policy_lag
     if lag is None:
-        lag = int(spec.trainer.recurrent is None and spec.algorithm not in OFFPOLICY_ALGORITHMS)
+        lag = int(spec.trainer.recurrent is None and not run_entry(spec).replays)
     collection = CollectionConfig("subprocess", workers=workers, policy_lag=lag, balance=bool(balance))
     return RunSpec.from_dict({"collection": collection.to_dict()}, base=spec)

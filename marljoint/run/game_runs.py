@@ -200,14 +200,11 @@ class GameRun:
             resolved, as ``config.toml`` holds them.
         derived: the settings derived from the env, each with the reason.
         env_steps: env steps of training (best responses, NFSP's rollouts) completed.
-        abandons_iterations: a stop request (SIGINT, SIGTERM) abandons the iteration in progress at once: an
-            iteration can take minutes, and the checkpoint of the last completed one is what a resume continues.
     """
 
     name = ""
     _acting = ""
     """What the run acts with, for the refusal of export."""
-    abandons_iterations = True
 
     def __init__(self, factory: Any, settings: Any, game: KnownGame | None, run_config: Any) -> None:
         self.factory, self.settings, self.game = factory, settings, game
@@ -275,8 +272,7 @@ class GameRun:
             NoActingPolicy: saying what it acts with (the run layer adds what to use instead).
         """
         raise NoActingPolicy(
-            f"a {self.name} run acts with {self._acting} (an OpenSpiel game's run writes them to "
-            "openspiel_policy.json)"
+            f"a {self.name} run acts with {self._acting} (an OpenSpiel game's run writes them to openspiel_policy.json)"
         )
 
     def write_openspiel_policy(self, path: Path) -> None:

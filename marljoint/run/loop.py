@@ -129,6 +129,8 @@ class RunLoop:
         self.spec, self.run_dir, self.trainer = spec, run_dir, trainer
         self.stream, self.progress, self.resume, self.force = stream, progress, resume, force
         self.aux_fn = spec.penalty()
+        self.entry = run_entry(spec)
+        """The run's row of the table of algorithms."""
         self.clock_offset, self.agent_steps, self.env_state_saved = 0.0, 0, True
         self.recent: list[float] = []
         self.log: Any = None
@@ -287,9 +289,7 @@ class RunLoop:
 
     def _iteration(self, total: int, clock: float) -> dict[str, Any]:
         trainer = self.trainer
-        # An algorithm whose iterations take minutes (psro, nfsp) abandons the one in progress at a stop request.
-        abandon = getattr(trainer, "abandons_iterations", False)
-        with self.stops.interruptible() if abandon else contextlib.nullcontext():
+        with self.stops.interruptible() if self.entry.abandons_iterations else contextlib.nullcontext():
             rollout, stats, seconds = trainer.iterate(total, aux_fn=self.aux_fn)
         metrics = trainer.iteration_metrics(rollout, stats, seconds)
         self.tracker.observe(trainer, trainer.iteration)  # the average policy of MMD self-play, where kept
@@ -302,11 +302,10 @@ class RunLoop:
         if self.log is None:
             self._open()
         self.tracker.export(self.run_dir)
-        write_policy = getattr(trainer, "write_openspiel_policy", None)  # psro's and nfsp's scored policies
-        if write_policy is not None:
+        if self.entry.writes_openspiel_policy:  # psro's and nfsp's scored policies
             path = run_path(self.run_dir, exploitability.OPENSPIEL_POLICY)
             with writing(path):
-                write_policy(path)
+                trainer.write_openspiel_policy(path)
         self.agent_steps += metrics["agent_steps"]
         row = _row(metrics, self.clock_offset + time.perf_counter() - clock, self.agent_steps)
         with writing(self.log.path):

@@ -12,26 +12,18 @@ from typing import Any
 import torch
 
 from marljoint.offpolicy import OffPolicyConfig, OffPolicyTrainer
-from marljoint.offpolicy.config import RUN_SAC_SETTINGS
+from marljoint.offpolicy.config import RUN_SAC_SETTINGS, VALUE_ALGORITHMS
 from marljoint.offpolicy.defaults import OFFPOLICY_DEFAULTS
 from marljoint.run.errors import RunError
 from marljoint.run.reads import OFFPOLICY_RUN_SETTINGS, table_keys
 from marljoint.threads import learner_threads
 
 __all__ = [
-    "OFFPOLICY_ALGORITHMS",
-    "VALUE_ALGORITHMS",
     "build_offpolicy_trainer",
     "check_offpolicy_env",
     "check_offpolicy_run",
     "offpolicy_config",
 ]
-
-VALUE_ALGORITHMS = ("vdn", "qmix")
-"""Value decomposition, trained off-policy from a replay buffer."""
-OFFPOLICY_ALGORITHMS = (*VALUE_ALGORITHMS, "masac", "maddpg")
-"""Algorithms trained off-policy from a replay buffer: value decomposition and the centralised-critic
-actor-critics (their own settings in ``[offpolicy.sac]``)."""
 
 # Settings an off-policy run takes from the run's trainer settings, not from its [offpolicy] table.
 _FROM_RUN = OFFPOLICY_RUN_SETTINGS

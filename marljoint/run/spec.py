@@ -224,9 +224,10 @@ class RunSpec:
         Raises:
             RunError: naming the ``offpolicy.<key>`` that is no setting, or whose value is refused.
         """
-        from marljoint.run.offpolicy import OFFPOLICY_ALGORITHMS, offpolicy_config
+        from marljoint.run.algorithms import ALGORITHMS
+        from marljoint.run.offpolicy import offpolicy_config
 
-        if self.algorithm not in OFFPOLICY_ALGORITHMS:
+        if self.algorithm is None or not ALGORITHMS[self.algorithm].replays:
             return None
         return offpolicy_config(self.algorithm, self.trainer, self.offpolicy)
 

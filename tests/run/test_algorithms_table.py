@@ -97,3 +97,22 @@ def test_playing_the_seats_of_an_offpolicy_run_against_a_reference_is_refused_in
     err = capsys.readouterr().err
     assert exit_status.value.code == 2 and err.count("\n") == 1
     assert "a vdn run acts greedily on its Q networks" in err
+
+
+def test_what_the_run_does_for_each_family_is_read_from_its_row():
+    import marljoint
+    from marljoint.run.algorithms import family_of
+    from marljoint.run.collection import with_auto_workers
+
+    assert marljoint.ALGORITHMS is ALGORITHMS and marljoint.Algorithm is Algorithm
+    replaying = {name for name, row in ALGORITHMS.items() if row.replays}
+    assert replaying == {"vdn", "qmix", "masac", "maddpg"}
+    assert {name for name, row in ALGORITHMS.items() if row.scores_seats} == {"mappo", "ippo", "mmd"}
+    assert {name for name, row in ALGORITHMS.items() if row.abandons_iterations} == {"psro", "nfsp"}
+    assert family_of(None) == "ppo" and family_of("qmix") == "value"
+    with pytest.raises(RunError, match="algorithm must be one of .*got 'sarsa'"):
+        family_of("sarsa")
+    # Replaying runs act with the newest weights at every step: their env workers get no policy lag.
+    for name, lag in (("vdn", 0), ("ippo", 1)):
+        spec = RunSpec.from_dict({"algorithm": name, "num_envs": 4})
+        assert with_auto_workers(spec, cores=4).trainer.collection.policy_lag == lag

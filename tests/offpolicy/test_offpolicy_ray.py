@@ -24,14 +24,23 @@ def ray_trainer(algorithm):
     return _trainer_on(PettingZooJointEnv(ENV_FNS[algorithm], num_envs=NUM_ENVS, seed=0), algorithm, RAY)
 
 
-@pytest.mark.parametrize("algorithm", ALGORITHMS)
+# One algorithm of each family in the default run (they share the acting and transitions code per family); the
+# others with -m slow.
+SLOW_TWINS = {"qmix", "maddpg"}
+
+
+def _by_family(names):
+    return [pytest.param(name, marks=pytest.mark.slow) if name in SLOW_TWINS else name for name in names]
+
+
+@pytest.mark.parametrize("algorithm", _by_family(ALGORITHMS))
 def test_ray_actors_give_the_in_process_transitions_and_weights(algorithm):
     assert_gives_the_in_process_run(
         algorithm, lambda env_fn, num_envs, seed: PettingZooJointEnv(env_fn, num_envs, seed=seed), RAY
     )
 
 
-@pytest.mark.parametrize("algorithm", ["qmix", "masac"])
+@pytest.mark.parametrize("algorithm", _by_family(["qmix", "masac"]))
 def test_a_run_saved_over_ray_actors_resumes_bit_identically(algorithm, tmp_path):
     straight = _trainer_on(PettingZooJointEnv(ENV_FNS[algorithm], num_envs=NUM_ENVS, seed=0), algorithm)
     straight.train(96)

@@ -28,6 +28,7 @@ from marljoint.env.base import JointObs
 from marljoint.env.spaces import JointSpec
 from marljoint.policies.joint import NoActingPolicy
 from marljoint.run.errors import ExportRefused, RunError
+from marljoint.run.reads import SettingsRead, offpolicy_reads
 
 if TYPE_CHECKING:
     from marljoint.policies import AgentPolicy
@@ -158,6 +159,8 @@ class AlgorithmEntry:
         check: ``check(spec)``, its refusals of run settings it cannot honour (raising ``RunError``), or ``None``.
         abandons_iterations: a stop request (SIGINT, SIGTERM) abandons its iteration in progress at once (its
             iterations can take minutes); the others finish the iteration and checkpoint it.
+        reads: which of the run's settings it reads (a setting it does not read is refused, naming what it reads
+            instead); by default every one.
         writes_openspiel_policy: its trainer's ``write_openspiel_policy(path)`` writes the policies it is scored by
             to ``openspiel_policy.json`` after every iteration (the game solvers).
     """
@@ -175,6 +178,7 @@ class AlgorithmEntry:
     check: Callable[[Any], None] | None = None
     abandons_iterations: bool = False
     writes_openspiel_policy: bool = False
+    reads: SettingsRead = field(default_factory=SettingsRead)
 
     @property
     def option(self) -> str | None:
@@ -244,7 +248,20 @@ def _offpolicy_row(name: str, family: str, summary: str, docs: str) -> Algorithm
 
     command = ("train", "--algorithm", name)
     build, check = _build_offpolicy, _check_offpolicy
-    return AlgorithmEntry(name, family, summary, command, OffPolicyConfig, build, docs, False, "offpolicy", {}, check)
+    return AlgorithmEntry(
+        name,
+        family,
+        summary,
+        command,
+        OffPolicyConfig,
+        build,
+        docs,
+        False,
+        "offpolicy",
+        {},
+        check,
+        reads=offpolicy_reads(name),
+    )
 
 
 def _ppo_row(name: str, summary: str, centralized_critic: bool) -> AlgorithmEntry:

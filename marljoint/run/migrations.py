@@ -132,11 +132,13 @@ def without_settings_not_read(values: Mapping[str, Any]) -> dict[str, Any]:
         >>> without_settings_not_read({"algorithm": "masac", "learning_rate": 0.01, "offpolicy": {"tau": 0.1}})
         {'algorithm': 'masac', 'offpolicy': {}}
     """
+    from marljoint.run.algorithms import ALGORITHMS
     from marljoint.run.reads import settings_not_read
 
     out = dict(values)
     algorithm = out.get("algorithm")
-    for name in settings_not_read(algorithm if isinstance(algorithm, str) else None):
+    row = ALGORITHMS.get(algorithm) if isinstance(algorithm, str) else None
+    for name in settings_not_read(row.reads) if row is not None else ():
         table, _, key = name.rpartition(".")
         if not table:
             out.pop(key, None)

@@ -28,7 +28,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from marljoint.offpolicy.config import RUN_SAC_SETTINGS, VALUE_ALGORITHMS, OffPolicyConfig
-from marljoint.offpolicy.sac import SAC_VARIANTS, SacConfig
+from marljoint.offpolicy.sac import SacConfig
 from marljoint.ppo.config import JointTrainerConfig
 from marljoint.run.errors import RunError
 
@@ -36,7 +36,9 @@ __all__ = [
     "OFFPOLICY_RUN_SETTINGS",
     "OFFPOLICY_TRAINER_SETTINGS",
     "READ_INSTEAD",
+    "SettingsRead",
     "check_settings_read",
+    "offpolicy_reads",
     "setting_keys",
     "settings_not_read",
     "table_keys",
@@ -173,39 +175,53 @@ def table_of(value: Any) -> dict[str, Any]:
     return value.to_dict() if hasattr(value, "to_dict") else dict(value)
 
 
-def _family(algorithm: str | None) -> str:
-    if algorithm in VALUE_ALGORITHMS:
-        return "value"
-    if algorithm in SAC_VARIANTS:
-        return "actor-critic"
-    return "ppo"
+@dataclasses.dataclass(frozen=True)
+class SettingsRead:
+    """Which of a run's settings an algorithm reads: each row of the table of algorithms
+    (:data:`~marljoint.run.algorithms.ALGORITHMS`) holds one, so a new algorithm states its own.
+
+    Attributes:
+        trainer: the :class:`~marljoint.JointTrainerConfig` settings it reads; ``None``: every one (PPO).
+        instead: settings it does not read, each with what it reads instead (``"qmix only"`` where nothing stands
+            in); its tables' keys with dots (``offpolicy.tau``).
+
+    Example:
+        >>> "clip_range" in settings_not_read(offpolicy_reads("qmix")), settings_not_read(SettingsRead())
+        (True, [])
+    """
+
+    trainer: frozenset[str] | None = None
+    instead: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
 
-def settings_not_read(algorithm: str | None) -> list[str]:
-    """The settings ``algorithm`` never reads, whatever their values: the trainer settings and the keys of its
-    tables (``offpolicy.<key>``, ``offpolicy.sac.<key>``); empty for PPO, which reads every trainer setting."""
-    family = _family(algorithm)
-    if family == "ppo":
+def offpolicy_reads(algorithm: str) -> SettingsRead:
+    """What the off-policy ``algorithm`` (vdn, qmix, masac or maddpg) reads: :data:`OFFPOLICY_TRAINER_SETTINGS`
+    (and ``learning_rate`` for the value methods), and :data:`READ_INSTEAD`'s entries of its family and its own."""
+    family = "value" if algorithm in VALUE_ALGORITHMS else "actor-critic"
+    trainer = {*OFFPOLICY_TRAINER_SETTINGS, *_NOT_REFUSED, *(_OFFPOLICY_ONLY_PPO if family == "value" else ())}
+    return SettingsRead(frozenset(trainer), {**READ_INSTEAD[family], **READ_INSTEAD.get(algorithm, {})})
+
+
+def settings_not_read(reads: SettingsRead) -> list[str]:
+    """The settings an algorithm never reads, whatever their values (``reads``: its row's
+    :class:`SettingsRead`): the trainer settings and the keys of its tables (``offpolicy.<key>``,
+    ``offpolicy.sac.<key>``); empty for PPO, which reads every trainer setting."""
+    if reads.trainer is None:
         return []
-    reads = set(OFFPOLICY_TRAINER_SETTINGS) | (set(_OFFPOLICY_ONLY_PPO) if family == "value" else set())
-    trainer = [f.name for f in dataclasses.fields(JointTrainerConfig) if f.name not in reads | set(_NOT_REFUSED)]
-    return [*trainer, *(key for key in _read_instead(algorithm) if "." in key)]
+    trainer = [f.name for f in dataclasses.fields(JointTrainerConfig) if f.name not in reads.trainer]
+    return [*trainer, *(key for key in reads.instead if "." in key)]
 
 
-def _read_instead(algorithm: str | None) -> dict[str, str]:
-    return {**READ_INSTEAD.get(_family(algorithm), {}), **READ_INSTEAD.get(algorithm or "", {})}
-
-
-def unread_settings(spec: Any) -> list[tuple[str, Any, str]]:
-    """The settings of a run (a :class:`~marljoint.run.spec.RunSpec`) its algorithm does not read, whose values are
-    not their defaults: ``[(setting, value, what the algorithm reads instead, or "")]``."""
-    instead = _read_instead(spec.algorithm)
+def unread_settings(spec: Any, reads: SettingsRead) -> list[tuple[str, Any, str]]:
+    """The settings of a run (a :class:`~marljoint.run.spec.RunSpec`) its algorithm does not read (``reads``: its
+    row's :class:`SettingsRead`), whose values are not their defaults: ``[(setting, value, what the algorithm reads
+    instead, or "")]``."""
     usual = (JointTrainerConfig(), _product_trainer())  # a trainer setting at either default is not given
     found = []
-    for name in settings_not_read(spec.algorithm):
+    for name in settings_not_read(reads):
         given = _given(name, spec, usual)
         if given is not None:
-            found.append((name, given, instead.get(name, "")))
+            found.append((name, given, reads.instead.get(name, "")))
     return found
 
 
@@ -229,13 +245,14 @@ def _product_trainer() -> JointTrainerConfig:
     return JointTrainerConfig(**DEFAULT_TRAINER)
 
 
-def check_settings_read(spec: Any) -> None:
-    """Refuses a run that gives a setting its algorithm does not read (:func:`unread_settings`).
+def check_settings_read(spec: Any, reads: SettingsRead) -> None:
+    """Refuses a run that gives a setting its algorithm does not read (:func:`unread_settings`; ``reads``: its
+    row's :class:`SettingsRead`).
 
     Raises:
         RunError: naming the algorithm, the setting and its value, and what the algorithm reads instead.
     """
-    found = unread_settings(spec)
+    found = unread_settings(spec, reads)
     if not found:
         return
     name, value, instead = found[0]

@@ -14,12 +14,12 @@ from typing import TYPE_CHECKING, Any
 
 from marljoint.ppo.config import JointTrainerConfig
 from marljoint.run import _toml, migrations
-from marljoint.run.algorithms import check_run_algorithm, with_algorithm_defaults
+from marljoint.run.algorithms import ALGORITHMS, check_run_algorithm, with_algorithm_defaults
 from marljoint.run.config_trust import config_signed, function_env, sign_config, untrusted_config_error
 from marljoint.run.defaults import DEFAULT_ENV, DEFAULT_ENV_KWARGS, DEFAULT_TOTAL_STEPS, DEFAULT_TRAINER, RUN_DEFAULTS
 from marljoint.run.errors import RunError
 from marljoint.run.game_runs import GAME_ALGORITHMS, check_game_run, game_config, game_iterations, settings_table
-from marljoint.run.reads import check_settings_read, table_keys, table_of, with_dotted_keys
+from marljoint.run.reads import SettingsRead, check_settings_read, table_keys, table_of, with_dotted_keys
 from marljoint.run.registry import EnvSpecError, supersuit_wrappers
 from marljoint.run.rundir import CONFIG_FILE
 
@@ -170,7 +170,9 @@ class RunSpec:
         if not isinstance(self.offpolicy, Mapping):
             raise RunError(f"offpolicy must be a table of settings, got {self.offpolicy!r}")
         object.__setattr__(self, "offpolicy", dict(self.offpolicy))
-        check_settings_read(self)
+        # An unknown name is refused by check_run_algorithm, listing the names.
+        named = ALGORITHMS.get(self.algorithm) if isinstance(self.algorithm, str) else None
+        check_settings_read(self, named.reads if named is not None else SettingsRead())
         check_run_algorithm(self)
         for name in GAME_ALGORITHMS:
             if not isinstance(getattr(self, name), Mapping):

@@ -7,12 +7,16 @@ from __future__ import annotations
 import pytest
 from _product_helpers import run_cli
 
+from marljoint.run.algorithms import ALGORITHMS
 from marljoint.run.errors import RunError
-from marljoint.run.reads import setting_keys, settings_not_read, unread_settings, with_dotted_keys
+from marljoint.run.reads import SettingsRead, setting_keys, settings_not_read, unread_settings, with_dotted_keys
 from marljoint.run.spec import RunSpec
 from marljoint.run.tune import ParamRange, check_search_space
 
 SMALL = {"learning_starts": 16, "batch_size": 8}
+
+
+READS = {name: row.reads for name, row in ALGORITHMS.items()}
 
 
 def _spec(**values):
@@ -48,15 +52,20 @@ def test_settings_at_their_defaults_are_not_refused():
     written = _spec(algorithm="qmix", offpolicy=SMALL).to_dict()
     assert "clip_range" in written and "n_epochs" in written
     assert RunSpec.from_dict(written).algorithm == "qmix"
-    assert unread_settings(_spec(algorithm="masac", offpolicy={**SMALL, "tau": 0.01}, clip_range=0.2)) == []
+    assert (
+        unread_settings(_spec(algorithm="masac", offpolicy={**SMALL, "tau": 0.01}, clip_range=0.2), READS["masac"])
+        == []
+    )
 
 
 def test_the_algorithm_reads_what_it_reads():
     spec = _spec(algorithm="qmix", learning_rate=0.01, offpolicy={**SMALL, "mixer_embed_dim": 8}, num_envs=2)
-    assert unread_settings(spec) == []
-    assert settings_not_read("mappo") == [] and settings_not_read(None) == []
-    assert "learning_rate" not in settings_not_read("vdn") and "learning_rate" in settings_not_read("masac")
-    assert {"num_envs", "rollout_steps", "seed", "gamma", "hidden_sizes"}.isdisjoint(settings_not_read("masac"))
+    assert unread_settings(spec, READS[spec.algorithm] if spec.algorithm else SettingsRead()) == []
+    assert settings_not_read(READS["mappo"]) == [] and settings_not_read(SettingsRead()) == []
+    assert "learning_rate" not in settings_not_read(READS["vdn"]) and "learning_rate" in settings_not_read(
+        READS["masac"]
+    )
+    assert {"num_envs", "rollout_steps", "seed", "gamma", "hidden_sizes"}.isdisjoint(settings_not_read(READS["masac"]))
 
 
 def test_the_command_line_refuses_a_ppo_setting_of_an_offpolicy_run(tmp_path, capsys):

@@ -14,6 +14,7 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from marljoint.collect import CollectionConfig, Collector, LocalCollector
+from marljoint.distributed.ranks import RankGroup, RanksDiverged
 from marljoint.env import (
     ActionLayout,
     BlankImageWarning,
@@ -130,6 +131,8 @@ __all__ = [
     "OffPolicyConfig",
     "OffPolicyTrainer",
     "PettingZooJointEnv",
+    "RankGroup",
+    "RanksDiverged",
     "RunLock",
     "RunLocked",
     "SacAlgorithm",

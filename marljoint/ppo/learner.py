@@ -19,6 +19,7 @@ from torch import nn
 
 from marljoint.auxiliary import AuxOutput
 from marljoint.collect.rollout import JointRollout
+from marljoint.distributed.ranks import RankGroup
 from marljoint.env.spaces import JointSpec
 from marljoint.policies import ActorCritic, BehaviourPolicy, clip_member_grads_
 from marljoint.policies.actor_critic import PolicyOutput
@@ -257,6 +258,9 @@ class Learner:
         units: each network with its optimizers, in the policy's network order.
         generator: the source of the minibatch shuffles (the trainer's generator).
         behaviour: what plays the rollouts in the policy's place (``None``: the policy itself), see :attr:`decoupled`.
+        ranks: the process group of a data-parallel run: every rank computes its share of each minibatch and the
+            gradients are summed over the ranks before clipping (:mod:`marljoint.ppo.sharded`); ``None``: one
+            process.
     """
 
     def __init__(
@@ -266,8 +270,11 @@ class Learner:
         units: Sequence[NetworkUnit],
         generator: torch.Generator,
         behaviour: BehaviourPolicy | None = None,
+        ranks: RankGroup | None = None,
     ) -> None:
         self.config = config
+        self.ranks = ranks
+        """The process group of a data-parallel run, or ``None`` (one process)."""
         self.joint_policy = policy
         self.spec = policy.spec
         self.device = policy.device

@@ -19,8 +19,10 @@ import torch
 from marljoint.auxiliary import AuxOutput
 from marljoint.collect.backends import make_collector
 from marljoint.collect.base import Collector
+from marljoint.collect.ranks import RankCollector
 from marljoint.collect.rollout import JointRollout, carry_pending_moves
 from marljoint.collect.snapshots import trusted_state
+from marljoint.distributed.ranks import RankGroup
 from marljoint.env.base import JointEnv, JointObs
 from marljoint.env.check import BlankImageWarning, blank_image_agents, blank_image_message
 from marljoint.env.spaces import JointSpec
@@ -123,6 +125,7 @@ class JointMultiAgentTrainer:
         env: JointEnv,
         config: JointTrainerConfig | None = None,
         regularizer: RegularizerFactory | None = None,
+        ranks: RankGroup | None = None,
         **policy_kwargs: Any,
     ) -> JointMultiAgentTrainer:
         """Builds default policies and per-agent Adam optimizers for ``env``.
@@ -134,6 +137,8 @@ class JointMultiAgentTrainer:
             env: the JointEnv.
             config: hyperparameters (defaults when ``None``).
             regularizer: builds the term the updates add to the joint loss, as in the constructor.
+            ranks: the process group of a data-parallel run (:mod:`marljoint.ppo.sharded`), with ``env`` this
+                rank's slice of the ``config.num_envs`` copies; ``None``: one process.
             **policy_kwargs: passed to every ``ActorCritic`` (e.g. ``log_std_init``); ``hidden_sizes`` defaults to
                 ``config.network.hidden_sizes``.
 
@@ -145,7 +150,7 @@ class JointMultiAgentTrainer:
         config, replay = derive_replay(config)
         derived = {**derived, **threads, **replay}
         trainer = cls.__new__(cls)
-        trainer._setup(env, config, default_units(env.spec, config, **policy_kwargs), derived, regularizer)
+        trainer._setup(env, config, default_units(env.spec, config, **policy_kwargs), derived, regularizer, ranks)
         return trainer
 
     # ------------------------------------------------------------------ setup
@@ -156,8 +161,9 @@ class JointMultiAgentTrainer:
         units: list[NetworkUnit],
         derived: dict[str, str],
         regularizer: RegularizerFactory | None,
+        ranks: RankGroup | None = None,
     ) -> None:
-        if config.ppo.num_envs != env.num_envs:
+        if ranks is None and config.ppo.num_envs != env.num_envs:
             raise ValueError(
                 f"config.num_envs is {config.ppo.num_envs} but the env has {env.num_envs} copies; build the env with "
                 f"num_envs={config.ppo.num_envs}, or set num_envs={env.num_envs} in the config"
@@ -196,12 +202,14 @@ class JointMultiAgentTrainer:
         """What plays the rollouts in the policy's place, handed to :attr:`collector` with every rollout: a
         :class:`~marljoint.policies.UniformMixture` with ``uniform_mix`` > 0, ``None`` (the policy itself) else."""
         self._acting_policy: JointPolicy | None = None
-        self.learner = Learner(config, self.joint_policy, units, self._generator, self.behaviour)
+        self.ranks = ranks
+        """The process group of a data-parallel run (every rank plays its slice of the copies and computes its share
+        of every minibatch), or ``None``: one process."""
+        self.learner = Learner(config, self.joint_policy, units, self._generator, self.behaviour, ranks)
         """The optimizers and the one-backward update."""
         if regularizer is not None:
             self.learner.regularizer = regularizer(self.joint_policy, config)
-        # Collecting workers compute on one thread each, whatever the learner's count.
-        self.collector: Collector = make_collector(env, config.collection, config.runtime.seed)
+        self.collector: Collector = _collector(env, config, ranks)
         """Plays the rollouts (the backend of ``config.collection``)."""
         self.iteration = 0
         self.env_steps = 0
@@ -534,7 +542,7 @@ class JointMultiAgentTrainer:
         """
         if not isinstance(total_steps, (int, np.integer)) or total_steps < 1:
             raise ValueError(f"total_steps must be a positive integer, got {total_steps!r}")
-        per_iteration = self.config.ppo.rollout_steps * self.env.num_envs
+        per_iteration = self.config.ppo.rollout_steps * self.config.ppo.num_envs
         iterations = math.ceil(total_steps / per_iteration)
         end_iteration = self.iteration + iterations
         history = []
@@ -562,6 +570,24 @@ class JointMultiAgentTrainer:
         if self.learner.regularizer is not None:
             metrics.update(self.learner.regularizer.metrics())
         return metrics
+
+
+def _collector(env: JointEnv, config: JointTrainerConfig, ranks: RankGroup | None) -> Collector:
+    """The collector of ``config.collection`` (collecting workers compute on one thread each, whatever the learner's
+    count); with ``ranks``, this rank's slice of the copies, in this process, gathered into the whole rollout.
+
+    Raises:
+        ValueError: with ranks, for a collection backend other than ``"local"`` (the ranks are the run's processes),
+            or an env that is not this rank's slice.
+    """
+    if ranks is None:
+        return make_collector(env, config.collection, config.runtime.seed)
+    if config.collection.backend != "local":
+        raise ValueError(
+            f"data-parallel ranks step their own env copies in-process; collection backend "
+            f"{config.collection.backend!r} cannot be combined with them: use backend 'local' (no env workers, no Ray)"
+        )
+    return RankCollector(env, config.runtime.seed, config.ppo.num_envs, ranks)
 
 
 def _behaviour(spec: JointSpec, epsilon: float) -> UniformMixture | None:

@@ -31,6 +31,7 @@ from marljoint.run.errors import ExportRefused, RunError
 from marljoint.run.reads import SettingsRead, offpolicy_reads
 
 if TYPE_CHECKING:
+    from marljoint.distributed.ranks import RankGroup
     from marljoint.policies import AgentPolicy
     from marljoint.policies.joint import JointPolicy
     from marljoint.ppo.regularizer import RegularizerFactory
@@ -151,7 +152,9 @@ class AlgorithmEntry:
         command: the command line that selects it, e.g. ``("train", "--algorithm", "vdn")`` or
             ``("train", "--self-play", "mmd")``.
         config_type: the type of its own settings.
-        build: ``build(spec, env)``, the trainer of a run (a :class:`~marljoint.run.spec.RunSpec`) on its env.
+        build: ``build(spec, env)``, the trainer of a run (a :class:`~marljoint.run.spec.RunSpec`) on its env;
+            the PPO family's also takes ``ranks`` (a :class:`~marljoint.distributed.ranks.RankGroup`, with ``env``
+            this rank's slice of the copies: :func:`~marljoint.run.build.build_trainer`).
         docs: the docs page that explains it.
         exports: whether ``marljoint export`` writes its policy (else it refuses, with the reason).
         table: the ``config.toml`` table of its own settings (a run setting of that name), or ``None``.
@@ -170,7 +173,7 @@ class AlgorithmEntry:
     summary: str
     command: tuple[str, ...]
     config_type: type
-    build: Callable[[Any, Any], Algorithm]
+    build: Callable[..., Algorithm]
     docs: str
     exports: bool
     table: str | None = None
@@ -206,9 +209,11 @@ class AlgorithmEntry:
         return self.family == "ppo"
 
 
-def build_ppo_trainer(spec: Any, env: Any, regularizer: RegularizerFactory | None = None) -> Algorithm:
+def build_ppo_trainer(
+    spec: Any, env: Any, regularizer: RegularizerFactory | None = None, ranks: RankGroup | None = None
+) -> Algorithm:
     """The :class:`~marljoint.JointMultiAgentTrainer` of a run (mappo, ippo, or MMD self-play with the MMD
-    ``regularizer``) on ``env``.
+    ``regularizer``) on ``env`` (with ``ranks``, this rank's slice of the copies).
 
     Raises:
         RunError: for settings or an env the trainer cannot train (naming the env and the reason).
@@ -216,19 +221,19 @@ def build_ppo_trainer(spec: Any, env: Any, regularizer: RegularizerFactory | Non
     from marljoint.ppo.trainer import JointMultiAgentTrainer
 
     try:
-        return JointMultiAgentTrainer.from_env(env, spec.trainer, regularizer=regularizer)
+        return JointMultiAgentTrainer.from_env(env, spec.trainer, regularizer=regularizer, ranks=ranks)
     except ValueError as exc:
         raise RunError(f"cannot build the trainer for env {spec.env!r}: {exc}") from None
 
 
-def _build_ppo(spec: Any, env: Any) -> Algorithm:
-    return build_ppo_trainer(spec, env)
+def _build_ppo(spec: Any, env: Any, ranks: RankGroup | None = None) -> Algorithm:
+    return build_ppo_trainer(spec, env, ranks=ranks)
 
 
-def _build_mmd(spec: Any, env: Any) -> Algorithm:
+def _build_mmd(spec: Any, env: Any, ranks: RankGroup | None = None) -> Algorithm:
     from marljoint.best_response.mmd import mmd_regularizer
 
-    return build_ppo_trainer(spec, env, regularizer=mmd_regularizer(spec.mmd_config()))
+    return build_ppo_trainer(spec, env, regularizer=mmd_regularizer(spec.mmd_config()), ranks=ranks)
 
 
 def _build_offpolicy(spec: Any, env: Any) -> Algorithm:

@@ -4,16 +4,19 @@ size, the memory the run needs)."""
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from marljoint.ppo.config import JointTrainerConfig
 from marljoint.run import memory
-from marljoint.run.algorithms import Algorithm, run_entry
+from marljoint.run.algorithms import ALGORITHMS, Algorithm, run_entry
 from marljoint.run.errors import RunError
 from marljoint.run.memory import format_bytes
 from marljoint.run.offpolicy import check_offpolicy_env
 from marljoint.run.registry import EnvSpecError, ResolvedEnv, resolve_env, supersuit_wrappers, wrapped_factory
 from marljoint.run.spec import RunSpec
+
+if TYPE_CHECKING:
+    from marljoint.distributed.ranks import RankGroup
 
 __all__ = ["LONG_BUILD_SECONDS", "build_trainer", "check_memory", "check_minibatch", "make_env", "say"]
 
@@ -30,7 +33,13 @@ def _env_factory(spec: RunSpec, **extra_kwargs: Any) -> Any:
         raise RunError(f"env {spec.env!r} with kwargs {dict(spec.env_kwargs)} cannot be built: {exc}") from None
 
 
-def make_env(spec: RunSpec, num_envs: int | None = None, seed: int | None = None, **extra_kwargs: Any) -> Any:
+def make_env(
+    spec: RunSpec,
+    num_envs: int | None = None,
+    seed: int | None = None,
+    ranks: RankGroup | None = None,
+    **extra_kwargs: Any,
+) -> Any:
     """Builds the JointEnv of a run: the env its collection backend collects from
     (:meth:`~marljoint.collect.CollectionConfig.make_env`: worker processes for ``"subprocess"``).
 
@@ -38,18 +47,45 @@ def make_env(spec: RunSpec, num_envs: int | None = None, seed: int | None = None
         spec: the run.
         num_envs: copies (``spec.trainer.num_envs`` when ``None``).
         seed: seed of the first reset (``spec.trainer.seed`` when ``None``).
+        ranks: the run's data-parallel ranks, or ``None``: with ranks, only this rank's slice of the copies
+            (:meth:`~marljoint.distributed.ranks.RankGroup.slice_of`), in this process, each seeded as its global
+            copy (``first_copy``).
         **extra_kwargs: extra env keyword arguments (e.g. ``render_mode``).
 
     Raises:
-        RunError: if the env cannot be resolved or built (naming the env and the reason).
+        RunError: if the env cannot be resolved or built (naming the env and the reason); with ranks, for a
+            collection backend other than ``"local"`` or fewer copies than ranks.
     """
     factory = _env_factory(spec, **extra_kwargs)
+    copies = spec.trainer.num_envs if num_envs is None else num_envs
+    seed = spec.trainer.seed if seed is None else seed
+    if ranks is not None:
+        return _rank_env(spec, factory, copies, seed, ranks)
     try:
-        return spec.trainer.collection.make_env(
-            factory,
-            num_envs=spec.trainer.num_envs if num_envs is None else num_envs,
-            seed=spec.trainer.seed if seed is None else seed,
+        return spec.trainer.collection.make_env(factory, num_envs=copies, seed=seed)
+    except Exception as exc:  # env constructors raise anything for bad keyword arguments
+        raise RunError(f"env {spec.env!r} with kwargs {dict(spec.env_kwargs)} cannot be built: {exc}") from None
+
+
+def _rank_env(spec: RunSpec, factory: Any, copies: int, seed: int, ranks: RankGroup) -> Any:
+    """This rank's slice of the run's copies (:func:`make_env` with ranks)."""
+    from marljoint.env import PettingZooJointEnv
+
+    backend = spec.trainer.collection.backend
+    if backend != "local":
+        raise RunError(
+            f"{ranks.world_size} ranks each step their own env copies in-process, so the collection backend "
+            f"{backend!r} (--env-workers / --ray) cannot be combined with them; drop --env-workers and --ray, or "
+            "train with one rank"
         )
+    if copies < ranks.world_size:
+        raise RunError(
+            f"num_envs = {copies} env copies cannot be split over {ranks.world_size} ranks (each needs at least one); "
+            f"raise num_envs to at least {ranks.world_size} or use fewer ranks"
+        )
+    start, stop = ranks.slice_of(copies)
+    try:
+        return PettingZooJointEnv(factory, num_envs=stop - start, seed=seed, first_copy=start)
     except Exception as exc:  # env constructors raise anything for bad keyword arguments
         raise RunError(f"env {spec.env!r} with kwargs {dict(spec.env_kwargs)} cannot be built: {exc}") from None
 
@@ -130,14 +166,29 @@ def _refuse_oversized(estimate: Any, config: JointTrainerConfig, agents: int) ->
             )
 
 
-def build_trainer(spec: RunSpec, env: Any) -> Algorithm:
+def build_trainer(spec: RunSpec, env: Any, ranks: RankGroup | None = None) -> Algorithm:
     """The trainer of a run on ``env``: the one its row of :data:`~marljoint.run.algorithms.ALGORITHMS` builds
     (:func:`~marljoint.run.algorithms.run_entry`).
 
+    Args:
+        spec: the run.
+        env: its env (with ranks, this rank's slice of the copies: :func:`make_env` with the same ``ranks``).
+        ranks: the run's data-parallel ranks, or ``None`` (one process). The PPO family trains on ranks; the
+            other families are refused for now.
+
     Raises:
-        RunError: for settings or an env the algorithm cannot train.
+        RunError: for settings or an env the algorithm cannot train, or ranks for an algorithm outside the PPO
+            family.
     """
-    return run_entry(spec).build(spec, env)
+    entry = run_entry(spec)
+    if ranks is None:
+        return entry.build(spec, env)
+    if entry.family != "ppo":
+        raise RunError(
+            f"algorithm {entry.name!r} does not train on data-parallel ranks yet (the PPO family does: "
+            f"{', '.join(name for name, row in ALGORITHMS.items() if row.family == 'ppo')}); train it with one rank"
+        )
+    return entry.build(spec, env, ranks)
 
 
 def say(stream: TextIO, enabled: bool, text: str) -> None:

@@ -15,6 +15,7 @@ from typing import Any
 from marljoint.cli.args import USAGE_ERROR
 from marljoint.cli.args import positive_int as _positive_int
 from marljoint.cli.args import seed as _seed
+from marljoint.cli.ranks import launch, quiet_rank_error, ranks_wanted, refuse_several_runs, train_rank
 from marljoint.cli.settings import command_line_settings, config_overrides
 from marljoint.cli.sweep import several_runs
 from marljoint.cli.train_options import add_train_options
@@ -22,6 +23,7 @@ from marljoint.collect.config import CollectionConfig
 from marljoint.run.collection import with_auto_workers
 from marljoint.run.lock import RunLock
 from marljoint.run.presets import get_preset
+from marljoint.run.ranks import torchrun_world_size
 from marljoint.run.rundir import default_run_dir
 
 __all__ = ["build_parser", "main"]
@@ -69,10 +71,6 @@ def _train(args: argparse.Namespace) -> int:
     collection = CollectionConfig.from_options(**_collection_options(args))
     if collection is not None:
         options["collection"] = collection.to_dict()
-    if args.ray_address is not None:
-        from marljoint.distributed import connect_ray
-
-        connect_ray(args.ray_address)
     if args.trust_snapshot and not args.resume:
         raise RunError("--trust-snapshot only applies to --resume (a run written elsewhere); add --resume or drop it")
     if args.trust_run and not args.resume and args.config is None:
@@ -80,6 +78,14 @@ def _train(args: argparse.Namespace) -> int:
             "--trust-run only applies to a config file read: --resume (the run's config.toml) or --config FILE; add "
             "one or drop it"
         )
+    if torchrun_world_size() > 1:  # this process is one rank of several (torchrun, or --ranks K's launcher)
+        return train_rank(args, options, _new_spec)
+    if several_runs(args):
+        refuse_several_runs(args)
+    if args.ray_address is not None:
+        from marljoint.distributed import connect_ray
+
+        connect_ray(args.ray_address)
     if args.resume:
         return _train_resumed(args, options)
     spec = _new_spec(args, options)
@@ -109,7 +115,10 @@ def _train_resumed(args: argparse.Namespace, options: dict[str, Any]) -> int:
     # Locked before the run's config is read, so a second writer is refused before it looks at anything.
     with RunLock(args.out):
         spec = _with_auto_workers(resume_spec(args.out, options, trust_run=args.trust_run), args)
-        return _train_one(spec, args.out, args)
+        ranks = ranks_wanted(args, spec)
+        if ranks == 1:
+            return _train_one(spec, args.out, args)
+    return launch(args, ranks, args.out)  # the lock is rank 0's, in its own process
 
 
 def _new_spec(args: argparse.Namespace, options: dict[str, Any]) -> Any:
@@ -149,6 +158,9 @@ def _self_play_defaults(values: dict[str, Any]) -> dict[str, Any]:
 def _train_one(spec: Any, out: Path, args: argparse.Namespace) -> int:
     from marljoint.run.train import train_run
 
+    ranks = ranks_wanted(args, spec)
+    if ranks > 1:
+        return launch(args, ranks, out)
     result = train_run(
         spec, out, resume=args.resume, force=args.force, progress=not args.quiet, trust_snapshot=args.trust_snapshot
     )
@@ -418,6 +430,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     parser = build_parser()
     args = parser.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)
     handler = getattr(args, "handler", None)
     if handler is None:
         parser.print_help(sys.stderr)
@@ -435,6 +448,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except _user_errors() as exc:
         from marljoint.run.errors import RunInterrupted
 
+        quiet = quiet_rank_error(exc)
+        if quiet is not None:  # another rank (or the launcher) reports it
+            return quiet
         if isinstance(exc, RunInterrupted):
             sys.stderr.write(f"marljoint {args.command}: {_one_line(exc)}\n")
             return exc.exit_status

@@ -40,6 +40,7 @@ def add_train_options(p: argparse.ArgumentParser) -> None:
         _loss_options,
         _measurement_options,
         _collection_options,
+        _rank_options,
         _run_dir_options,
     ):
         add(p)
@@ -294,6 +295,29 @@ def _collection_options(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="hand env copies from slow workers (--env-workers or --ray) to fast ones by their measured speed; the "
         "results are the same bits",
+    )
+
+
+def _rank_options(p: argparse.ArgumentParser) -> None:
+    """The data-parallel ranks that share the run."""
+    from marljoint.distributed.ranks import DEFAULT_TIMEOUT_S
+
+    p.add_argument(
+        "--ranks",
+        metavar="K",
+        type=workers_or_auto,
+        help="train with K data-parallel processes on this machine (torch.distributed, as torchrun --nproc-per-node "
+        "K would start them): each steps its share of the env copies and computes the gradient of its share of "
+        "every minibatch; the result equals one process's to float rounding, and rank 0 writes the run. 'auto': "
+        "one per core this process may use (at most one per env copy). For several machines run torchrun "
+        "-m marljoint train ... on each (docs/distributed.md); not with --env-workers or --ray",
+    )
+    p.add_argument(
+        "--rank-timeout",
+        metavar="S",
+        type=positive_float,
+        help="with ranks (--ranks or torchrun): seconds a rank waits for the others before the job ends, the bound "
+        f"on how long a rank that hangs holds up the job (default {DEFAULT_TIMEOUT_S:g})",
     )
 
 

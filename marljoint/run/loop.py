@@ -15,6 +15,7 @@ from typing import Any, TextIO
 
 from marljoint.checkpoint import list_checkpoints
 from marljoint.collect.ray_actors import WorkerLostError
+from marljoint.distributed.ranks import RanksDiverged
 from marljoint.env.base import EnvCopyError, NonFiniteEnvError
 from marljoint.env.subprocess import EnvWorkerDied
 from marljoint.ppo.config import JointTrainerConfig
@@ -25,6 +26,7 @@ from marljoint.run.build import make_env, say
 from marljoint.run.episodes import play_episodes
 from marljoint.run.errors import EnvFailure, RunError, RunInterrupted, WorkerFailure
 from marljoint.run.lock import LOCK_FILE
+from marljoint.run.ranks import RankLost, RanksStopped, collective_failure, decide
 from marljoint.run.rundir import (
     CHECKPOINT_DIR,
     CONFIG_FILE,
@@ -125,8 +127,13 @@ class RunLoop:
         progress: bool,
         resume: bool,
         force: bool,
+        ranks: Any = None,
     ) -> None:
         self.spec, self.run_dir, self.trainer = spec, run_dir, trainer
+        self.ranks = ranks
+        """The run's :class:`~marljoint.distributed.ranks.RankGroup`, or ``None`` (one process)."""
+        self.writes = ranks is None or ranks.is_writer
+        """Whether this process writes the run's files, measures and shows progress (rank 0, or the only one)."""
         self.stream, self.progress, self.resume, self.force = stream, progress, resume, force
         self.aux_fn = spec.penalty()
         self.entry = run_entry(spec)
@@ -148,7 +155,8 @@ class RunLoop:
         self.stops = StopRequests()
         """The stop requests of the run in progress (:meth:`run`'s); measurements are interruptible by them."""
         self.created = False
-        if spec.wandb_project is not None:  # before anything is written
+        self._time_up = False
+        if spec.wandb_project is not None and self.writes:  # before anything is written
             try:
                 import wandb  # noqa: F401
             except ImportError:
@@ -201,40 +209,34 @@ class RunLoop:
     def run(self, stop_after: int | None, on_iteration: Any, stops: StopRequests) -> None:
         trainer, spec = self.trainer, self.spec
         total = iterations_for(spec)
-        display = runlog.Progress(
-            total * spec.trainer.rollout_steps * spec.trainer.num_envs,
-            start_steps=trainer.env_steps,
-            stream=self.stream,
-            enabled=self.progress,
-        )
-        say(self.stream, self.progress, _banner(spec, self.run_dir, trainer, total, self.resume))
-        if self.tracker.approximation_note is not None:
-            say(self.stream, self.progress, self.tracker.approximation_note)
-        if trainer.iteration >= total:
-            say(self.stream, self.progress, f"the run already has {trainer.iteration} iterations; raise --total-steps")
+        display = self._announce(total)
         clock = time.perf_counter()
         last_saved = self.logged = trainer.iteration
         self.stops = stops
+        self._time_up = decide(self.ranks, {"out_of_time": self._out_of_time(clock)})["out_of_time"]
         try:
-            while trainer.iteration < total and (stop_after is None or trainer.iteration < stop_after):
-                if self._out_of_time(clock):
-                    break
+            while (
+                not self._time_up
+                and trainer.iteration < total
+                and (stop_after is None or trainer.iteration < stop_after)
+            ):
                 row = self._iteration(total, clock)
                 if on_iteration is not None:
                     on_iteration(row)
-                last = trainer.iteration >= total or self._out_of_time(clock)
-                if last or trainer.iteration % spec.checkpoint_every == 0 or stops.signal_name is not None:
+                stop = self._agree(clock)
+                last = trainer.iteration >= total or self._time_up
+                if last or trainer.iteration % spec.checkpoint_every == 0 or stop is not None:
                     self._save(clock)
                     last_saved = trainer.iteration
                 if self._new_best:
                     self._save(clock, best=True)
                     self._new_best = False
                 display.update(trainer.env_steps, row["sps"], row["episode_return_mean"], force=last)
-                if stops.signal_name is not None and not last:
+                if stop is not None and not last:
                     raise RunInterrupted(
-                        f"stopped by {stops.signal_name} after iteration {trainer.iteration}, which is checkpointed. "
+                        f"stopped by {stop} after iteration {trainer.iteration}, which is checkpointed. "
                         f"Continue with: {self.resume_command}",
-                        143 if stops.signal_name == "SIGTERM" else 130,
+                        143 if stop == "SIGTERM" else 130,
                     )
         except (*_ENV_ERRORS, *_WORKER_ERRORS) as exc:
             raise self._env_failure(exc, clock, last_saved) from exc
@@ -248,6 +250,11 @@ class RunLoop:
                 f"interrupted at iteration {trainer.iteration}; the newest checkpoint is from iteration "
                 f"{last_saved}. Continue with: {self.resume_command}"
             ) from None
+        except RuntimeError as exc:  # with ranks: a collective that failed, or ranks that diverged
+            failure = self._rank_failure(exc, last_saved)
+            if failure is None:
+                raise
+            raise failure from exc
         finally:
             display.close()
             if self.log is not None:
@@ -257,11 +264,57 @@ class RunLoop:
             self.tracker.close()
             trainer.close()
 
+    def _announce(self, total: int) -> Any:
+        """Writes the run's first lines (what it trains, notes on its measurements and budget); returns its
+        progress display."""
+        trainer, spec = self.trainer, self.spec
+        say(self.stream, self.progress, _banner(spec, self.run_dir, trainer, total, self.resume))
+        if self.tracker.approximation_note is not None:
+            say(self.stream, self.progress, self.tracker.approximation_note)
+        if trainer.iteration >= total:
+            say(self.stream, self.progress, f"the run already has {trainer.iteration} iterations; raise --total-steps")
+        return runlog.Progress(
+            total * spec.trainer.rollout_steps * spec.trainer.num_envs,
+            start_steps=trainer.env_steps,
+            stream=self.stream,
+            enabled=self.progress,
+        )
+
     @property
     def resume_command(self) -> str:
         """The command line that continues this run: its algorithm's command (``marljoint psro`` and ``nfsp`` runs
-        are continued by their own commands)."""
-        return f"marljoint {run_entry(self.spec).command[0]} --out {self.run_dir} --resume"
+        are continued by their own commands), with ``--ranks K`` for a run of K ranks (any K resumes it)."""
+        ranks = f" --ranks {self.ranks.world_size}" if self.ranks is not None else ""
+        return f"marljoint {run_entry(self.spec).command[0]} --out {self.run_dir} --resume{ranks}"
+
+    def _agree(self, clock: float) -> str | None:
+        """After an iteration, what every rank does next, as rank 0 decides it (and a stop request on any rank):
+        whether ``max_seconds`` is spent and the evaluation found a new best; returns the stop request's signal
+        name, or ``None``. One small collective per iteration; without ranks, this process's own values."""
+        local = {"stop": self.stops.signal_name, "out_of_time": self._out_of_time(clock), "new_best": self._new_best}
+        decided = decide(self.ranks, local)
+        self._time_up, self._new_best = bool(decided["out_of_time"]), bool(decided["new_best"])
+        return decided["stop"]
+
+    def _rank_failure(self, exc: RuntimeError, last_saved: int) -> RunError | None:
+        """A collective that failed (another rank died or hung) as :class:`RankLost`, naming this rank, the
+        iteration and the last good checkpoint; a divergence of the ranks' parameters as one line with it; ``None``
+        for any other error."""
+        if self.ranks is None:
+            return None
+        if isinstance(exc, RanksDiverged):
+            return RanksStopped(f"{exc}; {self._kept(last_saved)}")
+        if not collective_failure(exc):
+            return None
+        reason = " ".join(str(exc).split())[:200]
+        kept = (
+            self._kept(last_saved) if self.writes else f"the checkpoint of iteration {last_saved} is the last good one"
+        )
+        return RankLost(
+            f"rank {self.ranks.rank} of {self.ranks.world_size} lost contact with the other ranks in iteration "
+            f"{self.trainer.iteration + 1} (another rank died, hung past the process group's timeout or stopped with "
+            f"an error: {reason}); {kept}. Continue with: {self.resume_command}"
+        )
 
     def _out_of_time(self, clock: float) -> bool:
         """Whether the run's ``max_seconds`` (resumed time included) is spent."""
@@ -292,6 +345,9 @@ class RunLoop:
         with self.stops.interruptible() if self.entry.abandons_iterations else contextlib.nullcontext():
             rollout, stats, seconds = trainer.iterate(total, aux_fn=self.aux_fn)
         metrics = trainer.iteration_metrics(rollout, stats, seconds)
+        if not self.writes:  # rank 0 measures, logs and writes; the others only train
+            self.agent_steps += metrics["agent_steps"]
+            return _row(metrics, self.clock_offset + time.perf_counter() - clock, self.agent_steps)
         self.tracker.observe(trainer, trainer.iteration)  # the average policy of MMD self-play, where kept
         try:
             with self.stops.interruptible():
@@ -349,8 +405,9 @@ class RunLoop:
         return out
 
     def _save(self, clock: float, best: bool = False, with_env: bool = True) -> None:
+        """Writes a checkpoint (rank 0; every rank of a run of ranks takes part in gathering the env copies' state)."""
         seconds = self.clock_offset + time.perf_counter() - clock
-        run = {"best_eval_return": self.best_eval, **self.tracker.state()}
+        run = {"best_eval_return": self.best_eval, **(self.tracker.state() if self.writes else {})}
         with writing(self.run_dir / CHECKPOINT_DIR):
             self.env_state_saved = save_state(
                 self.trainer,
@@ -362,6 +419,7 @@ class RunLoop:
                 self.stream,
                 run,
                 best,
+                write=self.writes,
             )
 
     def _env_failure(self, exc: Exception, clock: float, last_saved: int) -> RunError:

@@ -271,9 +271,14 @@ def save_state(
     stream: TextIO,
     extra: Mapping[str, Any] | None = None,
     best: bool = False,
+    write: bool = True,
 ) -> bool:
     """Writes a checkpoint of the run (``best``: ``checkpoints/best.pt``, outside the rotation); returns whether
-    it holds the env copies' state."""
+    it holds the env copies' state.
+
+    On a run of data-parallel ranks every rank calls it (the env copies' state is gathered from every rank) and
+    only rank 0 writes (``write``).
+    """
     env_state = None
     if with_env:
         try:
@@ -284,6 +289,8 @@ def save_state(
                 "restarts the env copies from fresh episodes and is not bit-identical to an uninterrupted one\n"
             )
             with_env = False
+    if not write:  # the gathering above is every rank's part; the file is rank 0's
+        return with_env
     state = {
         "trainer": trainer.state_dict(),
         "env": env_state,

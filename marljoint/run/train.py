@@ -15,6 +15,8 @@ resumed run is bit-identical (on CPU) to one that was never interrupted.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import math
 import os
 import sys
@@ -22,13 +24,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from marljoint.run.build import build_trainer, check_memory, check_minibatch, make_env, say
 from marljoint.run.defaults import DEFAULT_ENV, DEFAULT_ENV_KWARGS, DEFAULT_TRAINER
 from marljoint.run.errors import EnvFailure, RunError, RunInterrupted, WorkerFailure
 from marljoint.run.lock import RunLock
 from marljoint.run.loop import RunLoop, StopRequests, write_curve
+from marljoint.run.ranks import agree
 from marljoint.run.rundir import (
     CHECKPOINT_DIR,
     CONFIG_FILE,
@@ -43,6 +46,9 @@ from marljoint.run.rundir import (
 from marljoint.run.spec import RunSpec, load_run_spec, read_config_file, resume_spec, write_config
 from marljoint.run.wandb_names import check_wandb_run
 from marljoint.trust import user_key
+
+if TYPE_CHECKING:
+    from marljoint.distributed.ranks import RankGroup
 
 # train_run with the names its callers use beside it (RunSpec, the run directory files, the checks), each defined in
 # the run module of its concern (spec, rundir, build, loop).
@@ -104,6 +110,7 @@ def train_run(
     stop_after: int | None = None,
     on_iteration: Callable[[dict[str, Any]], None] | None = None,
     trust_snapshot: bool = False,
+    ranks: RankGroup | None = None,
 ) -> RunResult:
     """Trains according to ``spec`` and writes the run directory.
 
@@ -128,6 +135,8 @@ def train_run(
         on_iteration: called with each iteration's metrics row.
         trust_snapshot: when resuming, restore an env snapshot signed by someone else (a run you received and
             trust; :mod:`marljoint.trust`). Without it, such a snapshot is refused before it is unpickled.
+        ranks: this process's rank of a data-parallel run (all call with the same arguments), or ``None``: rank 0
+            alone locks, reads, writes and prints, and every stop is agreed (:mod:`marljoint.run.ranks`).
 
     Returns:
         A :class:`RunResult`.
@@ -145,9 +154,11 @@ def train_run(
     """
     if not os.fspath(run_dir).strip():
         raise RunError("run_dir is empty, which would be the current directory; give the run directory to write")
-    with RunLock(run_dir):
+    if ranks is not None and not ranks.is_writer:
+        stream, progress = io.StringIO(), False  # the other ranks print nothing but errors
+    with contextlib.ExitStack() as held:
         return _train_locked(
-            spec, Path(run_dir), resume, force, progress, stream, stop_after, on_iteration, trust_snapshot
+            spec, Path(run_dir), resume, force, progress, stream, stop_after, on_iteration, trust_snapshot, ranks, held
         )
 
 
@@ -161,22 +172,24 @@ def _train_locked(
     stop_after: int | None,
     on_iteration: Callable[[dict[str, Any]], None] | None,
     trust_snapshot: bool,
+    ranks: RankGroup | None,
+    held: contextlib.ExitStack,
 ) -> RunResult:
-    """:func:`train_run` once the run directory is locked."""
+    """:func:`train_run` once the run directory is locked (by rank 0, into ``held``)."""
     stream = stream if stream is not None else sys.stderr
     started = time.perf_counter()
-    checkpoint = check_run_dir(run_dir, resume, force)
-    user_key()  # signs config.toml and checks snapshots: a key that cannot be trusted is refused first, as itself
-    check_wandb_run(spec.wandb_project, run_dir)  # W&B would refuse a bad name only once the run is built
-    if not resume:  # a resumed run already trained with its sizes
-        check_minibatch(spec.trainer)
-    check_memory(spec, stream if progress else None)
-    env = make_env(spec)
+
+    def prepare() -> dict[str, Any] | None:
+        held.enter_context(RunLock(run_dir))
+        return _prepare(spec, run_dir, resume, force, stream if progress else None)
+
+    checkpoint = agree(ranks, prepare)
+    env = make_env(spec, ranks=ranks) if ranks is not None else make_env(spec)
     try:
-        trainer = build_trainer(spec, env)
-        loop = RunLoop(spec, run_dir, trainer, stream, progress, resume, force)
+        trainer = build_trainer(spec, env, ranks=ranks) if ranks is not None else build_trainer(spec, env)
+        loop = RunLoop(spec, run_dir, trainer, stream, progress, resume, force, ranks=ranks)
         if checkpoint is not None:
-            restored = restore_state(trainer, checkpoint, stream, run_dir, trust_snapshot)
+            restored = _restore(trainer, checkpoint, stream, run_dir, trust_snapshot, ranks)
             loop.clock_offset, loop.agent_steps, loop.env_state_saved = restored
             loop.best_eval = float(checkpoint["run"].get("best_eval_return", -math.inf))
             loop.tracker.restore(checkpoint["run"])
@@ -189,9 +202,38 @@ def _train_locked(
                 raise
     finally:
         env.close()
-    with writing(run_path(run_dir, CURVE_FILE)):  # matplotlib would write through a link there
-        write_curve(run_dir, stream, progress)
+    if ranks is None or ranks.is_writer:
+        with writing(run_path(run_dir, CURVE_FILE)):  # matplotlib would write through a link there
+            write_curve(run_dir, stream, progress)
     say(stream, progress, f"done: {trainer.iteration} iterations, {trainer.env_steps:,} env steps, run in {run_dir}")
     final = sum(loop.recent) / len(loop.recent) if loop.recent else math.nan
     seconds = time.perf_counter() - started
     return RunResult(run_dir, trainer.iteration, trainer.env_steps, seconds, final, loop.env_state_saved)
+
+
+def _prepare(spec: RunSpec, run_dir: Path, resume: bool, force: bool, stream: TextIO | None) -> dict[str, Any] | None:
+    """The checks before anything is built (rank 0's, under the lock); returns the checkpoint to resume from."""
+    checkpoint = check_run_dir(run_dir, resume, force)
+    user_key()  # signs config.toml and checks snapshots: a key that cannot be trusted is refused first, as itself
+    check_wandb_run(spec.wandb_project, run_dir)  # W&B would refuse a bad name only once the run is built
+    if not resume:  # a resumed run already trained with its sizes
+        check_minibatch(spec.trainer)
+    check_memory(spec, stream)
+    return checkpoint
+
+
+def _restore(
+    trainer: Any,
+    checkpoint: dict[str, Any],
+    stream: TextIO,
+    run_dir: Path,
+    trust_snapshot: bool,
+    ranks: RankGroup | None,
+) -> tuple[float, int, bool]:
+    """:func:`restore_state` on every rank: rank 0 first, checking the snapshot's signature with this user's key;
+    the other ranks then restore the same snapshot (broadcast by rank 0, which vouched for it) without a key of
+    their own: their machines may hold another."""
+    restored = agree(ranks, lambda: restore_state(trainer, checkpoint, stream, run_dir, trust_snapshot))
+    if ranks is not None and not ranks.is_writer:
+        restore_state(trainer, checkpoint, stream, run_dir, True)
+    return restored

@@ -18,6 +18,7 @@ from marljoint.env.spaces import JointSpec
 from marljoint.offpolicy.config import OffPolicyConfig, sac_config
 from marljoint.offpolicy.replay import JointTransitions
 from marljoint.offpolicy.sac import SacAlgorithm
+from marljoint.offpolicy.sac_networks import member_parameter_sets
 from marljoint.offpolicy.value import flat_obs
 from marljoint.policies.optim import clip_member_grads_
 
@@ -54,8 +55,12 @@ class CentralisedActorCritic:
     """MASAC or MADDPG (:class:`~marljoint.offpolicy.sac.SacAlgorithm`) as an
     :class:`~marljoint.offpolicy.OffPolicyAlgorithm`.
 
-    Every agent's flat observation is padded with zeros to the largest; the critics' global state is the N padded
-    observations concatenated. An agent's rows enter the losses where it decided (present, and in a turn-based
+    Each agent's actor reads its own flat observation, unpadded: agents of one observation width (every agent of
+    an agent group, and groups of equal widths together) share one stacked actor of that width
+    (:class:`~marljoint.offpolicy.sac_networks.OffPolicyActor`, or one per width,
+    :class:`~marljoint.offpolicy.sac_networks.GroupedActor`). The critics' global state is every agent's own flat
+    observation concatenated in agent order (``state_dim`` = the sum of the widths); each agent's critic reads it
+    with the joint action. An agent's rows enter the losses where it decided (present, and in a turn-based
     game on its turn), and each of its transitions runs from one of its decisions to the next
     (:attr:`credits_own_moves`: the trainer builds them from each rollout by
     :func:`~marljoint.offpolicy.transitions.rollout_moves`): its reward is everything it received in between,
@@ -83,14 +88,22 @@ class CentralisedActorCritic:
     def __init__(self, spec: JointSpec, config: OffPolicyConfig, seed: int) -> None:
         self.spec, self.config = spec, config
         self.sac_config = sac_config(config)
-        self.obs_dim = max(group.observation.size for group in spec.groups)
+        self.obs_dims = tuple(layout.size for layout in spec.observations)
+        """Each agent's flat observation width, in agent order."""
+        self.state_dim = sum(self.obs_dims)
+        """The critics' global state width: every agent's observation, concatenated."""
+        starts = np.cumsum((0, *self.obs_dims))
+        self._columns = [
+            torch.tensor([k for i in group.agent_indices for k in range(starts[i], starts[i + 1])])
+            for group in spec.groups
+        ]
         space = _action_space(spec, config.algorithm)
         self.discrete = isinstance(space, gymnasium.spaces.Discrete)
         self.sac = SacAlgorithm(
             self.sac_config,
             num_agents=spec.num_agents,
-            obs_dim=self.obs_dim,
-            state_dim=spec.num_agents * self.obs_dim,
+            obs_dim=self.obs_dims,
+            state_dim=self.state_dim,
             action_space=space,
             seed=seed,
         )
@@ -107,18 +120,20 @@ class CentralisedActorCritic:
 
     def clip_grads(self, network: nn.Module, max_norm: float) -> float:
         """Clips each agent's gradient in ``network`` to ``max_norm`` on its own (its parameters have the agent
-        axis first); the largest agent's norm before clipping (0 where the network got no gradient)."""
-        if all(p.grad is None for p in network.parameters()):
+        axis first; an actor of several observation widths has one such set per width); the largest agent's norm
+        before clipping (0 where the network got no gradient)."""
+        sets = [params for params in member_parameter_sets(network) if any(p.grad is not None for p in params)]
+        if not sets:
             return 0.0
-        return float(clip_member_grads_(network.parameters(), max_norm).max())
+        return max(float(clip_member_grads_(params, max_norm).max()) for params in sets)
 
-    def _agents_obs(self, per_group: Sequence[Any]) -> torch.Tensor:
-        """Per group ``[B, n_g, ...]`` → ``[B, N, obs_dim]`` float32 in agent order, zero-padded."""
+    def _joint_obs(self, per_group: Sequence[Any]) -> torch.Tensor:
+        """Per group ``[B, n_g, ...]`` → ``[B, ΣF]`` float32: every agent's own flat observation, concatenated in
+        agent order (no padding)."""
         rows = per_group[0].shape[0]
-        out = torch.zeros(rows, self.spec.num_agents, self.obs_dim)
-        for group, obs in zip(self.spec.groups, per_group):
-            flat = flat_obs(obs)
-            out[:, list(group.agent_indices), : flat.shape[-1]] = flat
+        out = torch.empty(rows, self.state_dim)
+        for columns, obs in zip(self._columns, per_group):
+            out[:, columns] = flat_obs(obs).reshape(rows, -1)
         return out
 
     @torch.no_grad()
@@ -128,7 +143,7 @@ class CentralisedActorCritic:
         """Per group ``[E, n_g]`` int64 (Discrete) or ``[E, n_g, D]`` float32 (Box) actions: sampled, copy e's noise
         from ``generators[e]``, or greedy (the mean action, the most likely legal one); Discrete agents choose among
         the legal actions of ``obs.action_masks``."""
-        x = self._agents_obs(obs.obs)
+        x = self._joint_obs(obs.obs)
         has_masks = self.discrete and any(mask is not None for mask in obs.action_masks)
         masks = self._agents_masks(obs.action_masks, x.shape[0]) if has_masks else None
         if greedy:
@@ -145,15 +160,15 @@ class CentralisedActorCritic:
 
     def batch(self, transitions: JointTransitions) -> dict[str, torch.Tensor]:
         """The :mod:`~marljoint.offpolicy.sac` batch layout of sampled transitions."""
-        obs, next_obs = self._agents_obs(transitions.obs), self._agents_obs(transitions.next_obs)
+        obs, next_obs = self._joint_obs(transitions.obs), self._joint_obs(transitions.next_obs)
         rows = obs.shape[0]
         out = {
             "obs": obs,
-            "state": obs.reshape(rows, -1),
+            "state": obs,
             "actions": transitions.actions,
             "rewards": transitions.rewards.float(),
             "next_obs": next_obs,
-            "next_state": next_obs.reshape(rows, -1),
+            "next_state": next_obs,
             "terminated": transitions.terminated,
             "truncated": transitions.truncated,
             "alive": transitions.deciding,

@@ -11,13 +11,15 @@ The batch (a dict of tensors, B transitions of N agents in ``possible_agents`` o
 =================  ==============================  ==========================================================
 key                shape                           meaning
 =================  ==============================  ==========================================================
-``obs``            ``[B, N, obs_dim]`` float       each agent's observation
+``obs``            ``[B, F_0 + … + F_{N-1}]``      every agent's own flat observation, concatenated in agent
+                   float, or ``[B, N, F]``         order (no padding); where every agent's width is F, also
+                                                   ``[B, N, F]``
 ``state``          ``[B, state_dim]`` float        the global state (the concatenated observations where the
                                                    env has none)
 ``actions``        ``[B, N]`` long (Discrete),     the actions taken (in the space's bounds for a Box)
                    ``[B, N, D]`` float (Box)
 ``rewards``        ``[B, N]`` float                each agent's reward
-``next_obs``       ``[B, N, obs_dim]``             the observation after the step (the final one before an
+``next_obs``       as ``obs``                      the observations after the step (the final one before an
                                                    auto-reset)
 ``next_state``     ``[B, state_dim]``              the global state after the step
 ``terminated``     ``[B]`` or ``[B, N]`` bool      the episode (or the agent) ended: no bootstrap
@@ -53,7 +55,7 @@ from torch.func import functional_call
 from marljoint.auxiliary import AuxOutput
 from marljoint.collect.settings import SHARED_DEFAULTS
 from marljoint.offpolicy.defaults import OFFPOLICY_DEFAULTS, SAC_DEFAULTS
-from marljoint.offpolicy.sac_networks import CentralCritic, OffPolicyActor, Temperature
+from marljoint.offpolicy.sac_networks import CentralCritic, Temperature, build_actor
 from marljoint.policies.distributions import (
     gumbel_softmax_straight_through,
     legal_actions,
@@ -310,20 +312,42 @@ class _Spaces:
     """The sizes an algorithm was built for, and the action space's bounds."""
 
     num_agents: int
-    obs_dim: int
+    obs_dims: tuple[int, ...]
     state_dim: int
     discrete: bool
     action_size: int
     center: torch.Tensor | None
     half_range: torch.Tensor | None
 
+    @property
+    def width(self) -> int | None:
+        """Every agent's observation width where they share one, else None."""
+        return self.obs_dims[0] if len(set(self.obs_dims)) == 1 else None
+
+
+def _positive_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+
+def _obs_dims(num_agents: int, obs_dim: Any) -> tuple[int, ...]:
+    """Each agent's observation width, from one width for all (an int) or one per agent (a sequence)."""
+    if _positive_int(obs_dim):
+        return (obs_dim,) * num_agents
+    if isinstance(obs_dim, Sequence) and len(obs_dim) == num_agents and all(_positive_int(d) for d in obs_dim):
+        return tuple(obs_dim)
+    raise ValueError(
+        f"obs_dim={obs_dim!r} must be a positive int (every agent's width) or {num_agents} positive ints (each "
+        "agent's own width, in agent order)"
+    )
+
 
 def _spaces(num_agents: Any, obs_dim: Any, state_dim: Any, action_space: Any) -> _Spaces:
-    for name, value in (("num_agents", num_agents), ("obs_dim", obs_dim), ("state_dim", state_dim)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+    for name, value in (("num_agents", num_agents), ("state_dim", state_dim)):
+        if not _positive_int(value):
             raise ValueError(f"{name}={value!r} must be a positive int")
+    obs_dims = _obs_dims(num_agents, obs_dim)
     if isinstance(action_space, gymnasium.spaces.Discrete):
-        return _Spaces(num_agents, obs_dim, state_dim, True, int(action_space.n), None, None)
+        return _Spaces(num_agents, obs_dims, state_dim, True, int(action_space.n), None, None)
     if not isinstance(action_space, gymnasium.spaces.Box):
         raise TypeError(
             f"action_space must be a gymnasium Discrete or Box space, got {type(action_space).__name__}; "
@@ -337,7 +361,7 @@ def _spaces(num_agents: Any, obs_dim: Any, state_dim: Any, action_space: Any) ->
         )
     center = torch.as_tensor((high + low) / 2, dtype=torch.float32)
     half = torch.as_tensor((high - low) / 2, dtype=torch.float32)
-    return _Spaces(num_agents, obs_dim, state_dim, False, low.shape[0], center, half)
+    return _Spaces(num_agents, obs_dims, state_dim, False, low.shape[0], center, half)
 
 
 def _expect_shape(batch: Mapping[str, torch.Tensor], key: str, shapes: Sequence[tuple[int, ...]]) -> torch.Tensor:
@@ -358,9 +382,12 @@ def _read_batch(batch: Mapping[str, torch.Tensor], spaces: _Spaces) -> dict[str,
     b = batch["obs"].shape[0] if isinstance(batch["obs"], torch.Tensor) else 0
     n, a = spaces.num_agents, spaces.action_size
     action_shape = (b, n) if spaces.discrete else (b, n, a)
+    obs_shapes = [(b, sum(spaces.obs_dims))]
+    if spaces.width is not None:
+        obs_shapes.insert(0, (b, n, spaces.width))
     shapes = {
-        "obs": [(b, n, spaces.obs_dim)],
-        "next_obs": [(b, n, spaces.obs_dim)],
+        "obs": obs_shapes,
+        "next_obs": obs_shapes,
         "state": [(b, spaces.state_dim)],
         "next_state": [(b, spaces.state_dim)],
         "actions": [action_shape],
@@ -374,12 +401,35 @@ def _read_batch(batch: Mapping[str, torch.Tensor], spaces: _Spaces) -> dict[str,
         "next_masks": [(b, n, a)],
     }
     out = {key: _expect_shape(batch, key, shapes[key]) for key in shapes if key in batch}
+    out["obs"], out["next_obs"] = _actor_input(out["obs"], spaces), _actor_input(out["next_obs"], spaces)
     for key in ("terminated", "alive", "next_alive", "next_acting", "masks", "next_masks"):
         if key in out:
             out[key] = out[key].bool()
     if spaces.discrete:
         out["actions"] = out["actions"].long()
     return out
+
+
+def _actor_input(obs: torch.Tensor, spaces: _Spaces) -> torch.Tensor:
+    """Shape-checked observations in the layout the actor reads: ``[B, N, F]`` where every agent's width is F
+    (:class:`~marljoint.offpolicy.sac_networks.OffPolicyActor`), else ``[B, ΣF]``
+    (:class:`~marljoint.offpolicy.sac_networks.GroupedActor`)."""
+    if spaces.width is None:
+        return obs
+    return obs.reshape(obs.shape[0], spaces.num_agents, spaces.width)
+
+
+def _check_act_obs(obs: Any, spaces: _Spaces) -> None:
+    """Refuses observations :meth:`SacAlgorithm.act` and :meth:`SacAlgorithm.features` cannot read."""
+    if not isinstance(obs, torch.Tensor):
+        raise TypeError(f"obs must be a torch.Tensor, got {type(obs).__name__}")
+    shapes = [(sum(spaces.obs_dims),)] + ([] if spaces.width is None else [(spaces.num_agents, spaces.width)])
+    if obs.dim() < 2 or tuple(obs.shape[1:]) not in shapes:
+        expected = " or ".join(str(["E", *s]) for s in shapes)
+        raise ValueError(
+            f"obs of shape {list(obs.shape)} do not fit agents of observation widths {list(spaces.obs_dims)}: "
+            f"expected {expected} (each agent's own flat observation, concatenated in agent order, unpadded)"
+        )
 
 
 def _check_act_masks(masks: Any, obs: torch.Tensor, spaces: _Spaces) -> None:
@@ -389,7 +439,7 @@ def _check_act_masks(masks: Any, obs: torch.Tensor, spaces: _Spaces) -> None:
     if not isinstance(masks, torch.Tensor) or masks.dtype != torch.bool:
         what = masks.dtype if isinstance(masks, torch.Tensor) else type(masks).__name__
         raise TypeError(f"masks must be a bool tensor (True = legal), got {what}; pass masks.bool()")
-    expected = (*obs.shape[:2], spaces.action_size)
+    expected = (obs.shape[0], spaces.num_agents, spaces.action_size)
     if tuple(masks.shape) != expected:
         raise ValueError(
             f"masks of shape {list(masks.shape)} do not match the observations: expected {list(expected)} "
@@ -447,7 +497,10 @@ class SacAlgorithm(nn.Module):
     Args:
         config: the settings.
         num_agents: N.
-        obs_dim: the flat observation size (shared by the agents; pad smaller ones).
+        obs_dim: the flat observation width: one int for all agents, or each agent's own (N ints, in agent
+            order). Agents of one width share a stacked actor; agents whose widths differ get one stacked actor per
+            width (:class:`~marljoint.offpolicy.sac_networks.GroupedActor`), reading their own unpadded
+            observations.
         state_dim: the global state size.
         action_space: every agent's action space: ``gymnasium.spaces.Box`` (one-dimensional, finite bounds) or
             ``gymnasium.spaces.Discrete``.
@@ -455,7 +508,8 @@ class SacAlgorithm(nn.Module):
 
     Raises:
         TypeError: for a config that is not a :class:`SacConfig`, or an unsupported action space.
-        ValueError: for non-positive sizes or an unbounded Box.
+        ValueError: for non-positive sizes, ``obs_dim`` of another length than ``num_agents``, or an unbounded
+            Box.
 
     Example:
         >>> import gymnasium, torch
@@ -463,6 +517,10 @@ class SacAlgorithm(nn.Module):
         ...                     action_space=gymnasium.spaces.Box(-2.0, 2.0, (1,)))
         >>> algo.act(torch.zeros(5, 2, 3), explore=True, generator=torch.Generator().manual_seed(0)).shape
         torch.Size([5, 2, 1])
+        >>> mixed = SacAlgorithm(SacConfig(), num_agents=2, obs_dim=(3, 7), state_dim=10,
+        ...                      action_space=gymnasium.spaces.Discrete(4))
+        >>> mixed.act(torch.zeros(5, 10), explore=False).shape
+        torch.Size([5, 2])
         >>> [name for name, _ in algo.networks()]
         ['actor', 'critic', 'temperature']
     """
@@ -472,7 +530,7 @@ class SacAlgorithm(nn.Module):
         config: SacConfig,
         *,
         num_agents: int,
-        obs_dim: int,
+        obs_dim: int | Sequence[int],
         state_dim: int,
         action_space: gymnasium.spaces.Space,
         seed: int = 0,
@@ -489,9 +547,7 @@ class SacAlgorithm(nn.Module):
         self.discrete_sac = spaces.discrete and self.masac
         kind = _actor_kind(config.variant, spaces.discrete)
         share = config.share_parameters
-        self.actor = OffPolicyActor(
-            kind, num_agents, obs_dim, spaces.action_size, config.hidden_sizes, share, generator=init
-        )
+        self.actor = build_actor(kind, spaces.obs_dims, spaces.action_size, config.hidden_sizes, share, generator=init)
         critic_in = state_dim + num_agents * spaces.action_size
         critic_out = spaces.action_size if self.discrete_sac else 1
         twins = 2 if self.masac else 1
@@ -531,12 +587,13 @@ class SacAlgorithm(nn.Module):
         """The actors' encoder features, the input of cross-agent auxiliary losses (e.g. ``RedundancyPenalty``).
 
         Args:
-            obs: ``[B, N, obs_dim]``.
+            obs: ``[B, ΣF]`` (or ``[B, N, F]``), as the batch's ``obs``.
 
         Returns:
             per agent, ``[B, d]``.
         """
-        return list(self.actor.features(obs).unbind(1))
+        _check_act_obs(obs, self.spaces)
+        return list(self.actor.features(_actor_input(obs, self.spaces)).unbind(1))
 
     def get_extra_state(self) -> dict[str, Any]:
         return {"loss_calls": self.loss_calls, "generator": self.generator.get_state()}
@@ -557,7 +614,7 @@ class SacAlgorithm(nn.Module):
         """The agents' actions.
 
         Args:
-            obs: ``[E, N, obs_dim]``.
+            obs: ``[E, ΣF]`` (or ``[E, N, F]``), as the batch's ``obs``.
             masks: ``[E, N, A]`` bool legal actions (Discrete), or ``None``: all legal. A row that allows nothing
                 counts every action legal (:func:`~marljoint.policies.distributions.legal_actions`).
             explore: sample (True), or act greedily (False: the mean action, or the most likely legal one).
@@ -567,17 +624,19 @@ class SacAlgorithm(nn.Module):
             ``[E, N]`` long (Discrete) or ``[E, N, D]`` float within the Box's bounds.
 
         Raises:
-            TypeError: ``explore=True`` without a ``torch.Generator``; masks that are not a bool tensor.
-            ValueError: masks for Box actions, or masks of another shape than ``[E, N, A]``.
+            TypeError: ``explore=True`` without a ``torch.Generator``; obs or masks that are not (bool) tensors.
+            ValueError: obs of another shape than the batch's ``obs`` (e.g. padded to the largest width), masks
+                for Box actions, or masks of another shape than ``[E, N, A]``.
         """
         if explore and not isinstance(generator, torch.Generator):
             raise TypeError(
                 f"act(explore=True) needs a torch.Generator, got {type(generator).__name__}; marljoint never draws "
                 "from torch's global generator. Pass e.g. generator=torch.Generator().manual_seed(seed)."
             )
+        _check_act_obs(obs, self.spaces)
         if masks is not None:
             _check_act_masks(masks, obs, self.spaces)
-        head, _ = self.actor(obs)
+        head, _ = self.actor(_actor_input(obs, self.spaces))
         if self.spaces.discrete:
             if explore:
                 return gumbel_softmax_straight_through(head, masks, generator).argmax(-1)

@@ -42,7 +42,8 @@ def test_the_stored_moves_carry_the_legal_actions_they_were_chosen_from(algorith
     assert first.any() and second.any()
     assert (batch["masks"][first, 0] == torch.tensor([True, True, False])).all()
     # player_1 may not repeat player_0's move.
-    played_one = batch["obs"][second, 1, 3] == 1.0
+    obs = batch["obs"].unflatten(1, (2, -1))  # both players' observations, concatenated: one width
+    played_one = obs[second, 1, 3] == 1.0
     expected = torch.where(played_one[:, None], torch.tensor([True, False, True]), torch.tensor([False, True, True]))
     assert torch.equal(batch["masks"][second, 1], expected)
 

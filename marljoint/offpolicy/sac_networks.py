@@ -173,7 +173,6 @@ class GroupedActor(nn.Module):
         super().__init__()
         widths = list(dict.fromkeys(obs_dims))
         self.agent_indices = tuple(tuple(i for i, d in enumerate(obs_dims) if d == w) for w in widths)
-        self.obs_dims = tuple(obs_dims)
         self.groups = nn.ModuleList(
             OffPolicyActor(kind, len(agents), w, action_size, hidden_sizes, share_parameters, generator=generator)
             for w, agents in zip(widths, self.agent_indices)

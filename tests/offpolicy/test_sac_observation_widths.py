@@ -2,6 +2,7 @@
 observation, critics on the unpadded concatenation, replay storage at the real widths, per-agent clipping,
 save/load."""
 
+import functools
 import math
 
 import gymnasium
@@ -9,10 +10,12 @@ import pytest
 import torch
 
 from marljoint import PettingZooJointEnv
+from marljoint.env import SubprocessJointEnv
 from marljoint.offpolicy import CentralisedActorCritic, OffPolicyConfig, OffPolicyTrainer, SacAlgorithm, SacConfig
 from marljoint.offpolicy.sac_networks import GroupedActor
 from marljoint.run import memory
 
+from ._backends import assert_gives_the_in_process_run
 from ._helpers import TINY
 from ._widths import ACTIONS, WidthsEnv
 
@@ -158,3 +161,11 @@ def test_actions_spaces_that_differ_across_groups_are_still_refused():
 def test_observation_widths_must_be_positive_and_one_per_agent(obs_dim):
     with pytest.raises(ValueError, match=r"obs_dim=.* must be a positive int \(every agent's width\) or 3"):
         SacAlgorithm(SacConfig(), num_agents=3, obs_dim=obs_dim, state_dim=STATE, action_space=DISCRETE)
+
+
+def test_subprocess_workers_act_on_the_unpadded_observations_as_this_process_does():
+    assert_gives_the_in_process_run(
+        "masac",
+        lambda env_fn, num_envs, seed: SubprocessJointEnv(env_fn, num_envs, num_workers=2, seed=seed),
+        env_fn=functools.partial(WidthsEnv, WIDTHS),
+    )

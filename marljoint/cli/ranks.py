@@ -96,7 +96,10 @@ def train_rank(args: argparse.Namespace, options: dict[str, Any], new_spec: Call
             "no --out, so the restart cannot find the run to continue: give --out DIR"
         )
     timeout = args.rank_timeout if args.rank_timeout is not None else DEFAULT_TIMEOUT_S
-    group = RankGroup.from_environment(device=_device(args, options, new_spec), timeout_s=timeout)
+    device = _device(args, options, new_spec)
+    if restarted:
+        _join_restarted(device, timeout)
+    group = RankGroup.from_environment(device=device, timeout_s=timeout)
     try:
         spec, out, resume, force = agree(group, lambda: _writer_spec(args, options, new_spec, restarted, world))
         result = train_run(
@@ -160,6 +163,28 @@ def _device(args: argparse.Namespace, options: dict[str, Any], new_spec: Callabl
         return str(new_spec(quiet, options).trainer.device)
     except Exception:  # rank 0 reads the settings again and reports what is wrong with them
         return "cpu"
+
+
+def _join_restarted(device: str, timeout_s: float) -> None:
+    """Joins the process group of an elastic restart under a key prefix of its own: torchrun's agent keeps one
+    store for every attempt, where gloo would read the addresses the previous attempt's ranks left
+    (pytorch/pytorch#167288: "Connection refused" from a rank that no longer exists).
+    :meth:`~marljoint.distributed.ranks.RankGroup.from_environment` then finds the group joined."""
+    import datetime
+
+    import torch
+    import torch.distributed as dist
+
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True" or dist.is_initialized():
+        return
+    timeout = datetime.timedelta(seconds=timeout_s)
+    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False, timeout=timeout)
+    prefixed = dist.PrefixStore(f"/marljoint/attempt_{restart_count()}", store)
+    on_cuda = torch.device(device).type == "cuda"
+    if on_cuda:
+        torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    dist.init_process_group("nccl" if on_cuda else "gloo", store=prefixed, rank=rank, world_size=world, timeout=timeout)
 
 
 def quiet_rank_error(exc: BaseException) -> int | None:

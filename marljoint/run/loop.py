@@ -26,7 +26,7 @@ from marljoint.run.build import make_env, say
 from marljoint.run.episodes import play_episodes
 from marljoint.run.errors import EnvFailure, RunError, RunInterrupted, WorkerFailure
 from marljoint.run.lock import LOCK_FILE
-from marljoint.run.ranks import RankLost, RanksStopped, collective_failure, decide
+from marljoint.run.ranks import RankLost, RanksStopped, collective_failure, collective_reason, decide
 from marljoint.run.rundir import (
     CHECKPOINT_DIR,
     CONFIG_FILE,
@@ -306,7 +306,7 @@ class RunLoop:
             return RanksStopped(f"{exc}; {self._kept(last_saved)}")
         if not collective_failure(exc):
             return None
-        reason = " ".join(str(exc).split())[:200]
+        reason = collective_reason(exc)
         kept = (
             self._kept(last_saved) if self.writes else f"the checkpoint of iteration {last_saved} is the last good one"
         )

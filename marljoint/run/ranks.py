@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import re
 import signal
 import sys
 import uuid
@@ -32,9 +33,11 @@ __all__ = [
     "RankFailure",
     "RankLost",
     "RanksStopped",
+    "SHUTDOWN_SECONDS",
     "agree",
     "check_ranks",
     "collective_failure",
+    "collective_reason",
     "decide",
     "launch_ranks",
     "launched_ranks",
@@ -52,6 +55,11 @@ that failed first."""
 LAUNCHED_RANKS = "MARLJOINT_LAUNCHED_RANKS"
 """The environment variable ``marljoint train --ranks K`` sets to K in the ranks it starts (plain torchrun does
 not): such a rank leaves the report of a lost peer to the launcher."""
+
+SHUTDOWN_SECONDS = 60.0
+"""How long the launcher of ``--ranks K`` waits for its ranks to end after it forwards SIGINT or SIGTERM (they
+finish their iteration and checkpoint it) or after a rank failed, before it kills them with SIGKILL: a rank that
+hangs ends at most the process group's timeout plus this after the others last heard of it."""
 
 _CHECKPOINT_NAMES = "checkpoints"
 T = TypeVar("T")
@@ -176,6 +184,19 @@ def collective_failure(exc: BaseException) -> bool:
     return f"torch{os.sep}distributed{os.sep}" in tb.tb_frame.f_code.co_filename
 
 
+def collective_reason(exc: BaseException) -> str:
+    """The first sentence of a failed collective's message, without the source location gloo puts first.
+
+    Example:
+        >>> collective_reason(RuntimeError("[gloo/pair.cc:537] Read error [127.0.0.1]:8091: Connection reset by "
+        ...     "peer. This is typically caused by a remote worker hanging"))
+        'Read error [127.0.0.1]:8091: Connection reset by peer'
+    """
+    text = " ".join(str(exc).split())
+    text = re.sub(r"^\[[^\]]*\.(cc|cpp|h|hpp):\d+\]\s*", "", text)
+    return text.split(". ")[0].rstrip(".")[:160] or type(exc).__name__
+
+
 def agree(group: Any, decide_here: Callable[[], T]) -> T:
     """What rank 0 decides, on every rank: rank 0 calls ``decide_here`` and broadcasts its result, or the error it
     raised, which every rank then raises (the other ranks as :class:`RanksStopped`, without a line of their own:
@@ -245,8 +266,7 @@ def launch_ranks(argv: Sequence[str], ranks: int, run_dir: Path, timeout_s: floa
         argv: the command line of every rank (``train ... --out RUN_DIR``).
         ranks: K, the processes to start.
         run_dir: the run directory (for the message naming the last good checkpoint).
-        timeout_s: how long the launcher gives the ranks to stop after it forwards SIGINT or SIGTERM (they finish
-            their iteration and checkpoint it) before it kills them.
+        timeout_s: the process group's timeout (for the message only).
 
     Raises:
         RankFailure: a rank died (killed by a signal) or hung; naming it, how it ended and the last good
@@ -268,14 +288,14 @@ def launch_ranks(argv: Sequence[str], ranks: int, run_dir: Path, timeout_s: floa
         local_addr="127.0.0.1",
         max_restarts=0,
         monitor_interval=0.5,
-        shutdown_timeout=int(timeout_s),
+        shutdown_timeout=int(SHUTDOWN_SECONDS),
     )
     previous = os.environ.get(LAUNCHED_RANKS)
     os.environ[LAUNCHED_RANKS] = str(ranks)
     try:
         elastic_launch(config, sys.executable)("-m", "marljoint", *argv)
     except ChildFailedError as exc:
-        return _failed(exc.failures, ranks, run_dir)
+        return _failed(exc.failures, ranks, run_dir, timeout_s)
     except SignalException as exc:  # forwarded to the ranks, which stopped after their iteration (rank 0 said so)
         return 143 if exc.sigval == signal.SIGTERM else 130
     finally:
@@ -286,7 +306,7 @@ def launch_ranks(argv: Sequence[str], ranks: int, run_dir: Path, timeout_s: floa
     return 0
 
 
-def _failed(failures: Mapping[int, Any], ranks: int, run_dir: Path) -> int:
+def _failed(failures: Mapping[int, Any], ranks: int, run_dir: Path, timeout_s: float) -> int:
     """The exit status of a failed job, after one line naming the rank that failed first (:class:`RankFailure`)
     unless that rank reported its own error."""
     ended = sorted(
@@ -296,13 +316,14 @@ def _failed(failures: Mapping[int, Any], ranks: int, run_dir: Path) -> int:
     reported = [e for e in ended if e.exitcode > 0 and e.exitcode != PEER_LOST]
     if reported:  # it printed its one line (an error, a stop): the job ends with its status
         return reported[0].exitcode
-    raise RankFailure(_failure_line(ended, ranks, run_dir))
+    raise RankFailure(_failure_line(ended, ranks, run_dir, timeout_s))
 
 
-def _failure_line(ended: list[_Ended], ranks: int, run_dir: Path) -> str:
+def _failure_line(ended: list[_Ended], ranks: int, run_dir: Path, timeout_s: float) -> str:
     lost = [e for e in ended if e.exitcode == PEER_LOST]
     killed = [e for e in ended if e.exitcode < 0]
-    hung = [e for e in killed if lost and e.timestamp >= lost[0].timestamp and e.signal_name in ("SIGTERM", "SIGKILL")]
+    # The launcher ends a rank that outlives the others' timeout with SIGTERM, then SIGKILL: a rank that hung.
+    hung = [e for e in killed if lost and _after(e, lost[0])]
     culprit = next((e for e in killed if e.signal_name not in ("SIGTERM",) and e not in hung), None)
     culprit = culprit or next((e for e in killed if e not in hung), None)
     if culprit is not None:
@@ -310,11 +331,19 @@ def _failure_line(ended: list[_Ended], ranks: int, run_dir: Path) -> str:
     elif hung:
         what = (
             f"rank {hung[0].rank} (pid {hung[0].pid}) stopped responding: the other ranks waited the process "
-            "group's timeout (--rank-timeout) for it"
+            f"group's timeout ({timeout_s:g} s, --rank-timeout) for it"
         )
     else:
         what = f"ranks {[e.rank for e in ended]} lost contact with each other"
     return f"{what}, which ended the job of {ranks} ranks; {_last_good(run_dir, ranks)}"
+
+
+def _after(ended: _Ended, lost: _Ended) -> bool:
+    """Whether ``ended`` was ended by the launcher after ``lost`` gave up waiting for it (the records count whole
+    seconds: a SIGKILL in the same second is a kill from outside)."""
+    if ended.signal_name == "SIGTERM":
+        return ended.timestamp >= lost.timestamp
+    return ended.signal_name == "SIGKILL" and ended.timestamp > lost.timestamp
 
 
 def _last_good(run_dir: Path, ranks: int) -> str:

@@ -391,7 +391,13 @@ class MmdRegularizer:
             columns.append(magnet_kl(out.head, ref, policy.network_masks(k, batch.masks), network.action.nvec))
         rows = policy.agent_columns(columns)  # [B, N]
         kl = masked_mean(rows if batch.weights is None else rows * batch.weights, batch.valid)  # [N]
-        scale = advantage_scale(batch.advantages, batch.valid) if self.config.alpha_units == "advantage_std" else None
+        scale = None
+        if self.config.alpha_units == "advantage_std":  # over the whole minibatch, also on data-parallel ranks
+            whole = batch.minibatch_advantages is not None and batch.minibatch_valid is not None
+            scale = advantage_scale(
+                batch.minibatch_advantages if whole else batch.advantages,
+                batch.minibatch_valid if whole else batch.valid,
+            )
         self._kl_sum += float(kl.detach().sum())
         self._scale_sum += 1.0 if scale is None else float(scale.mean())
         self._kl_count += 1

@@ -19,7 +19,6 @@ from torch import nn
 
 from marljoint.auxiliary import AuxOutput
 from marljoint.collect.rollout import JointRollout
-from marljoint.distributed.ranks import RankGroup
 from marljoint.env.spaces import JointSpec
 from marljoint.policies import ActorCritic, BehaviourPolicy, clip_member_grads_
 from marljoint.policies.actor_critic import PolicyOutput
@@ -258,9 +257,9 @@ class Learner:
         units: each network with its optimizers, in the policy's network order.
         generator: the source of the minibatch shuffles (the trainer's generator).
         behaviour: what plays the rollouts in the policy's place (``None``: the policy itself), see :attr:`decoupled`.
-        ranks: the process group of a data-parallel run: every rank computes its share of each minibatch and the
-            gradients are summed over the ranks before clipping (:mod:`marljoint.ppo.sharded`); ``None``: one
-            process.
+        shards: on data-parallel ranks, how this rank takes part in each minibatch (a
+            :class:`~marljoint.ppo.sharded.RankShares`: its share of the rows, the gradients summed over the ranks
+            before clipping); ``None``: one process.
     """
 
     def __init__(
@@ -270,11 +269,11 @@ class Learner:
         units: Sequence[NetworkUnit],
         generator: torch.Generator,
         behaviour: BehaviourPolicy | None = None,
-        ranks: RankGroup | None = None,
+        shards: Any = None,
     ) -> None:
         self.config = config
-        self.ranks = ranks
-        """The process group of a data-parallel run, or ``None`` (one process)."""
+        self.shards = shards
+        """How this rank takes part in each minibatch on data-parallel ranks, or ``None`` (one process)."""
         self.joint_policy = policy
         self.spec = policy.spec
         self.device = policy.device
@@ -408,11 +407,14 @@ class Learner:
             else:  # this many of (nearly) equal size
                 minibatches = order.tensor_split(min(cfg.num_minibatches, units))
             for picked in minibatches[:count]:
-                loss = self._minibatch_loss(batch, picked, call_aux)
+                if self.shards is None:
+                    loss = self._minibatch_loss(batch, picked, call_aux)
+                else:
+                    loss = self.shards.minibatch_loss(self, batch, picked, call_aux)
                 if cfg.target_kl is not None and _too_far(loss.pg.approx_kl[active_on_device], cfg.target_kl):
                     # The policy already moved too far on these rows: stop before stepping on them.
                     return
-                totals.add(loss, self._step(loss, active_mask))
+                totals.add(*self._step(loss, active_mask))
 
     def _minibatch_shape(self, batch: _Batch) -> tuple[int, int]:
         """``(units, size)``: the update's rows (feed-forward) or sequence chunks (recurrent), and how many of them
@@ -457,50 +459,15 @@ class Learner:
             explained_var=ev,
             row_weights=None if row_weights is None else row_weights.reshape(rows, n).to(self.device),
         )
-        return batch if rollout.states is None else self._with_sequences(batch, rollout, carried)
+        if rollout.states is None:
+            return batch
+        return _with_sequences(batch, rollout, carried, self.config.ppo.chunk_length, self.device)
 
     def _row_weights(self, rollout: JointRollout, carried: int) -> torch.Tensor | None:
         """``[T', E, N]`` the regulariser's row weights of the extended rollout, or ``None`` (no regulariser, or one
         that weights no rows)."""
         weigh = getattr(self.regularizer, "row_weights", None)
         return None if weigh is None else weigh(rollout, carried)
-
-    def _with_sequences(self, batch: _Batch, rollout: JointRollout, carried: int) -> _Batch:
-        """A recurrent rollout's rows with the padding row appended and their sequence chunks; ``rollout`` is the
-        extended one, whose first ``carried`` steps are moves carried in (each replayed as a chunk of its own)."""
-        if rollout.states is None or rollout.starts is None:
-            raise ValueError("a recurrent update needs the rollout's states and starts; this rollout lacks them")
-        rows, n = batch.rows, self.spec.num_agents
-        length = self.config.ppo.chunk_length
-        chunks = chunk_rows(rollout.steps - carried, rollout.num_envs, length, self.device, carried)
-        if carried:  # the carried rows without a pending move (no agent trained there) make no chunk
-            used = torch.ones(len(chunks), dtype=torch.bool, device=self.device)
-            lead = carried * rollout.num_envs
-            used[:lead] = batch.valid[chunks[:lead, 0]].any(-1)
-            chunks = chunks[used]
-        seq = SequenceChunks(
-            rows=chunks,
-            length=self.config.ppo.chunk_length,
-            # The stored states come with the rollout, from wherever it acted; the replay runs on the learner's device.
-            states=[pad_row(s.reshape(rows, *s.shape[2:]).to(self.device)) for s in rollout.states],
-            starts=pad_row(rollout.starts.reshape(rows, n).to(self.device), True),
-            advance=pad_row((rollout.alive & rollout.acting).reshape(rows, n), False),
-        )
-        return _Batch(
-            rows=rows,
-            obs=[pad_row(o) for o in batch.obs],
-            actions=[pad_row(a) for a in batch.actions],
-            masks=[None if m is None else pad_row(m, True) for m in batch.masks],
-            alive=pad_row(batch.alive, False),
-            valid=pad_row(batch.valid, False),
-            log_probs=pad_row(batch.log_probs),
-            values=pad_row(batch.values),
-            advantages=pad_row(batch.advantages),
-            returns=pad_row(batch.returns),
-            explained_var=batch.explained_var,
-            sequences=seq,
-            row_weights=None if batch.row_weights is None else pad_row(batch.row_weights),
-        )
 
     def _replay(self, batch: _Batch, picked: torch.Tensor) -> tuple[torch.Tensor, list[PolicyOutput]]:
         """The networks on the ``picked`` rows (feed-forward) or chunks (recurrent, replayed from their stored
@@ -590,9 +557,10 @@ class Learner:
             )
         return _MinibatchLoss(joint, pg, vl, ent, aux)
 
-    def _step(self, loss: _MinibatchLoss, active_mask: torch.Tensor) -> dict[str, torch.Tensor]:
-        """One backward, then each network clipped and, when the loss and every gradient norm are finite, the
-        active agents' optimizers stepped; returns the ``"<part>/<network>"`` gradient norms before clipping.
+    def _step(self, loss: _MinibatchLoss, active_mask: torch.Tensor) -> tuple[_MinibatchLoss, dict[str, torch.Tensor]]:
+        """One backward (on data-parallel ranks, the gradients and loss terms then summed over the ranks), then each
+        network clipped and, when the loss and every gradient norm are finite, the active agents' optimizers
+        stepped; returns the minibatch's loss terms and the ``"<part>/<network>"`` gradient norms before clipping.
 
         Raises:
             DivergenceError: before any optimizer steps, when the loss or a gradient is not finite.
@@ -600,6 +568,9 @@ class Learner:
         for unit in self.units:
             unit.zero_grad()
         loss.joint.backward()
+        if self.shards is not None:
+            parameters = [p for unit in self.units for p in unit.actor_params + unit.critic_params]
+            loss = self.shards.reduce_(loss, parameters, self.config.ppo.target_kl is not None)
         norms_by_key = {}
         for unit in self.units:
             for part, norms in unit.clip(self.config.optim.max_grad_norm).items():
@@ -612,7 +583,7 @@ class Learner:
             unit.step(active_mask)
         for unit in self.units:
             unit.zero_grad()
-        return norms_by_key
+        return loss, norms_by_key
 
     def _divergence(self, loss: _MinibatchLoss, norms: dict[str, torch.Tensor]) -> DivergenceError:
         """The first culprit of a non-finite minibatch: a parameter (an earlier step overflowed it), a loss term of
@@ -646,6 +617,44 @@ class Learner:
                 for group in optimizer.param_groups:
                     group.setdefault("initial_lr", group["lr"])
                     group["lr"] = group["initial_lr"] * self.lr_scale
+
+
+def _with_sequences(batch: _Batch, rollout: JointRollout, carried: int, length: int, device: torch.device) -> _Batch:
+    """A recurrent rollout's rows with the padding row appended and their sequence chunks of ``length`` steps on
+    ``device``; ``rollout`` is the extended one, whose first ``carried`` steps are moves carried in (each replayed
+    as a chunk of its own)."""
+    if rollout.states is None or rollout.starts is None:
+        raise ValueError("a recurrent update needs the rollout's states and starts; this rollout lacks them")
+    rows, n = batch.rows, rollout.spec.num_agents
+    chunks = chunk_rows(rollout.steps - carried, rollout.num_envs, length, device, carried)
+    if carried:  # the carried rows without a pending move (no agent trained there) make no chunk
+        used = torch.ones(len(chunks), dtype=torch.bool, device=device)
+        lead = carried * rollout.num_envs
+        used[:lead] = batch.valid[chunks[:lead, 0]].any(-1)
+        chunks = chunks[used]
+    seq = SequenceChunks(
+        rows=chunks,
+        length=length,
+        # The stored states come with the rollout, from wherever it acted; the replay runs on the learner's device.
+        states=[pad_row(s.reshape(rows, *s.shape[2:]).to(device)) for s in rollout.states],
+        starts=pad_row(rollout.starts.reshape(rows, n).to(device), True),
+        advance=pad_row((rollout.alive & rollout.acting).reshape(rows, n), False),
+    )
+    return _Batch(
+        rows=rows,
+        obs=[pad_row(o) for o in batch.obs],
+        actions=[pad_row(a) for a in batch.actions],
+        masks=[None if m is None else pad_row(m, True) for m in batch.masks],
+        alive=pad_row(batch.alive, False),
+        valid=pad_row(batch.valid, False),
+        log_probs=pad_row(batch.log_probs),
+        values=pad_row(batch.values),
+        advantages=pad_row(batch.advantages),
+        returns=pad_row(batch.returns),
+        explained_var=batch.explained_var,
+        sequences=seq,
+        row_weights=None if batch.row_weights is None else pad_row(batch.row_weights),
+    )
 
 
 def _active_mask(spec: JointSpec, active: Sequence[bool] | torch.Tensor | None) -> torch.Tensor:

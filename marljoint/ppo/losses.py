@@ -35,18 +35,20 @@ class PolicyLossTerms(NamedTuple):
     approx_kl: torch.Tensor
 
 
-def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+def masked_mean(x: torch.Tensor, mask: torch.Tensor, count: torch.Tensor | None = None) -> torch.Tensor:
     """Mean over rows (dim 0) where ``mask`` holds, per column.
 
     Args:
         x: ``[B, N]``.
         mask: ``[B, N]`` bool or float weights.
+        count: ``[N]`` the denominators (≥ 1) in place of the weights' sums: a share of a larger batch's rows divided
+            by the larger batch's counts (data-parallel ranks), so that the shares' results sum to its mean.
 
     Returns:
         ``[N]``; 0 for columns with no valid row.
     """
     weights = mask.to(x.dtype)
-    return (x * weights).sum(0) / weights.sum(0).clamp_min(1.0)
+    return (x * weights).sum(0) / (weights.sum(0).clamp_min(1.0) if count is None else count)
 
 
 def normalize_advantages(advantages: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
@@ -72,6 +74,7 @@ def policy_loss(
     clip_range: float,
     mask: torch.Tensor,
     weights: torch.Tensor | None = None,
+    count: torch.Tensor | None = None,
 ) -> PolicyLossTerms:
     """PPO's clipped surrogate objective, per agent.
 
@@ -87,6 +90,7 @@ def policy_loss(
         mask: ``[B, N]`` bool, valid rows.
         weights: ``[B, N]`` weights of the rows' clipped surrogates (no gradient): the decoupled form's importance
             weights, a regulariser's row weights, or their product; ``None`` for plain PPO.
+        count: ``[N]`` the denominators of the means (:func:`masked_mean`), or ``None``: the valid rows.
 
     Returns:
         :class:`PolicyLossTerms` with ``[N]`` entries.
@@ -96,11 +100,11 @@ def policy_loss(
     surrogate = torch.min(advantages * ratio, advantages * ratio.clamp(1.0 - clip_range, 1.0 + clip_range))
     if weights is not None:
         surrogate = surrogate * weights
-    loss = -masked_mean(surrogate, mask)
+    loss = -masked_mean(surrogate, mask, count)
     with torch.no_grad():
         clipped = ((ratio - 1.0).abs() > clip_range).to(ratio.dtype)
-        clip_fraction = masked_mean(clipped, mask)
-        approx_kl = masked_mean((ratio - 1.0) - log_ratio, mask)
+        clip_fraction = masked_mean(clipped, mask, count)
+        approx_kl = masked_mean((ratio - 1.0) - log_ratio, mask, count)
     return PolicyLossTerms(loss, clip_fraction, approx_kl)
 
 
@@ -110,6 +114,7 @@ def value_loss(
     returns: torch.Tensor,
     clip_range_vf: float,
     mask: torch.Tensor,
+    count: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Value regression loss per agent: ``0.5 · (V − R)²``, or PPO's clipped form when ``clip_range_vf`` is finite.
 
@@ -119,6 +124,7 @@ def value_loss(
         returns: ``[B, N]`` targets.
         clip_range_vf: clip range of the value change; ``math.inf`` gives the plain squared error.
         mask: ``[B, N]`` bool, valid rows.
+        count: ``[N]`` the denominators of the mean (:func:`masked_mean`), or ``None``: the valid rows.
 
     Returns:
         ``[N]`` losses.
@@ -127,7 +133,7 @@ def value_loss(
     if math.isfinite(clip_range_vf):
         clipped = old_values + (values - old_values).clamp(-clip_range_vf, clip_range_vf)
         error = torch.max(error, (clipped - returns) ** 2)
-    return 0.5 * masked_mean(error, mask)
+    return 0.5 * masked_mean(error, mask, count)
 
 
 def explained_variance(predictions: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

@@ -33,7 +33,14 @@ class RegularizerBatch(NamedTuple):
         advantages: ``[B, N]`` the advantages the surrogate of the minibatch uses (normalised where the trainer
             normalises them); meaningful on the ``valid`` rows only.
         weights: ``[B, N]`` the row weights the regulariser's ``row_weights`` gave the
-            surrogate on these rows (a per-row term should carry them too), or ``None`` (every row weighs 1).
+            surrogate on these rows (a per-row term should carry them too), or ``None`` (every row weighs 1). On
+            data-parallel ranks (:mod:`marljoint.ppo.sharded`) they also carry each agent's share ``c_r / c`` of the
+            minibatch's valid rows, so that a mean over the rank's rows, weighted by them, sums over the ranks to
+            the mean over the whole minibatch.
+        minibatch_advantages: ``[M, N]`` the advantages of the whole minibatch when the batch is one rank's share of
+            it (for statistics of the whole minibatch, e.g. its standard deviation), or ``None``: the batch is the
+            whole minibatch.
+        minibatch_valid: ``[M, N]`` the valid rows of the whole minibatch, with :attr:`minibatch_advantages`.
     """
 
     policy: JointPolicy
@@ -44,6 +51,8 @@ class RegularizerBatch(NamedTuple):
     valid: torch.Tensor
     advantages: torch.Tensor
     weights: torch.Tensor | None = None
+    minibatch_advantages: torch.Tensor | None = None
+    minibatch_valid: torch.Tensor | None = None
 
 
 class PolicyRegularizer(Protocol):

@@ -48,6 +48,7 @@ from marljoint.ppo.divergence import DivergenceError
 from marljoint.ppo.learner import JointStats, Learner, NetworkUnit
 from marljoint.ppo.metrics import MetricKeys, iteration_metrics
 from marljoint.ppo.regularizer import PolicyRegularizer, RegularizerFactory
+from marljoint.ppo.sharded import RankShares
 from marljoint.threads import set_torch_threads
 
 __all__ = ["Iteration", "JointMultiAgentTrainer", "JointStats"]
@@ -163,11 +164,8 @@ class JointMultiAgentTrainer:
         regularizer: RegularizerFactory | None,
         ranks: RankGroup | None = None,
     ) -> None:
-        if ranks is None and config.ppo.num_envs != env.num_envs:
-            raise ValueError(
-                f"config.num_envs is {config.ppo.num_envs} but the env has {env.num_envs} copies; build the env with "
-                f"num_envs={config.ppo.num_envs}, or set num_envs={env.num_envs} in the config"
-            )
+        if ranks is None:  # with ranks, the env holds this rank's slice (checked by its collector)
+            _check_copies(env, config)
         config, acting = derive_acting_device(config, [u.policy for u in units])
         check_device_available(config.runtime.acting_device)
         derived = {**derived, **acting}
@@ -187,7 +185,7 @@ class JointMultiAgentTrainer:
         self.value_normalizer = RunningNormalizer(n, device=self.device) if config.ppo.value_normalization else None
         # Moves of the last rollout whose outcome lies in the next one (turn-based games), or None.
         self._pending: JointRollout | None = None
-        if config.network.centralized_critic:
+        if config.network.centralized_critic:  # refuses what a centralised critic cannot take (images)
             critic_input_size(self.spec)
         self.joint_policy = JointPolicy(
             self.spec,
@@ -203,9 +201,10 @@ class JointMultiAgentTrainer:
         :class:`~marljoint.policies.UniformMixture` with ``uniform_mix`` > 0, ``None`` (the policy itself) else."""
         self._acting_policy: JointPolicy | None = None
         self.ranks = ranks
-        """The process group of a data-parallel run (every rank plays its slice of the copies and computes its share
-        of every minibatch), or ``None``: one process."""
-        self.learner = Learner(config, self.joint_policy, units, self._generator, self.behaviour, ranks)
+        """The process group of a data-parallel run (each rank plays its slice of the copies and computes its share
+        of every minibatch: :mod:`marljoint.ppo.sharded`), or ``None``: one process."""
+        shares = None if ranks is None else RankShares(ranks)
+        self.learner = Learner(config, self.joint_policy, units, self._generator, self.behaviour, shares)
         """The optimizers and the one-backward update."""
         if regularizer is not None:
             self.learner.regularizer = regularizer(self.joint_policy, config)
@@ -430,14 +429,33 @@ class JointMultiAgentTrainer:
         The learner's :meth:`~marljoint.ppo.Learner.update`, where the arguments, the aux-loss call and the errors
         are described; ``rollout`` comes from :meth:`collect_rollout` (or is built by hand with the same shapes).
 
+        On data-parallel ranks every rank calls it with the same (whole) rollout; afterwards the ranks' parameters
+        are compared (:meth:`~marljoint.distributed.ranks.RankGroup.check_identical`).
+
         Raises:
             DivergenceError: a loss or gradient became non-finite (no optimizer stepped on it), or a parameter did;
                 it names the metric and the iteration in progress (:attr:`iteration` + 1).
+            RanksDiverged: on ranks, when a rank's parameters differ from rank 0's after the update.
         """
         try:
-            return self.learner.update(rollout, aux_fn, active)
+            stats = self.learner.update(rollout, aux_fn, active)
         except DivergenceError as exc:
             raise exc.at_iteration(self.iteration + 1) from None
+        if self.ranks is not None:
+            self.ranks.check_identical(self._named_weights(), "parameters", self.iteration + 1)
+        return stats
+
+    def _named_weights(self) -> dict[str, torch.Tensor]:
+        """Every network's parameters and buffers (observation statistics), named ``"<network>.<name>"``, and the
+        value normaliser's statistics."""
+        named = {}
+        for unit in self.learner.units:
+            network = "+".join(unit.network_names)
+            named.update({f"{network}.{name}": value for name, value in unit.policy.state_dict().items()})
+        if self.value_normalizer is not None:
+            normalizer = self.value_normalizer.state_dict()
+            named.update({f"value_normalizer.{k}": v for k, v in normalizer.items() if isinstance(v, torch.Tensor)})
+        return named
 
     def set_learning_rate_scale(self, scale: float) -> None:
         """Sets every optimizer's learning rate to ``scale ×`` its own initial value (see
@@ -570,6 +588,15 @@ class JointMultiAgentTrainer:
         if self.learner.regularizer is not None:
             metrics.update(self.learner.regularizer.metrics())
         return metrics
+
+
+def _check_copies(env: JointEnv, config: JointTrainerConfig) -> None:
+    """Refuses (ValueError) an env with another number of copies than ``config.num_envs``."""
+    if config.ppo.num_envs != env.num_envs:
+        raise ValueError(
+            f"config.num_envs is {config.ppo.num_envs} but the env has {env.num_envs} copies; build the env with "
+            f"num_envs={config.ppo.num_envs}, or set num_envs={env.num_envs} in the config"
+        )
 
 
 def _collector(env: JointEnv, config: JointTrainerConfig, ranks: RankGroup | None) -> Collector:

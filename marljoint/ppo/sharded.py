@@ -1,0 +1,198 @@
+"""The PPO update on data-parallel ranks: every rank computes its share of each minibatch's rows, and the gradients
+summed over the ranks are the one-process gradient.
+
+Every rank holds the whole rollout (:class:`~marljoint.collect.ranks.RankCollector`), so it computes GAE, the value
+normaliser's update, the explained variance, the proximal log-probs of a decoupled update, the observation
+statistics and the minibatch permutation exactly as one process does (global statistics with no communication).
+Then, per minibatch of ``m`` units (rows, or sequence chunks of a recurrent policy):
+
+- rank r takes units ``row_shares(m, K)[r]`` (contiguous, rank order; :func:`~marljoint.distributed.ranks.row_shares`);
+- advantage normalisation uses the whole minibatch's statistics (computed from the rows every rank holds);
+- every per-agent mean of the loss (surrogate, value loss, entropy, a regulariser's KL, the diagnostics) is taken over
+  the rank's rows and multiplied by ``c_r / c``, the agent's valid rows on the rank over those of the minibatch, so
+  the per-rank terms SUM over the ranks to the one-process term (masked rows counted globally);
+- a cross-agent auxiliary loss (the redundancy penalty) sees every row's features in one-process order, gathered
+  with a differentiable all-gather (:meth:`~marljoint.distributed.ranks.RankGroup.gather_rows`): every rank computes
+  the same loss and keeps the gradient of its own rows, so it enters the summed gradient once;
+- one backward; every parameter's gradient and the minibatch's loss terms are summed over the ranks in ONE
+  all-reduce (one flat buffer); then the one-process per-network clipping, divergence check and optimizer steps run
+  on identical numbers on every rank, so the parameters stay bitwise identical across ranks;
+- with ``target_kl``, the approximate KL is summed over the ranks before the early-stop decision, so every rank
+  stops at the same minibatch.
+
+The result equals one process's update up to float rounding (sums taken in another order); the metrics are the
+one-process metrics, except a regulariser's own metrics (``mmd/kl``), which are those of rank 0's rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+from marljoint.auxiliary import AuxOutput
+from marljoint.distributed.ranks import RankGroup, row_shares
+from marljoint.ppo.learner import _Batch, _MinibatchLoss
+from marljoint.ppo.losses import PolicyLossTerms, masked_mean, normalize_advantages, policy_loss, value_loss
+from marljoint.ppo.regularizer import RegularizerBatch
+
+__all__ = ["RankShares"]
+
+
+class RankShares:
+    """How one rank takes part in each minibatch of the learner's update (see the module docstring).
+
+    Args:
+        ranks: the run's process group.
+    """
+
+    def __init__(self, ranks: RankGroup) -> None:
+        self.ranks = ranks
+
+    def minibatch_loss(
+        self,
+        learner: Any,
+        batch: _Batch,
+        picked: torch.Tensor,
+        call_aux: Callable[..., AuxOutput] | None,
+    ) -> _MinibatchLoss:
+        """This rank's share of the joint loss of the minibatch ``picked`` (units of ``batch``): its terms sum over
+        the ranks to the one-process terms; the aux loss is the whole minibatch's (the same on every rank)."""
+        cfg = learner.config.ppo
+        policy = learner.joint_policy
+        rows = _Rows(batch, picked, self.ranks)
+        idx, outputs = learner._replay(batch, rows.mine)
+        mb_valid, mb_alive = batch.valid[idx], batch.alive[idx]
+        log_prob, entropy, features = policy.evaluate(
+            outputs, [a[idx] for a in batch.actions], [None if m is None else m[idx] for m in batch.masks]
+        )
+        mb_adv = rows.advantages(cfg.normalize_advantages)
+        count = rows.counts.clamp_min(1.0)  # [N]: every mean is over the whole minibatch's valid rows
+        mb_weights = None if batch.row_weights is None else batch.row_weights[idx]
+        if batch.proximal is None:
+            pg = policy_loss(log_prob, batch.log_probs[idx], mb_adv, cfg.clip_range, mb_valid, mb_weights, count)
+        else:  # policy lag 1 or a behaviour policy: decoupled PPO, as in one process
+            proximal = batch.proximal[idx]
+            weights = (proximal - batch.log_probs[idx]).exp()
+            if mb_weights is not None:
+                weights = weights * mb_weights
+            pg = policy_loss(log_prob, proximal, mb_adv, cfg.clip_range, mb_valid, weights, count)
+        if cfg.target_kl is not None:  # the early stop is decided on the whole minibatch's KL, on every rank alike
+            kl = pg.approx_kl.clone()
+            self.ranks.all_reduce_sum_([kl])
+            pg = PolicyLossTerms(pg.loss, pg.clip_fraction, kl)
+        new_values = policy.agent_columns(o.values for o in outputs)
+        vl = value_loss(new_values, batch.values[idx], batch.returns[idx], cfg.clip_range_vf, mb_valid, count)
+        ent = masked_mean(entropy, mb_valid, count)
+        joint = (pg.loss + cfg.vf_coef * vl - cfg.ent_coef * ent).sum()
+        if learner.regularizer is not None:
+            masks = [None if m is None else m[idx] for m in batch.masks]
+            share = mb_valid.sum(0).to(count.dtype) / count  # [N]: c_r / c, carried by the regulariser's weights
+            shared = share.expand_as(mb_valid) if mb_weights is None else mb_weights * share
+            joint = joint + learner.regularizer(
+                RegularizerBatch(
+                    policy,
+                    outputs,
+                    [o[idx] for o in batch.obs],
+                    mb_alive,
+                    masks,
+                    mb_valid,
+                    mb_adv,
+                    shared,
+                    rows.advantages(cfg.normalize_advantages, whole=True),
+                    rows.valid,
+                )
+            )
+        aux = None
+        if call_aux is not None:
+            aux = call_aux(*rows.gather_features(features, mb_alive))
+            joint = joint + aux.loss
+        return _MinibatchLoss(joint, pg, vl, ent, aux)
+
+    def reduce_(self, loss: _MinibatchLoss, parameters: Sequence[torch.Tensor], kl_summed: bool) -> _MinibatchLoss:
+        """After the backward: every parameter's gradient and the loss terms summed over the ranks, in one
+        all-reduce; returns the minibatch's one-process loss terms (detached).
+
+        Args:
+            loss: this rank's share (:meth:`minibatch_loss`).
+            parameters: every trained parameter (a missing gradient becomes zeros, so that every rank sends the
+                same layout).
+            kl_summed: the approximate KL was already summed (``target_kl``).
+        """
+        for p in parameters:
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+        aux = None if loss.aux is None else loss.aux.loss.detach()
+        partial = loss.joint.detach() - aux if aux is not None else loss.joint.detach()
+        n = loss.value.shape[0]
+        terms = [loss.pg.loss, loss.value, loss.entropy, loss.pg.clip_fraction, partial.reshape(1)]
+        if not kl_summed:
+            terms.append(loss.pg.approx_kl)
+        stats = torch.cat([t.detach().reshape(-1).to(parameters[0].dtype) for t in terms])
+        self.ranks.all_reduce_sum_([*(p.grad for p in parameters), stats])
+        pg_loss, value, entropy, clip_fraction, joint = stats[: 4 * n + 1].split([n, n, n, n, 1])
+        approx_kl = loss.pg.approx_kl if kl_summed else stats[4 * n + 1 :]
+        joint = joint.reshape(()) if aux is None else joint.reshape(()) + aux
+        return _MinibatchLoss(joint, PolicyLossTerms(pg_loss, clip_fraction, approx_kl), value, entropy, loss.aux)
+
+
+class _Rows:
+    """The rows of one minibatch as one rank sees them: its own units, the whole minibatch's row indices (in the
+    order one process reads them), and where this rank's rows sit among them."""
+
+    def __init__(self, batch: _Batch, picked: torch.Tensor, ranks: RankGroup) -> None:
+        self.batch = batch
+        self.ranks = ranks
+        self.shares = row_shares(picked.shape[0], ranks.world_size)
+        start, stop = self.shares[ranks.rank]
+        self.mine = picked[start:stop]
+        seq = batch.sequences
+        self.length = 1 if seq is None else seq.length
+        self.units = picked.shape[0]
+        self.whole = picked if seq is None else seq.rows[picked].T.reshape(-1)
+        """The minibatch's rows in one-process order: ``[L, m]`` flattened (a chunk's rows in step order)."""
+        grid = torch.arange(self.length * self.units, device=picked.device).reshape(self.length, self.units)
+        self.positions = grid[:, start:stop].reshape(-1)
+        """Where this rank's rows (in its replay's order) sit in :attr:`whole`."""
+        self.valid = batch.valid[self.whole]
+        self.counts = self.valid.sum(0).to(batch.advantages.dtype)
+        """``[N]`` every agent's valid rows in the whole minibatch."""
+        self._normalized: torch.Tensor | None = None
+
+    def advantages(self, normalize: bool, whole: bool = False) -> torch.Tensor:
+        """The advantages of this rank's rows (``whole``: of the whole minibatch), standardised with the whole
+        minibatch's statistics when ``normalize``."""
+        if self._normalized is None:
+            adv = self.batch.advantages[self.whole]
+            self._normalized = normalize_advantages(adv, self.valid) if normalize else adv
+        return self._normalized if whole else self._normalized[self.positions]
+
+    def gather_features(
+        self, features: Sequence[torch.Tensor], alive: torch.Tensor
+    ) -> tuple[list[torch.Tensor], torch.Tensor]:
+        """Every agent's features and the alive mask on the whole minibatch's rows, in one-process order (one
+        differentiable all-gather of this rank's rows)."""
+        widths = [f.shape[1] for f in features]
+        mine = torch.cat([*features, alive.to(features[0].dtype)], dim=1)
+        sizes = [self.length * (b - a) for a, b in self.shares]
+        gathered = self.ranks.gather_rows(mine, sizes)
+        # Rank r's rows are its [L, units_r] block flattened; one process reads [L, m] flattened.
+        order = torch.cat(
+            [
+                torch.arange(offset, offset + size, device=mine.device).reshape(self.length, b - a)
+                for offset, size, (a, b) in zip(_offsets(sizes), sizes, self.shares)
+            ],
+            dim=1,
+        ).reshape(-1)
+        whole = gathered.index_select(0, order)
+        parts = list(whole.split([*widths, alive.shape[1]], dim=1))
+        return parts[:-1], parts[-1] > 0.5
+
+
+def _offsets(sizes: Sequence[int]) -> list[int]:
+    out, total = [], 0
+    for size in sizes:
+        out.append(total)
+        total += size
+    return out

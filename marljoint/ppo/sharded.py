@@ -63,11 +63,11 @@ class RankShares:
         policy = learner.joint_policy
         rows = _Rows(batch, picked, self.ranks)
         idx, outputs = learner._replay(batch, rows.mine)
-        mb_valid, mb_alive = batch.valid[idx], batch.alive[idx]
+        mb_valid, mb_alive = rows.valid_of(idx), batch.alive[idx]
         log_prob, entropy, features = policy.evaluate(
             outputs, [a[idx] for a in batch.actions], [None if m is None else m[idx] for m in batch.masks]
         )
-        mb_adv = rows.advantages(cfg.normalize_advantages)
+        mb_adv = rows.advantages(cfg.normalize_advantages, idx=idx)
         count = rows.counts.clamp_min(1.0)  # [N]: every mean is over the whole minibatch's valid rows
         mb_weights = None if batch.row_weights is None else batch.row_weights[idx]
         if batch.proximal is None:
@@ -146,7 +146,10 @@ class _Rows:
         self.ranks = ranks
         self.shares = row_shares(picked.shape[0], ranks.world_size)
         start, stop = self.shares[ranks.rank]
-        self.mine = picked[start:stop]
+        self.empty = start == stop
+        """This rank has no unit of the minibatch (fewer units than ranks): it replays the first unit with every row
+        masked out, so that it still takes part in the collectives with gradients of zero."""
+        self.mine = picked[:1] if self.empty else picked[start:stop]
         seq = batch.sequences
         self.length = 1 if seq is None else seq.length
         self.units = picked.shape[0]
@@ -160,13 +163,22 @@ class _Rows:
         """``[N]`` every agent's valid rows in the whole minibatch."""
         self._normalized: torch.Tensor | None = None
 
-    def advantages(self, normalize: bool, whole: bool = False) -> torch.Tensor:
-        """The advantages of this rank's rows (``whole``: of the whole minibatch), standardised with the whole
-        minibatch's statistics when ``normalize``."""
+    def valid_of(self, idx: torch.Tensor) -> torch.Tensor:
+        """``[b, N]`` the valid mask of this rank's replayed rows ``idx`` (all False for an :attr:`empty` share)."""
+        valid = self.batch.valid[idx]
+        return torch.zeros_like(valid) if self.empty else valid
+
+    def advantages(self, normalize: bool, whole: bool = False, idx: torch.Tensor | None = None) -> torch.Tensor:
+        """The advantages of this rank's replayed rows ``idx`` (``whole``: of the whole minibatch), standardised with
+        the whole minibatch's statistics when ``normalize``."""
         if self._normalized is None:
             adv = self.batch.advantages[self.whole]
             self._normalized = normalize_advantages(adv, self.valid) if normalize else adv
-        return self._normalized if whole else self._normalized[self.positions]
+        if whole:
+            return self._normalized
+        if self.empty and idx is not None:
+            return torch.zeros_like(self.batch.advantages[idx])
+        return self._normalized[self.positions]
 
     def gather_features(
         self, features: Sequence[torch.Tensor], alive: torch.Tensor
@@ -175,6 +187,8 @@ class _Rows:
         differentiable all-gather of this rank's rows)."""
         widths = [f.shape[1] for f in features]
         mine = torch.cat([*features, alive.to(features[0].dtype)], dim=1)
+        if self.empty:
+            mine = mine[:0]
         sizes = [self.length * (b - a) for a, b in self.shares]
         gathered = self.ranks.gather_rows(mine, sizes)
         # Rank r's rows are its [L, units_r] block flattened; one process reads [L, m] flattened.

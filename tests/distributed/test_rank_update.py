@@ -29,6 +29,12 @@ CASES = {
     "mappo": ("spread", {"centralized_critic": True}, {}),
     "ippo_no_value_norm": ("spread", {"value_normalization": False, "normalize_observations": True}, {}),
     "recurrent": ("mock", {"recurrent": "gru", "rollout_steps": 12, "minibatch_size": 12, "bptt_length": 4}, {}),
+    # One chunk per minibatch: rank 1 has no share of it and takes part with gradients of zero.
+    "recurrent_fewer_chunks_than_ranks": (
+        "mock",
+        {"recurrent": "lstm", "rollout_steps": 8, "minibatch_size": 4, "bptt_length": 4, "n_epochs": 1},
+        {"aux": True},
+    ),
     "redundancy": ("spread", {"share_parameters": False}, {"aux": True}),
     "uniform_mix_target_kl": ("spread", {"uniform_mix": 0.2, "target_kl": 1e-5, "n_epochs": 4}, {}),
     "policy_lag_1": ("spread", {}, {"lag": True}),
@@ -105,6 +111,7 @@ def _all_cases(group):
     outcomes = {name: _one_case(group, name) for name in CASES}
     outcomes["perturbed"] = _perturbed(group)
     outcomes["mismatch"] = _slices_mismatch(group)
+    outcomes["diverged"] = _diverging(group)
     return outcomes
 
 
@@ -154,6 +161,26 @@ def test_a_rank_whose_parameter_was_changed_stops_the_run_with_ranks_diverged(ou
     assert messages[0] == messages[1] and messages[0] is not None
     assert "\n" not in messages[0]
     assert messages[0].startswith("ranks [1] hold other parameters than rank 0 at iteration 1 (differing: ")
+
+
+def _diverging(group):
+    from marljoint import DivergenceError
+
+    start, stop = group.slice_of(BASE["num_envs"])
+    trainer = _trainer("mappo", PettingZooJointEnv(spread, num_envs=stop - start, seed=3, first_copy=start), group)
+    rollout = trainer.collect_rollout()
+    rollout.rewards[:, 3] = float("nan")  # env copy 3 only: its rows may fall to one rank's share of a minibatch
+    try:
+        trainer.update(rollout)
+    except DivergenceError as exc:
+        return str(exc)
+    return None
+
+
+def test_a_non_finite_loss_on_some_rows_stops_every_rank_alike(outcomes):
+    messages = [got["diverged"] for got in outcomes]
+    assert messages[0] is not None and messages[0] == messages[1]
+    assert "iteration 1" in messages[0]
 
 
 def _slices_mismatch(group):

@@ -136,7 +136,7 @@ def _new_spec(args: argparse.Namespace, options: dict[str, Any]) -> Any:
     values = {**_self_play_defaults(values), **values}
     if "env" in values and "env_kwargs" not in values:
         values["env_kwargs"] = {}
-    spec = _with_auto_workers(RunSpec.from_dict(values), args)
+    spec = _with_auto_workers(RunSpec.from_dict(values, given=options), args)
     if spec.wandb_project is not None:  # a --config file's or a preset's: refused before anything is built
         from marljoint.run.wandb_names import check_project
 

@@ -369,7 +369,7 @@ def _with_settings(command: str, spec: RunSpec, args: argparse.Namespace) -> Run
     smaller (a ``minibatch_size`` given is kept, and checked)."""
     values = dict(args.set)
     if isinstance(values.get(command), Mapping):
-        values[command] = {**getattr(spec, command), **values[command]}
+        values[command] = {**spec.tables()[command], **values[command]}
     try:
         spec = RunSpec.from_dict(values, base=spec)
     except RunError as exc:
@@ -419,7 +419,7 @@ def _resumed_spec(command: str, args: argparse.Namespace) -> RunSpec:
         if args.iterations is None:
             return spec
         if command == "psro":
-            return dataclasses.replace(spec, psro={**spec.psro, "iterations": args.iterations})
+            return dataclasses.replace(spec, psro=dataclasses.replace(spec.psro, iterations=args.iterations))
         return dataclasses.replace(spec, total_steps=_nfsp_total_steps(spec, args.iterations))
     except RunError as exc:
         raise _fail(command, str(exc)) from None
@@ -468,7 +468,7 @@ def _run(command: str, args: argparse.Namespace, new_spec: Callable[[argparse.Na
 
         connect_ray(args.ray_address)
     rows: list[dict[str, Any]] = []
-    total = spec.psro["iterations"] if command == "psro" else args.iterations
+    total = spec.psro.iterations if command == "psro" else args.iterations
     try:
         train_run(spec, args.out, args.resume, args.force, False, on_iteration=_progress(command, args, total, rows))
     except RunInterrupted:

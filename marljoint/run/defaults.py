@@ -62,13 +62,13 @@ RUN_DEFAULTS: dict[str, Any] = {
     "self_play": None,
     "mmd": None,
     "algorithm": None,
-    "offpolicy": {},
+    "offpolicy": None,
 }
 """The run's own settings (:class:`~marljoint.run.train.RunSpec`'s fields) and their defaults, which are
 ``marljoint train``'s: a run exists only in the product, so these have no separate library default. ``algorithm``
-``None`` is PPO as ``centralized_critic`` says; ``offpolicy`` is the table of a value run's own settings
-(:class:`~marljoint.offpolicy.OffPolicyConfig`, whose field defaults are its defaults). A run writes these two to
-``config.toml`` only when they are set."""
+``None`` is PPO as ``centralized_critic`` says; ``offpolicy`` is an off-policy run's
+:class:`~marljoint.offpolicy.OffPolicyConfig` (``None`` for other runs), parsed from its table, whose keys take
+that config's field defaults. A run writes these two to ``config.toml`` only when they are set."""
 
 _MEASURED = (
     "chosen on the generalization suite (benchmarks/generalization.py; docs/learning.md, 'Defaults on envs "

@@ -4,7 +4,8 @@
 A run of ``algorithm = "psro"`` (``"nfsp"``) holds its own settings in the ``[psro]`` (``[nfsp]``) table of
 ``config.toml``: every :class:`~marljoint.best_response.PsroConfig` (:class:`~marljoint.best_response.NfspConfig`)
 field except those of the run itself, which come from the run's trainer settings: ``trainer`` (the best responses'
-PPO settings are the run's), ``seed`` and ``device``.
+PPO settings are the run's), ``seed`` and ``device``. The spec holds the config, parsed from the table when it is
+built (:func:`parse_game_table`).
 
 One iteration of the run driver is one PSRO iteration (best responses, then the meta-game's update and solution;
 the driver's first iteration is PSRO's iteration 0, the initial population) or one NFSP iteration
@@ -40,6 +41,8 @@ __all__ = [
     "check_game_run",
     "game_config",
     "game_iterations",
+    "parse_game_table",
+    "settings_table",
 ]
 
 GAME_ALGORITHMS = ("psro", "nfsp")
@@ -81,14 +84,30 @@ def game_config(algorithm: str, trainer: Any, table: Mapping[str, Any]) -> Any:
         )
     unknown = sorted(set(table) - set(names))
     if unknown:
-        valid = [n for n in names if n not in _FROM_RUN]
-        raise RunError(f"unknown {algorithm} setting(s) {unknown}; valid keys: {valid}")
+        valid = ", ".join(f"{algorithm}.{n}" for n in names if n not in _FROM_RUN)
+        raise RunError(f"unknown setting {algorithm}.{unknown[0]}; valid keys: {valid}")
     try:
         return cls(trainer=trainer, seed=trainer.seed, device=trainer.device, **dict(table))
     except (TypeError, ValueError) as exc:
         text = " ".join(str(exc).split())
         field = next((n for n in names if n not in _FROM_RUN and text.startswith(n)), None)
         raise RunError(f"{algorithm}.{text}" if field else f"{algorithm}: {text}") from None
+
+
+def parse_game_table(algorithm: str, trainer: Any, value: Any) -> Any:
+    """The config of a psro or nfsp run from its ``psro`` / ``nfsp`` setting: a table (``None``: every default), or
+    a config (built for the run before a change of its settings: its table is applied to the run's current ones).
+
+    Raises:
+        RunError: for a value that is no table, or as :func:`game_config`.
+    """
+    if isinstance(value, _config_type(algorithm)):
+        value = settings_table(algorithm, value)
+    if value is None:
+        value = {}
+    if not isinstance(value, Mapping):
+        raise RunError(f"{algorithm} must be a table of settings, got {value!r}")
+    return game_config(algorithm, trainer, value)
 
 
 def settings_table(algorithm: str, config: Any) -> dict[str, Any]:
@@ -129,14 +148,13 @@ def check_game_run(spec: Any) -> None:
     budget = spec.max_seconds
     if budget is not None and (isinstance(budget, bool) or not isinstance(budget, (int, float)) or not budget > 0):
         raise RunError(f"max_seconds must be a positive number of seconds, got {budget!r}")
-    game_config(algorithm, spec.trainer, getattr(spec, algorithm))
 
 
 def game_iterations(spec: Any) -> int:
     """The run driver's iterations of a PSRO run (its iterations plus iteration 0, the initial population) or of
     an NFSP run (``total_steps`` in iterations of ``rollouts_per_iteration`` rollouts; a run bounded by its
     ``max_seconds`` alone has :data:`UNBOUNDED_ITERATIONS` of them)."""
-    config = game_config(spec.algorithm, spec.trainer, getattr(spec, spec.algorithm))
+    config = getattr(spec, spec.algorithm)
     if spec.algorithm == "psro":
         return config.iterations + 1
     per_iteration = spec.trainer.rollout_steps * spec.trainer.num_envs * config.rollouts_per_iteration
@@ -145,7 +163,7 @@ def game_iterations(spec: Any) -> int:
 
 def nfsp_steps_per_iteration(spec: Any) -> int:
     """Env steps of one NFSP iteration of ``spec``: ``--iterations K`` is ``total_steps`` K times this."""
-    config = game_config("nfsp", spec.trainer, spec.nfsp)
+    config = spec.nfsp
     return spec.trainer.rollout_steps * spec.trainer.num_envs * config.rollouts_per_iteration
 
 
@@ -183,7 +201,8 @@ def build_game_trainer(spec: Any, env: Any) -> GameRun:
         # The best responses' settings derived from the env are resolved once, here, and written to config.toml
         # with their reasons, so that a resume reads the very settings the run started with.
         trainer, derived = derive_settings(env.spec, spec.trainer)
-        run = kind(factory, game_config(spec.algorithm, trainer, getattr(spec, spec.algorithm)), game, trainer)
+        settings = game_config(spec.algorithm, trainer, settings_table(spec.algorithm, getattr(spec, spec.algorithm)))
+        run = kind(factory, settings, game, trainer)
         run.derived, run.env_name = derived, spec.env
         return run
     except ValueError as exc:

@@ -1,10 +1,12 @@
 """The off-policy runs: value decomposition (``vdn``, ``qmix``) and centralised-critic actor-critics (``masac``,
-``maddpg``), their settings (the run's ``[offpolicy]`` table), their refusals and their trainer, an
-:class:`~marljoint.offpolicy.OffPolicyTrainer` (the rows of :data:`~marljoint.run.algorithms.ALGORITHMS` build it
-with :func:`build_offpolicy_trainer`)."""
+``maddpg``), their settings (the run's ``[offpolicy]`` table, parsed into the run spec's
+:class:`~marljoint.offpolicy.OffPolicyConfig` by :func:`parse_offpolicy` when the spec is built), their refusals
+and their trainer, an :class:`~marljoint.offpolicy.OffPolicyTrainer` (the rows of
+:data:`~marljoint.run.algorithms.ALGORITHMS` build it with :func:`build_offpolicy_trainer`)."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping
 from typing import Any
@@ -12,7 +14,7 @@ from typing import Any
 import torch
 
 from marljoint.offpolicy import OffPolicyConfig, OffPolicyTrainer
-from marljoint.offpolicy.config import RUN_SAC_SETTINGS, VALUE_ALGORITHMS
+from marljoint.offpolicy.config import RUN_SAC_SETTINGS, VALUE_ALGORITHMS, sac_config
 from marljoint.offpolicy.defaults import OFFPOLICY_DEFAULTS
 from marljoint.run.errors import RunError
 from marljoint.run.reads import OFFPOLICY_RUN_SETTINGS, table_keys
@@ -23,6 +25,8 @@ __all__ = [
     "check_offpolicy_env",
     "check_offpolicy_run",
     "offpolicy_config",
+    "offpolicy_table",
+    "parse_offpolicy",
 ]
 
 # Settings an off-policy run takes from the run's trainer settings, not from its [offpolicy] table.
@@ -30,7 +34,9 @@ _FROM_RUN = OFFPOLICY_RUN_SETTINGS
 
 
 def offpolicy_config(algorithm: str, trainer: Any, table: Mapping[str, Any]) -> OffPolicyConfig:
-    """The :class:`~marljoint.offpolicy.OffPolicyConfig` of a value run.
+    """The :class:`~marljoint.offpolicy.OffPolicyConfig` of an off-policy run, its ``sac`` table holding the
+    :class:`~marljoint.offpolicy.sac.SacConfig` settings that differ from their defaults (so that two tables that
+    train alike give equal configs).
 
     Args:
         algorithm: ``vdn``, ``qmix``, ``masac`` or ``maddpg``.
@@ -39,7 +45,7 @@ def offpolicy_config(algorithm: str, trainer: Any, table: Mapping[str, Any]) -> 
         table: the run's ``offpolicy`` settings (every other OffPolicyConfig field).
 
     Raises:
-        RunError: for a key the table cannot hold, or an invalid value (naming the field).
+        RunError: for a key the table cannot hold, or an invalid value (naming ``offpolicy.<key>``).
     """
     misplaced = sorted(set(table) & set(_FROM_RUN))
     if misplaced:
@@ -59,12 +65,66 @@ def offpolicy_config(algorithm: str, trainer: Any, table: Mapping[str, Any]) -> 
     }
     _check_table_keys(table)
     try:
-        return OffPolicyConfig(**shared, **dict(table))
+        config = OffPolicyConfig(**shared, **dict(table))
     except (TypeError, ValueError) as exc:
         # The config's messages start with the field they name ("batch_size must be ...", "sac.tau=0.0 ...").
         first = str(exc).split(" ")[0].split("=")[0]
         named = first in OffPolicyConfig.__dataclass_fields__ or first.startswith("sac.")
         raise RunError(f"offpolicy.{exc}" if named else f"offpolicy: {exc}") from None
+    return dataclasses.replace(config, sac=_sac_changes(config))
+
+
+def _sac_changes(config: OffPolicyConfig) -> dict[str, Any]:
+    """The :class:`~marljoint.offpolicy.sac.SacConfig` settings of a masac or maddpg config (its ``sac`` table)
+    whose values differ from their defaults; empty for vdn and qmix."""
+    if config.algorithm in VALUE_ALGORITHMS:
+        return {}
+    resolved = sac_config(config)
+    return {
+        f.name: getattr(resolved, f.name)
+        for f in dataclasses.fields(resolved)
+        if f.name not in RUN_SAC_SETTINGS and getattr(resolved, f.name) != f.default
+    }
+
+
+def offpolicy_table(config: OffPolicyConfig, trainer: Any) -> dict[str, Any]:
+    """The ``[offpolicy]`` table of a run's config, as ``config.toml`` holds it: the settings of the table (not the
+    run's own) whose values differ from their defaults, as plain values, with its ``sac`` table where it has one.
+    ``learning_rate`` is left out where the run's ``learning_rate`` set it (vdn and qmix).
+
+    Args:
+        config: the run's :class:`~marljoint.offpolicy.OffPolicyConfig`.
+        trainer: the run's :class:`~marljoint.JointTrainerConfig`.
+    """
+    plain = config.to_dict()
+    left_out = {*_FROM_RUN, "sac"}
+    if config.algorithm in VALUE_ALGORITHMS and trainer.learning_rate is not None:
+        left_out.add("learning_rate")
+    table = {
+        f.name: plain[f.name]
+        for f in dataclasses.fields(config)
+        if f.name not in left_out and getattr(config, f.name) != f.default
+    }
+    if plain["sac"]:
+        table["sac"] = plain["sac"]
+    return table
+
+
+def parse_offpolicy(algorithm: str, trainer: Any, value: Any) -> OffPolicyConfig:
+    """The :class:`~marljoint.offpolicy.OffPolicyConfig` of an off-policy run from its ``offpolicy`` setting: a
+    table (``[offpolicy]`` of ``config.toml``; ``None``: every default), or a config (built for the run before a
+    change of its settings: its table is applied to the run's current ones).
+
+    Raises:
+        RunError: for a value that is no table, or as :func:`offpolicy_config`.
+    """
+    if isinstance(value, OffPolicyConfig):
+        value = offpolicy_table(value, trainer)
+    if value is None:
+        value = {}
+    if not isinstance(value, Mapping):
+        raise RunError(f"offpolicy must be a table of settings, got {value!r}")
+    return offpolicy_config(algorithm, trainer, value)
 
 
 def _check_table_keys(table: Mapping[str, Any]) -> None:
@@ -100,7 +160,7 @@ def _learning_rate(algorithm: str, trainer: Any, table: Mapping[str, Any]) -> di
 
 def check_offpolicy_run(spec: Any) -> None:
     """Refuses run settings an off-policy run cannot honour: recurrent networks, a device other than the CPU,
-    ``policy_lag`` and ``balance`` (it collects each rollout with its latest weights), invalid ``[offpolicy]`` settings,
+    ``policy_lag`` and ``balance`` (it collects each rollout with its latest weights),
     ``exploitability_every`` (it scores per-seat policies, which these runs do not have), and a
     ``learning_starts`` the run never reaches (the run would end without a gradient step).
 
@@ -122,7 +182,7 @@ def check_offpolicy_run(spec: Any) -> None:
             "rollout to collect ahead, and its workers keep their share of the env copies (--env-workers K and "
             "--ray work as they are); drop --policy-lag and --balance"
         )
-    config = offpolicy_config(algorithm, trainer, spec.offpolicy)
+    config = spec.offpolicy
     if spec.exploitability_every is not None:
         raise RunError(
             f"exploitability_every = {spec.exploitability_every} scores each seat's policy, which a {algorithm} run "
@@ -166,7 +226,7 @@ def check_offpolicy_env(spec: Any, joint_spec: Any, per_copy: int = 0, zero_sum:
             "averaged or summed) is always 0 and nothing would be learnt; train its players against each other "
             "with --algorithm mappo or ippo (self-play), or run marljoint psro or nfsp"
         )
-    config = offpolicy_config(algorithm, spec.trainer, spec.offpolicy)
+    config = spec.offpolicy
     estimate = memory.estimate_offpolicy_memory(
         joint_spec, config, per_copy, ray=spec.trainer.collection.backend == "ray"
     )
@@ -184,17 +244,19 @@ def check_offpolicy_env(spec: Any, joint_spec: Any, per_copy: int = 0, zero_sum:
     return estimate
 
 
-def build_offpolicy_trainer(spec: Any, env: Any) -> OffPolicyTrainer:
-    """The off-policy trainer of a run (``spec.algorithm`` vdn, qmix, masac or maddpg) on ``env``.
+def build_offpolicy_trainer(spec: Any, env: Any, ranks: Any = None) -> OffPolicyTrainer:
+    """The off-policy trainer of a run (``spec.algorithm`` vdn, qmix, masac or maddpg) on ``env``; with ``ranks``
+    (a :class:`~marljoint.distributed.ranks.RankGroup`), ``env`` is this rank's slice of the copies and the trainer
+    keeps this rank's replay shard (:mod:`marljoint.offpolicy.sharded`).
 
     Raises:
         RunError: for settings or an env the algorithm cannot train (e.g. Box actions for vdn and qmix).
     """
-    config = offpolicy_config(spec.algorithm, spec.trainer, spec.offpolicy)
+    config = spec.offpolicy
     # The process acts at every env step, so more compute threads would only spin (the PPO runs' rule).
     threads = spec.trainer.torch_threads
     torch.set_num_threads(threads if isinstance(threads, int) else learner_threads(0, collects=True)[0])
     try:
-        return OffPolicyTrainer(env, config, collection=spec.trainer.collection)
+        return OffPolicyTrainer(env, config, collection=spec.trainer.collection, ranks=ranks)
     except ValueError as exc:
         raise RunError(f"cannot build the {spec.algorithm} trainer for env {spec.env!r}: {exc}") from None

@@ -9,9 +9,10 @@ A run's settings are the :class:`~marljoint.run.spec.RunSpec` fields and the
 
 A setting the run's algorithm does not read is refused (:func:`check_settings_read`), naming the one it reads
 instead where there is one: ``--set clip_range=0.1 --algorithm qmix`` would otherwise train as if it were not
-there. What counts is a setting whose value is not its default: a run's ``config.toml`` holds every trainer
-setting, the defaults of those its algorithm does not read included, and is read back, or passed as ``--config``,
-without tripping this.
+there. What counts is a setting given on the command line (``--set``, its option, ``--sweep``, ``marljoint tune
+--param``: :attr:`RunSpec.given <marljoint.run.spec.RunSpec.given>`), whatever its value, and any other whose
+value is not its default: a run's ``config.toml`` holds every trainer setting, the defaults of those its algorithm
+does not read included, and is read back, or passed as ``--config``, without tripping this.
 
 Example:
     >>> keys = setting_keys(["env", "algorithm", "offpolicy"])
@@ -36,8 +37,10 @@ __all__ = [
     "OFFPOLICY_RUN_SETTINGS",
     "OFFPOLICY_TRAINER_SETTINGS",
     "READ_INSTEAD",
+    "SPEC_FIELDS_NOT_SETTINGS",
     "SettingsRead",
     "check_settings_read",
+    "given_names",
     "offpolicy_reads",
     "setting_keys",
     "settings_not_read",
@@ -65,6 +68,10 @@ networks (declared once, for every family), and how and where it computes. vdn a
 OFFPOLICY_RUN_SETTINGS = ("algorithm", "num_envs", "rollout_steps", "seed", "gamma", "hidden_sizes", "share_parameters")
 """:class:`~marljoint.offpolicy.OffPolicyConfig` fields an off-policy run takes from the run's own settings
 (``algorithm`` and the trainer settings of the same names), never from its ``[offpolicy]`` table."""
+
+SPEC_FIELDS_NOT_SETTINGS = ("trainer", "given")
+""":class:`~marljoint.run.spec.RunSpec` fields that are no key of ``config.toml``: ``trainer`` (its fields are,
+each under its own name) and ``given`` (what the command line gave)."""
 
 _OFFPOLICY_ONLY_PPO = ("learning_rate",)
 _NOT_REFUSED = ("recurrent", "acting_device", "recurrent_replay")
@@ -134,7 +141,7 @@ def setting_keys(run_settings: Iterable[str]) -> list[str]:
     :class:`~marljoint.run.spec.RunSpec` fields, which the run layer passes: that module builds on this one), the
     trainer's fields and each table's keys with their table's prefix (``offpolicy.tau``, ``offpolicy.sac.actor_lr``,
     ``mmd.alpha``)."""
-    run = [name for name in run_settings if name != "trainer"]
+    run = [name for name in run_settings if name not in SPEC_FIELDS_NOT_SETTINGS]
     trainer = [f.name for f in dataclasses.fields(JointTrainerConfig)]
     dotted = [f"{table}.{key}" for table, keys in table_keys().items() for key in keys]
     return [*run, *trainer, *dotted]
@@ -166,6 +173,27 @@ def with_dotted_keys(values: Mapping[str, Any], tables: Mapping[str, Any]) -> di
             current[name] = value
         out[top] = current
     return out
+
+
+def given_names(settings: Mapping[str, Any]) -> frozenset[str]:
+    """The names of ``settings`` (flat, as ``--set`` gives them), with those of the keys of a table given whole.
+
+    Example:
+        >>> sorted(given_names({"clip_range": 0.2, "offpolicy": {"tau": 0.1, "sac": {"actor_lr": 1e-3}}}))
+        ['clip_range', 'offpolicy', 'offpolicy.sac', 'offpolicy.sac.actor_lr', 'offpolicy.tau']
+    """
+    tables = table_keys()
+    names: set[str] = set()
+
+    def add(name: str, value: Any) -> None:
+        names.add(name)
+        if name in tables and isinstance(value, Mapping):
+            for key, item in value.items():
+                add(f"{name}.{key}", item)
+
+    for key, value in settings.items():
+        add(key, value)
+    return frozenset(names)
 
 
 def table_of(value: Any) -> dict[str, Any]:
@@ -214,29 +242,29 @@ def settings_not_read(reads: SettingsRead) -> list[str]:
 
 def unread_settings(spec: Any, reads: SettingsRead) -> list[tuple[str, Any, str]]:
     """The settings of a run (a :class:`~marljoint.run.spec.RunSpec`) its algorithm does not read (``reads``: its
-    row's :class:`SettingsRead`), whose values are not their defaults: ``[(setting, value, what the algorithm reads
-    instead, or "")]``."""
+    row's :class:`SettingsRead`) that the run gives: those the command line gave (``spec.given``), whatever their
+    values, and any other whose value is not its default: ``[(setting, value, what the algorithm reads instead, or
+    "")]``."""
     usual = (JointTrainerConfig(), _product_trainer())  # a trainer setting at either default is not given
     found = []
     for name in settings_not_read(reads):
-        given = _given(name, spec, usual)
-        if given is not None:
-            found.append((name, given, reads.instead.get(name, "")))
+        value, defaults = _value_and_defaults(name, spec, usual)
+        if name in spec.given or value not in defaults:
+            found.append((name, value, reads.instead.get(name, "")))
     return found
 
 
-def _given(name: str, spec: Any, usual: tuple[JointTrainerConfig, ...]) -> Any:
-    """The value ``spec`` gives ``name``, or ``None`` where it holds the setting's default (or nothing)."""
-    table = dict(spec.offpolicy or {})
+def _value_and_defaults(name: str, spec: Any, usual: tuple[JointTrainerConfig, ...]) -> tuple[Any, list[Any]]:
+    """The value ``spec`` holds for ``name`` (a trainer setting, ``offpolicy.<key>`` or ``offpolicy.sac.<key>``),
+    and the values that are its defaults."""
+    if not name.startswith("offpolicy."):
+        return getattr(spec.trainer, name), [getattr(config, name) for config in usual]
+    key, config = name.rpartition(".")[2], spec.offpolicy
     if name.startswith("offpolicy.sac."):
-        key, table, defaults = name.rpartition(".")[2], dict(table.get("sac") or {}), dataclasses.fields(SacConfig)
-    elif name.startswith("offpolicy."):
-        key, defaults = name.rpartition(".")[2], dataclasses.fields(OffPolicyConfig)
-    else:
-        value = getattr(spec.trainer, name)
-        return None if value in [getattr(config, name) for config in usual] else value
-    default = next(f.default for f in defaults if f.name == key)
-    return table[key] if key in table and table[key] != default else None
+        default = SacConfig.__dataclass_fields__[key].default
+        return (default if config is None else config.sac.get(key, default)), [default]
+    default = OffPolicyConfig.__dataclass_fields__[key].default
+    return (default if config is None else getattr(config, key)), [default]
 
 
 def _product_trainer() -> JointTrainerConfig:

@@ -18,13 +18,24 @@ from marljoint.run.algorithms import ALGORITHMS, check_run_algorithm, with_algor
 from marljoint.run.config_trust import config_signed, function_env, sign_config, untrusted_config_error
 from marljoint.run.defaults import DEFAULT_ENV, DEFAULT_ENV_KWARGS, DEFAULT_TOTAL_STEPS, DEFAULT_TRAINER, RUN_DEFAULTS
 from marljoint.run.errors import RunError
-from marljoint.run.game_runs import GAME_ALGORITHMS, check_game_run, game_config, game_iterations, settings_table
-from marljoint.run.reads import SettingsRead, check_settings_read, table_keys, table_of, with_dotted_keys
+from marljoint.run.game_runs import GAME_ALGORITHMS, check_game_run, game_iterations, settings_table
+from marljoint.run.reads import (
+    SPEC_FIELDS_NOT_SETTINGS,
+    SettingsRead,
+    check_settings_read,
+    given_names,
+    table_keys,
+    table_of,
+    with_dotted_keys,
+)
 from marljoint.run.registry import EnvSpecError, supersuit_wrappers
 from marljoint.run.rundir import CONFIG_FILE
 
 if TYPE_CHECKING:
     from marljoint.best_response.mmd import MmdConfig
+    from marljoint.best_response.nfsp import NfspConfig
+    from marljoint.best_response.psro import PsroConfig
+    from marljoint.offpolicy.config import OffPolicyConfig
 
 __all__ = [
     "MACHINE_SETTINGS",
@@ -43,6 +54,10 @@ __all__ = [
 OPTIONAL_SETTINGS = ("algorithm", "offpolicy", "psro", "nfsp", "max_seconds")
 """Run settings that ``config.toml`` (:meth:`RunSpec.to_dict`) holds only when they are set: a PPO run as
 ``centralized_critic`` says writes neither, so its file is what it was before ``algorithm`` existed."""
+
+TABLES = ("offpolicy", "mmd", *GAME_ALGORITHMS)
+"""The run settings that are tables of an algorithm's own settings (``[offpolicy]``, ``[mmd]``, ``[psro]``,
+``[nfsp]`` in ``config.toml``), each held by the spec as its algorithm's config."""
 
 
 @dataclass(frozen=True)
@@ -113,18 +128,27 @@ class RunSpec:
     ``ippo`` (PPO with or without ``centralized_critic``), ``vdn`` or ``qmix`` (value decomposition, trained
     off-policy), or ``masac`` or ``maddpg`` (off-policy actor-critics with centralised critics); ``None``: PPO as
     ``centralized_critic`` says."""
-    offpolicy: Mapping[str, Any] = field(default_factory=lambda: dict(RUN_DEFAULTS["offpolicy"]))
-    """The off-policy runs' own settings (:class:`~marljoint.offpolicy.OffPolicyConfig` fields other than those of
-    the run: ``[offpolicy]`` in ``config.toml``, with masac's and maddpg's in ``[offpolicy.sac]``)."""
-    psro: Mapping[str, Any] = field(default_factory=dict)
-    """A ``psro`` run's own settings (:class:`~marljoint.best_response.PsroConfig` fields other than ``trainer``,
-    ``seed`` and ``device``, which are the run's: ``[psro]`` in ``config.toml``; :mod:`marljoint.run.game_runs`)."""
-    nfsp: Mapping[str, Any] = field(default_factory=dict)
-    """An ``nfsp`` run's own settings (:class:`~marljoint.best_response.NfspConfig` fields other than ``trainer``,
-    ``seed`` and ``device``: ``[nfsp]`` in ``config.toml``)."""
+    offpolicy: OffPolicyConfig | None = RUN_DEFAULTS["offpolicy"]
+    """The :class:`~marljoint.offpolicy.OffPolicyConfig` an off-policy run (vdn, qmix, masac, maddpg) trains with,
+    parsed when the spec is built from its table (``[offpolicy]`` in ``config.toml``, with masac's and maddpg's
+    settings in ``[offpolicy.sac]``; ``offpolicy.<key>`` on the command line; a mapping may be given) and the run's
+    own settings (``num_envs``, ``rollout_steps``, ``seed``, ``gamma``, ``hidden_sizes``, ``share_parameters``, and
+    vdn's and qmix's ``learning_rate`` where it is set); ``None`` for other algorithms."""
+    psro: PsroConfig | None = None
+    """A ``psro`` run's :class:`~marljoint.best_response.PsroConfig`, parsed when the spec is built from its table
+    (``[psro]`` in ``config.toml``: every field but ``trainer``, ``seed`` and ``device``, which are the run's own
+    settings; a mapping may be given; :mod:`marljoint.run.game_runs`); ``None`` for other algorithms."""
+    nfsp: NfspConfig | None = None
+    """An ``nfsp`` run's :class:`~marljoint.best_response.NfspConfig`, parsed as :attr:`psro` is from ``[nfsp]``;
+    ``None`` for other algorithms."""
     max_seconds: float | None = None
     """A psro or nfsp run's wall-time budget in seconds, checked between iterations (resumed time included): the
     run ends, checkpointed, after the iteration that reaches it. ``None``: no time budget."""
+    given: frozenset[str] = field(default_factory=frozenset, compare=False, repr=False)
+    """Not a setting, and not written to ``config.toml``: the settings the user gave on the command line (``--set``,
+    the options, ``--sweep``, ``marljoint tune --param``; a table's keys with dots, ``offpolicy.tau``), which
+    count as given whatever their values, so that one the algorithm does not read is refused even at its default
+    (:func:`~marljoint.run.reads.unread_settings`). :meth:`from_dict` adds to it."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.env, str) or not self.env:
@@ -167,18 +191,36 @@ class RunSpec:
             self.penalty()
         elif not isinstance(self.redundancy_coef, (int, float)) or isinstance(self.redundancy_coef, bool):
             raise RunError(f"redundancy_coef must be a number, got {self.redundancy_coef!r}")
-        if not isinstance(self.offpolicy, Mapping):
-            raise RunError(f"offpolicy must be a table of settings, got {self.offpolicy!r}")
-        object.__setattr__(self, "offpolicy", dict(self.offpolicy))
+        object.__setattr__(self, "given", frozenset(self.given))
         # An unknown name is refused by check_run_algorithm, listing the names.
         named = ALGORITHMS.get(self.algorithm) if isinstance(self.algorithm, str) else None
+        self._parse_tables(named.table if named is not None else None)
         check_settings_read(self, named.reads if named is not None else SettingsRead())
         check_run_algorithm(self)
-        for name in GAME_ALGORITHMS:
-            if not isinstance(getattr(self, name), Mapping):
-                raise RunError(f"{name} must be a table of settings, got {getattr(self, name)!r}")
-            object.__setattr__(self, name, dict(getattr(self, name)))
         check_game_run(self)
+
+    def _parse_tables(self, own: str | None) -> None:
+        """Parses the table of the run's algorithm (``own``: ``offpolicy``, ``psro`` or ``nfsp``) into its config.
+        Another algorithm's table is ``None`` when empty; one that holds settings is refused by
+        :func:`~marljoint.run.algorithms.check_run_algorithm`, naming the algorithms that read it.
+
+        Raises:
+            RunError: a table that is no table, or a key of the algorithm's table that is no setting or whose value
+                is refused, naming ``<table>.<key>``, the value and the fix.
+        """
+        from marljoint.run.game_runs import parse_game_table
+        from marljoint.run.offpolicy import parse_offpolicy
+
+        parsers = {"offpolicy": parse_offpolicy, **{name: parse_game_table for name in GAME_ALGORITHMS}}
+        for name, parse in parsers.items():
+            value = getattr(self, name)
+            if name == own:
+                value = parse(self.algorithm, self.trainer, value)
+            elif value is not None and not isinstance(value, Mapping) and not dataclasses.is_dataclass(value):
+                raise RunError(f"{name} must be a table of settings, got {value!r}")
+            elif not value:
+                value = None
+            object.__setattr__(self, name, value)
 
     def penalty(self) -> Any:
         """The redundancy penalty (an ``aux_fn``), or ``None``."""
@@ -219,47 +261,58 @@ class RunSpec:
         except (TypeError, ValueError) as exc:
             raise RunError(f"mmd.{exc}") from None
 
-    def offpolicy_config(self) -> Any:
-        """The :class:`~marljoint.offpolicy.OffPolicyConfig` an off-policy run trains with (its ``[offpolicy]``
-        table over the run's own settings, parsed when the spec is built), or ``None`` for another algorithm.
-
-        Raises:
-            RunError: naming the ``offpolicy.<key>`` that is no setting, or whose value is refused.
-        """
-        from marljoint.run.algorithms import ALGORITHMS
-        from marljoint.run.offpolicy import offpolicy_config
-
-        if self.algorithm is None or not ALGORITHMS[self.algorithm].replays:
-            return None
-        return offpolicy_config(self.algorithm, self.trainer, self.offpolicy)
+    def offpolicy_config(self) -> OffPolicyConfig | None:
+        """The :class:`~marljoint.offpolicy.OffPolicyConfig` an off-policy run trains with (:attr:`offpolicy`), or
+        ``None`` for another algorithm."""
+        return self.offpolicy
 
     def to_dict(self) -> dict[str, Any]:
         """The run fields followed by the trainer fields, flat (as in ``config.toml``)."""
-        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "trainer"}
+        out = {
+            f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in SPEC_FIELDS_NOT_SETTINGS
+        }
         out["env_kwargs"] = dict(self.env_kwargs)
         out["wrappers"] = [w if isinstance(w, str) else dict(w) for w in self.wrappers]
+        if self.self_play == "mmd":  # every MMD setting in effect, the defaults included
+            out["mmd"] = self.mmd_config().to_dict()
+        if self.offpolicy is not None:  # the settings that differ from their defaults
+            from marljoint.run.offpolicy import offpolicy_table
+
+            out["offpolicy"] = offpolicy_table(self.offpolicy, self.trainer)
+        if self.algorithm in GAME_ALGORITHMS:  # every setting in effect, the defaults included
+            out[self.algorithm] = settings_table(self.algorithm, getattr(self, self.algorithm))
         for name in OPTIONAL_SETTINGS:  # PPO runs as configured write neither
             if not out[name]:
                 del out[name]
-        if self.self_play == "mmd":  # every MMD setting in effect, the defaults included
-            out["mmd"] = self.mmd_config().to_dict()
-        if self.algorithm in GAME_ALGORITHMS:  # every setting in effect, the defaults included
-            table = getattr(self, self.algorithm)
-            out[self.algorithm] = settings_table(self.algorithm, game_config(self.algorithm, self.trainer, table))
         out.update(self.trainer.to_dict())
         return out
 
+    def tables(self) -> dict[str, dict[str, Any]]:
+        """Each of :data:`TABLES` as ``config.toml`` holds it (``{}`` for a table the run does not have)."""
+        written = self.to_dict()
+        return {name: dict(written.get(name) or {}) for name in TABLES}
+
     @classmethod
-    def from_dict(cls, values: Mapping[str, Any], base: RunSpec | None = None) -> RunSpec:
+    def from_dict(
+        cls, values: Mapping[str, Any], base: RunSpec | None = None, given: Mapping[str, Any] | None = None
+    ) -> RunSpec:
         """Applies flat ``values`` (run and trainer fields) on top of ``base`` (the defaults when ``None``).
+
+        Args:
+            values: the settings, flat (a table's keys with dots, or the table whole).
+            base: the run they change.
+            given: the settings of ``values`` the user gave on the command line (``--set``, an option, ``--sweep``,
+                ``--param``): they count as given whatever their values (:attr:`given`); the others (a
+                ``--config`` file's, a preset's) only where they differ from their defaults.
 
         Raises:
             RunError: for unknown keys (listing the valid ones) or invalid values (naming the field).
         """
         base = base or cls()
-        values = with_dotted_keys(values, {"offpolicy": base.offpolicy, "mmd": base.mmd})
+        tables = base.tables()
+        values = with_dotted_keys(values, tables)
         values = with_algorithm_defaults(values)
-        run_names = [f.name for f in dataclasses.fields(cls) if f.name != "trainer"]
+        run_names = [f.name for f in dataclasses.fields(cls) if f.name not in SPEC_FIELDS_NOT_SETTINGS]
         trainer_names = [f.name for f in dataclasses.fields(JointTrainerConfig)]
         try:
             values = migrations.migrate_collection_keys(values, base.trainer.collection)
@@ -275,12 +328,16 @@ class RunSpec:
         run_changes = {k: v for k, v in values.items() if k in run_names}
         if "env_kwargs" in run_changes:
             run_changes["env_kwargs"] = parse_env_kwargs(run_changes["env_kwargs"])
+        for name in ("offpolicy", *GAME_ALGORITHMS):  # the base's table, applied to the changed settings
+            if getattr(base, name) is not None:
+                run_changes.setdefault(name, tables[name])
         trainer_changes = {k: v for k, v in values.items() if k in accepted}
         try:
             trainer = base.trainer.replace(**trainer_changes)
         except (TypeError, ValueError) as exc:
             raise RunError(f"invalid trainer setting: {exc}") from None
-        return dataclasses.replace(base, trainer=trainer, **run_changes)
+        named = base.given | given_names(given or {})
+        return dataclasses.replace(base, trainer=trainer, given=named, **run_changes)
 
 
 def parse_env_kwargs(value: Any) -> dict[str, Any]:
@@ -455,13 +512,17 @@ def resume_spec(
         UntrustedConfigError: see :func:`load_run_spec`.
     """
     saved = load_run_spec(run_dir, trust_run)
-    overrides = with_dotted_keys(dict(overrides or {}), {"offpolicy": saved.offpolicy, "mmd": saved.mmd})
-    current = saved.to_dict()
+    given = dict(overrides or {})
+    tables = saved.tables()
+    overrides = with_dotted_keys(given, tables)
+    current = {**tables, **saved.to_dict()}
     for key, value in overrides.items():
         if key in RESUMABLE_CHANGES or key not in current:
             continue
         if key == "env_kwargs":
             value = parse_env_kwargs(value)
+        if key in TABLES and isinstance(value, Mapping):  # as config.toml would hold it, to compare like with like
+            value = RunSpec.from_dict({key: value}, base=saved).tables()[key]
         if _normal(value) != _normal(current[key]):
             raise RunError(
                 f"cannot resume with {key} = {value!r}: the run in {run_dir} has {key} = {current[key]!r} "
@@ -471,7 +532,7 @@ def resume_spec(
     if "device" in changes and changes["device"] != current["device"]:
         changes.setdefault("acting_device", "auto")  # the saved ones were chosen for the old device
         changes.setdefault("recurrent_replay", "auto")
-    return RunSpec.from_dict(changes, base=saved)
+    return RunSpec.from_dict(changes, base=saved, given=given)
 
 
 def _normal(value: Any) -> Any:

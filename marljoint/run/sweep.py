@@ -462,7 +462,8 @@ def point_job(
     Args:
         spec: the settings the points change (``None`` on a resume: the run's own are read).
         options: the settings given on the command line (checked against a resumed run's).
-        point: ``{key: (label, value)}`` of the swept settings.
+        point: ``{key: (label, value)}`` of the swept settings (given on the command line, like ``options``: one
+            the run's algorithm does not read is refused whatever its value).
         run_dir: the run's directory.
         seed: the run's seed.
         cores: the cores the run may use.
@@ -482,7 +483,7 @@ def point_job(
         if resume:
             run_spec = resume_spec(run_dir, {**options, **values}, trust_run)
         else:
-            run_spec = RunSpec.from_dict({**values, "seed": seed}, base=spec)
+            run_spec = RunSpec.from_dict({**values, "seed": seed}, base=spec, given=values)
     except RunError as exc:
         raise RunError(f"{run_dir}: {exc}") from None
     if engine == "ray":

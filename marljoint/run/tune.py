@@ -146,7 +146,7 @@ def _refusal(key: str, value: Any, spec: Any) -> str | None:
     from marljoint.run.spec import RunSpec
 
     try:
-        RunSpec.from_dict({key: value}, base=spec)
+        RunSpec.from_dict({key: value}, base=spec, given={key: value})
     except RunError as exc:
         return str(exc)
     return None

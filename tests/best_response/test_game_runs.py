@@ -50,7 +50,9 @@ def _newest(run_dir):
 @pytest.mark.parametrize(
     ("changes", "message"),
     [
-        ({"algorithm": "psro", "psro": {"bogus": 1}}, r"unknown psro setting\(s\) \['bogus'\]; valid keys: \["),
+        ({"algorithm": "psro", "psro": {"bogus": 1}}, r"^unknown setting psro.bogus; valid keys: psro.iterations, "),
+        ({"algorithm": "nfsp", "nfsp": {"antic": 1}}, r"^unknown setting nfsp.antic; valid keys: nfsp.anticipatory, "),
+        ({"algorithm": "psro", "psro": 3}, r"^psro must be a table of settings, got 3"),
         ({"algorithm": "psro", "psro": {"seed": 3}}, r"psro.seed is a setting of the run itself; set it at the top"),
         ({"algorithm": "psro", "psro": {"iterations": 0}}, r"psro.iterations must be a positive integer, got 0"),
         ({"algorithm": "nfsp", "nfsp": {"anticipatory": 0}}, r"nfsp.anticipatory must be in \(0, 1\], got 0"),
@@ -81,7 +83,7 @@ def test_config_toml_holds_every_psro_setting_and_reads_back(tmp_path):
     text = (tmp_path / "config.toml").read_text()
     assert 'algorithm = "psro"' in text and "psro = {iterations = 3, " in text and "max_seconds = 60.0" in text
     saved = load_run_spec(tmp_path)
-    assert saved.psro["oracle"] == "exact" and saved.psro["meta_solver"] == "nash"  # every setting, defaults too
+    assert saved.psro.oracle == "exact" and saved.psro.meta_solver == "nash"  # every setting, defaults too
     assert saved.to_dict() == spec.to_dict()
     plain = _spec().to_dict()  # a PPO run's file is as it was
     assert not {"psro", "nfsp", "max_seconds"} & set(plain)
@@ -140,7 +142,7 @@ def test_the_time_budget_ends_a_run_after_the_iteration_that_reaches_it(tmp_path
     assert [r["iteration"] for r in _rows(out)] == ["1"]
     saved = load_run_spec(out)
     assert saved.max_seconds == 0.001 and saved.trainer.rollout_steps == 8  # --set reaches every setting
-    assert saved.nfsp["rollouts_per_iteration"] == 2 and saved.nfsp["sl_steps_per_rollout"] == 8  # recipe's kept
+    assert saved.nfsp.rollouts_per_iteration == 2 and saved.nfsp.sl_steps_per_rollout == 8  # recipe's kept
     shutil.rmtree(out)
     assert _cli([*argv[:-3], "--seconds", "1000", "--iterations", "2", "--quiet", "--out", str(out)]) == 0
     assert [r["iteration"] for r in _rows(out)] == ["1", "2"]  # the iterations end first

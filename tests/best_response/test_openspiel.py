@@ -341,7 +341,7 @@ def test_openspiel_games_solve_ppo_meta_games_with_prd_and_exact_ones_with_nash(
         out = tmp_path / str(len(list(tmp_path.iterdir())))
         argv = ["psro", "--env", "openspiel:kuhn_poker", "--iterations", "1", "--br-steps", "256", "--num-envs", "8"]
         assert run([*argv, *extra, "--out", str(out)]) == 0
-        return load_run_spec(out).psro["meta_solver"]
+        return load_run_spec(out).psro.meta_solver
 
     assert solver_of() == "prd"
     assert solver_of("--meta-solver", "nash") == "nash"

@@ -135,4 +135,4 @@ def test_marljoint_psro_num_workers_runs_ray_tasks_and_saves_the_split(tmp_path)
     from marljoint.run.spec import load_run_spec
 
     config = load_run_spec(tmp_path / "ray").psro  # the run's settings, as config.toml holds them
-    assert config["task_split"] == 2 and config["engine"] == "ray"
+    assert config.task_split == 2 and config.engine == "ray"

@@ -18,7 +18,7 @@ OLDER = Path(__file__).resolve().parents[1] / "fixtures" / "configs_from_older_v
 def test_an_older_value_run_drops_the_ppo_settings_it_never_read():
     spec = load_run_spec(OLDER / "qmix")
     assert spec.algorithm == "qmix"
-    assert spec.offpolicy == {"learning_starts": 16, "batch_size": 8, "mixer_embed_dim": 16}
+    assert spec.tables()["offpolicy"] == {"learning_starts": 16, "batch_size": 8, "mixer_embed_dim": 16}
     assert (spec.trainer.num_envs, spec.trainer.rollout_steps) == (2, 16)
     # n_epochs = 3 and clip_range = 0.1 were taken and never read: they take their defaults.
     assert (spec.trainer.n_epochs, spec.trainer.clip_range) == (RunSpec().trainer.n_epochs, 0.2)
@@ -27,7 +27,7 @@ def test_an_older_value_run_drops_the_ppo_settings_it_never_read():
 def test_an_older_actor_critic_run_drops_the_rates_it_never_read():
     spec = load_run_spec(OLDER / "masac")
     assert spec.algorithm == "masac" and spec.trainer.learning_rate is None
-    assert spec.offpolicy == {"learning_starts": 16, "batch_size": 8, "sac": {"critic_hidden_sizes": [16]}}
+    assert spec.tables()["offpolicy"] == {"learning_starts": 16, "batch_size": 8, "sac": {"critic_hidden_sizes": [16]}}
 
 
 def test_an_older_mmd_run_keeps_its_table():

@@ -31,7 +31,8 @@ def runs(tmp_path_factory):
 def test_a_qmix_run_writes_its_settings_metrics_and_checkpoints(runs):
     root, _ = runs
     spec = load_run_spec(root / "qmix")
-    assert spec.algorithm == "qmix" and spec.offpolicy == {"learning_starts": 64, "batch_size": 32}
+    assert spec.algorithm == "qmix" and spec.tables()["offpolicy"] == {"learning_starts": 64, "batch_size": 32}
+    assert (spec.offpolicy.learning_starts, spec.offpolicy.batch_size, spec.offpolicy.num_envs) == (64, 32, 4)
     assert len(list_checkpoints(root / "qmix" / "checkpoints")) == 2
     header = (root / "qmix" / "metrics.csv").read_text().splitlines()[0].split(",")
     assert "offpolicy/td_loss" in header and "exploration" in header
@@ -181,7 +182,7 @@ def sac_runs(tmp_path_factory):
 def test_a_masac_run_writes_its_settings_metrics_and_checkpoints(sac_runs, name):
     root, _ = sac_runs
     spec = load_run_spec(root / name)
-    assert spec.algorithm == "masac" and spec.offpolicy["sac"] == {"critic_hidden_sizes": [16]}
+    assert spec.algorithm == "masac" and spec.tables()["offpolicy"]["sac"] == {"critic_hidden_sizes": [16]}
     header = (root / name / "metrics.csv").read_text().splitlines()[0].split(",")
     assert {"offpolicy/critic_loss", "offpolicy/actor_loss", "offpolicy/alpha/0"} <= set(header)
     state = newest_checkpoint(root / name)["trainer"]

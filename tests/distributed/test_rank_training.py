@@ -57,7 +57,31 @@ def _train(group):
         "resumed_ranked_gap": _gap(resumed_ranked, one),
         "env_steps": (one.env_steps, ranked.env_steps, resumed_ranked.env_steps),
         "refusals": _refusals(group),
+        "recurrent_resume": _recurrent_resume(group),
     }
+
+
+def _recurrent_resume(group):
+    """A recurrent run's env copies, noise generators and hidden states saved on two ranks continue in one process
+    with the very rollout the ranks collect next, and the other way round."""
+    from rollout_checks import assert_same_rollout
+
+    spec = RunSpec(env="mock_v0", env_kwargs={}, trainer=JointTrainerConfig(**{**CONFIG, "recurrent": "gru"}))
+    ranked = build_trainer(spec, make_env(spec, ranks=group), ranks=group)
+    ranked.iterate()
+    state, env_state = copy.deepcopy((ranked.state_dict(), ranked.env_state()))
+    one = build_trainer(spec, make_env(spec))
+    one.load_state_dict(state)
+    one.load_env_state(env_state)
+    assert env_state is not None and "memory" in env_state["workers"][0]
+    assert_same_rollout(ranked.collect_rollout(), one.collect_rollout())
+    # And back: the one process's state restored on two ranks.
+    state, env_state = copy.deepcopy((one.state_dict(), one.env_state()))
+    again = build_trainer(spec, make_env(spec, ranks=group), ranks=group)
+    again.load_state_dict(state)
+    again.load_env_state(env_state)
+    assert_same_rollout(again.collect_rollout(), one.collect_rollout())
+    return True
 
 
 def _refusals(group):
@@ -67,9 +91,9 @@ def _refusals(group):
             make_env(spec, ranks=group)
         except RunError as exc:
             messages.append(str(exc))
-    qmix = RunSpec(env="mpe2.simple_spread_v3", env_kwargs={"N": 3, "max_cycles": 10}, algorithm="qmix")
+    psro = RunSpec.from_dict({"algorithm": "psro", "num_envs": 4})
     try:
-        build_trainer(qmix, None, ranks=group)
+        build_trainer(psro, None, ranks=group)
     except RunError as exc:
         messages.append(str(exc))
     return messages
@@ -88,11 +112,12 @@ def test_four_iterations_on_two_ranks_end_where_one_process_ends(trained):
 def test_a_run_resumes_with_another_number_of_ranks(trained):
     assert trained[0]["resumed_one_gap"] <= 1e-4
     assert trained[0]["resumed_ranked_gap"] <= 1e-4
+    assert trained[0]["recurrent_resume"] and trained[1]["recurrent_resume"]
 
 
 def test_what_ranks_cannot_combine_with_is_refused_in_one_line(trained):
-    workers, few, qmix = trained[0]["refusals"]
+    workers, few, psro = trained[0]["refusals"]
     assert workers.startswith("2 ranks each step their own env copies in-process, so the collection backend")
     assert few.startswith("num_envs = 1 env copies cannot be split over 2 ranks")
-    assert qmix.startswith("algorithm 'qmix' does not train on data-parallel ranks yet")
-    assert all("\n" not in m for m in (workers, few, qmix))
+    assert psro.startswith("algorithm 'psro' does not train on data-parallel ranks: its best responses are PPO runs")
+    assert all("\n" not in m for m in (workers, few, psro))

@@ -204,8 +204,9 @@ class RankGroup:
         """
         named = dict(tensors) if isinstance(tensors, Mapping) else {f"#{i}": t for i, t in enumerate(tensors)}
         sums = torch.stack([_checksum(t) for t in named.values()]) if named else torch.zeros(0, 2, dtype=torch.int64)
+        sums = sums.to(self._comm_device())  # NCCL gathers device tensors
         gathered = [torch.zeros_like(sums) for _ in range(self.world_size)]
-        dist.all_gather(gathered, sums.to(self._comm_device()))
+        dist.all_gather(gathered, sums)
         gathered = [g.cpu() for g in gathered]
         ranks = [r for r in range(1, self.world_size) if not torch.equal(gathered[r], gathered[0])]
         if ranks:

@@ -9,9 +9,13 @@ For each env and batch shape it measures, on the cores this process may use:
   ``torch_threads="auto"`` (the learner takes the cores the workers leave);
 * the per-iteration costs behind each row: one copy's rollout c·T in one worker, the update u with K workers
   (its threads depend on K), the exchange x and the slowest worker's slowdown s;
+* full training with K data-parallel ranks (``marljoint train --ranks K``, the command a user runs, its rate read
+  from the run's metrics.csv after a warm-up iteration) for K = 1, 2, 4, ... and the cores, against the same
+  K-process bare ceiling, with the ranks' model beside each row (:func:`rank_model`);
 
 and prints one table with the scaling model of ``docs/performance.md`` beside every measured row (lag 0, lag 1 with
-a core for the learner, lag 1 on K cores), and writes the rows to a CSV.
+a core for the learner, lag 1 on K cores), one for the ranks, and writes the rows to CSVs (the ranks' beside the
+workers': ``scaling_ranks.csv`` for ``scaling.csv``).
 
 Two batch shapes: ``defaults`` (``marljoint train``'s defaults with 64 env copies; 64-step rollouts unless
 ``--rollout-steps``) and ``benchmark`` (the comparison shape of ``benchmarks/throughput.py``: 8 copies × 128
@@ -23,14 +27,19 @@ Usage::
     python benchmarks/scaling.py --envs simple_spread_v3 --shapes defaults --csv scaling.csv
     python benchmarks/scaling.py --workers 1 2 --iterations 1     # a quick look on a small machine
     python benchmarks/scaling.py --envs simple_spread_v3 --update-costs 16 64 256   # the update alone
+    python benchmarks/scaling.py --modes ranks --shapes defaults --ranks 1 2       # the ranks only
+    python benchmarks/scaling.py --modes ranks --ranks 1 2 4 8 16 --iterations 3    # K = 16 on a 16-core machine
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import socket
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
@@ -268,12 +277,242 @@ def update_costs(env: str, copies: Sequence[int], repetitions: int) -> str:
     return "\n".join(lines)
 
 
+RANK_ENVS = {"simple_spread_v3": "mpe2.simple_spread_v3", "bucket_brigade_v0": "bucket_brigade_v0"}
+"""Each env of :data:`throughput.ENVS` as ``marljoint train --env`` names it (with its default keyword arguments)."""
+
+
+def rank_counts(cores: int, num_envs: int) -> list[int]:
+    """K = 1, 2, 4, ... below ``cores``, and ``cores`` itself (``--ranks auto``), each at most ``num_envs``.
+
+    Example:
+        >>> rank_counts(16, 64), rank_counts(2, 64), rank_counts(6, 4)
+        ([1, 2, 4, 8, 16], [1, 2], [1, 2, 4])
+    """
+    counts, k = {max(1, cores)}, 1
+    while k < cores:
+        counts.add(k)
+        k *= 2
+    return sorted(k for k in counts if k <= num_envs)
+
+
+@dataclass
+class RankRow:
+    """One measured K of data-parallel ranks (rates in agent-steps per second; seconds per iteration or call)."""
+
+    env: str
+    shape: str
+    ranks: int
+    ceiling: float
+    rate: float
+    copy_seconds: float
+    update_seconds: float
+    allreduce_seconds: float
+    minibatch_steps: int
+    model: float
+
+    def ratios(self) -> tuple[float, float]:
+        """The measured and the modelled rate over the K-process ceiling."""
+        return self.rate / self.ceiling, self.model / self.ceiling
+
+
+def rank_model(
+    copy_seconds: float,
+    update_seconds: float,
+    allreduce_seconds: float,
+    minibatch_steps: int,
+    ranks: int,
+    num_envs: int,
+    agent_steps: float,
+) -> float:
+    """Full-training agent-steps per second of K = ``ranks`` ranks on K cores: each rank plays E/K copies
+    (``c·T · E/K``), then updates on its share of every minibatch (``u(E/K)``: the update of E/K copies' rollout
+    with the same number of minibatches, whose fixed cost per minibatch does not shrink with K) and all-reduces
+    its gradients once per minibatch step (``M·a``, none with one rank); the gather of the rollout pieces and the
+    slowest rank's lag are left out (the measured rows show them).
+
+    Example:
+        >>> rank_model(0.02, 0.5, 0.001, 160, 1, 64, 12288), rank_model(0.02, 0.3, 0.001, 160, 2, 64, 12288)
+        (6903.3707865168535, 11170.909090909092)
+    """
+    seconds = (
+        copy_seconds * num_envs / ranks + update_seconds + (minibatch_steps * allreduce_seconds if ranks > 1 else 0)
+    )
+    return agent_steps / seconds
+
+
+def train_command(env: str, shape: str, ranks: int, iterations: int, out: Path) -> list[str]:
+    """``marljoint train --ranks K`` on ``env`` in ``shape`` for ``iterations`` timed iterations after a warm-up,
+    checkpointing only at its end."""
+    trainer = SHAPES[shape]
+    copies, steps = trainer["num_envs"], trainer["rollout_steps"]
+    sets = [f"--set={key}={value}" for key, value in trainer.items() if key not in ("num_envs", "rollout_steps")]
+    total = (iterations + 1) * copies * steps
+    return [
+        sys.executable, "-m", "marljoint", "train", "--env", RANK_ENVS[env], "--num-envs", str(copies),
+        "--rollout-steps", str(steps), *sets, "--total-steps", str(total), "--checkpoint-every", "1000000",
+        "--out", str(out), "--quiet", "--ranks", str(ranks),
+    ]  # fmt: skip
+
+
+def metrics_rate(path: Path) -> float:
+    """Agent-steps per second of a run's iterations after its first (the warm-up), from its metrics.csv."""
+    with path.open() as f:
+        rows = list(csv.DictReader(f))
+    if len(rows) < 2:
+        raise ValueError(f"{path} has {len(rows)} iteration(s); the rate needs a warm-up and at least one more")
+    first, last = rows[0], rows[-1]
+    steps = float(last["agent_steps"]) - float(first["agent_steps"])
+    return steps / (float(last["wall_time"]) - float(first["wall_time"]))
+
+
+def ranks_rate(env: str, shape: str, ranks: int, iterations: int) -> float:
+    """Full training with ``marljoint train --ranks K``, as a user runs it (:func:`train_command`)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "run"
+        done = subprocess.run(train_command(env, shape, ranks, iterations, out), capture_output=True, text=True)
+        if done.returncode != 0:
+            raise RuntimeError(f"marljoint train --ranks {ranks} on {env} failed: {done.stderr.strip()[-800:]}")
+        return metrics_rate(out / "metrics.csv")
+
+
+@dataclass
+class RankCosts:
+    """The ranks' model inputs measured in one process on one thread."""
+
+    copy_seconds: float
+    parameters: int
+    agent_steps: float
+    minibatch_steps: int
+
+
+def rank_costs(env: str, shape: str) -> RankCosts:
+    """c·T (one copy's rollout, collected in-process), the networks' parameter count, agent-steps per iteration and
+    minibatch steps per update of ``env`` in ``shape``."""
+    config = RunSpec().trainer.replace(**SHAPES[shape], torch_threads=1)
+    joint_env = config.collection.make_env(ENVS[env], config.num_envs, config.seed)
+    try:
+        trainer = JointMultiAgentTrainer.from_env(joint_env, config)
+        trainer.collect_rollout()  # warm-up
+        start = time.perf_counter()
+        rollout = trainer.collect_rollout()
+        seconds = time.perf_counter() - start
+        parameters = sum(p.numel() for network in trainer.joint_policy.networks for p in network.parameters())
+        steps = config.n_epochs * config.minibatches_per_epoch
+        return RankCosts(seconds / config.num_envs, parameters, float(rollout.valid.sum()), steps)
+    finally:
+        joint_env.close()
+        limit_threads(1)
+
+
+def _allreduce_rank(rank: int, world: int, port: int, numel: int, repetitions: int, results: Any) -> None:
+    import torch
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    flat = torch.zeros(numel)
+    for _ in range(5):  # warm-up
+        dist.all_reduce(flat)
+    seconds = []
+    for _ in range(repetitions):
+        start = time.perf_counter()
+        dist.all_reduce(flat)
+        seconds.append(time.perf_counter() - start)
+    if rank == 0:
+        results.put(statistics.median(seconds))
+    dist.destroy_process_group()
+
+
+def allreduce_seconds(numel: int, ranks: int = 2, repetitions: int = 50) -> float:
+    """Median seconds of one gloo all-reduce of ``numel`` float32 (a gradient buffer) among ``ranks`` processes
+    on this machine: the ranks' cost per minibatch step."""
+    import multiprocessing
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ctx = multiprocessing.get_context("spawn")
+    results = ctx.Queue()
+    processes = [
+        ctx.Process(target=_allreduce_rank, args=(r, ranks, port, numel, repetitions, results)) for r in range(ranks)
+    ]
+    for process in processes:
+        process.start()
+    try:
+        return float(results.get(timeout=120))
+    finally:
+        for process in processes:
+            process.join(timeout=30)
+
+
+def measure_ranks(env: str, shape: str, ks: Sequence[int], iterations: int, window: float) -> list[RankRow]:
+    """Every ranks row of one env and shape: the ceiling and ``marljoint train --ranks K`` for each K, with the
+    model beside (the all-reduce measured once, with 2 ranks)."""
+    num_envs = SHAPES[shape]["num_envs"]
+    costs = rank_costs(env, shape)
+    changes = {k: v for k, v in SHAPES[shape].items() if k != "num_envs"}
+    allreduce = allreduce_seconds(costs.parameters) if max(ks) > 1 else 0.0
+    rows = []
+    for k in ks:
+        ceiling = bare_env_rate_processes(env, window, k)
+        rate = ranks_rate(env, shape, k, iterations)
+        ceiling = (ceiling + bare_env_rate_processes(env, window, k)) / 2  # around the run (the VM drifts)
+        update, _ = update_cost(env, max(1, num_envs // k), 1, max(3, iterations), **changes)
+        model = rank_model(costs.copy_seconds, update, allreduce, costs.minibatch_steps, k, num_envs,
+                           costs.agent_steps)  # fmt: skip
+        rows.append(RankRow(env, shape, k, ceiling, rate, costs.copy_seconds, update, allreduce,
+                            costs.minibatch_steps, model))  # fmt: skip
+        print(
+            f"  {env} {shape} ranks={k}: ceiling {ceiling:,.0f}, training {rate:,.0f}, model {model:,.0f}", flush=True
+        )
+    return rows
+
+
+def rank_table(rows: Sequence[RankRow]) -> str:
+    """The markdown table of the ranks' rows: measured and modelled full training over the K-process ceiling, and
+    the speed-up over one rank of the same env and shape."""
+    lines = [
+        "| env | shape | K ranks | K-process ceiling | training | training / ceiling | model / ceiling "
+        "| speed-up over K = 1 | c·T ms | u(E/K) ms | a ms | M |",
+        "|---" * 12 + "|",
+    ]
+    one = {(r.env, r.shape): r.rate for r in rows if r.ranks == 1}
+    for r in rows:
+        measured, modelled = r.ratios()
+        base = one.get((r.env, r.shape))
+        speedup = f"{r.rate / base:.2f}" if base else "-"
+        lines.append(
+            f"| {r.env} | {r.shape} | {r.ranks} | {r.ceiling:,.0f} | {r.rate:,.0f} | {measured:.2f} | {modelled:.2f} "
+            f"| {speedup} | {1e3 * r.copy_seconds:.1f} | {1e3 * r.update_seconds:.1f} "
+            f"| {1e3 * r.allreduce_seconds:.2f} | {r.minibatch_steps} |"
+        )
+    return "\n".join(lines)
+
+
+def write_rank_csv(rows: Sequence[RankRow], path: Path) -> None:
+    """One CSV row per :class:`RankRow`, with its ratios to the ceiling."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow([*asdict(rows[0]), "ratio", "model_ratio"] if rows else [])
+        for row in rows:
+            writer.writerow([*asdict(row).values(), *(round(x, 4) for x in row.ratios())])
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--envs", nargs="+", default=list(ENVS), choices=list(ENVS))
     parser.add_argument("--shapes", nargs="+", default=list(SHAPES), choices=list(SHAPES))
     parser.add_argument(
+        "--modes", nargs="+", default=["workers", "ranks"], choices=["workers", "ranks"],
+        help="env workers at lag 0 and 1 (marljoint train --env-workers K), data-parallel ranks (marljoint train "
+        "--ranks K), or both (the default)",
+    )  # fmt: skip
+    parser.add_argument(
         "--workers", type=int, nargs="+", help="the K to measure, with 1 always (default: 1, 2, 4, ..., cores − 1)"
+    )
+    parser.add_argument(
+        "--ranks", type=int, nargs="+", help="the ranks K to measure, with 1 always (default: 1, 2, 4, ..., cores)"
     )
     parser.add_argument("--iterations", type=int, default=2, help="timed iterations per measurement (default 2)")
     parser.add_argument("--window", type=float, default=2.0, help="seconds of each bare-ceiling measurement")
@@ -291,22 +530,36 @@ def main(argv: Sequence[str] | None = None) -> None:
     if args.rollout_steps is not None:
         SHAPES["defaults"]["rollout_steps"] = args.rollout_steps
     cores = usable_cores()
-    if args.workers and min(args.workers) < 1:
-        parser.error(f"--workers must be positive, got {args.workers}")
+    for name in ("workers", "ranks"):
+        if getattr(args, name) and min(getattr(args, name)) < 1:
+            parser.error(f"--{name} must be positive, got {getattr(args, name)}")
     limit_threads(1)
     started = time.perf_counter()
     print(f"{cores} cores usable; learner threads 'auto' (the cores the workers leave)", flush=True)
     rate = {env: bare_env_rate_processes(env, args.window, 1) for env in args.envs}
-    rows: list[Row] = []
-    for shape in args.shapes:
-        # K = 1 first: its worker's busy time is the model's c·T for every K.
-        ks = sorted({1, *args.workers}) if args.workers else worker_counts(cores, SHAPES[shape]["num_envs"])
-        for env in args.envs:
-            rows += measure(env, shape, ks, args.iterations, args.window)
-    print()
-    print(table(rows, rate))
-    write_csv(rows, args.csv)
-    print(f"rows in {args.csv}; {time.perf_counter() - started:.0f} s")
+    if "workers" in args.modes:
+        rows: list[Row] = []
+        for shape in args.shapes:
+            # K = 1 first: its worker's busy time is the model's c·T for every K.
+            ks = sorted({1, *args.workers}) if args.workers else worker_counts(cores, SHAPES[shape]["num_envs"])
+            for env in args.envs:
+                rows += measure(env, shape, ks, args.iterations, args.window)
+        print()
+        print(table(rows, rate))
+        write_csv(rows, args.csv)
+        print(f"rows in {args.csv}")
+    if "ranks" in args.modes:
+        rank_rows: list[RankRow] = []
+        for shape in args.shapes:
+            ks = sorted({1, *args.ranks}) if args.ranks else rank_counts(cores, SHAPES[shape]["num_envs"])
+            for env in args.envs:
+                rank_rows += measure_ranks(env, shape, ks, args.iterations, args.window)
+        path = args.csv.with_name(f"{args.csv.stem}_ranks{args.csv.suffix}")
+        print()
+        print(rank_table(rank_rows))
+        write_rank_csv(rank_rows, path)
+        print(f"ranks rows in {path}")
+    print(f"{time.perf_counter() - started:.0f} s")
 
 
 if __name__ == "__main__":

@@ -347,6 +347,7 @@ class RunLoop:
         metrics = trainer.iteration_metrics(rollout, stats, seconds)
         if not self.writes:  # rank 0 measures, logs and writes; the others only train
             self.agent_steps += metrics["agent_steps"]
+            self.logged = trainer.iteration
             return _row(metrics, self.clock_offset + time.perf_counter() - clock, self.agent_steps)
         self.tracker.observe(trainer, trainer.iteration)  # the average policy of MMD self-play, where kept
         try:
@@ -430,7 +431,9 @@ class RunLoop:
         worker, are not saved, and the resume starts them on fresh episodes.
         """
         completed = self.logged
-        if self.log is not None and completed == self.trainer.iteration and completed > last_saved:
+        # With ranks the other ranks are mid-collection, so no checkpoint can be gathered: the last one is kept.
+        saves = self.ranks is None and self.log is not None
+        if saves and completed == self.trainer.iteration and completed > last_saved:
             self._save(clock, with_env=False)
             last_saved = completed
         if isinstance(exc, _WORKER_ERRORS):
@@ -440,7 +443,7 @@ class RunLoop:
         else:
             failed, error = f"env {self.spec.env!r} failed in iteration {completed + 1}: {exc}", EnvFailure
             kept = f"the newest checkpoint is from iteration {last_saved}. Once the env is fixed, continue"
-        if self.log is None and not self.resume:
+        if self.logged == 0 and not self.resume:  # no iteration completed: nothing written (by any rank)
             return error(f"{failed}; nothing was written to {self.run_dir}", 0)
         return error(f"{failed}; {kept} with: {self.resume_command}", last_saved)
 

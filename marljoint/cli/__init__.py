@@ -15,7 +15,14 @@ from typing import Any
 from marljoint.cli.args import USAGE_ERROR
 from marljoint.cli.args import positive_int as _positive_int
 from marljoint.cli.args import seed as _seed
-from marljoint.cli.ranks import launch, quiet_rank_error, ranks_wanted, refuse_several_runs, train_rank
+from marljoint.cli.ranks import (
+    launch,
+    quiet_rank_error,
+    ranks_wanted,
+    refuse_several_runs,
+    resumed_on_ranks,
+    train_rank,
+)
 from marljoint.cli.settings import command_line_settings, config_overrides
 from marljoint.cli.sweep import several_runs
 from marljoint.cli.train_options import add_train_options
@@ -115,7 +122,7 @@ def _train_resumed(args: argparse.Namespace, options: dict[str, Any]) -> int:
     # Locked before the run's config is read, so a second writer is refused before it looks at anything.
     with RunLock(args.out):
         spec = _with_auto_workers(resume_spec(args.out, options, trust_run=args.trust_run), args)
-        ranks = ranks_wanted(args, spec)
+        ranks = ranks_wanted(args, resumed_on_ranks(spec, options) if args.ranks is not None else spec)
         if ranks == 1:
             return _train_one(spec, args.out, args)
     return launch(args, ranks, args.out)  # the lock is rank 0's, in its own process

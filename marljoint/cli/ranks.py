@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import dataclasses
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -26,7 +27,7 @@ from marljoint.run.ranks import (
     without_ranks_option,
 )
 
-__all__ = ["launch", "quiet_rank_error", "ranks_wanted", "refuse_several_runs", "train_rank"]
+__all__ = ["launch", "quiet_rank_error", "ranks_wanted", "refuse_several_runs", "resumed_on_ranks", "train_rank"]
 
 
 def ranks_wanted(args: argparse.Namespace, spec: Any) -> int:
@@ -40,6 +41,17 @@ def ranks_wanted(args: argparse.Namespace, spec: Any) -> int:
     ranks = resolve_ranks(args.ranks, spec.trainer.num_envs)
     check_ranks(spec, ranks)
     return ranks
+
+
+def resumed_on_ranks(spec: Any, options: dict[str, Any]) -> Any:
+    """A resumed run's settings for ranks: a run collected by env workers or Ray collects in each rank's own
+    process instead unless the command line names a collection (the collection changes no result, and a resume may
+    change it); any other run as it is."""
+    if "collection" in options or spec.trainer.collection.backend == "local":
+        return spec
+    from marljoint.collect.config import CollectionConfig
+
+    return dataclasses.replace(spec, trainer=spec.trainer.replace(collection=CollectionConfig()))
 
 
 def refuse_several_runs(args: argparse.Namespace) -> None:
@@ -138,7 +150,7 @@ def _writer_spec(
 
             raise RunError("--resume needs --out DIR, the run directory to continue")
         with RunLock(args.out):  # refused at once while another process writes there
-            spec = resume_spec(args.out, options, trust_run=args.trust_run)
+            spec = resumed_on_ranks(resume_spec(args.out, options, trust_run=args.trust_run), options)
         out = Path(args.out)
     else:
         spec = new_spec(args, options)

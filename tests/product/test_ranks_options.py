@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 
 from marljoint.cli import main
-from marljoint.cli.ranks import quiet_rank_error, ranks_wanted
+from marljoint.cli.ranks import quiet_rank_error, ranks_wanted, resumed_on_ranks
 from marljoint.run import ranks as ranks_module
 from marljoint.run.errors import RunError, RunInterrupted
 from marljoint.run.ranks import (
@@ -204,3 +204,12 @@ def test_which_errors_a_rank_leaves_to_others(monkeypatch):
     assert quiet_rank_error(RankLost("x")) == PEER_LOST  # the launcher names the rank that failed
     monkeypatch.setenv("RANK", "0")
     assert quiet_rank_error(RanksStopped("x")) is None
+
+
+def test_a_run_collected_by_env_workers_resumes_on_ranks_collecting_in_each_rank():
+    spec = tiny_spec(2, collection={"backend": "subprocess", "workers": 2})
+    assert resumed_on_ranks(spec, {}).trainer.collection.backend == "local"
+    check_ranks(resumed_on_ranks(spec, {}), 2)
+    given = {"collection": {"backend": "subprocess", "workers": 2}}  # named on the command line: refused as given
+    with pytest.raises(RunError, match="with --env-workers 2"):
+        check_ranks(resumed_on_ranks(spec, given), 2)

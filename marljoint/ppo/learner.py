@@ -355,7 +355,9 @@ class Learner:
             self.regularizer.begin_update(self)
         batch = self._flatten(rollout, active_mask)
         if self.decoupled:
-            batch = batch._replace(proximal=self._proximal_log_probs(batch))
+            shares = self.shards
+            proximal = self._proximal_log_probs(batch) if shares is None else shares.proximal_log_probs(self, batch)
+            batch = batch._replace(proximal=proximal)
         totals = _Totals(self.spec.num_agents, self.device)
         self.joint_policy.train()
         active_on_device = active_mask.to(self.device)

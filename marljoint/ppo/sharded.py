@@ -2,9 +2,10 @@
 summed over the ranks are the one-process gradient.
 
 Every rank holds the whole rollout (:class:`~marljoint.collect.ranks.RankCollector`), so it computes GAE, the value
-normaliser's update, the explained variance, the proximal log-probs of a decoupled update, the observation
-statistics and the minibatch permutation exactly as one process does (global statistics with no communication).
-Then, per minibatch of ``m`` units (rows, or sequence chunks of a recurrent policy):
+normaliser's update, the explained variance, the observation statistics and the minibatch permutation exactly as one
+process does (global statistics with no communication). A decoupled update's proximal log-probs (policy lag 1,
+``uniform_mix``) are computed in shares of the same chunks and gathered once per update. Then, per minibatch of
+``m`` units (rows, or sequence chunks of a recurrent policy):
 
 - rank r takes units ``row_shares(m, K)[r]`` (contiguous, rank order; :func:`~marljoint.distributed.ranks.row_shares`);
 - advantage normalisation uses the whole minibatch's statistics (computed from the rows every rank holds);
@@ -110,16 +111,43 @@ class RankShares:
             joint = joint + aux.loss
         return _MinibatchLoss(joint, pg, vl, ent, aux)
 
+    @torch.no_grad()
+    def proximal_log_probs(self, learner: Any, batch: _Batch) -> torch.Tensor:
+        """``[R, N]`` the taken actions' log-probs under the weights the update starts from (a decoupled update's
+        proximal policy): each rank evaluates its share of every chunk the one-process computation takes, and the
+        shares are gathered once."""
+        units, size = learner._minibatch_shape(batch)
+        proximal = batch.log_probs.clone()
+        mine, rows_of = [], [[] for _ in range(self.ranks.world_size)]
+        for picked in torch.arange(units, device=learner.device).split(size):
+            shares = row_shares(picked.shape[0], self.ranks.world_size)
+            for rank, (start, stop) in enumerate(shares):
+                rows_of[rank].append(_unit_rows(batch, picked[start:stop]))
+            start, stop = shares[self.ranks.rank]
+            if stop > start:
+                idx, outputs = learner._replay(batch, picked[start:stop])
+                actions = [a[idx] for a in batch.actions]
+                log_prob, _, _ = learner.joint_policy.evaluate(
+                    outputs, actions, [None if m is None else m[idx] for m in batch.masks]
+                )
+                mine.append(log_prob)
+        local = torch.cat(mine) if mine else proximal[:0]
+        sizes = [sum(rows.shape[0] for rows in parts) for parts in rows_of]
+        gathered = self.ranks.gather_rows(local, sizes)
+        proximal[torch.cat([rows for parts in rows_of for rows in parts])] = gathered
+        return proximal
+
     def reduce_(self, loss: _MinibatchLoss, parameters: Sequence[torch.Tensor], kl_summed: bool) -> _MinibatchLoss:
         """After the backward: every parameter's gradient and the loss terms summed over the ranks, in one
         all-reduce; returns the minibatch's one-process loss terms (detached).
 
         Args:
             loss: this rank's share (:meth:`minibatch_loss`).
-            parameters: every trained parameter (a missing gradient becomes zeros, so that every rank sends the
-                same layout).
+            parameters: every trained parameter. A parameter without a gradient on this rank sends zeros; one without
+                a gradient on every rank keeps none (its optimizer skips it, as in one process).
             kl_summed: the approximate KL was already summed (``target_kl``).
         """
+        present = torch.tensor([p.grad is not None for p in parameters], dtype=parameters[0].dtype)
         for p in parameters:
             if p.grad is None:
                 p.grad = torch.zeros_like(p)
@@ -130,7 +158,11 @@ class RankShares:
         if not kl_summed:
             terms.append(loss.pg.approx_kl)
         stats = torch.cat([t.detach().reshape(-1).to(parameters[0].dtype) for t in terms])
-        self.ranks.all_reduce_sum_([*(p.grad for p in parameters), stats])
+        present = present.to(stats.device)
+        self.ranks.all_reduce_sum_([*(p.grad for p in parameters), stats, present])
+        for p, anywhere in zip(parameters, present.tolist()):
+            if not anywhere:
+                p.grad = None
         pg_loss, value, entropy, clip_fraction, joint = stats[: 4 * n + 1].split([n, n, n, n, 1])
         approx_kl = loss.pg.approx_kl if kl_summed else stats[4 * n + 1 :]
         joint = joint.reshape(()) if aux is None else joint.reshape(()) + aux
@@ -153,7 +185,7 @@ class _Rows:
         seq = batch.sequences
         self.length = 1 if seq is None else seq.length
         self.units = picked.shape[0]
-        self.whole = picked if seq is None else seq.rows[picked].T.reshape(-1)
+        self.whole = _unit_rows(batch, picked)
         """The minibatch's rows in one-process order: ``[L, m]`` flattened (a chunk's rows in step order)."""
         grid = torch.arange(self.length * self.units, device=picked.device).reshape(self.length, self.units)
         self.positions = grid[:, start:stop].reshape(-1)
@@ -202,6 +234,13 @@ class _Rows:
         whole = gathered.index_select(0, order)
         parts = list(whole.split([*widths, alive.shape[1]], dim=1))
         return parts[:-1], parts[-1] > 0.5
+
+
+def _unit_rows(batch: _Batch, units: torch.Tensor) -> torch.Tensor:
+    """The rows of ``units`` in the order the learner's replay gives them: the rows themselves (feed-forward), or
+    the chunks' rows step by step, the chunks side by side (recurrent)."""
+    seq = batch.sequences
+    return units if seq is None else seq.rows[units].T.reshape(-1)
 
 
 def _offsets(sizes: Sequence[int]) -> list[int]:

@@ -29,6 +29,11 @@ CASES = {
     "mappo": ("spread", {"centralized_critic": True}, {}),
     "ippo_no_value_norm": ("spread", {"value_normalization": False, "normalize_observations": True}, {}),
     "recurrent": ("mock", {"recurrent": "gru", "rollout_steps": 12, "minibatch_size": 12, "bptt_length": 4}, {}),
+    "recurrent_uniform_mix": (
+        "mock",
+        {"recurrent": "gru", "rollout_steps": 12, "minibatch_size": 12, "bptt_length": 4, "uniform_mix": 0.2},
+        {},
+    ),
     # One chunk per minibatch: rank 1 has no share of it and takes part with gradients of zero.
     "recurrent_fewer_chunks_than_ranks": (
         "mock",

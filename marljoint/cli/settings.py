@@ -1,7 +1,9 @@
 """The settings ``marljoint train`` takes from its command line: the dedicated options and ``--set KEY=VALUE``.
 
 A setting given twice on the command line with two different values is refused (which one was meant cannot be
-known); given twice with the same value it is taken once. A ``--config`` file's value that the command line
+known); given twice with the same value it is taken once. The settings given here count as given whatever their
+values (:attr:`RunSpec.given <marljoint.run.spec.RunSpec.given>`): one the run's algorithm does not read is refused
+even at its default. A ``--config`` file's value that the command line
 changes is the documented precedence, not an error: :func:`config_overrides` says which ones changed, in one line.
 """
 

@@ -149,7 +149,8 @@ def _trainer_options(p: argparse.ArgumentParser) -> None:
         help="any setting a --config file holds, as a TOML value (repeatable): --set learning_rate=3e-4 "
         "--set hidden_sizes=[128,128] --set centralized_critic=true; a key of a table with dots: --set "
         "offpolicy.batch_size=64 --set offpolicy.sac.actor_lr=1e-3 --set mmd.alpha=0.2; applied after --config and "
-        "--preset",
+        "--preset. A setting given here or by its option that the algorithm does not read is refused, whatever its "
+        "value (a --config file's only where it is not the default)",
     )
 
 

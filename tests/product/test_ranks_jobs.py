@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from marljoint.checkpoint import list_checkpoints, load_checkpoint
+from marljoint.run import ranks as ranks_module
 from tests.product._product_helpers import newest_checkpoint, resume_args, run_cli, tiny_config, train_args
 
 ITERATION = 64
@@ -209,3 +210,30 @@ def test_sigint_to_the_launcher_stops_every_rank_after_the_same_iteration(tmp_pa
     iteration = int(err.split("stopped by SIGINT after iteration ")[1].split(",")[0])
     assert int(list_checkpoints(out / "checkpoints")[-1].stem.split("_")[1]) == iteration
     assert len(_metrics_rows(out)) == iteration
+
+
+@pytest.mark.slow  # the launcher's 60 s grace for the hung rank
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="finds the ranks' processes in /proc")
+def test_a_rank_that_hangs_ends_the_job_after_the_timeout_naming_it(tmp_path):
+    out = tmp_path / "run"
+    args = train_args(out, tiny_config(tmp_path), 10_000 * ITERATION, "--checkpoint-every", "1", "--ranks", "2")
+    launcher = subprocess.Popen(
+        [sys.executable, "-m", "marljoint", *args, "--rank-timeout", "5"], stderr=subprocess.PIPE, text=True
+    )
+    try:
+        _wait_for_checkpoint(out, launcher)
+        os.kill(_rank_pid(launcher, 1), signal.SIGSTOP)
+        stopped = time.monotonic()
+        _, err = launcher.communicate(timeout=300)
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+    assert time.monotonic() - stopped < 5 + ranks_module.SHUTDOWN_SECONDS + 30
+    assert launcher.returncode == 2
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert (
+        "rank 1 (pid " in lines[0]
+        and "stopped responding: the other ranks waited the process group's timeout " in lines[0]
+    )
+    assert "(5 s, --rank-timeout)" in lines[0] and "the last good checkpoint is " in lines[0]

@@ -19,6 +19,7 @@ from marljoint.offpolicy.config import OffPolicyConfig, sac_config
 from marljoint.offpolicy.replay import JointTransitions
 from marljoint.offpolicy.sac import SacAlgorithm
 from marljoint.offpolicy.sac_networks import member_parameter_sets
+from marljoint.offpolicy.sharded import BatchShare
 from marljoint.offpolicy.value import flat_obs
 from marljoint.policies.optim import clip_member_grads_
 
@@ -189,10 +190,13 @@ class CentralisedActorCritic:
                 out[:, list(group.agent_indices)] = torch.as_tensor(mask, dtype=torch.bool)
         return out
 
-    def loss(self, batch: JointTransitions, aux_fn: AuxFn | None = None) -> tuple[torch.Tensor, dict[str, Any]]:
+    def loss(
+        self, batch: JointTransitions, aux_fn: AuxFn | None = None, share: BatchShare | None = None
+    ) -> tuple[torch.Tensor, dict[str, Any]]:
         """The joint loss (critics, actors, temperatures, ``aux_fn`` on the actors' encoder features) of a batch;
-        the auxiliary metrics under ``aux_metrics``."""
-        total, stats = self.sac.loss(self.batch(batch), aux_fn)
+        the auxiliary metrics under ``aux_metrics``. ``share``: this rank's rows of a global batch (data-parallel
+        ranks; the rows where an agent decided are its ``counts``), or ``None``."""
+        total, stats = self.sac.loss(self.batch(batch), aux_fn, share)
         known = {"critic_loss", "actor_loss", "alpha_loss", "aux_loss", "total_loss", "actor_updated"}
         own = {k: v for k, v in stats.items() if k in known or k.split("/")[0] in ("q", "alpha", "entropy")}
         own["aux_metrics"] = {k: v for k, v in stats.items() if k not in own}

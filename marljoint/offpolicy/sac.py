@@ -56,6 +56,7 @@ from marljoint.auxiliary import AuxOutput
 from marljoint.collect.settings import SHARED_DEFAULTS
 from marljoint.offpolicy.defaults import OFFPOLICY_DEFAULTS, SAC_DEFAULTS
 from marljoint.offpolicy.sac_networks import CentralCritic, Temperature, build_actor
+from marljoint.offpolicy.sharded import BatchShare
 from marljoint.policies.distributions import (
     gumbel_softmax_straight_through,
     legal_actions,
@@ -185,12 +186,15 @@ class SacConfig:
                 raise TypeError(f"{name} must be a bool, got {type(getattr(self, name)).__name__}")
 
 
-def masked_agent_mean(values: torch.Tensor, alive: torch.Tensor) -> torch.Tensor:
+def masked_agent_mean(values: torch.Tensor, alive: torch.Tensor, count: torch.Tensor | None = None) -> torch.Tensor:
     """Each agent's mean over its alive rows (0 for an agent with none).
 
     Args:
         values: ``[B, N]``.
         alive: ``[B, N]`` bool.
+        count: ``[N]`` the denominators, or ``None``: the alive rows of ``values``. On data-parallel ranks, each
+            agent's alive rows in the whole batch, of which ``values`` holds this rank's rows
+            (:class:`~marljoint.offpolicy.sharded.BatchShare`): the ranks' results then sum to the whole batch's.
 
     Returns:
         ``[N]``.
@@ -201,7 +205,7 @@ def masked_agent_mean(values: torch.Tensor, alive: torch.Tensor) -> torch.Tensor
         tensor([2., 0.])
     """
     weights = alive.to(values.dtype)
-    return (values * weights).sum(0) / weights.sum(0).clamp_min(1.0)
+    return (values * weights).sum(0) / (weights.sum(0) if count is None else count).clamp_min(1.0)
 
 
 def soft_td_target(
@@ -278,7 +282,11 @@ def discrete_soft_value(
 
 
 def temperature_loss(
-    log_alpha: torch.Tensor, log_prob: torch.Tensor, target_entropy: torch.Tensor | float, alive: torch.Tensor
+    log_alpha: torch.Tensor,
+    log_prob: torch.Tensor,
+    target_entropy: torch.Tensor | float,
+    alive: torch.Tensor,
+    count: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """SAC's temperature loss ``Σ_i mean_rows[−log α_i · (log π_i + H̄)]``, with ``log π`` treated as a constant.
 
@@ -289,6 +297,7 @@ def temperature_loss(
         log_prob: ``[B, N]`` a sample's log-probability (Box), or ``Σ_a π log π`` (Discrete).
         target_entropy: a float, or ``[B, N]`` per row.
         alive: ``[B, N]`` bool: rows of absent agents do not count.
+        count: ``[N]`` the denominators of the means (:func:`masked_agent_mean`), or ``None``.
 
     Returns:
         A scalar.
@@ -301,7 +310,7 @@ def temperature_loss(
         tensor([1.])
     """
     gap = (log_prob + target_entropy).detach()
-    return masked_agent_mean(-log_alpha * gap, alive).sum()
+    return masked_agent_mean(-log_alpha * gap, alive, count).sum()
 
 
 _REQUIRED_KEYS = ("obs", "state", "actions", "rewards", "next_obs", "next_state", "terminated", "alive", "next_alive")
@@ -667,10 +676,17 @@ class SacAlgorithm(nn.Module):
             return F.one_hot(actions, self.spaces.action_size).float()
         return ((actions - self.action_center) / self.action_half_range).clamp(-1.0, 1.0)
 
-    def _policy(self, head: torch.Tensor, masks: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def _policy(
+        self, head: torch.Tensor, masks: torch.Tensor | None, share: BatchShare | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """A fresh encoded action ``[B, N, k]`` (differentiable) and its log-probability ``[B, N]`` (``masac``
         Box), or the log-probabilities ``[B, N, A]`` (``masac`` Discrete; the action is a sample's one-hot);
-        ``maddpg`` gives no log-probability."""
+        ``maddpg`` gives no log-probability. With ``share`` (this rank's rows of a global batch), the noise is
+        drawn for the whole batch and these rows take theirs, as in one process."""
+        if share is not None:
+            rows = head.shape[0]
+            action, log_prob = self._policy(share.padded(head), share.padded(masks, True))
+            return share.mine(action, rows), share.mine(log_prob, rows)
         if self.discrete_sac:
             log_probs = masked_log_softmax(head, masks)
             sample = gumbel_softmax_straight_through(head, masks, self.generator).detach()
@@ -696,12 +712,12 @@ class SacAlgorithm(nn.Module):
         return self.config.target_entropy_fraction * legal.to(like.dtype).log()
 
     @torch.no_grad()
-    def _next_value(self, b: dict[str, torch.Tensor]) -> torch.Tensor:
+    def _next_value(self, b: dict[str, torch.Tensor], share: BatchShare | None = None) -> torch.Tensor:
         """``[B, N]`` the soft (``masac``) or plain (``maddpg``) value of the next step, from the target critics."""
         actor = self.actor if self.target_actor is None else self.target_actor
         head, _ = actor(b["next_obs"])
         next_masks = b.get("next_masks")
-        encoded, log_prob = self._policy(head, next_masks)
+        encoded, log_prob = self._policy(head, next_masks, share)
         # As in the critics' training input, only the agents deciding there have an action in the next state.
         encoded = encoded * b.get("next_acting", b["next_alive"]).unsqueeze(-1)
         if self.discrete_sac:
@@ -711,7 +727,7 @@ class SacAlgorithm(nn.Module):
         return q if log_prob is None else q - self.alpha() * log_prob
 
     def _critic_loss(
-        self, b: dict[str, torch.Tensor], target: torch.Tensor
+        self, b: dict[str, torch.Tensor], target: torch.Tensor, count: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, dict[str, float]]:
         """The critics' squared TD error, summed over agents and twins (each a mean over the agent's alive rows),
         the encoded buffer actions ``[B, N, k]``, the discrete SAC form's per-action values ``[B, N, A]`` (minimum
@@ -726,9 +742,9 @@ class SacAlgorithm(nn.Module):
             own_values = None
             q = self.critic(_critic_input(b["state"], encoded))[..., 0]  # [B, twins, N]
         squared = (q - target.unsqueeze(1)).square()
-        per_agent = torch.stack([masked_agent_mean(twin, b["alive"]) for twin in squared.unbind(1)]).sum(0)
+        per_agent = torch.stack([masked_agent_mean(twin, b["alive"], count) for twin in squared.unbind(1)]).sum(0)
         with torch.no_grad():
-            q_mean = masked_agent_mean(q.amin(1), b["alive"]).tolist()
+            q_mean = masked_agent_mean(q.amin(1), b["alive"], count).tolist()
         stats = {"critic_loss": per_agent.sum().item()}
         stats.update({f"q/{i}": value for i, value in enumerate(q_mean)})
         return per_agent.sum(), encoded, own_values, stats
@@ -741,12 +757,17 @@ class SacAlgorithm(nn.Module):
         return functional_call(self.critic, params, (critic_input,))[..., 0].amin(1)
 
     def _actor_loss(
-        self, b: dict[str, torch.Tensor], encoded: torch.Tensor, own_values: torch.Tensor | None
+        self,
+        b: dict[str, torch.Tensor],
+        encoded: torch.Tensor,
+        own_values: torch.Tensor | None,
+        share: BatchShare | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, dict[str, float]]:
         """The actors' loss, the temperatures' loss, the encoder features ``[B, N, d]`` and statistics."""
         head, features = self.actor(b["obs"])
         masks, alive, alpha = b.get("masks"), b["alive"], self.alpha()
-        fresh, log_prob = self._policy(head, masks)
+        count = None if share is None else share.counts
+        fresh, log_prob = self._policy(head, masks, share)
         if self.discrete_sac:
             probs, safe = _legal_probs(log_prob, masks)
             per_row = (probs * (alpha[:, None] * safe - own_values)).sum(-1)
@@ -754,16 +775,16 @@ class SacAlgorithm(nn.Module):
         else:
             q = self._q_of_fresh_actions(b, encoded, fresh)
             per_row = -q if log_prob is None else alpha * log_prob - q
-        actor_loss = masked_agent_mean(per_row, alive).sum()
+        actor_loss = masked_agent_mean(per_row, alive, count).sum()
         alpha_loss = actor_loss.new_zeros(())
         stats = {"actor_loss": actor_loss.item()}
         if self.masac:
-            entropy = masked_agent_mean(-log_prob.detach(), alive).tolist()
+            entropy = masked_agent_mean(-log_prob.detach(), alive, count).tolist()
             stats.update({f"entropy/{i}": value for i, value in enumerate(entropy)})
             stats.update({f"alpha/{i}": value for i, value in enumerate(alpha.tolist())})
             if self.config.autotune_alpha:
                 target = self._target_entropy(masks, log_prob)
-                alpha_loss = temperature_loss(self.temperature.log_alpha, log_prob, target, alive)
+                alpha_loss = temperature_loss(self.temperature.log_alpha, log_prob, target, alive, count)
         stats["alpha_loss"] = alpha_loss.item()
         return actor_loss, alpha_loss, features, stats
 
@@ -771,6 +792,7 @@ class SacAlgorithm(nn.Module):
         self,
         batch: Mapping[str, torch.Tensor],
         aux_fn: Callable[..., AuxOutput | torch.Tensor] | None = None,
+        share: BatchShare | None = None,
     ) -> tuple[torch.Tensor, dict[str, float]]:
         """The joint loss of one batch: critics + actors + temperatures (+ the auxiliary loss), for ONE backward.
 
@@ -782,6 +804,9 @@ class SacAlgorithm(nn.Module):
             batch: the tensors of the module docstring's layout.
             aux_fn: a cross-agent auxiliary loss (e.g. ``RedundancyPenalty``) called with the actors' features
                 (per agent ``[B, d]``) and ``alive`` ``[B, N]``; its loss is added to the joint loss.
+            share: on data-parallel ranks, how this batch sits in the global batch
+                (:class:`~marljoint.offpolicy.sharded.BatchShare`): every mean is the global batch's, so the ranks'
+                losses sum to the one-process loss, and ``aux_fn`` sees every rank's rows; ``None``: one process.
 
         Returns:
             ``(joint_loss, stats)``: a scalar tensor, and floats ``critic_loss``, ``actor_loss``, ``alpha_loss``,
@@ -795,18 +820,23 @@ class SacAlgorithm(nn.Module):
         b = _read_batch(batch, self.spaces)
         update_actor = self.loss_calls % self.config.actor_update_interval == 0
         self.loss_calls += 1
-        target = soft_td_target(b["rewards"], b["terminated"], b["next_alive"], self._next_value(b), self.config.gamma)
-        total, encoded, own_values, stats = self._critic_loss(b, target)
+        next_value = self._next_value(b, share)
+        target = soft_td_target(b["rewards"], b["terminated"], b["next_alive"], next_value, self.config.gamma)
+        total, encoded, own_values, stats = self._critic_loss(b, target, None if share is None else share.counts)
         features = None
         if update_actor:
-            actor_loss, alpha_loss, features, actor_stats = self._actor_loss(b, encoded, own_values)
+            actor_loss, alpha_loss, features, actor_stats = self._actor_loss(b, encoded, own_values, share)
             total = total + actor_loss + alpha_loss
             stats.update(actor_stats)
         stats["actor_updated"] = float(update_actor)
         stats["aux_loss"] = 0.0
         if aux_fn is not None:
             features = self.actor.features(b["obs"]) if features is None else features
-            aux = aux_fn(list(features.unbind(1)), b["alive"])
+            alive = b["alive"]
+            if share is not None:  # every row's features and presence, this rank's rows keeping their gradient
+                both = share.gathered(torch.cat([features, alive.unsqueeze(-1).to(features.dtype)], -1))
+                features, alive = both[..., :-1], both[..., -1] > 0.5
+            aux = aux_fn(list(features.unbind(1)), alive)
             aux_loss, metrics = (aux.loss, aux.metrics) if isinstance(aux, AuxOutput) else (aux, {})
             total = total + aux_loss
             stats["aux_loss"] = float(aux_loss.detach())

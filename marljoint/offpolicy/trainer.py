@@ -15,8 +15,10 @@ from marljoint.checkpoint import atomic_torch_save, load_checkpoint
 from marljoint.collect.backends import make_collector
 from marljoint.collect.base import Collector
 from marljoint.collect.config import CollectionConfig
+from marljoint.collect.ranks import RankCollector
 from marljoint.collect.rollout import JointRollout
 from marljoint.collect.snapshots import trusted_state
+from marljoint.distributed.ranks import RankGroup
 from marljoint.env.base import JointEnv, JointObs
 from marljoint.env.subprocess import SubprocessJointEnv
 from marljoint.offpolicy.acting import ExplorationActing
@@ -24,6 +26,7 @@ from marljoint.offpolicy.base import OffPolicyAlgorithm
 from marljoint.offpolicy.centralised import CentralisedActorCritic
 from marljoint.offpolicy.config import VALUE_ALGORITHMS, OffPolicyConfig
 from marljoint.offpolicy.replay import JointTransitions, ReplayBuffer
+from marljoint.offpolicy.sharded import RankShards, dealt
 from marljoint.offpolicy.transitions import check_saved_transitions, rollout_moves, rollout_transitions
 from marljoint.offpolicy.value import ValueDecomposition
 from marljoint.policies.joint import JointPolicy, NoActingPolicy
@@ -68,6 +71,31 @@ def _collection(env: JointEnv, collection: CollectionConfig | None) -> Collectio
     return CollectionConfig()
 
 
+def _shard_sizes(config: OffPolicyConfig) -> tuple[int, int, int, int]:
+    """The arguments of :class:`~marljoint.offpolicy.sharded.RankShards` after the group."""
+    return config.num_envs, config.buffer_size, config.batch_size, config.seed
+
+
+def _collector(
+    env: JointEnv, config: OffPolicyConfig, collection: CollectionConfig | None, ranks: RankGroup | None
+) -> Collector:
+    """The collector of ``collection``; with ranks, this rank's slice of the copies in this process.
+
+    Raises:
+        ValueError: with ranks, for a collection in env workers or Ray actors, or an env that is not this rank's
+            slice.
+    """
+    chosen = _collection(env, collection)
+    if ranks is None:
+        return make_collector(env, chosen, config.seed)
+    if chosen.backend != "local":
+        raise ValueError(
+            f"data-parallel ranks step their own env copies in-process; collection backend {chosen.backend!r} "
+            "cannot be combined with them: use backend 'local' (no env workers, no Ray)"
+        )
+    return RankCollector(env, config.seed, config.num_envs, ranks)
+
+
 class OffPolicyTrainer:
     """Trains an :class:`~marljoint.offpolicy.OffPolicyAlgorithm` (VDN or QMIX by default) on a JointEnv.
 
@@ -95,10 +123,16 @@ class OffPolicyTrainer:
         collection: where the env copies step and the algorithm acts (:class:`~marljoint.collect.CollectionConfig`;
             ``"subprocess"`` needs a :class:`~marljoint.env.SubprocessJointEnv`, ``"ray"`` an env with an
             ``env_fn``). ``None``: the env's worker processes for a SubprocessJointEnv, else this process.
+        ranks: the process group of a data-parallel run (:mod:`marljoint.offpolicy.sharded`: each rank its own env
+            copies and replay shard, the gradient of its share of every global batch summed over the ranks), with
+            ``env`` this rank's slice of the ``config.num_envs`` copies (collected in this process); ``None``: one
+            process.
 
     Raises:
-        ValueError: if the env's number of copies differs from ``config.num_envs``, or an agent's actions are
-            not Discrete (value methods), or not one Discrete or Box space (masac, maddpg).
+        ValueError: if the env's number of copies differs from ``config.num_envs`` (with ranks: from this rank's
+            slice), or an agent's actions are not Discrete (value methods), or not one Discrete or Box space
+            (masac, maddpg); with ranks, a collection other than in this process, or a ``batch_size`` or
+            ``buffer_size`` smaller than the ranks.
 
     Example:
         >>> from marljoint import PettingZooJointEnv
@@ -116,8 +150,9 @@ class OffPolicyTrainer:
         config: OffPolicyConfig,
         algorithm: OffPolicyAlgorithm | None = None,
         collection: CollectionConfig | None = None,
+        ranks: RankGroup | None = None,
     ) -> None:
-        if env.num_envs != config.num_envs:
+        if ranks is None and env.num_envs != config.num_envs:
             raise ValueError(
                 f"the env has {env.num_envs} copies but num_envs={config.num_envs}; build the env with "
                 f"num_envs={config.num_envs}"
@@ -130,11 +165,19 @@ class OffPolicyTrainer:
         self.optimizers = [
             torch.optim.Adam(net.parameters(), lr=rate, eps=config.adam_eps) for net, rate in zip(networks, rates)
         ]
+        self.ranks = ranks
+        """The process group of a data-parallel run, or ``None`` (one process)."""
+        self.shards = None if ranks is None else RankShards(ranks, *_shard_sizes(config))
+        """What this rank does differently on ranks (its replay shard's capacity, its share of every batch), or
+        ``None``."""
         self._generator = torch.Generator().manual_seed(_seed(config.seed, 2))
-        self.acting = ExplorationActing(self.algorithm, env.spec, env.num_envs)
+        if self.shards is not None:
+            self._generator = self.shards.generator
+        self.acting = ExplorationActing(self.algorithm, env.spec, config.num_envs)
         """What the collector acts with."""
-        self.collector: Collector = make_collector(env, _collection(env, collection), config.seed)
-        """Plays the rollouts (the backend of ``collection``)."""
+        self.collector: Collector = _collector(env, config, collection, ranks)
+        """Plays the rollouts (the backend of ``collection``; with ranks, this rank's slice, whose state is every
+        rank's)."""
         self.buffer: ReplayBuffer | None = None
         # Per-agent learners store each agent's moves from decision to decision (turn-based credit).
         self.credits_own_moves = bool(getattr(self.algorithm, "credits_own_moves", False))
@@ -181,27 +224,43 @@ class OffPolicyTrainer:
         written on the way out is consistent.
         """
         self.acting.env_steps = self.env_steps
-        ro = self.collector.collect(self.acting, self.config.rollout_steps)
+        plays = self.collector if self.shards is None else self.collector.local  # a rank plays its own copies
+        ro = plays.collect(self.acting, self.config.rollout_steps)
         if self.credits_own_moves:
             ro.carried = self.carried
             transitions, self.carried, _ = rollout_moves(self.spec, ro)
             ro.carried = None  # the storage is reused by the next rollout
         else:
             transitions = rollout_transitions(self.spec, ro)
+        played = Played(ro.steps, ro.episode_returns.copy(), ro.episode_lengths.copy())
         self._store(transitions)
-        self.env_steps += ro.steps * ro.num_envs
-        return Played(ro.steps, ro.episode_returns.copy(), ro.episode_lengths.copy())
+        if self.shards is not None:
+            played = self._share(transitions, played)
+        self.env_steps += ro.steps * self.config.num_envs
+        return played
 
     def _store(self, transitions: JointTransitions) -> None:
-        """Adds a rollout's transitions to the replay buffer (created with the first) and to the algorithm's
-        statistics."""
+        """Adds a rollout's transitions to the replay buffer (created with the first; with ranks, this rank's
+        shard) and, in one process, to the algorithm's statistics."""
         if transitions.actions.shape[0] == 0:
             return
         if self.buffer is None:
-            self.buffer = ReplayBuffer(self.config.buffer_size, transitions)
+            capacity = self.config.buffer_size if self.shards is None else self.shards.capacity
+            self.buffer = ReplayBuffer(capacity, transitions)
         self.buffer.add(transitions)
-        if hasattr(self.algorithm, "observe"):
+        if self.shards is None and hasattr(self.algorithm, "observe"):
             self.algorithm.observe(transitions)
+
+    def _share(self, transitions: JointTransitions, played: Played) -> Played:
+        """With ranks: what every rank must agree on after storing (one all-gather): the shards' sizes, every
+        rank's new team rewards for the algorithm's statistics, every rank's finished episodes (the run's)."""
+        size = 0 if self.buffer is None else len(self.buffer)
+        rewards, alive, returns, lengths = self.shards.share_iteration(
+            size, transitions.rewards, transitions.alive, played.episode_returns, played.episode_lengths
+        )
+        if hasattr(self.algorithm, "observe"):  # its statistics read the rewards and presence only
+            self.algorithm.observe(transitions._replace(rewards=rewards, alive=alive))
+        return Played(played.steps, returns, lengths)
 
     def update(self, aux_fn: AuxFn | None = None) -> dict[str, float]:
         """:attr:`~OffPolicyConfig.updates` gradient steps once ``learning_starts`` transitions are stored.
@@ -210,19 +269,31 @@ class OffPolicyTrainer:
             The last step's statistics (empty before learning starts), with ``gradient_steps``.
         """
         stats: dict[str, float] = {}
-        if self.buffer is None or len(self.buffer) < max(self.config.learning_starts, 1):
+        if self.shards is not None:
+            ready = self.shards.can_update(self.config.learning_starts)
+        else:
+            ready = self.buffer is not None and len(self.buffer) >= max(self.config.learning_starts, 1)
+        if not ready:
             return {"gradient_steps": float(self.gradient_steps)}
         for _ in range(self.config.updates):
             stats = self.gradient_step(aux_fn)
         return {**stats, "gradient_steps": float(self.gradient_steps)}
 
     def gradient_step(self, aux_fn: AuxFn | None = None) -> dict[str, float]:
-        """One sampled batch: one joint loss, one backward, per-network clip and optimiser step, target update."""
-        batch = self.buffer.sample(self.config.batch_size, self._generator)
-        loss, stats = self.algorithm.loss(batch, aux_fn)
+        """One sampled batch: one joint loss, one backward, per-network clip and optimiser step, target update. On
+        ranks, this rank's share of a global batch, and the gradients summed over the ranks before the clipping."""
+        if self.shards is None:
+            batch = self.buffer.sample(self.config.batch_size, self._generator)
+            loss, stats = self.algorithm.loss(batch, aux_fn)
+        else:
+            batch, share = self.shards.sample(self.buffer)
+            loss, stats = self.algorithm.loss(batch, aux_fn, share=share)
         for optimizer in self.optimizers:
             optimizer.zero_grad(set_to_none=True)
         loss.backward()
+        if self.shards is not None:
+            trained = [p for net in self.algorithm.networks for p in net.parameters() if p.grad is not None]
+            stats = self.shards.reduce_(stats, trained)
         # An algorithm whose networks stack one member per agent clips each agent on its own (clip_grads).
         clip = getattr(self.algorithm, "clip_grads", None)
         for k, (network, optimizer) in enumerate(zip(self.algorithm.networks, self.optimizers)):
@@ -242,6 +313,8 @@ class OffPolicyTrainer:
         started = time.perf_counter()
         played = self.collect()
         stats = self.update(aux_fn)
+        if self.ranks is not None:
+            self.ranks.check_identical(self._named_weights(), "parameters", self.iteration + 1)
         self.iteration += 1
         return played, stats, time.perf_counter() - started
 
@@ -254,7 +327,7 @@ class OffPolicyTrainer:
 
     def iteration_metrics(self, played: Played, stats: Mapping[str, float], seconds: float) -> dict[str, Any]:
         """Flat metrics of one iteration: counters, episode returns, exploration and the update's statistics."""
-        transitions = played.steps * self.env.num_envs
+        transitions = played.steps * self.config.num_envs
         returns = played.episode_returns
         row: dict[str, Any] = {
             "iteration": self.iteration,
@@ -267,7 +340,7 @@ class OffPolicyTrainer:
             "exploration": self.algorithm.exploration_value(self.env_steps)
             if hasattr(self.algorithm, "exploration_value")
             else float("nan"),
-            "buffer_size": 0 if self.buffer is None else len(self.buffer),
+            "buffer_size": self._stored(),
         }
         for i, agent in enumerate(self.spec.agents):
             row[f"episode_return/{agent}"] = float(returns[:, i].mean()) if len(returns) else float("nan")
@@ -277,6 +350,16 @@ class OffPolicyTrainer:
         row.update({f"offpolicy/{k}": float(v) for k, v in stats.items()})
         return row
 
+    def _stored(self) -> int:
+        """The transitions in the replay buffer (with ranks, in every rank's shard)."""
+        if self.shards is not None:
+            return self.shards.stored
+        return 0 if self.buffer is None else len(self.buffer)
+
+    def _named_weights(self) -> dict[str, torch.Tensor]:
+        """Every trained network's parameters, named ``"<network index>.<name>"`` (compared across ranks)."""
+        return {f"{k}.{name}": p for k, net in enumerate(self.algorithm.networks) for name, p in net.named_parameters()}
+
     def close(self) -> None:
         """Stops what the collector started (Ray actors, the workers' copies of the acting); the env, which the
         caller built, stays open."""
@@ -285,8 +368,9 @@ class OffPolicyTrainer:
     # ------------------------------------------------------------------ persistence
     def state_dict(self) -> dict[str, Any]:
         """Networks, targets, optimisers, the replay buffer, the moves waiting for their agents' next decision, the
-        generators and the counters."""
-        return {
+        generators and the counters. With ranks every rank calls it (it gathers every rank's replay shard,
+        generator and carried moves into ``"ranks"``, :meth:`~marljoint.offpolicy.sharded.RankShards.state`)."""
+        state = {
             "config": self.config.to_dict(),
             "agents": list(self.spec.agents),
             "algorithm": self.algorithm.state_dict(),
@@ -298,6 +382,10 @@ class OffPolicyTrainer:
             "gradient_steps": self.gradient_steps,
             "carried": None if self.carried is None else self.carried.fields(),
         }
+        if self.shards is not None:
+            state["ranks"] = self.shards.state(self.buffer, state["carried"])
+            state.update(buffer=None, carried=None)
+        return state
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restores :meth:`state_dict` output into a trainer built for the same env and config.
@@ -314,21 +402,32 @@ class OffPolicyTrainer:
             )
         if list(state["agents"]) != list(self.spec.agents):
             raise ValueError(f"checkpoint agents {state['agents']} differ from this env's {list(self.spec.agents)}")
-        if state["buffer"] is not None:  # checked before anything is restored
-            check_saved_transitions(self.spec, state["buffer"]["transitions"])
+        buffer, carried, generator = self._saved_replay(state)
+        if buffer is not None:  # checked before anything is restored
+            check_saved_transitions(self.spec, buffer["transitions"])
         self.algorithm.load_state_dict(state["algorithm"])
         for optimizer, saved in zip(self.optimizers, state["optimizers"]):
             optimizer.load_state_dict(saved)
         self.buffer = None
-        if state["buffer"] is not None:
-            example = JointTransitions(**state["buffer"]["transitions"])
-            self.buffer = ReplayBuffer(self.config.buffer_size, example)
-            self.buffer.load_state_dict(state["buffer"])
-        self._generator.set_state(state["generator"])
+        if buffer is not None:
+            capacity = self.config.buffer_size if self.shards is None else self.shards.capacity
+            self.buffer = ReplayBuffer(capacity, JointTransitions(**buffer["transitions"]))
+            self.buffer.load_state_dict(buffer)
+        self._generator.set_state(generator)
         self.iteration, self.env_steps = int(state["iteration"]), int(state["env_steps"])
         self.gradient_steps = int(state["gradient_steps"])
-        carried = state["carried"]
         self.carried = None if carried is None else JointRollout(spec=self.spec, **carried)
+
+    def _saved_replay(self, state: Mapping[str, Any]) -> tuple[Any, Any, torch.Tensor]:
+        """The replay buffer (or this rank's shard), carried moves and replay generator state to restore from a
+        checkpoint's state, of one process or of ranks (:meth:`~marljoint.offpolicy.sharded.RankShards.restored`:
+        the shards are dealt out again where the number of ranks differs)."""
+        if self.shards is not None:
+            return self.shards.restored(state)
+        ranked = state.get("ranks")
+        if ranked is None:
+            return state["buffer"], state["carried"], state["generator"]
+        return dealt(ranked["shards"], 1, 0, self.config.buffer_size), None, ranked["generators"][0]
 
     def env_state(self) -> dict[str, Any] | None:
         """Where the next rollout starts: the env copies mid-episode and the copies' exploration generators (the
@@ -364,8 +463,11 @@ class OffPolicyTrainer:
         self.collector.load_state(state)
 
     def save(self, path: Any) -> None:
-        """Writes :meth:`state_dict` and :meth:`env_state` to ``path`` (atomically)."""
-        atomic_torch_save({"trainer": self.state_dict(), "env": self.env_state()}, path)
+        """Writes :meth:`state_dict` and :meth:`env_state` to ``path`` (atomically; with ranks every rank calls it
+        and rank 0 writes)."""
+        state = {"trainer": self.state_dict(), "env": self.env_state()}
+        if self.ranks is None or self.ranks.is_writer:
+            atomic_torch_save(state, path)
 
     def load(self, path: Any) -> None:
         """Restores a :meth:`save` file."""

@@ -24,6 +24,7 @@ from marljoint.offpolicy.functional import (
 from marljoint.offpolicy.mixers import QmixMixer, VdnMixer
 from marljoint.offpolicy.replay import JointTransitions
 from marljoint.offpolicy.reward_scale import RewardScale
+from marljoint.offpolicy.sharded import BatchShare
 from marljoint.offpolicy.targets import TargetNetworks
 from marljoint.policies.layers import StackedLinear, StackedMLP
 
@@ -64,6 +65,17 @@ def flat_obs(obs: np.ndarray | torch.Tensor) -> torch.Tensor:
     x = torch.as_tensor(obs)
     flat = x.reshape(x.shape[0], x.shape[1], -1)
     return flat.float() / 255.0 if flat.dtype == torch.uint8 else flat.float()
+
+
+def _gathered(
+    share: BatchShare, features: Sequence[torch.Tensor], alive: torch.Tensor
+) -> tuple[list[torch.Tensor], torch.Tensor]:
+    """Every rank's rows of the agents' features (``[B_r, d_i]`` each) and of ``alive`` ``[B_r, N]``, in global batch
+    order, in one gather (this rank's rows keep their gradient)."""
+    widths = [f.shape[-1] for f in features]
+    both = share.gathered(torch.cat([*features, alive.to(features[0].dtype)], -1))
+    *gathered, present = both.split([*widths, alive.shape[-1]], -1)
+    return list(gathered), present > 0.5
 
 
 class GroupQNetwork(nn.Module):
@@ -196,12 +208,17 @@ class ValueDecomposition:
             out[:, columns] = values
         return out
 
-    def loss(self, batch: JointTransitions, aux_fn: AuxFn | None = None) -> tuple[torch.Tensor, dict[str, Any]]:
+    def loss(
+        self, batch: JointTransitions, aux_fn: AuxFn | None = None, share: BatchShare | None = None
+    ) -> tuple[torch.Tensor, dict[str, Any]]:
         """The joint loss: the TD loss of the team value, plus ``aux_fn`` on every agent's encoder features.
 
         Args:
             batch: ``B`` sampled joint transitions.
             aux_fn: a cross-agent auxiliary loss (e.g. :class:`~marljoint.redundancy.RedundancyPenalty`).
+            share: on data-parallel ranks, how this batch sits in the global batch
+                (:class:`~marljoint.offpolicy.sharded.BatchShare`): the means are the global batch's (the ranks'
+                losses sum to the one-process loss) and ``aux_fn`` sees every rank's rows; ``None``: one process.
 
         Returns:
             ``(joint scalar loss, stats)`` with stats ``td_loss``, ``q_taken``, ``td_target``, ``reward_scale``
@@ -218,11 +235,12 @@ class ValueDecomposition:
         state = torch.cat([o.reshape(rows, -1) for o in batch.obs], -1)
         q_tot = self.mixer(self._scatter(chosen, rows), batch.deciding, state)
         targets = self.targets_of(batch)
-        td_loss = (q_tot - targets).pow(2).mean()
+        mean = torch.mean if share is None else share.mean
+        td_loss = mean((q_tot - targets).pow(2))
         stats: dict[str, Any] = {
             "td_loss": float(td_loss.detach()),
-            "q_taken": float(q_tot.detach().mean()),
-            "td_target": float(targets.mean()),
+            "q_taken": float(mean(q_tot.detach())),
+            "td_target": float(mean(targets)),
             "reward_scale": self.reward_scale.factor,
             "aux_loss": 0.0,
         }
@@ -230,7 +248,10 @@ class ValueDecomposition:
         if aux_fn is not None:
             order = [a for columns in self.columns for a in columns]
             by_agent = [features[order.index(i)] for i in range(self.spec.num_agents)]
-            aux = aux_fn(by_agent, batch.alive)
+            alive = batch.alive
+            if share is not None:  # every row's features and presence, this rank's rows keeping their gradient
+                by_agent, alive = _gathered(share, by_agent, alive)
+            aux = aux_fn(by_agent, alive)
             aux_loss, metrics = (aux.loss, dict(aux.metrics)) if isinstance(aux, AuxOutput) else (aux, {})
             total = total + aux_loss
             stats.update(aux_metrics=metrics, aux_loss=float(aux_loss.detach()))

@@ -153,8 +153,9 @@ class AlgorithmEntry:
             ``("train", "--self-play", "mmd")``.
         config_type: the type of its own settings.
         build: ``build(spec, env)``, the trainer of a run (a :class:`~marljoint.run.spec.RunSpec`) on its env;
-            the PPO family's also takes ``ranks`` (a :class:`~marljoint.distributed.ranks.RankGroup`, with ``env``
-            this rank's slice of the copies: :func:`~marljoint.run.build.build_trainer`).
+            a row that trains on ranks (:attr:`ranks_refusal` ``None``) also takes ``ranks`` (a
+            :class:`~marljoint.distributed.ranks.RankGroup`, with ``env`` this rank's slice of the copies:
+            :func:`~marljoint.run.build.build_trainer`).
         docs: the docs page that explains it.
         exports: whether ``marljoint export`` writes its policy (else it refuses, with the reason).
         table: the ``config.toml`` table of its own settings (a run setting of that name), or ``None``.
@@ -166,6 +167,9 @@ class AlgorithmEntry:
             instead); by default every one.
         writes_openspiel_policy: its trainer's ``write_openspiel_policy(path)`` writes the policies it is scored by
             to ``openspiel_policy.json`` after every iteration (the game solvers).
+        ranks_refusal: ``None`` where it trains on data-parallel ranks (``marljoint train --ranks K``, torchrun);
+            else why it does not and how it uses several cores instead (one clause, read by every refusal of ranks
+            and by the docs).
     """
 
     name: str
@@ -182,6 +186,7 @@ class AlgorithmEntry:
     abandons_iterations: bool = False
     writes_openspiel_policy: bool = False
     reads: SettingsRead = field(default_factory=SettingsRead)
+    ranks_refusal: str | None = None
 
     @property
     def option(self) -> str | None:
@@ -236,10 +241,10 @@ def _build_mmd(spec: Any, env: Any, ranks: RankGroup | None = None) -> Algorithm
     return build_ppo_trainer(spec, env, regularizer=mmd_regularizer(spec.mmd_config()), ranks=ranks)
 
 
-def _build_offpolicy(spec: Any, env: Any) -> Algorithm:
+def _build_offpolicy(spec: Any, env: Any, ranks: RankGroup | None = None) -> Algorithm:
     from marljoint.run.offpolicy import build_offpolicy_trainer
 
-    return build_offpolicy_trainer(spec, env)
+    return build_offpolicy_trainer(spec, env, ranks=ranks)
 
 
 def _check_offpolicy(spec: Any) -> None:
@@ -340,8 +345,25 @@ def _game_rows() -> list[AlgorithmEntry]:
     psro = "PSRO: populations of best responses and an empirical meta-game solved by a meta-solver"
     nfsp = "NFSP: PPO best responses and average policies trained on their moves (neural fictitious self-play)"
     long = {"abandons_iterations": True, "writes_openspiel_policy": True}
+    apart = {
+        "psro": "its best responses are PPO runs of their own, which --task-split K runs as parallel tasks (on Ray)",
+        "nfsp": "its PPO best responses and average policies train together, in one process, on every rollout of "
+        "one small game (run several seeds side by side to use more cores)",
+    }
     return [
-        AlgorithmEntry(name, "game", summary, (name,), config, _build_game, "best_response.md", False, name, **long)
+        AlgorithmEntry(
+            name,
+            "game",
+            summary,
+            (name,),
+            config,
+            _build_game,
+            "best_response.md",
+            False,
+            name,
+            **long,
+            ranks_refusal=apart[name],
+        )
         for name, summary, config in (("psro", psro, PsroConfig), ("nfsp", nfsp, NfspConfig))
     ]
 

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from marljoint.ppo.config import JointTrainerConfig
 from marljoint.run import memory
-from marljoint.run.algorithms import ALGORITHMS, Algorithm, run_entry
+from marljoint.run.algorithms import Algorithm, run_entry
 from marljoint.run.errors import RunError
 from marljoint.run.memory import format_bytes
 from marljoint.run.offpolicy import check_offpolicy_env
@@ -173,20 +173,20 @@ def build_trainer(spec: RunSpec, env: Any, ranks: RankGroup | None = None) -> Al
     Args:
         spec: the run.
         env: its env (with ranks, this rank's slice of the copies: :func:`make_env` with the same ``ranks``).
-        ranks: the run's data-parallel ranks, or ``None`` (one process). The PPO family trains on ranks; the
-            other families are refused for now.
+        ranks: the run's data-parallel ranks, or ``None`` (one process). The rows whose
+            :attr:`~marljoint.run.algorithms.AlgorithmEntry.ranks_refusal` is ``None`` train on ranks.
 
     Raises:
-        RunError: for settings or an env the algorithm cannot train, or ranks for an algorithm outside the PPO
-            family.
+        RunError: for settings or an env the algorithm cannot train, or ranks for an algorithm whose row refuses
+            them (saying why and how it parallelises instead).
     """
     entry = run_entry(spec)
     if ranks is None:
         return entry.build(spec, env)
-    if entry.family != "ppo":
+    if entry.ranks_refusal is not None:
         raise RunError(
-            f"algorithm {entry.name!r} does not train on data-parallel ranks yet (the PPO family does: "
-            f"{', '.join(name for name, row in ALGORITHMS.items() if row.family == 'ppo')}); train it with one rank"
+            f"algorithm {entry.name!r} does not train on data-parallel ranks: {entry.ranks_refusal}; train it with "
+            "one rank"
         )
     return entry.build(spec, env, ranks)
 

@@ -137,8 +137,9 @@ def resolve_ranks(value: int | str, num_envs: int, cores: int | None = None) -> 
 
 
 def check_ranks(spec: Any, ranks: int) -> None:
-    """Refuses a run that ``ranks`` > 1 processes cannot train: an algorithm the ranks do not train yet, env
-    workers or Ray collection, or fewer env copies than ranks.
+    """Refuses a run that ``ranks`` > 1 processes cannot train: an algorithm whose row refuses ranks
+    (:attr:`~marljoint.run.algorithms.AlgorithmEntry.ranks_refusal`), env workers or Ray collection, or fewer env
+    copies than ranks.
 
     Raises:
         RunError: one line naming the setting, its value and the fix.
@@ -146,10 +147,10 @@ def check_ranks(spec: Any, ranks: int) -> None:
     if ranks <= 1:
         return
     entry = run_entry(spec)
-    if entry.family != "ppo":
+    if entry.ranks_refusal is not None:  # its row says why, and how it parallelises instead
         raise RunError(
-            f"--ranks {ranks}: algorithm {entry.name!r} trains in one process only (data-parallel ranks train the "
-            "PPO family: mappo, ippo, MMD self-play); drop --ranks, or use its own parallelism (docs/distributed.md)"
+            f"--ranks {ranks}: algorithm {entry.name!r} does not train on data-parallel ranks: {entry.ranks_refusal}; "
+            "drop --ranks (docs/distributed.md)"
         )
     collection = spec.trainer.collection
     if collection.backend == "ray":

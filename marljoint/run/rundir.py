@@ -276,9 +276,10 @@ def save_state(
     """Writes a checkpoint of the run (``best``: ``checkpoints/best.pt``, outside the rotation); returns whether
     it holds the env copies' state.
 
-    On a run of data-parallel ranks every rank calls it (the env copies' state is gathered from every rank) and
-    only rank 0 writes (``write``).
+    On a run of data-parallel ranks every rank calls it (the trainer's state and the env copies' state are
+    gathered from every rank: an off-policy trainer's replay shards) and only rank 0 writes (``write``).
     """
+    trainer_state = trainer.state_dict()
     env_state = None
     if with_env:
         try:
@@ -292,7 +293,7 @@ def save_state(
     if not write:  # the gathering above is every rank's part; the file is rank 0's
         return with_env
     state = {
-        "trainer": trainer.state_dict(),
+        "trainer": trainer_state,
         "env": env_state,
         "env_state_saved": with_env,
         "run": {"wall_time": wall_time, "agent_steps": agent_steps, "spec": spec.to_dict(), **dict(extra or {})},

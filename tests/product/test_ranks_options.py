@@ -12,6 +12,7 @@ import pytest
 from marljoint.cli import main
 from marljoint.cli.ranks import quiet_rank_error, ranks_wanted, resumed_on_ranks
 from marljoint.run import ranks as ranks_module
+from marljoint.run.algorithms import ALGORITHMS
 from marljoint.run.errors import RunError, RunInterrupted
 from marljoint.run.ranks import (
     PEER_LOST,
@@ -41,12 +42,22 @@ def test_more_ranks_than_env_copies_is_refused_naming_both_and_the_fix():
         check_ranks(tiny_spec(2), 8)
 
 
-@pytest.mark.parametrize("algorithm", ["vdn", "masac"])
-def test_algorithms_outside_the_ppo_family_are_refused_by_name(algorithm):
+@pytest.mark.parametrize("algorithm", ["psro", "nfsp"])
+def test_algorithms_whose_row_refuses_ranks_are_refused_by_name_with_the_rows_reason(algorithm):
     spec = RunSpec.from_dict({"algorithm": algorithm, "num_envs": 4})
-    with pytest.raises(RunError, match=rf"--ranks 2: algorithm '{algorithm}' trains in one process only"):
+    reason = ALGORITHMS[algorithm].ranks_refusal
+    with pytest.raises(RunError, match=rf"--ranks 2: algorithm '{algorithm}' does not train on data-parallel ranks: "):
         check_ranks(spec, 2)
+    with pytest.raises(RunError) as refused:
+        check_ranks(spec, 2)
+    assert reason in str(refused.value)
     check_ranks(spec, 1)  # one rank is one process: nothing to refuse
+
+
+@pytest.mark.parametrize("algorithm", ["vdn", "qmix", "masac", "maddpg"])
+def test_the_off_policy_rows_train_on_ranks(algorithm):
+    assert ALGORITHMS[algorithm].ranks_refusal is None
+    check_ranks(RunSpec.from_dict({"algorithm": algorithm, "num_envs": 4}), 2)
 
 
 def test_mmd_self_play_is_a_ppo_row_and_trains_on_ranks():
@@ -87,8 +98,6 @@ def test_the_command_refuses_before_it_starts_any_process(tmp_path, capsys):
     argv = train_args(tmp_path / "run", tiny_config(tmp_path))
     err = _cli_error(capsys, [*argv, "--ranks", "2", "--env-workers", "2"])
     assert err.count("\n") == 1 and "marljoint train: error: --ranks 2 with --env-workers 2" in err
-    err = _cli_error(capsys, ["train", "--algorithm", "vdn", "--num-envs", "4", "--ranks", "2", "--out", str(tmp_path)])
-    assert "algorithm 'vdn' trains in one process only" in err
     assert not (tmp_path / "run").exists()
 
 

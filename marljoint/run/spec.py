@@ -41,6 +41,7 @@ __all__ = [
     "MACHINE_SETTINGS",
     "OPTIONAL_SETTINGS",
     "RESUMABLE_CHANGES",
+    "TABLES",
     "RunSpec",
     "iterations_for",
     "load_run_spec",

@@ -18,9 +18,10 @@ def spread():
 
 
 def _env_fn(name):
-    from marljoint_envs import kuhn_poker_v0, mock_v0
+    from marljoint_envs import kuhn_poker_v0, mock_v0, variable_agents_v0
 
-    return {"spread": spread, "mock": mock_v0.parallel_env, "kuhn": kuhn_poker_v0.env}[name]
+    envs = {"spread": spread, "mock": mock_v0.parallel_env, "kuhn": kuhn_poker_v0.env}
+    return {**envs, "variable": variable_agents_v0.parallel_env}[name]
 
 
 # name -> (env, trainer settings, extras): aux = the redundancy penalty, lag = the decoupled update of policy lag 1
@@ -41,6 +42,8 @@ CASES = {
         {"aux": True},
     ),
     "redundancy": ("spread", {"share_parameters": False}, {"aux": True}),
+    # Agents that leave mid-episode: masked rows, counted over the whole minibatch.
+    "agents_leaving": ("variable", {"centralized_critic": True}, {"aux": True}),
     "uniform_mix_target_kl": ("spread", {"uniform_mix": 0.2, "target_kl": 1e-5, "n_epochs": 4}, {}),
     "policy_lag_1": ("spread", {}, {"lag": True}),
     "mmd_turn_based": ("kuhn", {"rollout_steps": 5, "minibatch_size": 8}, {"mmd": True}),

@@ -299,6 +299,8 @@ def launch_ranks(argv: Sequence[str], ranks: int, run_dir: Path, timeout_s: floa
         return _failed(exc.failures, ranks, run_dir, timeout_s)
     except SignalException as exc:  # forwarded to the ranks, which stopped after their iteration (rank 0 said so)
         return 143 if exc.sigval == signal.SIGTERM else 130
+    except Exception as exc:  # the launcher itself (its rendezvous, starting the processes)
+        raise RankFailure(f"could not run {ranks} ranks on this machine: {type(exc).__name__}: {exc}") from exc
     finally:
         if previous is None:
             os.environ.pop(LAUNCHED_RANKS, None)

@@ -398,7 +398,8 @@ class MmdRegularizer:
                 batch.minibatch_advantages if whole else batch.advantages,
                 batch.minibatch_valid if whole else batch.valid,
             )
-        self._kl_sum += float(kl.detach().sum())
+        total = kl.detach().sum()  # on data-parallel ranks this rank's share: summed over the ranks
+        self._kl_sum += float(total if batch.sum_over_ranks is None else batch.sum_over_ranks(total))
         self._scale_sum += 1.0 if scale is None else float(scale.mean())
         self._kl_count += 1
         return self.alpha * (kl.sum() if scale is None else (scale * kl).sum())

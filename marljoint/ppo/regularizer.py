@@ -41,6 +41,9 @@ class RegularizerBatch(NamedTuple):
             it (for statistics of the whole minibatch, e.g. its standard deviation), or ``None``: the batch is the
             whole minibatch.
         minibatch_valid: ``[M, N]`` the valid rows of the whole minibatch, with :attr:`minibatch_advantages`.
+        sum_over_ranks: on data-parallel ranks, returns a tensor summed over the ranks (a collective: every rank's
+            regulariser calls it at the same point, e.g. to report a metric of the whole minibatch from the ranks'
+            shares); ``None`` in one process.
     """
 
     policy: JointPolicy
@@ -53,6 +56,7 @@ class RegularizerBatch(NamedTuple):
     weights: torch.Tensor | None = None
     minibatch_advantages: torch.Tensor | None = None
     minibatch_valid: torch.Tensor | None = None
+    sum_over_ranks: Callable[[torch.Tensor], torch.Tensor] | None = None
 
 
 class PolicyRegularizer(Protocol):

@@ -22,7 +22,8 @@ process does (global statistics with no communication). A decoupled update's pro
   stops at the same minibatch.
 
 The result equals one process's update up to float rounding (sums taken in another order); the metrics are the
-one-process metrics, except a regulariser's own metrics (``mmd/kl``), which are those of rank 0's rows.
+one-process metrics (a regulariser sums its own over the ranks: :attr:`RegularizerBatch.sum_over_ranks
+<marljoint.ppo.regularizer.RegularizerBatch.sum_over_ranks>`).
 """
 
 from __future__ import annotations
@@ -103,6 +104,7 @@ class RankShares:
                     shared,
                     rows.advantages(cfg.normalize_advantages, whole=True),
                     rows.valid,
+                    self._sum_over_ranks,
                 )
             )
         aux = None
@@ -110,6 +112,11 @@ class RankShares:
             aux = call_aux(*rows.gather_features(features, mb_alive))
             joint = joint + aux.loss
         return _MinibatchLoss(joint, pg, vl, ent, aux)
+
+    def _sum_over_ranks(self, x: torch.Tensor) -> torch.Tensor:
+        total = x.detach().clone()
+        self.ranks.all_reduce_sum_([total])
+        return total
 
     @torch.no_grad()
     def proximal_log_probs(self, learner: Any, batch: _Batch) -> torch.Tensor:

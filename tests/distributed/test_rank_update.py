@@ -112,7 +112,8 @@ def _one_case(group, name, rollouts=3, updates=2):
         gaps.append(_relative_gap(ranked, one))
         stats.append((s_one, s_ranked))
         weights.append(_weights(ranked))
-    return {"gaps": gaps, "stats": stats, "weights": weights}
+    metrics = [t.regularizer.metrics() if t.regularizer is not None else {} for t in (one, ranked)]
+    return {"gaps": gaps, "stats": stats, "weights": weights, "regularizer_metrics": metrics}
 
 
 def _all_cases(group):
@@ -145,6 +146,8 @@ def test_two_ranks_update_like_one_process_and_stay_bitwise_equal(outcomes, name
         assert s_ranked.total_loss == pytest.approx(s_one.total_loss, rel=1e-5, abs=1e-6)
         assert s_ranked.aux_loss == pytest.approx(s_one.aux_loss, rel=1e-5, abs=1e-6)
         assert s_ranked.grad_norm == pytest.approx(s_one.grad_norm, rel=1e-5)
+    one_metrics, ranked_metrics = first["regularizer_metrics"]  # mmd/kl and the others: the whole minibatch's
+    assert ranked_metrics == pytest.approx(one_metrics, rel=1e-5, abs=1e-7)
 
 
 def _perturbed(group):

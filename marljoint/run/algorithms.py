@@ -424,15 +424,16 @@ def table_markdown() -> str:
     """The table of ``docs/algorithms.md``: one line per row of :data:`ALGORITHMS` (a test keeps the page equal to
     it)."""
     lines = [
-        "| algorithm | family | command | its own settings | `marljoint export` | what it is |",
-        "| --- | --- | --- | --- | --- | --- |",
+        "| algorithm | family | command | its own settings | `marljoint export` | `--ranks K` | what it is |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
     ]
     for row in ALGORITHMS.values():
         settings = f"`[{row.table}]`" if row.table else "the run's"
         exports = "writes its policy" if row.exports else "refuses, with the reason"
+        ranks = "trains on ranks" if row.ranks_refusal is None else "refuses, with the reason"
         lines.append(
             f"| [{row.name}]({row.docs}) | {row.family} | `marljoint {' '.join(row.command)}` | {settings} | "
-            f"{exports} | {row.summary} |"
+            f"{exports} | {ranks} | {row.summary} |"
         )
     return "\n".join(lines) + "\n"
 

@@ -153,7 +153,8 @@ def _writer_spec(
             spec = resumed_on_ranks(resume_spec(args.out, options, trust_run=args.trust_run), options)
         out = Path(args.out)
     else:
-        spec = new_spec(args, options)
+        # Under --ranks K the launcher has printed the settings' notes already.
+        spec = new_spec(_quiet(args) if launched_ranks() is not None else args, options)
         out = Path(args.out) if args.out is not None else default_run_dir(spec)
     check_ranks(spec, world)
     return spec, out, resume, force and not resume
@@ -170,9 +171,7 @@ def _device(args: argparse.Namespace, options: dict[str, Any], new_spec: Callabl
             from marljoint.run.spec import resume_spec
 
             return str(resume_spec(args.out, options, trust_run=args.trust_run).trainer.device)
-        quiet = copy.copy(args)
-        quiet.quiet = True  # the run's notes are rank 0's to print, once
-        return str(new_spec(quiet, options).trainer.device)
+        return str(new_spec(_quiet(args), options).trainer.device)  # the run's notes are rank 0's to print, once
     except Exception:  # rank 0 reads the settings again and reports what is wrong with them
         return "cpu"
 
@@ -197,6 +196,12 @@ def _join_restarted(device: str, timeout_s: float) -> None:
         torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     dist.init_process_group("nccl" if on_cuda else "gloo", store=prefixed, rank=rank, world_size=world, timeout=timeout)
+
+
+def _quiet(args: argparse.Namespace) -> argparse.Namespace:
+    quiet = copy.copy(args)
+    quiet.quiet = True
+    return quiet
 
 
 def quiet_rank_error(exc: BaseException) -> int | None:

@@ -149,7 +149,7 @@ class RankShards:
     ) -> tuple[torch.Tensor, torch.Tensor, np.ndarray, np.ndarray]:
         """One all-gather per iteration: this shard's size, the rewards and presence of the transitions just stored
         (``[B_r, N]``) and the episodes that ended here; returns every rank's, concatenated in rank order."""
-        pieces = self.ranks.all_gather_object((int(size), rewards, alive, returns, lengths))
+        pieces = self._gathered("the iteration's transitions", (int(size), rewards, alive, returns, lengths))
         self.sizes = [p[0] for p in pieces]
         return (
             torch.cat([p[1] for p in pieces]),
@@ -189,13 +189,30 @@ class RankShards:
     def state(self, buffer: ReplayBuffer | None, carried: Mapping[str, Any] | None) -> dict[str, Any]:
         """Every rank's shard, replay generator and carried moves (an all-gather: every rank calls it)."""
         mine = (None if buffer is None else buffer.state_dict(), self.generator.get_state(), carried)
-        pieces = self.ranks.all_gather_object(mine)
+        pieces = self._gathered("a checkpoint's replay shards", mine)
         return {
             "world_size": self.ranks.world_size,
             "shards": [p[0] for p in pieces],
             "generators": [p[1] for p in pieces],
             "carried": [p[2] for p in pieces],
         }
+
+    def _gathered(self, what: str, mine: Any) -> list[Any]:
+        """Every rank's ``mine``, in rank order, checked to be what every rank gathers now: a rank that left the
+        iteration's schedule (an env failed on it, and it checkpoints while the others collect) stops every rank.
+
+        Raises:
+            RuntimeError: on every rank, naming the ranks and what each gathered.
+        """
+        pieces = self.ranks.all_gather_object((what, mine))
+        apart = {r: kind for r, (kind, _) in enumerate(pieces) if kind != what}
+        if apart:
+            raise RuntimeError(
+                f"rank {self.ranks.rank} gathered {what} while ranks {sorted(apart)} gathered "
+                f"{next(iter(apart.values()))}: a rank left the iteration (its env failed), so its checkpoint cannot "
+                "gather the other ranks' replay shards; the newest checkpoint is kept: resume from it"
+            )
+        return [piece for _, piece in pieces]
 
     def restored(self, saved: Mapping[str, Any]) -> tuple[dict[str, Any] | None, Any, torch.Tensor]:
         """This rank's shard, carried moves and replay generator state from a checkpoint's trainer state (its

@@ -275,7 +275,8 @@ class ValueDecomposition:
         return td_targets(rewards, batch.next_present.any(-1), next_tot, self.config.gamma)
 
     def observe(self, stored: JointTransitions) -> None:
-        """Counts just-stored transitions' team rewards in the ``"auto"`` reward scale's statistics."""
+        """Counts just-stored transitions' team rewards in the ``"auto"`` reward scale's statistics (only their
+        ``rewards`` and ``alive`` are read: on data-parallel ranks, those of every rank's new transitions)."""
         self.reward_scale.observe(team_rewards(stored.rewards, stored.alive, self.config.team_reward))
 
     def update_targets(self) -> None:

@@ -98,8 +98,32 @@ def _one_update(group, name, steps=3):
     return out
 
 
+def _out_of_step(group):
+    """Rank 0 gathers a checkpoint's shards while rank 1 gathers its iteration: both stop, naming what each did."""
+    from marljoint.offpolicy.sharded import RankShards
+
+    shards = RankShards(group, num_envs=4, buffer_size=8, batch_size=4, seed=0)
+    try:
+        if group.rank == 0:
+            shards.state(None, None)
+        else:
+            shards.share_iteration(0, torch.zeros(0, 2), torch.zeros(0, 2, dtype=torch.bool), torch.zeros(0), [])
+    except RuntimeError as exc:
+        return str(exc)
+    return None
+
+
 def _equivalence(group):
-    return {name: _one_update(group, name) for name in CASES}
+    out = {name: _one_update(group, name) for name in CASES}
+    out["out_of_step"] = _out_of_step(group)
+    return out
+
+
+def test_a_rank_that_checkpoints_while_the_others_collect_stops_every_rank(updates):
+    mine, theirs = updates[0]["out_of_step"], updates[1]["out_of_step"]
+    assert mine.startswith("rank 0 gathered a checkpoint's replay shards while ranks [1] gathered the iteration's")
+    assert theirs.startswith("rank 1 gathered the iteration's transitions while ranks [0] gathered a checkpoint's")
+    assert "the newest checkpoint is kept" in mine and "\n" not in mine
 
 
 @pytest.fixture(scope="module")

@@ -4,9 +4,10 @@ A :class:`Collector` plays rollouts with a :class:`~marljoint.policies.JointPoli
 off-policy learners' exploring behaviour, asked for every step's actions): in this process
 (:class:`LocalCollector`), in a :class:`~marljoint.env.SubprocessJointEnv`'s workers (:class:`SubprocessCollector`)
 or in Ray actors (:class:`RayCollector`), optionally one rollout ahead of the update (:class:`OverlappedCollector`,
-``policy_lag=1``), chosen by a :class:`CollectionConfig` (:func:`make_collector`). All give the same rollout bit
-for bit: the subprocess and Ray collectors are one orchestration (:class:`SlicedCollector`) over two transports
-(pipes, Ray actors). Also here: the rollout storage ``[T, E, N, ...]``, the moves a turn-based rollout
+``policy_lag=1``), chosen by a :class:`CollectionConfig` (:func:`make_collector`); on data-parallel ranks each rank
+plays its slice of the copies and every rank gets the whole rollout (:class:`RankCollector`). All give the same
+rollout bit for bit: the subprocess and Ray collectors are one orchestration (:class:`SlicedCollector`) over two
+transports (pipes, Ray actors). Also here: the rollout storage ``[T, E, N, ...]``, the moves a turn-based rollout
 carries into the next, the per-copy noise generators, the padded batches of a slice of the copies
 (:class:`PaddedPolicy`) and the one rule that splits env copies into slices.
 """
@@ -20,6 +21,7 @@ from marljoint.collect.noise import CopyNoise, copy_generators, generators_from_
 from marljoint.collect.orchestration import SlicedCollector, SliceTransport
 from marljoint.collect.overlap import OverlappedCollector
 from marljoint.collect.padded import PaddedPolicy, RowPadding
+from marljoint.collect.ranks import RankCollector
 from marljoint.collect.ray import RayCollector, WorkerLostError
 from marljoint.collect.rollout import PER_AGENT_FIELDS, JointRollout, carry_pending_moves
 from marljoint.collect.slices import SliceWorker, assemble, blueprint, rollout_piece
@@ -37,6 +39,7 @@ __all__ = [
     "LocalCollector",
     "OverlappedCollector",
     "PaddedPolicy",
+    "RankCollector",
     "RayCollector",
     "RowPadding",
     "SliceTransport",

@@ -330,9 +330,12 @@ class JointMultiAgentTrainer:
 
         Saved beside :meth:`state_dict`, it makes a resumed run bit-identical to an uninterrupted one.
 
+        On data-parallel ranks every rank calls it at the same point (it gathers every rank's slice of the copies)
+        and every rank gets the whole state.
+
         Returns:
             ``None`` before the first rollout (the next one resets the env); else ``{"env": snapshot, ...}``, or
-            with Ray workers ``{"workers": [snapshot per worker]}``.
+            with Ray workers or ranks ``{"workers": [snapshot per worker or rank]}``.
 
         Raises:
             TypeError: if the env has no ``get_state()`` or cannot be pickled.
@@ -342,6 +345,9 @@ class JointMultiAgentTrainer:
     def load_env_state(self, state: Mapping[str, Any] | None, trust_snapshot: bool = False) -> None:
         """Restores :meth:`env_state` output; ``None`` makes the next rollout reset the env with ``config.seed``
         (and drops the moves pending from the last rollout, whose episodes then end unseen).
+
+        On data-parallel ranks every rank is given the whole state (saved with any number of ranks, workers or
+        actors) and restores its own slice of the copies.
 
         The env snapshot is pickled env objects, unpickled only when signed with this user's key
         (:mod:`marljoint.trust`): a state someone else saved is refused unless ``trust_snapshot``.
@@ -390,6 +396,8 @@ class JointMultiAgentTrainer:
         the last stopped.
         In turn-based games, a move whose outcome lies beyond the rollout (its agent waits for its turn at the
         end) is ``deferred`` and carried into the next rollout (:attr:`JointRollout.carried`).
+        On data-parallel ranks every rank plays its slice of the copies and returns the whole rollout, bit for bit
+        the one-process rollout (:class:`~marljoint.collect.ranks.RankCollector`).
 
         Returns:
             A :class:`JointRollout` (its storage is reused by the next call: keep a copy if you need both).

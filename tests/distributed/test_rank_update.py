@@ -195,13 +195,26 @@ def test_a_non_finite_loss_on_some_rows_stops_every_rank_alike(outcomes):
 
 
 def _slices_mismatch(group):
-    try:
-        _trainer("mappo", PettingZooJointEnv(spread, num_envs=4, seed=3), group)
-    except ValueError as exc:
-        return str(exc)
-    return None
+    messages = []
+    start, stop = group.slice_of(BASE["num_envs"])
+    for env, settings in (
+        (PettingZooJointEnv(spread, num_envs=4, seed=3), {}),
+        (
+            PettingZooJointEnv(spread, num_envs=stop - start, seed=3, first_copy=start),
+            {"collection": {"backend": "subprocess", "workers": 2}},
+        ),
+    ):
+        try:
+            JointMultiAgentTrainer.from_env(env, JointTrainerConfig(**{**BASE, **settings}), ranks=group)
+        except ValueError as exc:
+            messages.append(str(exc))
+    return messages
 
 
-def test_a_rank_given_every_copy_is_refused(outcomes):
-    messages = [got["mismatch"] for got in outcomes]
-    assert messages[0].startswith("rank 0 of 2 steps env copies [0, 2) of num_envs=4, but its env holds copies [0, 4)")
+def test_a_rank_given_every_copy_or_env_workers_is_refused(outcomes):
+    every_copy, workers = outcomes[0]["mismatch"]
+    assert every_copy.startswith("rank 0 of 2 steps env copies [0, 2) of num_envs=4, but its env holds copies [0, 4)")
+    assert workers.startswith(
+        "data-parallel ranks step their own env copies in-process; collection backend 'subprocess'"
+    )
+    assert "\n" not in every_copy + workers

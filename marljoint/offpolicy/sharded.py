@@ -11,8 +11,10 @@ counted globally (``rollout_steps`` × E per iteration), so the exploration sche
 
 Per gradient step (:class:`RankShards`):
 
-- rank r draws its share ``row_shares(batch_size, K)[r]`` of the global batch from its shard with a generator of
-  its own, seeded from the run's seed and the rank (deterministic for a given K);
+- rank r draws its share of the global batch, ``batch_size`` × (its copies / E) rows (:func:`copies_share`:
+  ``batch_size / K`` where the copies split evenly), from its shard with a generator of its own, seeded from the
+  run's seed and the rank (deterministic for a given K): every shard is drawn from in proportion to its copies, as
+  a uniform draw from one buffer of every copy's transitions is on average;
 - every mean of the loss is taken over the GLOBAL batch (:class:`BatchShare`): a mean over rows is this rank's sum
   divided by ``batch_size``, a per-agent mean over the rows where the agent decided is divided by the whole batch's
   count of such rows (one all-reduce of the counts), so the per-rank losses SUM to the one-process loss of the
@@ -42,11 +44,11 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
-from marljoint.distributed.ranks import RankGroup, row_shares
+from marljoint.distributed.ranks import RankGroup
 from marljoint.env.base import split_copies
 from marljoint.offpolicy.replay import JointTransitions, ReplayBuffer
 
-__all__ = ["BatchShare", "ROW_STATS", "RankShards", "dealt"]
+__all__ = ["BatchShare", "ROW_STATS", "RankShards", "copies_share", "dealt"]
 
 ROW_STATS = ("td_loss", "q_taken", "td_target", "critic_loss", "actor_loss", "alpha_loss", "q", "entropy")
 """The loss statistics that are means over the batch's rows (by name, or the part before ``/``): on ranks each rank
@@ -63,17 +65,14 @@ class BatchShare(NamedTuple):
         total: the rows of the global batch (``batch_size``).
         counts: ``[N]`` float32, each agent's rows in the global batch where it decided (the denominators of the
             per-agent means).
+        sizes: every rank's rows of the global batch, in rank order.
     """
 
     ranks: RankGroup
     start: int
     total: int
     counts: torch.Tensor
-
-    @property
-    def sizes(self) -> list[int]:
-        """Every rank's rows of the global batch, in rank order."""
-        return [stop - start for start, stop in row_shares(self.total, self.ranks.world_size)]
+    sizes: tuple[int, ...]
 
     def mean(self, values: torch.Tensor) -> torch.Tensor:
         """This rank's share of the mean over the global batch's rows of ``values`` (``[B_r, ...]``): its sum over
@@ -115,19 +114,22 @@ class RankShards:
 
     def __init__(self, ranks: RankGroup, num_envs: int, buffer_size: int, batch_size: int, seed: int) -> None:
         k = ranks.world_size
+        slices = split_copies(num_envs, k)
         for name, value in (("batch_size", batch_size), ("buffer_size", buffer_size)):
-            if value < k:
+            if min(stop - start for start, stop in copies_share(value, slices)) < 1:
+                needed = next(t for t in range(k, num_envs + 1) if min(b - a for a, b in copies_share(t, slices)) > 0)
                 raise ValueError(
-                    f"{name}={value} cannot be shared by {k} data-parallel ranks (each needs at least one row); "
-                    f"raise {name} to at least {k} or use fewer ranks"
+                    f"{name}={value} cannot be shared by {k} data-parallel ranks in proportion to their env copies "
+                    f"(each needs at least one row); raise {name} to at least {needed} or use fewer ranks"
                 )
         self.ranks, self.seed, self.batch_size = ranks, int(seed), int(batch_size)
-        slices = split_copies(num_envs, k)
-        self.capacities = [buffer_size * stop // num_envs - buffer_size * start // num_envs for start, stop in slices]
+        self.capacities = [stop - start for start, stop in copies_share(buffer_size, slices)]
         """Every rank's shard of the replay capacity (its copies' share of ``buffer_size``)."""
         self.capacity = self.capacities[ranks.rank]
         """This rank's shard of the replay capacity."""
-        self.rows = row_shares(batch_size, k)[ranks.rank]
+        self.shares = copies_share(batch_size, slices)
+        """Every rank's ``[start, stop)`` rows of every global batch (its copies' share of ``batch_size``)."""
+        self.rows = self.shares[ranks.rank]
         """This rank's ``[start, stop)`` rows of every global batch."""
         self.generator = torch.Generator().manual_seed(_seed(seed, 2, ranks.rank))
         """The source of this rank's replay samples."""
@@ -164,7 +166,8 @@ class RankShards:
         batch = buffer.sample(stop - start, self.generator)
         counts = batch.deciding.sum(0).to(torch.float32)
         self.ranks.all_reduce_sum_([counts])
-        return batch, BatchShare(self.ranks, start, self.batch_size, counts)
+        sizes = tuple(b - a for a, b in self.shares)
+        return batch, BatchShare(self.ranks, start, self.batch_size, counts, sizes)
 
     def reduce_(self, stats: dict[str, Any], parameters: Sequence[torch.Tensor]) -> dict[str, Any]:
         """After the backward: every gradient and the statistics of :data:`ROW_STATS` summed over the ranks, in one
@@ -228,6 +231,18 @@ class RankShards:
         total = sum(int(shard["size"]) for shard in shards if shard is not None)
         self.sizes = [min(capacity, len(range(r, total, k))) for r, capacity in enumerate(self.capacities)]
         return dealt(shards, k, rank, self.capacity), None, fresh.get_state()
+
+
+def copies_share(total: int, slices: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
+    """``total`` units (transitions of capacity, rows of a batch) cut in proportion to the ranks' slices of the env
+    copies: rank r gets ``[total · start_r // E, total · stop_r // E)``, so the shares add up to ``total``.
+
+    Example:
+        >>> copies_share(16, [(0, 2), (2, 3), (3, 5)])
+        [(0, 6), (6, 9), (9, 16)]
+    """
+    copies = slices[-1][1]
+    return [(total * start // copies, total * stop // copies) for start, stop in slices]
 
 
 def _seed(*parts: int) -> int:

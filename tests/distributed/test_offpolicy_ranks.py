@@ -33,10 +33,11 @@ def _mock():
 
 
 # name -> (env, algorithm, OffPolicyConfig changes, with the redundancy penalty). MASAC acts in a Box (its loss
-# samples Gaussian noise), MADDPG in Discrete actions (Gumbel noise), with two actor updates in three steps.
+# samples Gaussian noise), MADDPG in Discrete actions (Gumbel noise), with two actor updates in three steps; QMIX's
+# copies split unevenly between the ranks, and so do the batch's rows.
 CASES = {
     "vdn": (_mock, "vdn", {}, False),
-    "qmix_redundancy": (_mock, "qmix", {}, True),
+    "qmix_redundancy_uneven": (_mock, "qmix", {"num_envs": 5}, True),  # 2 and 3 copies: 9 and 15 rows
     "masac_box": (_spread, "masac", {}, False),
     "maddpg_discrete_redundancy": (_mock, "maddpg", {"sac": {"actor_update_interval": 2}}, True),
 }

@@ -52,7 +52,7 @@ def test_each_rank_holds_its_copies_share_of_the_capacity_and_its_share_of_every
         RankShards(RankGroup(r, 3, r, "gloo"), num_envs=5, buffer_size=100, batch_size=16, seed=0) for r in range(3)
     ]
     assert [s.capacity for s in shards] == [40, 20, 40]  # copies [0, 2), [2, 3), [3, 5): 2/5, 1/5, 2/5
-    assert [s.rows for s in shards] == [(0, 6), (6, 11), (11, 16)]
+    assert [s.rows for s in shards] == [(0, 6), (6, 9), (9, 16)]  # rows too, in proportion to the copies
     # Each rank samples from a generator of its own, the same for the same seed and rank.
     again = RankShards(RankGroup(1, 3, 1, "gloo"), num_envs=5, buffer_size=100, batch_size=16, seed=0)
     assert torch.equal(again.generator.get_state(), shards[1].generator.get_state())
@@ -60,10 +60,13 @@ def test_each_rank_holds_its_copies_share_of_the_capacity_and_its_share_of_every
 
 
 def test_a_batch_smaller_than_the_ranks_is_refused_naming_both():
-    with pytest.raises(ValueError, match=r"batch_size=3 cannot be shared by 4 data-parallel ranks .* at least 4"):
+    with pytest.raises(ValueError, match=r"batch_size=3 cannot be shared by 4 data-parallel ranks .* at least 4 or"):
         RankShards(RankGroup(0, 4, 0, "gloo"), num_envs=4, buffer_size=100, batch_size=3, seed=0)
     with pytest.raises(ValueError, match=r"buffer_size=2 cannot be shared by 4 data-parallel ranks"):
         RankShards(RankGroup(0, 4, 0, "gloo"), num_envs=4, buffer_size=2, batch_size=8, seed=0)
+    # Copies split 2, 1, 2 of 5: a batch of 3 gives the middle rank no row; 4 is the least that gives every rank one.
+    with pytest.raises(ValueError, match=r"batch_size=3 cannot be shared by 3 .* at least 4 or use fewer ranks"):
+        RankShards(RankGroup(0, 3, 0, "gloo"), num_envs=5, buffer_size=100, batch_size=3, seed=0)
 
 
 def test_ranks_refuse_env_workers_and_ray():

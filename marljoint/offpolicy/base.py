@@ -13,6 +13,7 @@ from torch import nn
 from marljoint.auxiliary import AuxFn
 from marljoint.env.base import JointObs
 from marljoint.offpolicy.replay import JointTransitions
+from marljoint.offpolicy.sharded import BatchShare
 
 __all__ = ["OffPolicyAlgorithm"]
 
@@ -38,8 +39,15 @@ class OffPolicyAlgorithm(Protocol):
         ``generators[e]``."""
         ...
 
-    def loss(self, batch: JointTransitions, aux_fn: AuxFn | None = None) -> tuple[torch.Tensor, dict[str, Any]]:
-        """The joint scalar loss of a sampled batch and its statistics (plain floats)."""
+    def loss(
+        self, batch: JointTransitions, aux_fn: AuxFn | None = None, share: BatchShare | None = None
+    ) -> tuple[torch.Tensor, dict[str, Any]]:
+        """The joint scalar loss of a sampled batch and its statistics (plain floats).
+
+        ``share`` (given only on data-parallel ranks, :mod:`marljoint.offpolicy.sharded`) says how ``batch`` sits
+        in the global batch: every mean is then the global batch's, so that the ranks' losses sum to the
+        one-process loss, and the statistics named in :data:`~marljoint.offpolicy.sharded.ROW_STATS` are this
+        rank's share of theirs. An algorithm that does not take it trains in one process only."""
         ...
 
     def update_targets(self) -> None:

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import math
 import socket
 import statistics
 import subprocess
@@ -445,46 +446,58 @@ def allreduce_seconds(numel: int, ranks: int = 2, repetitions: int = 50) -> floa
             process.join(timeout=30)
 
 
-def measure_ranks(env: str, shape: str, ks: Sequence[int], iterations: int, window: float) -> list[RankRow]:
-    """Every ranks row of one env and shape: the ceiling and ``marljoint train --ranks K`` for each K, with the
-    model beside (the all-reduce measured once, with 2 ranks)."""
+def measure_ranks(
+    env: str, shape: str, ks: Sequence[int], iterations: int, window: float, modelled: Sequence[int] = ()
+) -> list[RankRow]:
+    """Every ranks row of one env and shape: the ceiling and ``marljoint train --ranks K`` for each K of ``ks``,
+    with the model beside (the all-reduce measured once, with 2 ranks); then, for each K of ``modelled`` (more
+    ranks than this machine has cores), the model alone, against K times one bare process (the ceiling K cores
+    would give) and with the update of E/K copies measured here."""
     num_envs = SHAPES[shape]["num_envs"]
     costs = rank_costs(env, shape)
     changes = {k: v for k, v in SHAPES[shape].items() if k != "num_envs"}
-    allreduce = allreduce_seconds(costs.parameters) if max(ks) > 1 else 0.0
+    allreduce = allreduce_seconds(costs.parameters) if max([*ks, *modelled]) > 1 else 0.0
+    one_process = bare_env_rate_processes(env, window, 1) if modelled else math.nan
     rows = []
-    for k in ks:
-        ceiling = bare_env_rate_processes(env, window, k)
-        rate = ranks_rate(env, shape, k, iterations)
-        ceiling = (ceiling + bare_env_rate_processes(env, window, k)) / 2  # around the run (the VM drifts)
+    for k in [*ks, *(k for k in modelled if k <= num_envs and k not in ks)]:
+        measured = k in ks
+        ceiling = bare_env_rate_processes(env, window, k) if measured else k * one_process
+        rate = ranks_rate(env, shape, k, iterations) if measured else math.nan
+        if measured:
+            ceiling = (ceiling + bare_env_rate_processes(env, window, k)) / 2  # around the run (the VM drifts)
         update, _ = update_cost(env, max(1, num_envs // k), 1, max(3, iterations), **changes)
         model = rank_model(costs.copy_seconds, update, allreduce, costs.minibatch_steps, k, num_envs,
                            costs.agent_steps)  # fmt: skip
         rows.append(RankRow(env, shape, k, ceiling, rate, costs.copy_seconds, update, allreduce,
                             costs.minibatch_steps, model))  # fmt: skip
-        print(
-            f"  {env} {shape} ranks={k}: ceiling {ceiling:,.0f}, training {rate:,.0f}, model {model:,.0f}", flush=True
-        )
+        print(f"  {env} {shape} ranks={k}: ceiling {ceiling:,.0f}, training {rate:,.0f}, model {model:,.0f}",
+              flush=True)  # fmt: skip
     return rows
+
+
+def _cell(value: float, spec: str) -> str:
+    return format(value, spec) if math.isfinite(value) else "-"
 
 
 def rank_table(rows: Sequence[RankRow]) -> str:
     """The markdown table of the ranks' rows: measured and modelled full training over the K-process ceiling, and
-    the speed-up over one rank of the same env and shape."""
+    the speed-ups over one rank of the same env and shape ("-": not measured, a K beyond this machine's cores)."""
     lines = [
         "| env | shape | K ranks | K-process ceiling | training | training / ceiling | model / ceiling "
-        "| speed-up over K = 1 | c·T ms | u(E/K) ms | a ms | M |",
-        "|---" * 12 + "|",
+        "| speed-up over K = 1 | model speed-up | c·T ms | u(E/K) ms | a ms | M |",
+        "|---" * 13 + "|",
     ]
-    one = {(r.env, r.shape): r.rate for r in rows if r.ranks == 1}
+    one = {(r.env, r.shape): r for r in rows if r.ranks == 1}
     for r in rows:
         measured, modelled = r.ratios()
         base = one.get((r.env, r.shape))
-        speedup = f"{r.rate / base:.2f}" if base else "-"
+        speedup = r.rate / base.rate if base else math.nan
+        model_speedup = r.model / base.model if base else math.nan
         lines.append(
-            f"| {r.env} | {r.shape} | {r.ranks} | {r.ceiling:,.0f} | {r.rate:,.0f} | {measured:.2f} | {modelled:.2f} "
-            f"| {speedup} | {1e3 * r.copy_seconds:.1f} | {1e3 * r.update_seconds:.1f} "
-            f"| {1e3 * r.allreduce_seconds:.2f} | {r.minibatch_steps} |"
+            f"| {r.env} | {r.shape} | {r.ranks} | {r.ceiling:,.0f} | {_cell(r.rate, ',.0f')} "
+            f"| {_cell(measured, '.2f')} | {modelled:.2f} | {_cell(speedup, '.2f')} | {_cell(model_speedup, '.2f')} "
+            f"| {1e3 * r.copy_seconds:.1f} "
+            f"| {1e3 * r.update_seconds:.1f} | {1e3 * r.allreduce_seconds:.2f} | {r.minibatch_steps} |"
         )
     return "\n".join(lines)
 
@@ -514,6 +527,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument(
         "--ranks", type=int, nargs="+", help="the ranks K to measure, with 1 always (default: 1, 2, 4, ..., cores)"
     )
+    parser.add_argument(
+        "--model-ranks", type=int, nargs="*", default=[4, 8, 16],
+        help="ranks beyond the usable cores to model from this machine's costs, unmeasured (default 4 8 16)",
+    )  # fmt: skip
     parser.add_argument("--iterations", type=int, default=2, help="timed iterations per measurement (default 2)")
     parser.add_argument("--window", type=float, default=2.0, help="seconds of each bare-ceiling measurement")
     parser.add_argument("--rollout-steps", type=int, help="the defaults shape's rollout (default 64)")
@@ -552,8 +569,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         rank_rows: list[RankRow] = []
         for shape in args.shapes:
             ks = sorted({1, *args.ranks}) if args.ranks else rank_counts(cores, SHAPES[shape]["num_envs"])
+            modelled = sorted(k for k in args.model_ranks if k > cores)
             for env in args.envs:
-                rank_rows += measure_ranks(env, shape, ks, args.iterations, args.window)
+                rank_rows += measure_ranks(env, shape, ks, args.iterations, args.window, modelled)
         path = args.csv.with_name(f"{args.csv.stem}_ranks{args.csv.suffix}")
         print()
         print(rank_table(rank_rows))

@@ -98,3 +98,15 @@ def test_the_device_script_of_the_ranks_parses_and_explains_itself():
     done = subprocess.run([sys.executable, str(script), "--help"], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert "--parts {cpu,gpu}" in done.stdout and "K = 1, 2, 4, 8, 16 CPU ranks" in done.stdout
+
+
+def test_the_ranks_table_shows_modelled_rows_beyond_the_cores_unmeasured(bench):
+    nan = float("nan")
+    rows = [
+        bench.RankRow("simple_spread_v3", "defaults", 1, 8000.0, 5000.0, 0.02, 0.5, 0.0, 160, 6000.0),
+        bench.RankRow("simple_spread_v3", "defaults", 16, 128000.0, nan, 0.02, 0.3, 0.001, 160, 24000.0),
+    ]
+    table = bench.rank_table(rows).splitlines()
+    assert "| model speed-up |" in table[0]
+    assert table[2].startswith("| simple_spread_v3 | defaults | 1 | 8,000 | 5,000 | 0.62 | 0.75 | 1.00 | 1.00 |")
+    assert table[3].startswith("| simple_spread_v3 | defaults | 16 | 128,000 | - | - | 0.19 | - | 4.00 |")

@@ -17,6 +17,7 @@ from marljoint_envs import kuhn_poker_v0, mock_v0, variable_agents_v0
 
 pytestmark = pytest.mark.usefixtures("ray_local")
 
+
 def spread(**kwargs):
     from mpe2 import simple_spread_v3
 

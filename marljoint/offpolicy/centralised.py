@@ -15,7 +15,7 @@ from torch import nn
 from marljoint.auxiliary import AuxFn
 from marljoint.env.base import JointObs
 from marljoint.env.spaces import JointSpec
-from marljoint.offpolicy.config import OffPolicyConfig, sac_config
+from marljoint.offpolicy.config import OffPolicyConfig
 from marljoint.offpolicy.replay import JointTransitions
 from marljoint.offpolicy.sac import SacAlgorithm
 from marljoint.offpolicy.sac_networks import member_parameter_sets
@@ -76,7 +76,7 @@ class CentralisedActorCritic:
 
     Args:
         spec: the env's agents and layouts.
-        config: the off-policy settings (``algorithm`` masac or maddpg; its ``sac`` table).
+        config: the off-policy settings (``algorithm`` masac or maddpg; its ``sac`` settings).
         seed: seeds the initial weights and the loss's sampling noise.
 
     Raises:
@@ -88,7 +88,9 @@ class CentralisedActorCritic:
 
     def __init__(self, spec: JointSpec, config: OffPolicyConfig, seed: int) -> None:
         self.spec, self.config = spec, config
-        self.sac_config = sac_config(config)
+        if config.sac is None:
+            raise ValueError(f"algorithm={config.algorithm!r} is no actor-critic; use masac or maddpg")
+        self.sac_config = config.sac
         self.obs_dims = tuple(layout.size for layout in spec.observations)
         """Each agent's flat observation width, in agent order."""
         self.state_dim = sum(self.obs_dims)

@@ -5,14 +5,21 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from marljoint.collect.settings import SHARED_DEFAULTS
 from marljoint.offpolicy.defaults import OFFPOLICY_DEFAULTS
 from marljoint.offpolicy.sac import SacConfig
 
-__all__ = ["ALGORITHMS", "RUN_SAC_SETTINGS", "VALUE_ALGORITHMS", "OffPolicyConfig", "sac_config"]
+__all__ = [
+    "ALGORITHMS",
+    "RUN_SAC_SETTINGS",
+    "SAC_TABLE_SETTINGS",
+    "VALUE_ALGORITHMS",
+    "OffPolicyConfig",
+    "sac_changes",
+]
 
 VALUE_ALGORITHMS = ("vdn", "qmix")
 """The value-decomposition algorithms."""
@@ -109,10 +116,12 @@ class OffPolicyConfig:
     of thousands, which networks starting near zero take long to reach)."""
     seed: int = SHARED_DEFAULTS["seed"]
     """Seed of the env resets, the exploration noise, the initial weights and the replay sampling."""
-    sac: Mapping[str, Any] = field(default_factory=dict)
-    """masac and maddpg: :class:`~marljoint.offpolicy.sac.SacConfig` fields other than ``variant``, ``gamma``,
-    ``hidden_sizes`` and ``share_parameters`` (which come from the fields above); empty: SacConfig's defaults
-    (``docs/masac.md``)."""
+    sac: SacConfig | None = None
+    """masac and maddpg: their own settings, a :class:`~marljoint.offpolicy.sac.SacConfig` (``docs/masac.md``),
+    given as one or as a table of its fields (``{"tau": 0.01}``; none: SacConfig's defaults). Its ``variant``,
+    ``gamma``, ``hidden_sizes`` and ``share_parameters`` are this config's ``algorithm``, ``gamma``,
+    ``hidden_sizes`` and ``share_parameters``: a table may not hold them, and a SacConfig's are replaced by them.
+    ``None`` for vdn and qmix."""
 
     def __post_init__(self) -> None:
         for name, allowed in _CHOICES.items():
@@ -148,7 +157,7 @@ class OffPolicyConfig:
             )
         if not _is_int(self.seed) or not 0 <= self.seed < 2**63:
             raise ValueError(f"seed must be an integer in [0, 2**63 - 1], got {self.seed!r}")
-        self._check_sac()
+        object.__setattr__(self, "sac", _parse_sac(self.sac, self))
         if self.batch_size > self.buffer_size:
             raise ValueError(
                 f"batch_size={self.batch_size} exceeds buffer_size={self.buffer_size}; raise buffer_size or lower "
@@ -160,16 +169,6 @@ class OffPolicyConfig:
                 "holds that many transitions, so no gradient step would be taken; lower learning_starts or raise "
                 "buffer_size"
             )
-
-    def _check_sac(self) -> None:
-        if not isinstance(self.sac, Mapping):
-            raise ValueError(f"sac must be a table of SacConfig settings, got {self.sac!r}")
-        object.__setattr__(self, "sac", dict(self.sac))
-        if self.algorithm in VALUE_ALGORITHMS:
-            if self.sac:
-                raise ValueError(f"sac settings apply to masac and maddpg, not {self.algorithm}; drop them")
-            return
-        sac_config(self)
 
     @property
     def transitions_per_iteration(self) -> int:
@@ -199,7 +198,7 @@ class OffPolicyConfig:
         """The settings as plain values (as written to ``config.toml``)."""
         out = dataclasses.asdict(self)
         out["hidden_sizes"] = list(self.hidden_sizes)
-        out["sac"] = {k: list(v) if isinstance(v, tuple) else v for k, v in self.sac.items()}
+        out["sac"] = sac_changes(self.sac)
         return out
 
 
@@ -231,36 +230,85 @@ RUN_SAC_SETTINGS = ("variant", "gamma", "hidden_sizes", "share_parameters")
 """:class:`~marljoint.offpolicy.sac.SacConfig` fields taken from :class:`OffPolicyConfig` (the algorithm, γ, the
 actors' widths, sharing), not from its ``sac`` table."""
 
+SAC_TABLE_SETTINGS = tuple(f.name for f in dataclasses.fields(SacConfig) if f.name not in RUN_SAC_SETTINGS)
+"""The keys an :attr:`OffPolicyConfig.sac` table may hold: the other :class:`~marljoint.offpolicy.sac.SacConfig`
+fields, in their order."""
 
-def sac_config(config: OffPolicyConfig) -> SacConfig:
-    """The :class:`~marljoint.offpolicy.sac.SacConfig` of an off-policy config whose algorithm is masac or maddpg.
+
+def sac_changes(sac: SacConfig | None) -> dict[str, Any]:
+    """The ``sac`` table of an :class:`OffPolicyConfig` as ``config.toml`` holds it: the settings of ``sac`` (not
+    those the off-policy config sets) whose values differ from their defaults, as plain values; empty for ``None``.
+
+    Example:
+        >>> sac_changes(SacConfig(tau=0.01, critic_hidden_sizes=(16,), gamma=0.9))
+        {'tau': 0.01, 'critic_hidden_sizes': [16]}
+    """
+    if sac is None:
+        return {}
+    fields = SacConfig.__dataclass_fields__
+    changed = {name: getattr(sac, name) for name in SAC_TABLE_SETTINGS if getattr(sac, name) != fields[name].default}
+    return {name: list(value) if isinstance(value, tuple) else value for name, value in changed.items()}
+
+
+def _parse_sac(value: Any, config: OffPolicyConfig) -> SacConfig | None:
+    """The :attr:`OffPolicyConfig.sac` of ``config`` from the ``sac`` it was given: ``None`` for vdn and qmix, else
+    a :class:`~marljoint.offpolicy.sac.SacConfig` with the off-policy config's algorithm, γ, widths and sharing.
 
     Raises:
-        ValueError: for a ``sac`` key that is a setting of the run, an unknown key (listing the valid ones) or an
-            invalid value.
+        ValueError: for a value that is neither a table nor a SacConfig, settings given to vdn or qmix, or a bad key
+            or value of the table (naming ``sac.<key>``, the value and the fix).
     """
-    table = dict(config.sac)
-    misplaced = sorted(set(table) & set(RUN_SAC_SETTINGS))
-    if misplaced:
+    if value is None:
+        value = {}
+    if not isinstance(value, (Mapping, SacConfig)):
         raise ValueError(
-            f"sac.{misplaced[0]} is set by the off-policy config itself (algorithm, gamma, hidden_sizes, "
-            f"share_parameters); set {misplaced[0]} there instead"
+            f"sac must be a table of MASAC and MADDPG settings (such as {{'tau': 0.01}}) or a SacConfig, got {value!r}"
         )
-    valid = sorted(f for f in SacConfig.__dataclass_fields__ if f not in RUN_SAC_SETTINGS)
-    unknown = sorted(set(table) - set(valid))
-    if unknown:
-        raise ValueError(f"unknown sac setting(s) {unknown}; valid keys: {valid}")
-    if "critic_hidden_sizes" in table:
-        table["critic_hidden_sizes"] = tuple(table["critic_hidden_sizes"])
+    if config.algorithm in VALUE_ALGORITHMS:
+        if sac_changes(value) if isinstance(value, SacConfig) else value:
+            raise ValueError(f"sac settings apply to masac and maddpg, not {config.algorithm}; drop them")
+        return None
+    run = {
+        "variant": config.algorithm,
+        "gamma": config.gamma,
+        "hidden_sizes": tuple(config.hidden_sizes),
+        "share_parameters": config.share_parameters,
+    }
+    if isinstance(value, SacConfig):
+        return dataclasses.replace(value, **run)
+    table = _sac_table(value)
     try:
-        return SacConfig(
-            variant=config.algorithm,
-            gamma=config.gamma,
-            hidden_sizes=tuple(config.hidden_sizes),
-            share_parameters=config.share_parameters,
-            **table,
-        )
+        return SacConfig(**run, **table)
     except (TypeError, ValueError) as exc:
-        # SacConfig's messages start with the field they name: "sac.tau=0.0 must lie in (0.0, 1.0]".
-        named = str(exc).split(" ")[0].split("=")[0] in SacConfig.__dataclass_fields__
-        raise ValueError(f"sac.{exc}" if named else f"sac: {exc}") from None
+        raise ValueError(_sac_message(str(exc), value, table)) from None
+
+
+def _sac_table(value: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``sac`` table's settings, refusing a key the off-policy config sets and a key that is no setting."""
+    table = dict(value)
+    for key, given in table.items():
+        if key in RUN_SAC_SETTINGS:
+            raise ValueError(
+                f"sac.{key} is set by the off-policy config itself (algorithm, gamma, hidden_sizes, "
+                f"share_parameters), got {given!r}; set {'algorithm' if key == 'variant' else key} there instead"
+            )
+        if key not in SAC_TABLE_SETTINGS:
+            raise ValueError(
+                f"sac.{key}={given!r} is not a MASAC or MADDPG setting; valid keys: {', '.join(SAC_TABLE_SETTINGS)}"
+            )
+    if isinstance(table.get("critic_hidden_sizes"), list):
+        table["critic_hidden_sizes"] = tuple(table["critic_hidden_sizes"])
+    return table
+
+
+def _sac_message(message: str, given: Mapping[str, Any], table: Mapping[str, Any]) -> str:
+    """SacConfig's ``message`` about a field as ``sac.<field>=<value as given> ...``: its messages start with the
+    field they name, with the value it got (``tau=0.0 must lie in (0.0, 1.0]``) or without (``tau must be a
+    float``); ``table`` holds the values it got, ``given`` the values as given."""
+    name = message.split(" ")[0].split("=")[0]
+    if name not in SacConfig.__dataclass_fields__:
+        return f"sac: {message}"
+    if name not in given:
+        return f"sac.{message}"
+    rest = message.removeprefix(f"{name}={table[name]!r}").removeprefix(name)
+    return f"sac.{name}={given[name]!r}{rest}"

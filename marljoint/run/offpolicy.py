@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from marljoint.offpolicy import OffPolicyConfig, OffPolicyTrainer
-from marljoint.offpolicy.config import RUN_SAC_SETTINGS, VALUE_ALGORITHMS, sac_config
+from marljoint.offpolicy.config import RUN_SAC_SETTINGS, VALUE_ALGORITHMS
 from marljoint.offpolicy.defaults import OFFPOLICY_DEFAULTS
 from marljoint.run.errors import RunError
 from marljoint.run.reads import OFFPOLICY_RUN_SETTINGS, table_keys
@@ -34,9 +34,8 @@ _FROM_RUN = OFFPOLICY_RUN_SETTINGS
 
 
 def offpolicy_config(algorithm: str, trainer: Any, table: Mapping[str, Any]) -> OffPolicyConfig:
-    """The :class:`~marljoint.offpolicy.OffPolicyConfig` of an off-policy run, its ``sac`` table holding the
-    :class:`~marljoint.offpolicy.sac.SacConfig` settings that differ from their defaults (so that two tables that
-    train alike give equal configs).
+    """The :class:`~marljoint.offpolicy.OffPolicyConfig` of an off-policy run (masac and maddpg: its ``sac`` a
+    :class:`~marljoint.offpolicy.sac.SacConfig`, so that two tables that train alike give equal configs).
 
     Args:
         algorithm: ``vdn``, ``qmix``, ``masac`` or ``maddpg``.
@@ -65,26 +64,12 @@ def offpolicy_config(algorithm: str, trainer: Any, table: Mapping[str, Any]) -> 
     }
     _check_table_keys(table)
     try:
-        config = OffPolicyConfig(**shared, **dict(table))
+        return OffPolicyConfig(**shared, **dict(table))
     except (TypeError, ValueError) as exc:
         # The config's messages start with the field they name ("batch_size must be ...", "sac.tau=0.0 ...").
         first = str(exc).split(" ")[0].split("=")[0]
         named = first in OffPolicyConfig.__dataclass_fields__ or first.startswith("sac.")
         raise RunError(f"offpolicy.{exc}" if named else f"offpolicy: {exc}") from None
-    return dataclasses.replace(config, sac=_sac_changes(config))
-
-
-def _sac_changes(config: OffPolicyConfig) -> dict[str, Any]:
-    """The :class:`~marljoint.offpolicy.sac.SacConfig` settings of a masac or maddpg config (its ``sac`` table)
-    whose values differ from their defaults; empty for vdn and qmix."""
-    if config.algorithm in VALUE_ALGORITHMS:
-        return {}
-    resolved = sac_config(config)
-    return {
-        f.name: getattr(resolved, f.name)
-        for f in dataclasses.fields(resolved)
-        if f.name not in RUN_SAC_SETTINGS and getattr(resolved, f.name) != f.default
-    }
 
 
 def offpolicy_table(config: OffPolicyConfig, trainer: Any) -> dict[str, Any]:

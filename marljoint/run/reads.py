@@ -262,7 +262,7 @@ def _value_and_defaults(name: str, spec: Any, usual: tuple[JointTrainerConfig, .
     key, config = name.rpartition(".")[2], spec.offpolicy
     if name.startswith("offpolicy.sac."):
         default = SacConfig.__dataclass_fields__[key].default
-        return (default if config is None else config.sac.get(key, default)), [default]
+        return (default if config is None or config.sac is None else getattr(config.sac, key)), [default]
     default = OffPolicyConfig.__dataclass_fields__[key].default
     return (default if config is None else getattr(config, key)), [default]
 

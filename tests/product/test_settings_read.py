@@ -233,7 +233,8 @@ def test_the_tables_are_parsed_when_the_spec_is_built():
     spec = _spec(algorithm="masac", num_envs=2, offpolicy={**SMALL, "sac": {"tau": 0.02}})
     config = spec.offpolicy
     assert isinstance(config, OffPolicyConfig) and spec.offpolicy_config() is config
-    assert (config.algorithm, config.num_envs, config.batch_size, config.sac) == ("masac", 2, 8, {"tau": 0.02})
+    assert (config.algorithm, config.num_envs, config.batch_size, config.sac.tau) == ("masac", 2, 8, 0.02)
+    assert spec.tables()["offpolicy"]["sac"] == {"tau": 0.02}
     assert RunSpec.from_dict(spec.to_dict()) == spec
     assert _spec().offpolicy_config() is None and _spec().offpolicy is None and _spec().psro is None
 
@@ -251,6 +252,14 @@ def test_the_tables_are_parsed_when_the_spec_is_built():
         ),
         ({"algorithm": "qmix", "offpolicy": {"batch_size": 0}}, r"^offpolicy.batch_size must be a positive integer"),
         ({"algorithm": "maddpg", "offpolicy": {"sac": {"tau": 0.0}}}, r"^offpolicy.sac.tau=0.0 must lie in"),
+        (
+            {"algorithm": "masac", "offpolicy.sac.actor_lr": "1e-3"},
+            r"^offpolicy.sac.actor_lr='1e-3' must be a float, got str; a learning rate such as actor_lr=3e-4$",
+        ),
+        (
+            {"algorithm": "masac", "offpolicy": {"sac": {"gamma": 0.5}}},
+            r"^offpolicy.sac.gamma is set by the off-policy config itself .*, got 0.5; set gamma there instead$",
+        ),
         (
             {"self_play": "mmd", "env": "kuhn_poker_v0", "mmd": {"alfa": 0.1}},
             r"^unknown setting mmd.alfa; valid keys: mmd.alpha, mmd.alpha_units",

@@ -28,7 +28,7 @@ import dataclasses
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from marljoint.offpolicy.config import RUN_SAC_SETTINGS, VALUE_ALGORITHMS, OffPolicyConfig
+from marljoint.offpolicy.config import SAC_TABLE_SETTINGS, VALUE_ALGORITHMS, OffPolicyConfig
 from marljoint.offpolicy.sac import SacConfig
 from marljoint.ppo.config import JointTrainerConfig
 from marljoint.run.errors import RunError
@@ -131,7 +131,7 @@ def table_keys() -> dict[str, list[str]]:
     from marljoint.best_response.mmd import MmdConfig
 
     offpolicy = [f.name for f in dataclasses.fields(OffPolicyConfig) if f.name not in OFFPOLICY_RUN_SETTINGS]
-    sac = [f.name for f in dataclasses.fields(SacConfig) if f.name not in RUN_SAC_SETTINGS]
+    sac = list(SAC_TABLE_SETTINGS)
     mmd = [f.name for f in dataclasses.fields(MmdConfig)]
     return {"offpolicy": offpolicy, "offpolicy.sac": sac, "mmd": mmd}
 

@@ -68,7 +68,9 @@ def _mean_return(result: dict[str, object]) -> float:
 def summary(rows: list[dict[str, object]]) -> str:
     """The markdown table: per env and K, the seeds' mean evaluation return with its 95% interval, and the largest
     gap to one process on the same seed."""
-    lines = ["| env | K ranks | seeds | eval return (95% CI) | train return (95% CI) | largest gap to K = 1, same seed |"]
+    lines = [
+        "| env | K ranks | seeds | eval return (95% CI) | train return (95% CI) | largest gap to K = 1, same seed |"
+    ]
     lines.append("|---|---|---|---|---|---|")
     for env in dict.fromkeys(r["env"] for r in rows):
         base = {r["seed"]: r for r in rows if r["env"] == env and r["ranks"] == 1}
@@ -76,7 +78,9 @@ def summary(rows: list[dict[str, object]]) -> str:
             mine = [r for r in rows if r["env"] == env and r["ranks"] == ranks]
             ev = [float(r["eval_return"]) for r in mine]
             tr = [float(r["train_return"]) for r in mine]
-            gaps = [abs(float(r["eval_return"]) - float(base[r["seed"]]["eval_return"])) for r in mine if r["seed"] in base]
+            gaps = [
+                abs(float(r["eval_return"]) - float(base[r["seed"]]["eval_return"])) for r in mine if r["seed"] in base
+            ]
             lines.append(
                 f"| {env} | {ranks} | {len(mine)} | {_interval(ev)} | {_interval(tr)} | "
                 f"{max(gaps) if gaps else float('nan'):.3g} |"

@@ -69,9 +69,24 @@ class RankCollector:
 
     def state(self) -> dict[str, Any] | None:
         """Every rank's copies and noise generators, ``{"workers": [snapshot per rank]}`` on every rank (the Ray
-        collector's format, readable by any collector); ``None`` before the first rollout."""
-        mine = self.local.state()
-        snapshots = self.ranks.all_gather_object(mine)
+        collector's format, readable by any collector); ``None`` before the first rollout.
+
+        A rank whose copies cannot be saved still takes part in the gather, with its error: every rank then raises,
+        so that no rank waits for it (and every rank leaves the checkpoint the same way).
+
+        Raises:
+            TypeError: on every rank, when a rank's env has no ``get_state()`` or cannot be pickled.
+            RuntimeError: on the other ranks, when a rank failed otherwise (that rank raises its own error).
+        """
+        try:
+            mine: tuple[str, Any] = ("ok", self.local.state())
+        except Exception as exc:  # reported to every rank by the gather below
+            mine = ("error", (isinstance(exc, TypeError), " ".join(str(exc).split()) or type(exc).__name__), exc)
+        gathered = self.ranks.all_gather_object(mine[:2])
+        failed = [(rank, what) for rank, (kind, what) in enumerate(gathered) if kind == "error"]
+        if failed:
+            _raise_state_failure(mine, failed, self.ranks.rank)
+        snapshots = [what for _, what in gathered]
         if all(s is None for s in snapshots):
             return None
         return {"workers": snapshots}
@@ -95,3 +110,16 @@ class RankCollector:
 
     def close(self) -> None:
         """Nothing to release: the env belongs to the caller, the process group to the run."""
+
+
+def _raise_state_failure(mine: tuple[Any, ...], failed: list[tuple[int, Any]], rank: int) -> None:
+    """Raises, on every rank, the failure of the ranks ``failed`` to save their copies (``[(rank, (is a TypeError,
+    message))]``): the failing rank its own error, every other rank a TypeError where the first failing rank's was
+    one, else a RuntimeError, naming that rank and its message."""
+    if mine[0] == "error":
+        raise mine[2]
+    first, (type_error, message) = failed[0]
+    text = f"rank {first} could not save its env copies' state: {message}"
+    if type_error:
+        raise TypeError(text)
+    raise RuntimeError(f"{text}; the newest checkpoint is kept: resume from it once the env is fixed")

@@ -118,3 +118,37 @@ def test_row_shares_cut_like_tensor_split():
             got = row_shares(count, k)
             assert [b - a for a, b in got] == [len(p) for p in torch.arange(count).tensor_split(k)]
             assert all(e is None or e == g for e, g in zip(expected, got))
+
+
+def _state_failure(group, kind):
+    from marljoint_envs import counter_v0
+
+    from marljoint import PettingZooJointEnv
+    from marljoint.collect.ranks import RankCollector
+
+    start, stop = group.slice_of(4)
+    env = PettingZooJointEnv(counter_v0.parallel_env, num_envs=stop - start, seed=0, first_copy=start)
+    collector = RankCollector(env, 0, 4, group)
+    if group.rank == 1:
+
+        def fail():
+            raise kind("this env cannot be pickled")
+
+        collector.local.state = fail
+    try:
+        collector.state()
+    except Exception as exc:
+        return type(exc).__name__, str(exc)
+    finally:
+        env.close()
+    return None
+
+
+@pytest.mark.parametrize("kind", [TypeError, RuntimeError])
+def test_one_rank_s_env_state_failure_reaches_every_rank_at_once(tmp_path, kind):
+    out = run_ranks(_state_failure, tmp_path, kind=kind)
+    assert out[1] == (kind.__name__, "this env cannot be pickled")  # the failing rank raises its own error
+    name, message = out[0]
+    assert name == kind.__name__  # a TypeError everywhere, so that every rank saves its checkpoint without the env
+    with pytest.raises(kind, match=r"^rank 1 could not save its env copies' state: this env cannot be pickled"):
+        raise kind(message)

@@ -152,7 +152,11 @@ class RankGroup:
 
     def all_reduce_sum_(self, tensors: Sequence[torch.Tensor]) -> None:
         """Replaces every tensor by its sum over the ranks, in place, with one collective per dtype (the tensors
-        flattened into one buffer). Every rank ends with the same bits."""
+        flattened into one buffer; a single contiguous tensor is summed where it is). Every rank ends with the same
+        bits."""
+        if len(tensors) == 1 and tensors[0].is_contiguous():
+            dist.all_reduce(tensors[0].detach())
+            return
         by_dtype: dict[torch.dtype, list[torch.Tensor]] = {}
         for t in tensors:
             by_dtype.setdefault(t.dtype, []).append(t)

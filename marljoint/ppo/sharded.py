@@ -51,6 +51,7 @@ class RankShares:
 
     def __init__(self, ranks: RankGroup) -> None:
         self.ranks = ranks
+        self._sum: _StepSum | None = None
 
     def minibatch_loss(
         self,
@@ -146,34 +147,80 @@ class RankShares:
 
     def reduce_(self, loss: _MinibatchLoss, parameters: Sequence[torch.Tensor], kl_summed: bool) -> _MinibatchLoss:
         """After the backward: every parameter's gradient and the loss terms summed over the ranks, in one
-        all-reduce; returns the minibatch's one-process loss terms (detached).
+        all-reduce of one preallocated buffer (:class:`_StepSum`); returns the minibatch's one-process loss terms
+        (detached).
 
         Args:
             loss: this rank's share (:meth:`minibatch_loss`).
-            parameters: every trained parameter. A parameter without a gradient on this rank sends zeros; one without
-                a gradient on every rank keeps none (its optimizer skips it, as in one process).
+            parameters: every trained parameter, in the same order at every call. A parameter without a gradient on
+                this rank sends zeros; one without a gradient on every rank keeps none (its optimizer skips it, as in
+                one process).
             kl_summed: the approximate KL was already summed (``target_kl``).
         """
-        present = torch.tensor([p.grad is not None for p in parameters], dtype=parameters[0].dtype)
-        for p in parameters:
-            if p.grad is None:
-                p.grad = torch.zeros_like(p)
         aux = None if loss.aux is None else loss.aux.loss.detach()
         partial = loss.joint.detach() - aux if aux is not None else loss.joint.detach()
         n = loss.value.shape[0]
         terms = [loss.pg.loss, loss.value, loss.entropy, loss.pg.clip_fraction, partial.reshape(1)]
         if not kl_summed:
             terms.append(loss.pg.approx_kl)
-        stats = torch.cat([t.detach().reshape(-1).to(parameters[0].dtype) for t in terms])
-        present = present.to(stats.device)
-        self.ranks.all_reduce_sum_([*(p.grad for p in parameters), stats, present])
-        for p, anywhere in zip(parameters, present.tolist()):
-            if not anywhere:
-                p.grad = None
+        width = 4 * n + 1 + (0 if kl_summed else n)
+        if self._sum is None or not self._sum.fits(parameters, width):
+            self._sum = _StepSum(parameters, width)
+        stats = self._sum.sum_(self.ranks, terms)
         pg_loss, value, entropy, clip_fraction, joint = stats[: 4 * n + 1].split([n, n, n, n, 1])
         approx_kl = loss.pg.approx_kl if kl_summed else stats[4 * n + 1 :]
         joint = joint.reshape(()) if aux is None else joint.reshape(()) + aux
         return _MinibatchLoss(joint, PolicyLossTerms(pg_loss, clip_fraction, approx_kl), value, entropy, loss.aux)
+
+
+class _StepSum:
+    """The one all-reduce of a minibatch step, in a buffer allocated once per learner: every parameter's gradient,
+    a has-a-gradient flag per parameter, then the minibatch's loss terms. After the all-reduce the parameters'
+    gradients are views of the buffer (nothing is copied back); the next backward makes new gradients.
+
+    Args:
+        parameters: every trained parameter, in the order of every later call.
+        width: the loss terms' count.
+    """
+
+    def __init__(self, parameters: Sequence[torch.Tensor], width: int) -> None:
+        self.parameters = list(parameters)
+        sizes = [p.numel() for p in self.parameters]
+        count, first = sum(sizes), self.parameters[0]
+        self.flat = torch.zeros(count + len(sizes) + width, dtype=first.dtype, device=first.device)
+        self.grads = self.flat[:count]
+        self.present = self.flat[count : count + len(sizes)]
+        self.stats = self.flat[count + len(sizes) :]
+        self.views = [v.view_as(p) for v, p in zip(self.grads.split(sizes), self.parameters)]
+
+    def fits(self, parameters: Sequence[torch.Tensor], width: int) -> bool:
+        """Whether the buffer was laid out for these parameters and loss terms."""
+        return (
+            width == self.stats.numel()
+            and len(parameters) == len(self.parameters)
+            and all(p is q for p, q in zip(parameters, self.parameters))
+        )
+
+    def sum_(self, ranks: RankGroup, terms: Sequence[torch.Tensor]) -> torch.Tensor:
+        """Sums the parameters' gradients and ``terms`` (flattened, concatenated) over the ranks; the gradients
+        become the sums (``None`` where no rank had one); returns the summed terms (a copy)."""
+        grads = [p.grad for p in self.parameters]
+        if all(g is not None for g in grads):
+            torch.cat([g.reshape(-1) for g in grads], out=self.grads)
+            self.present.fill_(1.0)
+        else:
+            for view, grad in zip(self.views, grads):
+                if grad is None:
+                    view.zero_()
+                else:
+                    view.copy_(grad)
+            self.present.copy_(torch.tensor([g is not None for g in grads], dtype=self.flat.dtype))
+        torch.cat([t.detach().reshape(-1).to(self.flat.dtype) for t in terms], out=self.stats)
+        ranks.all_reduce_sum_([self.flat])
+        anywhere = self.present.tolist()
+        for p, view, present in zip(self.parameters, self.views, anywhere):
+            p.grad = view if present else None
+        return self.stats.clone()  # the buffer is the next step's
 
 
 class _Rows:

@@ -121,10 +121,9 @@ def test_row_shares_cut_like_tensor_split():
 
 
 def _state_failure(group, kind):
-    from marljoint_envs import counter_v0
-
     from marljoint import PettingZooJointEnv
     from marljoint.collect.ranks import RankCollector
+    from marljoint_envs import counter_v0
 
     start, stop = group.slice_of(4)
     env = PettingZooJointEnv(counter_v0.parallel_env, num_envs=stop - start, seed=0, first_copy=start)

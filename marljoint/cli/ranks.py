@@ -186,8 +186,11 @@ def _join_restarted(device: str, timeout_s: float) -> None:
     import torch
     import torch.distributed as dist
 
+    from marljoint.distributed.ranks import prepare_to_join
+
     if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True" or dist.is_initialized():
         return
+    prepare_to_join()
     timeout = datetime.timedelta(seconds=timeout_s)
     store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False, timeout=timeout)
     prefixed = dist.PrefixStore(f"/marljoint/attempt_{restart_count()}", store)

@@ -32,7 +32,7 @@ import torch.distributed as dist
 
 from marljoint.env.base import split_copies
 
-__all__ = ["DEFAULT_TIMEOUT_S", "RANK_VARIABLES", "RankGroup", "RanksDiverged", "row_shares"]
+__all__ = ["DEFAULT_TIMEOUT_S", "RANK_VARIABLES", "RankGroup", "RanksDiverged", "prepare_to_join", "row_shares"]
 
 DEFAULT_TIMEOUT_S = 300.0
 """How long a collective waits for the other ranks before it fails (seconds): a rank that died or hangs ends the
@@ -131,6 +131,7 @@ class RankGroup:
             _check_gpu(local)
             torch.cuda.set_device(local)
         backend = "nccl" if on_cuda else "gloo"
+        prepare_to_join()
         if not dist.is_initialized():
             dist.init_process_group(
                 backend, rank=rank, world_size=world, timeout=datetime.timedelta(seconds=float(timeout_s))
@@ -255,6 +256,18 @@ class _GatherRows(torch.autograd.Function):
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None, None]:
         start, count = ctx.rank_rows
         return grad[start : start + count], None, None
+
+
+def prepare_to_join() -> None:
+    """What a process does before it joins a process group: imports torch._dynamo (which the optimizers import on
+    their first step), so that it is not imported while the group exists.
+
+    Imported while a group exists, it keeps references to the group that
+    :func:`torch.distributed.destroy_process_group` does not drop, so the group's gloo threads outlive
+    :meth:`RankGroup.close` and are torn down with the interpreter, which can end a rank that finished its run with
+    SIGABRT ("terminate called without an active exception").
+    """
+    import torch._dynamo  # noqa: F401
 
 
 def _variable(name: str) -> str:

@@ -1,5 +1,8 @@
 """RankGroup: joining from torchrun's variables, the collectives the trainer uses, and the divergence check."""
 
+import os
+import pathlib
+
 import pytest
 import torch
 from rank_harness import run_ranks
@@ -151,3 +154,18 @@ def test_one_rank_s_env_state_failure_reaches_every_rank_at_once(tmp_path, kind)
     assert name == kind.__name__  # a TypeError everywhere, so that every rank saves its checkpoint without the env
     with pytest.raises(kind, match=r"^rank 1 could not save its env copies' state: this env cannot be pickled"):
         raise kind(message)
+
+
+def _threads_after_close(group):
+    import torch._dynamo  # noqa: F401  (as an optimizer's first step imports it, after the group was joined)
+
+    group.all_gather_object(group.rank)
+    group.close()
+    return [pathlib.Path(f"/proc/self/task/{tid}/comm").read_text().strip() for tid in os.listdir("/proc/self/task")]
+
+
+@pytest.mark.skipif(not pathlib.Path("/proc/self/task").is_dir(), reason="reads the threads from /proc")
+def test_closing_the_group_ends_its_gloo_threads(tmp_path):
+    # Threads left alive are torn down with the interpreter, which can end a finished rank with SIGABRT.
+    for names in run_ranks(_threads_after_close, tmp_path):
+        assert not [name for name in names if "gloo" in name], names

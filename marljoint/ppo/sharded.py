@@ -206,7 +206,7 @@ class _StepSum:
         become the sums (``None`` where no rank had one); returns the summed terms (a copy)."""
         grads = [p.grad for p in self.parameters]
         if all(g is not None for g in grads):
-            torch.cat([g.reshape(-1) for g in grads], out=self.grads)
+            torch._foreach_copy_(self.views, grads)
             self.present.fill_(1.0)
         else:
             for view, grad in zip(self.views, grads):

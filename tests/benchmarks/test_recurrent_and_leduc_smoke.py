@@ -137,6 +137,7 @@ def test_the_listener_hears_the_goal_once_and_the_env_passes_the_api_test():
         assert first_always[bench.LISTENER][bench.WORD].sum() == 1
 
 
+@pytest.mark.slow  # a whole benchmark command end to end: seconds to tens of seconds on 2 cores
 def test_the_recurrent_benchmark_trains_every_policy_resumes_and_reports(tmp_path, monkeypatch, capsys):
     with benchmark_module("recurrent_po") as bench:
         out = tmp_path / "po.csv"
@@ -207,6 +208,7 @@ def test_the_population_step_benchmark_runs_both_ways_with_the_same_members(monk
     assert line.startswith("3 members: one call per member") and "stacked" in line
 
 
+@pytest.mark.slow  # a whole benchmark command end to end: seconds to tens of seconds on 2 cores
 def test_the_population_step_benchmark_times_meta_game_simulation_per_number_of_copies(monkeypatch, capsys):
     pytest.importorskip("pyspiel")
     with benchmark_module("population_step") as bench:

@@ -21,6 +21,7 @@ def test_a_failing_command_is_named_with_its_output(bench, tmp_path):
         bench.timed(bench.command("no_such_env_v0", 64, [0], "1", tmp_path))
 
 
+@pytest.mark.slow  # a whole benchmark command end to end: seconds to tens of seconds on 2 cores
 def test_a_tiny_comparison_reports_the_same_bits_and_saves_its_report(bench, tmp_path, capsys):
     args = ["--env", "mock_v0", "--total-steps", "64", "--seeds", "0", "1", "--save", str(tmp_path)]
     assert bench.main(args) == 0

@@ -56,6 +56,7 @@ def test_the_model_inputs_come_from_one_worker_and_from_k(bench):
     assert one.full_rate == pytest.approx(9000 / (1.26 + 0.15))
 
 
+@pytest.mark.slow  # a whole benchmark command end to end: seconds to tens of seconds on 2 cores
 def test_cli_prints_every_table(bench, monkeypatch, capsys):
     monkeypatch.setattr(sys, "argv", ["throughput.py", "--quick", "--skip-sb3", "--envs", "simple_spread_v3"])
     bench.main()
@@ -90,6 +91,7 @@ def _check_scaling_table(bench, out):
             assert cells[1].endswith("(K·R)") and cells[2] == cells[3] == "-"
 
 
+@pytest.mark.slow  # a whole benchmark command end to end: seconds to tens of seconds on 2 cores
 def test_the_policy_lag_rows_run_with_balanced_workers(bench, monkeypatch, capsys):
     argv = ["throughput.py", "--quick", "--only-overlap", "--balance", "--envs", "simple_spread_v3"]
     monkeypatch.setattr(sys, "argv", argv)

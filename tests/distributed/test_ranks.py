@@ -15,6 +15,8 @@ def _collectives(group):
     b = torch.tensor([[1.0, 2.0]]) * (group.rank + 1)
     c = torch.tensor([group.rank + 1], dtype=torch.int64)
     group.all_reduce_sum_([a, b, c])
+    d = torch.tensor(float(group.rank + 1))  # one tensor, a scalar: summed where it is
+    group.all_reduce_sum_([d])
     sizes = (2, 1)  # unequal shares: rank 0 holds two rows, rank 1 one
     rows = torch.arange(sizes[group.rank] * 2, dtype=torch.float32).reshape(-1, 2) + 10 * group.rank
     rows.requires_grad_(True)
@@ -25,6 +27,7 @@ def _collectives(group):
         "a": a,
         "b": b,
         "c": c,
+        "d": d,
         "objects": group.all_gather_object({"rank": group.rank}),
         "broadcast": group.broadcast_object(f"from {group.rank}"),
         "slice": group.slice_of(5),
@@ -42,6 +45,7 @@ def test_two_ranks_join_from_torchrun_variables_and_share_sums_objects_and_rows(
         assert torch.equal(got["a"], torch.full((3,), 3.0))
         assert torch.equal(got["b"], torch.tensor([[3.0, 6.0]]))
         assert torch.equal(got["c"], torch.tensor([3]))
+        assert torch.equal(got["d"], torch.tensor(3.0))
         assert got["objects"] == [{"rank": 0}, {"rank": 1}]
         assert got["broadcast"] == "from 0"
         assert torch.equal(got["gathered"], torch.tensor([[0.0, 1.0], [2.0, 3.0], [10.0, 11.0]]))

@@ -183,7 +183,7 @@ class RankGroup:
         if self._gathered is None or self._gathered[0] != key:
             self._gathered = (key, torch.empty(2 * flat.numel(), dtype=flat.dtype, device=flat.device))
         both, mine = self._gathered[1], flat.view(-1)
-        dist.all_gather_into_tensor(both, mine)
+        _gather_into()(both, mine)
         torch.add(both[: mine.numel()], both[mine.numel() :], out=mine)
 
     def all_gather_object(self, obj: Any) -> list[Any]:
@@ -273,6 +273,12 @@ class _GatherRows(torch.autograd.Function):
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None, None]:
         start, count = ctx.rank_rows
         return grad[start : start + count], None, None
+
+
+def _gather_into() -> Any:
+    """torch.distributed's all-gather into one tensor (``all_gather_single``; ``all_gather_into_tensor`` before
+    torch 2.13, which deprecates that name)."""
+    return getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
 
 
 def prepare_to_join() -> None:

@@ -14,6 +14,7 @@ def bench():
         yield module
 
 
+@pytest.mark.slow  # a whole benchmark command end to end
 @pytest.mark.parametrize("method, steps, every", [("ppo", 8192, 3000), ("vdn", 1600, 800)])
 def test_selection_keeps_the_training_bits_and_adds_a_best_row(bench, method, steps, every):
     plain = bench.run_one("bucket_brigade", method, 0, steps, 2, {}, (0, 0))

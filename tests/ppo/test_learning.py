@@ -3,6 +3,7 @@
 import functools
 
 import numpy as np
+import pytest
 
 from marljoint import JointMultiAgentTrainer, JointTrainerConfig, PettingZooJointEnv
 from marljoint_envs import counter_v0, identity_v0, matrix_game_v0
@@ -71,6 +72,7 @@ def _value_of_start(bootstrap_truncation):
     return float(trainer.predict_values(env.reset(seed=0)).mean())
 
 
+@pytest.mark.slow  # a learning run of many updates: unit tests cover its mechanics in the default run
 def test_time_limit_value_reaches_infinite_horizon_only_with_truncation_bootstrap():
     # The bootstrapped value creeps up to 1/(1 - γ) from below (the final state is only ever bootstrapped from, never
     # trained on directly): after 160 iterations seeds 0-5 reach 8.6-9.6, so 15% of 10 is the test's margin; the

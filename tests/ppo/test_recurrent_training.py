@@ -39,6 +39,7 @@ def _mean_return(trainer, iterations):
     return sum(returns[-100:]) / len(returns[-100:])
 
 
+@pytest.mark.slow  # a learning run of many updates: unit tests cover its mechanics in the default run
 @pytest.mark.parametrize("kind", ["gru", "lstm"])
 def test_a_recurrent_policy_solves_the_memory_env_where_the_mlp_stays_at_chance(kind):
     assert _mean_return(make(recurrent=kind), 50) >= 0.95 * memory_v0.optimal_return()

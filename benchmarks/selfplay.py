@@ -41,12 +41,13 @@ def self_play_trainer(
     from marljoint.collect import CollectionConfig
     from marljoint.run.build import make_env
     from marljoint.run.collection import with_auto_workers
-    from marljoint.run.recipes import self_play_settings
+    from marljoint.run.recipes import self_play_rule
     from marljoint.run.registry import known_game
     from marljoint.run.train import RunSpec
 
     kind = "mmd" if method == "mmd" else "ppo"
-    values = {**self_play_settings(game, kind), "env": game, "env_kwargs": {}, "seed": seed, **trainer_changes}
+    values = {"env": game, "env_kwargs": {}, "self_play": kind, "seed": seed, **trainer_changes}
+    values = {**self_play_rule(values, game)[0], **values}  # marljoint train's: the game's magnet included
     spec = RunSpec.from_dict(values)
     if env_workers == "auto":
         spec = with_auto_workers(spec, policy_lag)

@@ -6,6 +6,7 @@ Bad input ends the command with one ``marljoint: error: ...`` line on standard e
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from collections.abc import Sequence
@@ -140,10 +141,14 @@ def _new_spec(args: argparse.Namespace, options: dict[str, Any]) -> Any:
         values.update(file_values)
         overrides = config_overrides(args.config, file_values, options)
     values.update(options)
-    values = {**_self_play_defaults(values), **values}
+    rule, reasons = _self_play_defaults(values)
+    values = {**rule, **values}
     if "env" in values and "env_kwargs" not in values:
         values["env_kwargs"] = {}
-    spec = _with_auto_workers(RunSpec.from_dict(values, given=options), args)
+    spec = RunSpec.from_dict(values, given=options)
+    if reasons:
+        spec = dataclasses.replace(spec, reasons=reasons)
+    spec = _with_auto_workers(spec, args)
     if spec.wandb_project is not None:  # a --config file's or a preset's: refused before anything is built
         from marljoint.run.wandb_names import check_project
 
@@ -154,12 +159,13 @@ def _new_spec(args: argparse.Namespace, options: dict[str, Any]) -> Any:
     return spec
 
 
-def _self_play_defaults(values: dict[str, Any]) -> dict[str, Any]:
-    """The settings ``self_play`` starts from on the run's env (under the preset, --config and options)."""
+def _self_play_defaults(values: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
+    """The settings ``self_play`` starts from on the run's env (under the preset, --config and options), and the
+    reasons of those a rule chose from the game (:func:`~marljoint.run.recipes.self_play_rule`)."""
     from marljoint.run.defaults import DEFAULT_ENV
-    from marljoint.run.recipes import self_play_settings
+    from marljoint.run.recipes import self_play_rule
 
-    return self_play_settings(values.get("env", DEFAULT_ENV), values.get("self_play"))
+    return self_play_rule(values, DEFAULT_ENV)
 
 
 def _train_one(spec: Any, out: Path, args: argparse.Namespace) -> int:

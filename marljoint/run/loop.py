@@ -177,7 +177,7 @@ class RunLoop:
             # with settings of its own keeps the run's trainer settings as given).
             self.spec = resolved_spec(self.spec, self.trainer)
             with writing(self.run_dir / CONFIG_FILE):
-                write_config(self.spec, self.run_dir / CONFIG_FILE, self.trainer.derived)
+                write_config(self.spec, self.run_dir / CONFIG_FILE, {**self.spec.reasons, **self.trainer.derived})
             self._open_log()
         except BaseException:
             self.discard_if_empty()

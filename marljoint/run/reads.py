@@ -69,9 +69,9 @@ OFFPOLICY_RUN_SETTINGS = ("algorithm", "num_envs", "rollout_steps", "seed", "gam
 """:class:`~marljoint.offpolicy.OffPolicyConfig` fields an off-policy run takes from the run's own settings
 (``algorithm`` and the trainer settings of the same names), never from its ``[offpolicy]`` table."""
 
-SPEC_FIELDS_NOT_SETTINGS = ("trainer", "given")
+SPEC_FIELDS_NOT_SETTINGS = ("trainer", "given", "reasons")
 """:class:`~marljoint.run.spec.RunSpec` fields that are no key of ``config.toml``: ``trainer`` (its fields are,
-each under its own name) and ``given`` (what the command line gave)."""
+each under its own name), ``given`` (what the command line gave) and ``reasons`` (why a rule chose a setting)."""
 
 _OFFPOLICY_ONLY_PPO = ("learning_rate",)
 _NOT_REFUSED = ("recurrent", "acting_device", "recurrent_replay")

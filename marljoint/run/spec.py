@@ -150,6 +150,10 @@ class RunSpec:
     the options, ``--sweep``, ``marljoint tune --param``; a table's keys with dots, ``offpolicy.tau``), which
     count as given whatever their values, so that one the algorithm does not read is refused even at its default
     (:func:`~marljoint.run.reads.unread_settings`). :meth:`from_dict` adds to it."""
+    reasons: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
+    """Not a setting: ``{setting: reason}`` of the settings the command line chose by a rule from the game
+    (``--self-play mmd``'s magnet, :func:`~marljoint.run.recipes.self_play_rule`), written beside them as comments
+    in ``config.toml``."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.env, str) or not self.env:
@@ -193,6 +197,7 @@ class RunSpec:
         elif not isinstance(self.redundancy_coef, (int, float)) or isinstance(self.redundancy_coef, bool):
             raise RunError(f"redundancy_coef must be a number, got {self.redundancy_coef!r}")
         object.__setattr__(self, "given", frozenset(self.given))
+        object.__setattr__(self, "reasons", dict(self.reasons))
         # An unknown name is refused by check_run_algorithm, listing the names.
         named = ALGORITHMS.get(self.algorithm) if isinstance(self.algorithm, str) else None
         self._parse_tables(named.table if named is not None else None)

@@ -1,0 +1,104 @@
+"""--self-play mmd's defaults: the PPO settings of every game and the magnet the game's size chooses, written to
+config.toml with the rule's reason, and never over a setting the user gave."""
+
+from __future__ import annotations
+
+import pytest
+
+from marljoint.cli import main as run_cli
+from marljoint.run.recipes import (
+    EMA_MAGNET_DECISIONS,
+    MMD_MAGNETS,
+    MMD_TRAINER,
+    SELF_PLAY_TRAINER,
+    mmd_magnet_rule,
+    self_play_rule,
+)
+from marljoint.run.spec import RunSpec, read_config_file
+
+pytest.importorskip("pyspiel")
+
+DECISIONS = SELF_PLAY_TRAINER["num_envs"] * SELF_PLAY_TRAINER["rollout_steps"]
+
+
+def _spec(values):
+    rule, reasons = self_play_rule(values, "simple_spread_v3")
+    return RunSpec.from_dict({"env_kwargs": {}, **rule, **values}), reasons
+
+
+@pytest.mark.parametrize("env", ["kuhn_poker_v0", "openspiel:kuhn_poker"])
+def test_kuhn_poker_gets_the_ema_magnet_from_its_twelve_information_states(env):
+    magnet, reason = mmd_magnet_rule(env, {}, DECISIONS)
+    assert magnet == MMD_MAGNETS["ema"]
+    assert f"{DECISIONS:,} decisions per update over 12 information states, 341 each" in reason
+
+
+def test_leduc_poker_gets_the_uniform_magnet_held_at_0_2():
+    magnet, reason = mmd_magnet_rule("openspiel:leduc_poker", {}, DECISIONS)
+    assert magnet == {"magnet": "uniform", "alpha_min": 0.2}
+    assert "over 936 information states, 4.38 each, fewer than 32" in reason
+
+
+def test_the_rule_reads_the_game_parameters_and_the_rollout_size():
+    # Leduc with suits merged has 288 information states: 9,216 decisions per update (36 copies x 256 steps) is 32
+    assert mmd_magnet_rule("openspiel:leduc_poker", {"suit_isomorphism": True}, 32 * 288)[0] == MMD_MAGNETS["ema"]
+    assert mmd_magnet_rule("openspiel:leduc_poker", {"suit_isomorphism": True}, 32 * 288 - 1)[0]["magnet"] == "uniform"
+    # Kuhn with a small rollout samples each state too rarely
+    assert mmd_magnet_rule("kuhn_poker_v0", {}, 12 * EMA_MAGNET_DECISIONS - 1)[0]["magnet"] == "uniform"
+
+
+def test_a_game_too_large_to_count_gets_the_uniform_magnet(monkeypatch):
+    import marljoint.run.registry as registry
+
+    def too_large(*args, **kwargs):
+        raise ValueError("more than 300,000 information states")
+
+    monkeypatch.setattr(registry, "known_game", too_large)
+    magnet, reason = mmd_magnet_rule("openspiel:some_big_game", {}, DECISIONS)
+    assert magnet["magnet"] == "uniform" and "too many to count" in reason
+
+
+def test_mmd_runs_start_from_the_ppo_settings_and_the_magnet_and_say_why():
+    spec, reasons = _spec({"env": "openspiel:kuhn_poker", "self_play": "mmd"})
+    trainer = spec.trainer
+    assert trainer.clip_range == MMD_TRAINER["clip_range"] and trainer.uniform_mix == MMD_TRAINER["uniform_mix"]
+    assert spec.mmd.magnet == "ema" and spec.mmd.alpha_min == 0.0
+    assert set(reasons) == {"mmd"} and "ema magnet" in reasons["mmd"]
+    spec, reasons = _spec({"env": "openspiel:leduc_poker", "self_play": "mmd"})
+    assert spec.mmd.magnet == "uniform" and spec.mmd.alpha_min == 0.2 and "uniform magnet" in reasons["mmd"]
+
+
+def test_plain_self_play_and_other_envs_are_left_as_they_were():
+    spec, reasons = _spec({"env": "openspiel:kuhn_poker", "self_play": "ppo"})
+    assert spec.trainer.clip_range == 0.2 and spec.trainer.uniform_mix == 0.0 and reasons == {}
+    assert self_play_rule({"env": "simple_spread_v3", "self_play": "mmd"}, "simple_spread_v3") == ({}, {})
+    assert self_play_rule({"env": "openspiel:kuhn_poker"}, "simple_spread_v3") == ({}, {})
+
+
+def test_settings_the_user_gave_are_kept():
+    # a magnet given: no rule, no reason
+    spec, reasons = _spec({"env": "openspiel:leduc_poker", "self_play": "mmd", "mmd.magnet": "moving"})
+    assert spec.mmd.magnet == "moving" and spec.mmd.alpha_min == 0.0 and reasons == {}
+    # a floor given: the rule's magnet with the user's floor
+    spec, reasons = _spec({"env": "openspiel:leduc_poker", "self_play": "mmd", "mmd": {"alpha_min": 0.1}})
+    assert spec.mmd.magnet == "uniform" and spec.mmd.alpha_min == 0.1 and "mmd" in reasons
+    # PPO settings given keep their values; a rollout given changes the count the rule reads
+    spec, _ = _spec({"env": "kuhn_poker_v0", "self_play": "mmd", "clip_range": 0.3, "num_envs": 8})
+    assert spec.trainer.clip_range == 0.3 and spec.mmd.magnet == "uniform"  # 64 decisions over 12 states
+
+
+def test_config_toml_holds_the_magnet_with_the_reason_and_a_resume_reads_it_back(tmp_path):
+    out = tmp_path / "run"
+    args = ["train", "--env", "openspiel:leduc_poker", "--self-play", "mmd", "--num-envs", "64", "--total-steps", "512"]
+    assert run_cli([*args, "--out", str(out), "--quiet"]) == 0
+    text = (out / "config.toml").read_text()
+    comment = next(line for line in text.splitlines() if line.startswith("# derived from the env (a uniform magnet"))
+    assert "512 decisions per update over 936 information states" in comment
+    config = read_config_file(out / "config.toml")
+    assert config["mmd"]["magnet"] == "uniform" and config["mmd"]["alpha_min"] == 0.2
+    assert config["clip_range"] == 0.1 and config["uniform_mix"] == 0.1
+    # a config file holds every setting: the rule adds nothing to it, even with a rollout that would choose ema
+    again = tmp_path / "again"
+    more = ["--config", str(out / "config.toml"), "--env", "openspiel:kuhn_poker", "--total-steps", "512"]
+    assert run_cli(["train", *more, "--out", str(again), "--quiet"]) == 0
+    assert read_config_file(again / "config.toml")["mmd"]["magnet"] == "uniform"

@@ -29,7 +29,7 @@ import argparse
 import csv
 import functools
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -163,8 +163,19 @@ def _sb3_env(task: Task, num_envs: int) -> Any:
     return ss.concat_vec_envs_v1(vec, num_envs, num_cpus=1, base_class="stable_baselines3"), env
 
 
-def train_sb3(task: Task, seed: int, env_steps: int, num_envs: int) -> tuple[Any, float]:
-    """SB3 PPO with its defaults on the SuperSuit-vectorised env; returns (the model, seconds)."""
+def train_sb3(
+    task: Task,
+    seed: int,
+    env_steps: int,
+    num_envs: int,
+    checkpoints: Sequence[int] = (),
+    on_checkpoint: Callable[[Any, int], None] | None = None,
+) -> tuple[Any, float]:
+    """SB3 PPO with its defaults on the SuperSuit-vectorised env; returns (the model, seconds).
+
+    With ``on_checkpoint``, learning pauses at each of ``checkpoints`` (env steps, then at ``env_steps``) to call
+    ``on_checkpoint(model, env steps so far)``, outside the seconds; SB3 stops at the first whole rollout past each
+    one, and a learning continued this way is the one of a single ``learn`` call (constant schedules)."""
     from stable_baselines3 import PPO
     from stable_baselines3.common.utils import set_random_seed
 
@@ -175,9 +186,13 @@ def train_sb3(task: Task, seed: int, env_steps: int, num_envs: int) -> tuple[Any
     set_random_seed(seed)
     vec.venv.reset(seed=seed)
     model = PPO("CnnPolicy" if task.image else "MlpPolicy", vec, device="cpu", verbose=0)
-    start = time.perf_counter()
-    model.learn(env_steps * agents)  # SB3 counts agent steps
-    seconds = time.perf_counter() - start
+    seconds = 0.0
+    for target in [*sorted(c for c in set(checkpoints) if c < env_steps), env_steps]:
+        start = time.perf_counter()
+        model.learn(target * agents - model.num_timesteps, reset_num_timesteps=False)  # SB3 counts agent steps
+        seconds += time.perf_counter() - start
+        if on_checkpoint is not None:
+            on_checkpoint(model, model.num_timesteps // agents)
     vec.close()
     return model, seconds
 
@@ -264,20 +279,21 @@ def random_actor(seed: int) -> Callable[[dict[str, Any], Any], dict[str, Any]]:
 
 
 # ------------------------------------------------------------------ the suite
-def done_runs(path: Path) -> set[tuple[str, str, int]]:
-    """``(env, method, seed)`` of the runs already in the CSV."""
+def done_runs(path: Path, key: Callable[[dict[str, str]], tuple[Any, ...]] | None = None) -> set[tuple[Any, ...]]:
+    """``(env, method, seed)`` of the runs already in the CSV (or ``key(row)`` of each row)."""
     if not path.is_file():
         return set()
+    key = key or (lambda r: (r["env"], r["method"], int(r["seed"])))
     with path.open(newline="") as f:
-        return {(r["env"], r["method"], int(r["seed"])) for r in csv.DictReader(f)}
+        return {key(r) for r in csv.DictReader(f)}
 
 
-def append(path: Path, rows: list[dict[str, Any]]) -> None:
-    """Appends finished rows (the header first if the file is new)."""
+def append(path: Path, rows: list[dict[str, Any]], fields: Sequence[str] = FIELDS) -> None:
+    """Appends finished rows (the header first if the file is new) with the columns ``fields``."""
     new = not path.is_file()
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("a", newline="") as f:
-        writer = csv.DictWriter(f, FIELDS)
+        writer = csv.DictWriter(f, fields)
         if new:
             writer.writeheader()
         writer.writerows(rows)

@@ -354,8 +354,9 @@ def command_line() -> argparse.ArgumentParser:
     parser.add_argument(
         "--env-workers",
         metavar="K",
-        help="self-play methods: collect in K worker processes ('auto': one per core but the learner's), as "
-        "marljoint train --env-workers does. Default: collect in this process",
+        help="self-play methods: collect in K worker processes ('auto': one per core but the learner's; 0: in this "
+        "process), as marljoint train --env-workers does. Default: as marljoint train --self-play chooses on this "
+        "machine (one worker per core at policy lag 0 from two cores up)",
     )
     parser.add_argument(
         "--policy-lag",

@@ -35,7 +35,8 @@ def self_play_trainer(
     """``(trainer, known game, regulariser or None)`` with ``marljoint train --self-play``'s defaults for
     ``game`` and the changes on top; ``env_workers`` and ``policy_lag`` as ``marljoint train --env-workers
     --policy-lag`` take them (``"auto"``: one worker process per core but the learner's, policy lag 1 unless
-    given; a number: that many workers, policy lag 0 unless given; ``None``: collect in this process)."""
+    given; a number: that many workers, policy lag 0 unless given; 0: collect in this process; ``None``: as
+    ``marljoint train --self-play`` chooses on this machine, :func:`~marljoint.run.recipes.self_play_rule`)."""
     from marljoint import JointMultiAgentTrainer
     from marljoint.best_response.mmd import MmdConfig, mmd_regularizer
     from marljoint.collect import CollectionConfig
@@ -44,14 +45,16 @@ def self_play_trainer(
     from marljoint.run.recipes import self_play_rule
     from marljoint.run.registry import known_game
     from marljoint.run.train import RunSpec
+    from marljoint.threads import usable_cores
 
     kind = "mmd" if method == "mmd" else "ppo"
     values = {"env": game, "env_kwargs": {}, "self_play": kind, "seed": seed, **trainer_changes}
-    values = {**self_play_rule(values, game)[0], **values}  # marljoint train's: the game's magnet included
+    cores = usable_cores() if env_workers is None else None  # marljoint train's collection for this machine
+    values = {**self_play_rule(values, game, cores)[0], **values}  # and the game's magnet
     spec = RunSpec.from_dict(values)
     if env_workers == "auto":
         spec = with_auto_workers(spec, policy_lag)
-    elif env_workers is not None:
+    elif env_workers is not None and int(env_workers) > 0:
         collection = CollectionConfig("subprocess", workers=int(env_workers), policy_lag=policy_lag or 0)
         spec = RunSpec.from_dict({"collection": collection.to_dict()}, base=spec)
     env = make_env(spec)  # in this process, or in the worker processes of the collection
@@ -152,4 +155,5 @@ def run_self_play(
             if callback is not None:
                 callback(history)
     trainer.close()
+    trainer.env.close()  # the env this module built: its worker processes, when the copies are stepped in workers
     return history

@@ -141,7 +141,7 @@ def _new_spec(args: argparse.Namespace, options: dict[str, Any]) -> Any:
         values.update(file_values)
         overrides = config_overrides(args.config, file_values, options)
     values.update(options)
-    rule, reasons = _self_play_defaults(values)
+    rule, reasons = _self_play_defaults(values, _collection_by_rule(args))
     values = {**rule, **values}
     if "env" in values and "env_kwargs" not in values:
         values["env_kwargs"] = {}
@@ -159,13 +159,24 @@ def _new_spec(args: argparse.Namespace, options: dict[str, Any]) -> Any:
     return spec
 
 
-def _self_play_defaults(values: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
+def _self_play_defaults(values: dict[str, Any], machine: bool) -> tuple[dict[str, Any], dict[str, str]]:
     """The settings ``self_play`` starts from on the run's env (under the preset, --config and options), and the
-    reasons of those a rule chose from the game (:func:`~marljoint.run.recipes.self_play_rule`)."""
+    reasons of those a rule chose from the game and, with ``machine``, the cores
+    (:func:`~marljoint.run.recipes.self_play_rule`)."""
     from marljoint.run.defaults import DEFAULT_ENV
     from marljoint.run.recipes import self_play_rule
+    from marljoint.threads import usable_cores
 
-    return self_play_rule(values, DEFAULT_ENV)
+    return self_play_rule(values, DEFAULT_ENV, usable_cores() if machine else None)
+
+
+def _collection_by_rule(args: argparse.Namespace) -> bool:
+    """Whether a rule may choose the collection from this machine's cores: one run in one process, with no
+    collection option given (several runs side by side and data-parallel ranks share the cores otherwise)."""
+    given = [getattr(args, name, None) for name in ("env_workers", "ray", "ray_address", "num_workers")]
+    chosen = any(value is not None and value is not False for value in given)  # --env-workers 0 included
+    ranks = getattr(args, "ranks", None) is not None or torchrun_world_size() > 1
+    return not (chosen or ranks or several_runs(args))
 
 
 def _train_one(spec: Any, out: Path, args: argparse.Namespace) -> int:

@@ -182,6 +182,19 @@ def workers_or_auto(text: str) -> int | str:
         raise argparse.ArgumentTypeError(f"must be a positive integer or 'auto', got {text}") from None
 
 
+def env_workers_count(text: str) -> int | str:
+    """A number of env workers: an integer >= 0 (0: collect in this process), or ``auto``."""
+    if text.strip().lower() == "auto":
+        return "auto"
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 0 (0: in this process) or 'auto', got {text}")
+    return value
+
+
 def sweep_axis(text: str) -> tuple[str, list[tuple[str, Any]]]:
     """``KEY=V1,V2,...`` as ``(key, [(label, value), ...])``, each value read as ``--set`` reads it; commas inside
     brackets, braces or quotes belong to the value (``hidden_sizes=[64,64],[128,128]``)."""

@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 
 from marljoint.cli.args import (
+    env_workers_count,
     integer,
     json_object,
     non_negative_float,
@@ -278,11 +279,12 @@ def _collection_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--env-workers",
         metavar="K",
-        type=workers_or_auto,
+        type=env_workers_count,
         help="step the env copies in K worker processes that also run the policies for their copies "
         "(collection backend 'subprocess'); same results as in-process, faster on several cores. 'auto': one "
         "worker per core this process may use but the learner's (at most one per env copy), with --policy-lag 1 "
-        "unless the policies are recurrent or --policy-lag 0 is given",
+        "unless the policies are recurrent or --policy-lag 0 is given. 0: collect in this process (the default, "
+        "but for --self-play on a game, which collects in one worker per core at policy lag 0)",
     )
     p.add_argument(
         "--policy-lag",

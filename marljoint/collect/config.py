@@ -118,8 +118,9 @@ class CollectionConfig:
         balance: bool = False,
     ) -> CollectionConfig | None:
         """The collection that ``marljoint train``'s options choose, each keyword named after its option:
-        ``--env-workers K`` (``"subprocess"``, K workers), ``--ray``, ``--ray-address`` or ``--num-workers K``
-        (``"ray"``, K actors, 2 by default), with ``--policy-lag`` and ``--balance`` on top.
+        ``--env-workers K`` (``"subprocess"``, K workers; 0: ``"local"``, in this process), ``--ray``,
+        ``--ray-address`` or ``--num-workers K`` (``"ray"``, K actors, 2 by default), with ``--policy-lag`` and
+        ``--balance`` on top.
 
         Returns:
             The config, or ``None`` when no option chooses a backend (the run's own settings decide) and for
@@ -143,8 +144,15 @@ class CollectionConfig:
             return None
         if wants_ray:
             chosen: CollectionConfig | None = cls("ray", workers=2 if num_workers is None else num_workers)
+        elif env_workers == 0:  # in this process, said explicitly
+            chosen = cls()
         else:
             chosen = None if env_workers is None else cls("subprocess", workers=env_workers)  # type: ignore[arg-type]
+        if env_workers == 0 and (policy_lag or balance):
+            raise ValueError(
+                "--env-workers 0 collects in this process, which has no workers to overlap or balance; drop "
+                "--policy-lag 1 and --balance, or give --env-workers K"
+            )
         if policy_lag and chosen is None:
             raise ValueError(
                 "--policy-lag 1 overlaps collection in worker processes with the update; add --env-workers K or "

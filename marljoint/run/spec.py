@@ -491,10 +491,11 @@ RESUMABLE_CHANGES = (
     "recurrent_replay",
     "max_seconds",
 )
-MACHINE_SETTINGS = ("torch_threads", "acting_device", "recurrent_replay")
+MACHINE_SETTINGS = ("torch_threads", "acting_device", "recurrent_replay", "collection")
 """Settings resolved from the machine rather than the env (``torch_threads``, ``acting_device`` and
-``recurrent_replay`` set to ``"auto"``); ``config.toml`` holds the value used, so a resume, on any backend, computes
-with the same threads, devices and replay, and gives the same bits."""
+``recurrent_replay`` set to ``"auto"``, and the ``collection`` that self-play on a game chooses from the cores);
+``config.toml`` holds the value used, so a resume, on any backend, computes with the same threads, devices and
+replay, and gives the same bits."""
 
 
 def resume_spec(

@@ -102,3 +102,43 @@ def test_config_toml_holds_the_magnet_with_the_reason_and_a_resume_reads_it_back
     more = ["--config", str(out / "config.toml"), "--env", "openspiel:kuhn_poker", "--total-steps", "512"]
     assert run_cli(["train", *more, "--out", str(again), "--quiet"]) == 0
     assert read_config_file(again / "config.toml")["mmd"]["magnet"] == "uniform"
+
+
+def test_self_play_on_a_game_collects_in_one_worker_per_core_at_policy_lag_0():
+    values = {"env": "openspiel:kuhn_poker", "self_play": "ppo"}
+    settings, reasons = self_play_rule(values, "simple_spread_v3", cores=4)
+    assert settings["collection"] == {"backend": "subprocess", "workers": 4}
+    assert "4 env worker processes at policy lag 0" in reasons["collection"]
+    assert "collection" not in self_play_rule(values, "simple_spread_v3", cores=1)[0]  # one core: in this process
+    assert self_play_rule({**values, "num_envs": 3}, "simple_spread_v3", cores=8)[0]["collection"]["workers"] == 3
+    # a collection given, or no cores to plan for (several runs, ranks): the run's own
+    given = {**values, "collection": {"backend": "local"}}
+    assert "collection" not in self_play_rule(given, "simple_spread_v3", cores=4)[0]
+    assert "collection" not in self_play_rule(values, "simple_spread_v3")[0]
+
+
+def test_the_collection_rule_is_written_as_this_machine_s_and_env_workers_0_opts_out(tmp_path, monkeypatch):
+    import marljoint.threads
+
+    monkeypatch.setattr(marljoint.threads, "usable_cores", lambda: 2)
+    args = ["train", "--env", "kuhn_poker_v0", "--self-play", "ppo", "--num-envs", "8", "--total-steps", "64"]
+    assert run_cli([*args, "--out", str(tmp_path / "rule"), "--quiet"]) == 0
+    text = (tmp_path / "rule" / "config.toml").read_text()
+    assert "# derived from this machine (2 env worker processes at policy lag 0" in text
+    assert read_config_file(tmp_path / "rule" / "config.toml")["collection"]["backend"] == "subprocess"
+    assert run_cli([*args, "--env-workers", "0", "--out", str(tmp_path / "local"), "--quiet"]) == 0
+    assert read_config_file(tmp_path / "local" / "config.toml")["collection"]["backend"] == "local"
+    rule = (tmp_path / "rule" / "metrics.csv").read_text().splitlines()[1].split(",")
+    local = (tmp_path / "local" / "metrics.csv").read_text().splitlines()[1].split(",")
+    assert rule[5:] == local[5:]  # the same run (the columns after the clock and speed ones)
+
+
+def test_env_workers_0_refuses_what_needs_workers_in_one_line(tmp_path, capsys):
+    args = ["train", "--env", "kuhn_poker_v0", "--env-workers", "0", "--policy-lag", "1", "--total-steps", "64"]
+    with pytest.raises(SystemExit, match="2"):
+        run_cli([*args, "--out", str(tmp_path / "run"), "--quiet"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--env-workers 0 collects in this process" in err[0]
+    with pytest.raises(SystemExit, match="2"):
+        run_cli(["train", "--env-workers", "-1", "--out", str(tmp_path / "other")])
+    assert "must be an integer >= 0 (0: in this process) or 'auto', got -1" in capsys.readouterr().err

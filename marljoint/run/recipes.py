@@ -78,14 +78,15 @@ def mmd_magnet_rule(
     """The magnet ``--self-play mmd`` chooses for a game, from its size and the rollout's.
 
     Rule: ``decisions_per_update`` (``num_envs × rollout_steps``: in a turn-based game each env step is one seat's
-    decision) over the game's information states (every seat's, counted from its tree) is the number of times an
+    decision; in a game of simultaneous moves every seat decides at every step, so the rule counts the steps times
+    the seats) over the game's information states (every seat's, counted from its tree) is the number of times an
     update samples each state on average. At :data:`EMA_MAGNET_DECISIONS` or more, the ``"ema"`` magnet; below, or
     when the game is too large to count, the uniform magnet with ``alpha_min`` 0.2 (:data:`MMD_MAGNETS`).
 
     Args:
         env_name: ``openspiel:<game>`` or ``kuhn_poker_v0``.
         env_kwargs: the game's parameters.
-        decisions_per_update: the env steps of one rollout (``num_envs × rollout_steps``).
+        decisions_per_update: the env steps of one rollout (``num_envs × rollout_steps``), each one decision.
 
     Returns:
         ``(the [mmd] settings of the magnet, the rule's reason)``.
@@ -106,6 +107,8 @@ def mmd_magnet_rule(
             "update samples each of them too rarely for an ema magnet to settle"
         )
     states = sum(len(game.infoset_observations(seat)) for seat in range(game.num_players))
+    if getattr(game, "simultaneous", False):  # every seat decides at every step
+        decisions_per_update *= game.num_players
     per_state = decisions_per_update / states
     counted = f"{decisions_per_update:,} decisions per update over {states:,} information states, {per_state:.3g} each"
     if per_state >= EMA_MAGNET_DECISIONS:

@@ -47,6 +47,12 @@ def test_the_rule_reads_the_game_parameters_and_the_rollout_size():
     assert mmd_magnet_rule("kuhn_poker_v0", {}, 12 * EMA_MAGNET_DECISIONS - 1)[0]["magnet"] == "uniform"
 
 
+def test_in_a_game_of_simultaneous_moves_every_seat_decides_at_every_step():
+    kwargs = {"num_cards": 3, "imp_info": True, "points_order": "descending"}
+    _, reason = mmd_magnet_rule("openspiel:goofspiel", kwargs, 100)
+    assert "200 decisions per update" in reason
+
+
 def test_a_game_too_large_to_count_gets_the_uniform_magnet(monkeypatch):
     import marljoint.run.registry as registry
 

@@ -47,20 +47,21 @@ SELF_PLAY_TRAINER: dict[str, Any] = dict(SELF_PLAY_PRESETS["openspiel"].config_k
 those of the ``self_play/openspiel`` preset."""
 
 
-MMD_TRAINER: dict[str, Any] = {"clip_range": 0.1, "uniform_mix": 0.1}
-"""The PPO settings ``--self-play mmd`` adds to :data:`SELF_PLAY_TRAINER` on every game: PPO's clip at 0.1 (each
-update moves the policy less, which the iterates' jitter needs more than speed), and uniform play mixed into the
-rollouts at 0.1 (every seat explores every action, so the states a best response against it would steer to are
-sampled and learned; the learner weighs its own rows by π / behaviour). Measured on Kuhn and Leduc poker
-(``benchmarks/results/kuhn/``, ``benchmarks/results/leduc/explore/``)."""
+MMD_TRAINER: dict[str, Any] = {"clip_range": 0.1}
+"""The PPO setting ``--self-play mmd`` adds to :data:`SELF_PLAY_TRAINER` on every game: PPO's clip at 0.1 (each
+update moves the policy less, which the iterates' jitter needs more than speed). Measured on Kuhn and Leduc poker
+(``benchmarks/results/kuhn/``, ``benchmarks/results/leduc/``)."""
 
 MMD_MAGNETS: dict[str, dict[str, Any]] = {
-    "ema": {"magnet": "ema"},
-    "uniform": {"magnet": "uniform", "alpha_min": 0.2},
+    "ema": {"mmd.magnet": "ema"},
+    "uniform": {"mmd.magnet": "uniform", "mmd.alpha_min": 0.2, "uniform_mix": 0.1},
 }
-"""The two magnets of :func:`mmd_magnet_rule`, as ``[mmd]`` settings: the ``"ema"`` magnet (no bias: it follows the
-policy), and the uniform magnet with α held at 0.2 or more (the iterates settle near the regularised equilibrium of
-α = 0.2, a bias that stays: 0.044 on Kuhn poker, 0.085 on Leduc poker)."""
+"""The two regimes of :func:`mmd_magnet_rule`, as run settings. ``"ema"``: the ``"ema"`` magnet (no bias: it follows
+the policy). ``"uniform"``: the uniform magnet with α held at 0.2 or more (the iterates settle near the regularised
+equilibrium of α = 0.2, a bias that stays: 0.044 on Kuhn poker, 0.085 on Leduc poker), and uniform play mixed into
+the rollouts at 0.1 (each seat plays 0.9·π + 0.1·uniform, its own rows weighed by π / behaviour), so that the states
+a best response against a seat would steer to, which an update samples rarely in such a game, are sampled and
+learned; where every state is sampled often (the ``"ema"`` regime) the mixture only slows each update's progress."""
 
 EMA_MAGNET_DECISIONS = 32
 """Decisions per information state per update (all seats together) from which :func:`mmd_magnet_rule` chooses the
@@ -69,19 +70,21 @@ at every information state; with few decisions per state that noise accumulates 
 instead of settling. Measured: Kuhn poker has 341 per update with the self-play settings (4,096 decisions over 12
 information states), where the ``"ema"`` magnet takes the average policy to 0.011-0.015 at 120 s and the uniform one
 leaves a bias of 0.044; Leduc poker has 4.4 (4,096 over 936), where the ``"ema"`` magnet's average stays at 0.5-0.9
-and the uniform magnet held at 0.2 reaches 0.13-0.16 at 600 s."""
+and the uniform regime reaches 0.13-0.16 at 600 s."""
 
 
 def mmd_magnet_rule(
     env_name: str, env_kwargs: Mapping[str, Any] | None, decisions_per_update: int
 ) -> tuple[dict[str, Any], str]:
-    """The magnet ``--self-play mmd`` chooses for a game, from its size and the rollout's.
+    """The magnet (and with it the exploration) ``--self-play mmd`` chooses for a game, from its size and the
+    rollout's.
 
     Rule: ``decisions_per_update`` (``num_envs × rollout_steps``: in a turn-based game each env step is one seat's
     decision; in a game of simultaneous moves every seat decides at every step, so the rule counts the steps times
     the seats) over the game's information states (every seat's, counted from its tree) is the number of times an
-    update samples each state on average. At :data:`EMA_MAGNET_DECISIONS` or more, the ``"ema"`` magnet; below, or
-    when the game is too large to count, the uniform magnet with ``alpha_min`` 0.2 (:data:`MMD_MAGNETS`).
+    update samples each state on average. At :data:`EMA_MAGNET_DECISIONS` or more, the ``"ema"`` regime; below, or
+    when the game is too large to count, the ``"uniform"`` regime: the uniform magnet with ``alpha_min`` 0.2 and
+    uniform play mixed into the rollouts (:data:`MMD_MAGNETS`).
 
     Args:
         env_name: ``openspiel:<game>`` or ``kuhn_poker_v0``.
@@ -89,11 +92,11 @@ def mmd_magnet_rule(
         decisions_per_update: the env steps of one rollout (``num_envs × rollout_steps``), each one decision.
 
     Returns:
-        ``(the [mmd] settings of the magnet, the rule's reason)``.
+        ``(the regime's settings, flat: mmd.<key> and uniform_mix, the rule's reason)``.
 
     Example:
         >>> mmd_magnet_rule("kuhn_poker_v0", {}, 4096)[0]
-        {'magnet': 'ema'}
+        {'mmd.magnet': 'ema'}
     """
     from marljoint.run.registry import known_game
 
@@ -103,8 +106,8 @@ def mmd_magnet_rule(
         game = None
     if game is None:
         return dict(MMD_MAGNETS["uniform"]), (
-            "a uniform magnet held at alpha_min 0.2: the game's information states are too many to count, so an "
-            "update samples each of them too rarely for an ema magnet to settle"
+            "a uniform magnet held at alpha_min 0.2, and uniform play mixed into the rollouts: the game's information "
+            "states are too many to count, so an update samples each of them too rarely for an ema magnet to settle"
         )
     states = sum(len(game.infoset_observations(seat)) for seat in range(game.num_players))
     if getattr(game, "simultaneous", False):  # every seat decides at every step
@@ -117,8 +120,9 @@ def mmd_magnet_rule(
             "drifting with the sampling noise, and leaves no bias"
         )
     return dict(MMD_MAGNETS["uniform"]), (
-        f"a uniform magnet held at alpha_min 0.2: {counted}, fewer than {EMA_MAGNET_DECISIONS}, too few for an ema "
-        "magnet to settle; the uniform one's bias at 0.2 is small beside the sampling noise"
+        f"a uniform magnet held at alpha_min 0.2, and uniform play mixed into the rollouts: {counted}, fewer than "
+        f"{EMA_MAGNET_DECISIONS}, too few for an ema magnet to settle; the uniform one's bias at 0.2 is small beside "
+        "the sampling noise, and the mixture samples the states a best response would steer to"
     )
 
 
@@ -128,8 +132,9 @@ def self_play_rule(
     """The settings ``--self-play`` starts from under the run's own ``values``, and the reasons of those a rule chose.
 
     On an OpenSpiel game or the bundled Kuhn poker: :data:`SELF_PLAY_TRAINER`, and with ``cores`` the collection of
-    :func:`self_play_collection`; with ``self_play = "mmd"`` also :data:`MMD_TRAINER` and the magnet of
-    :func:`mmd_magnet_rule` (from the game and the run's ``num_envs × rollout_steps``), as ``mmd.<key>`` settings.
+    :func:`self_play_collection`; with ``self_play = "mmd"`` also :data:`MMD_TRAINER` and the regime of
+    :func:`mmd_magnet_rule` (from the game and the run's ``num_envs × rollout_steps``: ``mmd.<key>`` settings and
+    ``uniform_mix``).
     Any setting ``values`` holds is left out (a ``[mmd]`` table given whole keeps its keys; a file such as a run's
     ``config.toml`` holds every setting, so nothing is added to it).
 
@@ -140,8 +145,8 @@ def self_play_rule(
             runs side by side, data-parallel ranks, or a collection chosen on the command line).
 
     Returns:
-        ``(settings to put under values, {setting: reason})``: ``"mmd"`` when the rule chose the magnet,
-        ``"collection"`` when it chose worker processes.
+        ``(settings to put under values, {setting: reason})``: ``"mmd"`` (and ``"uniform_mix"``) when the rule chose
+        the magnet, ``"collection"`` when it chose worker processes.
     """
     env_name, self_play = values.get("env", default_env), values.get("self_play")
     settings = dict(self_play_settings(env_name, self_play))
@@ -162,8 +167,12 @@ def self_play_rule(
     if "magnet" in given_keys:
         return settings, reasons
     decisions = num_envs * int(values.get("rollout_steps", settings["rollout_steps"]))
-    magnet, reasons["mmd"] = mmd_magnet_rule(env_name, values.get("env_kwargs"), decisions)
-    settings.update({f"mmd.{key}": value for key, value in magnet.items() if key not in given_keys})
+    regime, reason = mmd_magnet_rule(env_name, values.get("env_kwargs"), decisions)
+    for key, value in regime.items():
+        table, _, name = key.rpartition(".")
+        if not (name in given_keys if table else key in values):
+            settings[key] = value
+            reasons[table or key] = reason
     return settings, reasons
 
 
@@ -171,11 +180,11 @@ def self_play_collection(num_envs: int, cores: int) -> tuple[dict[str, Any] | No
     """How self-play on a game collects on a machine: one worker process per core (at most one per env copy) at
     policy lag 0, from two cores up; in this process on one core.
 
-    A game's networks are small, so most of an iteration is stepping the game's copies, which the workers share
-    while the learner waits for them (policy lag 0: the learner and the workers take turns, so every core is a
-    worker's). The run is the one collecting in this process would give, bit for bit (the same copies, seeds and
-    noise, and the learner's one thread), with more updates per second: on two cores about 2.5 times as many on
-    Kuhn poker.
+    A game's networks are small, so collecting in one process is most of an iteration (on Kuhn poker about 60%),
+    and the workers share it while the learner waits for them (policy lag 0: the learner and the workers take turns,
+    so every core is a worker's). The run is the one collecting in this process would give, bit for bit (the same
+    copies, seeds and noise, and the learner's one thread), with more updates per second: on two cores about 1.7
+    times as many on Kuhn poker (about 410 against 245 in 120 s).
 
     Args:
         num_envs: the run's env copies.
@@ -196,8 +205,8 @@ def self_play_collection(num_envs: int, cores: int) -> tuple[dict[str, Any] | No
     collection = CollectionConfig("subprocess", workers=workers, policy_lag=0)
     return collection.to_dict(), (
         f"{workers} env worker processes at policy lag 0, one per core of the {cores} this run may use: a game's "
-        "networks are small and stepping its copies is most of an iteration; the same run, bit for bit, as "
-        "collecting in this process, with more updates per second"
+        "networks are small and stepping its copies is most of an iteration in one process; the same run, bit for "
+        "bit, as collecting in this process, with more updates per second"
     )
 
 

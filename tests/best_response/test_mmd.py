@@ -268,7 +268,7 @@ def test_marljoint_train_self_play_mmd_trains_on_kuhn_poker(tmp_path):
     assert config["hidden_sizes"] == [128] and config["gamma"] == 1.0  # the self-play settings of the game
     # 64 copies x 8 steps over Kuhn's 12 information states: 43 decisions each per update, so an ema magnet
     assert config["normalize_advantages"] is False and config["mmd"]["magnet"] == "ema"
-    assert config["clip_range"] == 0.1 and config["uniform_mix"] == 0.1  # --self-play mmd's PPO settings
+    assert config["clip_range"] == 0.1 and config["uniform_mix"] == 0.0  # the ema regime mixes no uniform play
     with (out / "metrics.csv").open(newline="") as f:
         rows = list(csv.DictReader(f))
     assert len(rows) == 2 and float(rows[-1]["mmd/alpha"]) == pytest.approx(0.5 / math.sqrt(1.01))

@@ -33,18 +33,19 @@ def test_kuhn_poker_gets_the_ema_magnet_from_its_twelve_information_states(env):
     assert f"{DECISIONS:,} decisions per update over 12 information states, 341 each" in reason
 
 
-def test_leduc_poker_gets_the_uniform_magnet_held_at_0_2():
+def test_leduc_poker_gets_the_uniform_magnet_held_at_0_2_and_uniform_play_in_the_rollouts():
     magnet, reason = mmd_magnet_rule("openspiel:leduc_poker", {}, DECISIONS)
-    assert magnet == {"magnet": "uniform", "alpha_min": 0.2}
+    assert magnet == {"mmd.magnet": "uniform", "mmd.alpha_min": 0.2, "uniform_mix": 0.1}
     assert "over 936 information states, 4.38 each, fewer than 32" in reason
 
 
 def test_the_rule_reads_the_game_parameters_and_the_rollout_size():
     # Leduc with suits merged has 288 information states: 9,216 decisions per update (36 copies x 256 steps) is 32
-    assert mmd_magnet_rule("openspiel:leduc_poker", {"suit_isomorphism": True}, 32 * 288)[0] == MMD_MAGNETS["ema"]
-    assert mmd_magnet_rule("openspiel:leduc_poker", {"suit_isomorphism": True}, 32 * 288 - 1)[0]["magnet"] == "uniform"
+    merged = {"suit_isomorphism": True}
+    assert mmd_magnet_rule("openspiel:leduc_poker", merged, 32 * 288)[0] == MMD_MAGNETS["ema"]
+    assert mmd_magnet_rule("openspiel:leduc_poker", merged, 32 * 288 - 1)[0]["mmd.magnet"] == "uniform"
     # Kuhn with a small rollout samples each state too rarely
-    assert mmd_magnet_rule("kuhn_poker_v0", {}, 12 * EMA_MAGNET_DECISIONS - 1)[0]["magnet"] == "uniform"
+    assert mmd_magnet_rule("kuhn_poker_v0", {}, 12 * EMA_MAGNET_DECISIONS - 1)[0]["mmd.magnet"] == "uniform"
 
 
 def test_in_a_game_of_simultaneous_moves_every_seat_decides_at_every_step():
@@ -61,17 +62,17 @@ def test_a_game_too_large_to_count_gets_the_uniform_magnet(monkeypatch):
 
     monkeypatch.setattr(registry, "known_game", too_large)
     magnet, reason = mmd_magnet_rule("openspiel:some_big_game", {}, DECISIONS)
-    assert magnet["magnet"] == "uniform" and "too many to count" in reason
+    assert magnet["mmd.magnet"] == "uniform" and "too many to count" in reason
 
 
 def test_mmd_runs_start_from_the_ppo_settings_and_the_magnet_and_say_why():
     spec, reasons = _spec({"env": "openspiel:kuhn_poker", "self_play": "mmd"})
-    trainer = spec.trainer
-    assert trainer.clip_range == MMD_TRAINER["clip_range"] and trainer.uniform_mix == MMD_TRAINER["uniform_mix"]
+    assert spec.trainer.clip_range == MMD_TRAINER["clip_range"] and spec.trainer.uniform_mix == 0.0
     assert spec.mmd.magnet == "ema" and spec.mmd.alpha_min == 0.0
     assert set(reasons) == {"mmd"} and "ema magnet" in reasons["mmd"]
     spec, reasons = _spec({"env": "openspiel:leduc_poker", "self_play": "mmd"})
-    assert spec.mmd.magnet == "uniform" and spec.mmd.alpha_min == 0.2 and "uniform magnet" in reasons["mmd"]
+    assert spec.mmd.magnet == "uniform" and spec.mmd.alpha_min == 0.2 and spec.trainer.uniform_mix == 0.1
+    assert set(reasons) == {"mmd", "uniform_mix"} and "uniform magnet" in reasons["uniform_mix"]
 
 
 def test_plain_self_play_and_other_envs_are_left_as_they_were():
@@ -88,6 +89,8 @@ def test_settings_the_user_gave_are_kept():
     # a floor given: the rule's magnet with the user's floor
     spec, reasons = _spec({"env": "openspiel:leduc_poker", "self_play": "mmd", "mmd": {"alpha_min": 0.1}})
     assert spec.mmd.magnet == "uniform" and spec.mmd.alpha_min == 0.1 and "mmd" in reasons
+    spec, reasons = _spec({"env": "openspiel:leduc_poker", "self_play": "mmd", "uniform_mix": 0.05})
+    assert spec.trainer.uniform_mix == 0.05 and "uniform_mix" not in reasons and spec.mmd.alpha_min == 0.2
     # PPO settings given keep their values; a rollout given changes the count the rule reads
     spec, _ = _spec({"env": "kuhn_poker_v0", "self_play": "mmd", "clip_range": 0.3, "num_envs": 8})
     assert spec.trainer.clip_range == 0.3 and spec.mmd.magnet == "uniform"  # 64 decisions over 12 states
@@ -103,6 +106,7 @@ def test_config_toml_holds_the_magnet_with_the_reason_and_a_resume_reads_it_back
     config = read_config_file(out / "config.toml")
     assert config["mmd"]["magnet"] == "uniform" and config["mmd"]["alpha_min"] == 0.2
     assert config["clip_range"] == 0.1 and config["uniform_mix"] == 0.1
+    assert "# derived from the env (a uniform magnet" in text.split("\nuniform_mix = ")[0].splitlines()[-1]
     # a config file holds every setting: the rule adds nothing to it, even with a rollout that would choose ema
     again = tmp_path / "again"
     more = ["--config", str(out / "config.toml"), "--env", "openspiel:kuhn_poker", "--total-steps", "512"]

@@ -19,6 +19,7 @@ from marljoint.run.registry import env_factory
 __all__ = [
     "BUNDLED_ENVS",
     "EMA_MAGNET_DECISIONS",
+    "MEASURE_EVERY",
     "GENERAL_RECIPE",
     "MMD_MAGNETS",
     "MMD_TRAINER",
@@ -26,6 +27,7 @@ __all__ = [
     "RECIPES",
     "auto_meta_solver",
     "env_factory",
+    "game_size",
     "recipe_for",
     "mmd_magnet_rule",
     "self_play_collection",
@@ -98,20 +100,14 @@ def mmd_magnet_rule(
         >>> mmd_magnet_rule("kuhn_poker_v0", {}, 4096)[0]
         {'mmd.magnet': 'ema'}
     """
-    from marljoint.run.registry import known_game
-
-    try:
-        game = known_game(env_name, dict(env_kwargs or {}))
-    except ValueError:  # too many information states to tabulate
-        game = None
-    if game is None:
+    size = game_size(env_name, env_kwargs)
+    if size is None:
         return dict(MMD_MAGNETS["uniform"]), (
             "a uniform magnet held at alpha_min 0.2, and uniform play mixed into the rollouts: the game's information "
             "states are too many to count, so an update samples each of them too rarely for an ema magnet to settle"
         )
-    states = sum(len(game.infoset_observations(seat)) for seat in range(game.num_players))
-    if getattr(game, "simultaneous", False):  # every seat decides at every step
-        decisions_per_update *= game.num_players
+    states, seats_per_step = size
+    decisions_per_update *= seats_per_step
     per_state = decisions_per_update / states
     counted = f"{decisions_per_update:,} decisions per update over {states:,} information states, {per_state:.3g} each"
     if per_state >= EMA_MAGNET_DECISIONS:
@@ -126,13 +122,42 @@ def mmd_magnet_rule(
     )
 
 
+MEASURE_EVERY = 10
+"""Iterations between two exact exploitability measurements that self-play on a countable game gets by default
+(:func:`self_play_rule`)."""
+
+_SIZES: dict[str, tuple[int, int] | None] = {}
+
+
+def game_size(env_name: str, env_kwargs: Mapping[str, Any] | None) -> tuple[int, int] | None:
+    """``(information states of every seat, seats deciding at each env step)`` of a game from its tree (1 seat per
+    step in a turn-based game, every seat in a game of simultaneous moves), or ``None`` when it has no tree here (too
+    many information states to tabulate, or no known game). Counted once per process and game."""
+    import json
+
+    from marljoint.run.registry import known_game
+
+    key = f"{env_name} {json.dumps(dict(env_kwargs or {}), sort_keys=True, default=str)}"
+    if key not in _SIZES:
+        try:
+            game = known_game(env_name, dict(env_kwargs or {}))
+        except ValueError:  # too many information states to tabulate
+            game = None
+        _SIZES[key] = None
+        if game is not None:
+            states = sum(len(game.infoset_observations(seat)) for seat in range(game.num_players))
+            _SIZES[key] = (states, game.num_players if getattr(game, "simultaneous", False) else 1)
+    return _SIZES[key]
+
+
 def self_play_rule(
     values: Mapping[str, Any], default_env: str, cores: int | None = None
 ) -> tuple[dict[str, Any], dict[str, str]]:
     """The settings ``--self-play`` starts from under the run's own ``values``, and the reasons of those a rule chose.
 
-    On an OpenSpiel game or the bundled Kuhn poker: :data:`SELF_PLAY_TRAINER`, and with ``cores`` the collection of
-    :func:`self_play_collection`; with ``self_play = "mmd"`` also :data:`MMD_TRAINER` and the regime of
+    On an OpenSpiel game or the bundled Kuhn poker: :data:`SELF_PLAY_TRAINER`, exact exploitability measurements every
+    :data:`MEASURE_EVERY` iterations where the game has a tree (:func:`game_size`), and with ``cores`` the
+    collection of :func:`self_play_collection`; with ``self_play = "mmd"`` also :data:`MMD_TRAINER` and the regime of
     :func:`mmd_magnet_rule` (from the game and the run's ``num_envs × rollout_steps``: ``mmd.<key>`` settings and
     ``uniform_mix``).
     Any setting ``values`` holds is left out (a ``[mmd]`` table given whole keeps its keys; a file such as a run's
@@ -146,7 +171,7 @@ def self_play_rule(
 
     Returns:
         ``(settings to put under values, {setting: reason})``: ``"mmd"`` (and ``"uniform_mix"``) when the rule chose
-        the magnet, ``"collection"`` when it chose worker processes.
+        the magnet, ``"collection"`` when it chose worker processes, ``"exploitability_every"`` when it measures.
     """
     env_name, self_play = values.get("env", default_env), values.get("self_play")
     settings = dict(self_play_settings(env_name, self_play))
@@ -158,6 +183,14 @@ def self_play_rule(
         collection, reason = self_play_collection(num_envs, cores)
         if collection is not None:
             settings["collection"], reasons["collection"] = collection, reason
+    size = game_size(env_name, values.get("env_kwargs"))
+    if size is not None and "exploitability_every" not in values:
+        settings["exploitability_every"] = MEASURE_EVERY
+        reasons["exploitability_every"] = (
+            f"every {MEASURE_EVERY} iterations: the game's {size[0]:,} information states give an exact "
+            "exploitability, and each measurement writes the policies (with MMD the average policy, "
+            "openspiel_average_policy.json, which only measured runs keep)"
+        )
     if self_play != "mmd":
         return settings, reasons
     settings.update(MMD_TRAINER)

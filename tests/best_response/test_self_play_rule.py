@@ -8,6 +8,7 @@ import pytest
 from marljoint.cli import main as run_cli
 from marljoint.run.recipes import (
     EMA_MAGNET_DECISIONS,
+    MEASURE_EVERY,
     MMD_MAGNETS,
     MMD_TRAINER,
     SELF_PLAY_TRAINER,
@@ -69,15 +70,17 @@ def test_mmd_runs_start_from_the_ppo_settings_and_the_magnet_and_say_why():
     spec, reasons = _spec({"env": "openspiel:kuhn_poker", "self_play": "mmd"})
     assert spec.trainer.clip_range == MMD_TRAINER["clip_range"] and spec.trainer.uniform_mix == 0.0
     assert spec.mmd.magnet == "ema" and spec.mmd.alpha_min == 0.0
-    assert set(reasons) == {"mmd"} and "ema magnet" in reasons["mmd"]
+    assert set(reasons) == {"mmd", "exploitability_every"} and "ema magnet" in reasons["mmd"]
     spec, reasons = _spec({"env": "openspiel:leduc_poker", "self_play": "mmd"})
     assert spec.mmd.magnet == "uniform" and spec.mmd.alpha_min == 0.2 and spec.trainer.uniform_mix == 0.1
-    assert set(reasons) == {"mmd", "uniform_mix"} and "uniform magnet" in reasons["uniform_mix"]
+    assert set(reasons) == {"mmd", "uniform_mix", "exploitability_every"}
+    assert "uniform magnet" in reasons["uniform_mix"]
 
 
 def test_plain_self_play_and_other_envs_are_left_as_they_were():
     spec, reasons = _spec({"env": "openspiel:kuhn_poker", "self_play": "ppo"})
-    assert spec.trainer.clip_range == 0.2 and spec.trainer.uniform_mix == 0.0 and reasons == {}
+    assert spec.trainer.clip_range == 0.2 and spec.trainer.uniform_mix == 0.0
+    assert set(reasons) == {"exploitability_every"}  # plain self-play is measured, and nothing else is chosen
     assert self_play_rule({"env": "simple_spread_v3", "self_play": "mmd"}, "simple_spread_v3") == ({}, {})
     assert self_play_rule({"env": "openspiel:kuhn_poker"}, "simple_spread_v3") == ({}, {})
 
@@ -85,7 +88,7 @@ def test_plain_self_play_and_other_envs_are_left_as_they_were():
 def test_settings_the_user_gave_are_kept():
     # a magnet given: no rule, no reason
     spec, reasons = _spec({"env": "openspiel:leduc_poker", "self_play": "mmd", "mmd.magnet": "moving"})
-    assert spec.mmd.magnet == "moving" and spec.mmd.alpha_min == 0.0 and reasons == {}
+    assert spec.mmd.magnet == "moving" and spec.mmd.alpha_min == 0.0 and "mmd" not in reasons
     # a floor given: the rule's magnet with the user's floor
     spec, reasons = _spec({"env": "openspiel:leduc_poker", "self_play": "mmd", "mmd": {"alpha_min": 0.1}})
     assert spec.mmd.magnet == "uniform" and spec.mmd.alpha_min == 0.1 and "mmd" in reasons
@@ -152,3 +155,26 @@ def test_env_workers_0_refuses_what_needs_workers_in_one_line(tmp_path, capsys):
     with pytest.raises(SystemExit, match="2"):
         run_cli(["train", "--env-workers", "-1", "--out", str(tmp_path / "other")])
     assert "must be an integer >= 0 (0: in this process) or 'auto', got -1" in capsys.readouterr().err
+
+
+def test_self_play_on_a_countable_game_measures_its_exploitability_every_10_iterations(monkeypatch):
+    settings, reasons = self_play_rule({"env": "openspiel:leduc_poker", "self_play": "ppo"}, "simple_spread_v3")
+    assert settings["exploitability_every"] == MEASURE_EVERY == 10
+    assert "936 information states give an exact exploitability" in reasons["exploitability_every"]
+    given = {"env": "openspiel:leduc_poker", "self_play": "mmd", "exploitability_every": 3}
+    assert "exploitability_every" not in self_play_rule(given, "simple_spread_v3")[0]
+    import marljoint.run.recipes as recipes
+
+    monkeypatch.setattr(recipes, "game_size", lambda *args: None)  # a game too large to tabulate
+    settings, reasons = self_play_rule({"env": "openspiel:some_big_game", "self_play": "mmd"}, "simple_spread_v3")
+    assert "exploitability_every" not in settings and "exploitability_every" not in reasons
+    assert settings["mmd.magnet"] == "uniform"
+
+
+def test_a_no_flag_mmd_run_writes_its_average_policy(tmp_path):
+    out = tmp_path / "run"
+    args = ["train", "--env", "openspiel:kuhn_poker", "--self-play", "mmd", "--num-envs", "64", "--total-steps", "5120"]
+    assert run_cli([*args, "--env-workers", "0", "--out", str(out), "--quiet"]) == 0
+    assert (out / "openspiel_average_policy.json").is_file()
+    header = (out / "metrics.csv").read_text().splitlines()[0].split(",")
+    assert "exploit/average_exploitability" in header

@@ -98,7 +98,12 @@ def _newest(run_dir: Path) -> Path:
 
 def _same_log(a: Path, b: Path) -> bool:
     rows_a, rows_b = _rows(a), _rows(b)
-    untimed = [{k: v for k, v in row.items() if k not in TIMING_COLUMNS} for row in rows_a + rows_b]
+    # A run measures its exploitability every K iterations and after its last, so a run stopped after iteration 1
+    # and resumed also measures there: the measurements are left out (the trainer states are compared besides).
+    untimed = [
+        {k: v for k, v in row.items() if k not in TIMING_COLUMNS and not k.startswith("exploit/")}
+        for row in rows_a + rows_b
+    ]
     return len(rows_a) == len(rows_b) and untimed[: len(rows_a)] == untimed[len(rows_a) :]
 
 

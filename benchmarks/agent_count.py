@@ -428,6 +428,9 @@ def _factory_task_class() -> type:
             super().__init__(name=case.name.upper(), config={})
             self.case = case
 
+        def __reduce__(self) -> tuple[Any, ...]:
+            return benchmarl_task, (self.case,)  # BenchMARL pickles its task; a class made here has no import path
+
         def get_env_fun(self, num_envs: int, continuous_actions: bool, seed: int | None, device: Any) -> Any:
             from torchrl.envs.libs.pettingzoo import PettingZooWrapper
 
@@ -536,8 +539,8 @@ def run_benchmarl(case: Case, seed: int, plan: Plan, emit: Emit, clock: Clock) -
                 clock.start()
             self.done = experiment.total_frames
 
-        def __getstate__(self) -> dict[str, Any]:
-            return {}  # BenchMARL pickles its callbacks into the experiment folder; this run is never restored
+        def __reduce__(self) -> tuple[Any, ...]:
+            return _never_restored, ()  # BenchMARL pickles its callbacks into the experiment folder
 
     with tempfile.TemporaryDirectory() as folder, clock:
         experiment = Experiment(
@@ -550,6 +553,10 @@ def run_benchmarl(case: Case, seed: int, plan: Plan, emit: Emit, clock: Clock) -
             callbacks=[AtCheckpoints()],
         )
         experiment.run()
+
+
+def _never_restored() -> None:
+    """What a pickled checkpoint callback of :func:`run_benchmarl` becomes: nothing (its runs are never restored)."""
 
 
 # ------------------------------------------------------------------ the benchmark
@@ -728,7 +735,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         label = run_label(method, changes)
         if wanted(case, label, seed, plan) <= generalization.done_runs(args.out, key=row_key):
             continue
-        torch.set_num_threads(len(os.sched_getaffinity(0)))  # the peers' threads; marljoint sets its own
+        torch.set_num_threads(1)  # the peers' threads: marljoint's own rule when it collects in-process
         tick = time.perf_counter()
         with contextlib.redirect_stdout(sys.stderr):  # BenchMARL's progress bar
             rows = run_one(case, method, seed, plan, args.out, runs, changes)

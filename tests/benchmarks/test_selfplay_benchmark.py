@@ -18,7 +18,7 @@ def test_mmd_and_plain_self_play_run_through_the_leduc_script_on_kuhn_poker(tmp_
         out = tmp_path / "kuhn.csv"
         argv = ["leduc.py", "--game", "openspiel:kuhn_poker", "--methods", "mmd", "ppo-selfplay", "--seeds", "0"]
         argv += ["--seconds", "1", "--checkpoints", "1", "60"]
-        argv += ["--set", "trainer.num_envs=64", "alpha=0.8", "schedule=constant"]
+        argv += ["--set", "trainer.num_envs=64", "alpha=0.8", "schedule=constant", "magnet=uniform"]
         monkeypatch.setattr(sys, "argv", argv + ["--out", str(tmp_path / "runs"), "--csv", str(out)])
         bench.main()
         rows = list(csv.DictReader(out.open(newline="")))
@@ -77,18 +77,19 @@ def test_self_play_in_worker_processes_is_the_in_process_run_bit_for_bit():
     pytest.importorskip("pyspiel")
     with benchmark_module("selfplay") as bench:
         tables = []
-        for workers in (None, 2):
+        for workers in (0, 2):
             trainer, game, _ = bench.self_play_trainer(
                 "openspiel:kuhn_poker", "mmd", 3, {"num_envs": 32}, {}, env_workers=workers
             )
             try:
                 backend = trainer.config.collection
-                assert (backend.backend, backend.policy_lag) == (("local", 0) if workers is None else ("subprocess", 0))
+                assert (backend.backend, backend.policy_lag) == (("local", 0) if workers == 0 else ("subprocess", 0))
                 for _ in range(3):
                     trainer.iterate()
                 tables.append(bench.current_tables(trainer, game))
             finally:
                 trainer.close()
+                trainer.env.close()
         for here, there in zip(*tables):
             np.testing.assert_array_equal(here, there)
 

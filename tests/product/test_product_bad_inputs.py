@@ -61,7 +61,7 @@ CASES = {
     "resume-with-config": ["train", "--out", "{root}/run", "--resume", "--config", "{root}/unknown_key.toml"],
     "resume-changing-lr": ["train", "--out", "{root}/run", "--resume", "--env", "mock_v0"],
     "two-backends": [*TRAIN, "--out", "{new}", "--env-workers", "2", "--num-workers", "2"],
-    "env-workers-zero": [*TRAIN, "--out", "{new}", "--env-workers", "0"],
+    "env-workers-negative": [*TRAIN, "--out", "{new}", "--env-workers", "-1"],
     "eval-seed-negative": ["eval", "{root}/run", "--seed", "-1"],
     "eval-no-run": ["eval", "{new}"],
     "eval-episodes-zero": ["eval", "{root}/run", "--episodes", "0"],

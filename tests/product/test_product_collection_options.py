@@ -35,7 +35,8 @@ def test_options_choose_the_collection(options, expected):
         ({"env_workers": "auto", "num_workers": 2}, "two ways to collect on several cores; choose one"),
         ({"policy_lag": 1}, r"--policy-lag 1 overlaps .*; add --env-workers K or --ray"),
         ({"balance": True}, r"--balance hands env copies between worker processes; add --env-workers K or --ray"),
-        ({"env_workers": 0}, "collection workers must be a positive integer, got 0"),
+        ({"env_workers": -1}, "collection workers must be a positive integer, got -1"),
+        ({"env_workers": 0, "policy_lag": 1}, r"--env-workers 0 collects in this process, .* drop --policy-lag 1"),
     ],
 )
 def test_options_that_cannot_go_together_are_refused(options, match):

@@ -77,7 +77,7 @@ def test_env_workers_auto_on_one_core_collects_in_process(tmp_path, monkeypatch)
 
 def test_env_workers_takes_a_count_or_auto(capsys, tmp_path):
     assert run_cli(train_args(tmp_path / "r", tiny_config(tmp_path), 64, "--env-workers", "many")) == 2
-    assert "must be a positive integer or 'auto', got many" in capsys.readouterr().err
+    assert "must be an integer >= 0 (0: in this process) or 'auto', got many" in capsys.readouterr().err
 
 
 def test_a_run_that_leaves_most_cores_idle_says_how_to_use_them(tmp_path, monkeypatch, capsys):

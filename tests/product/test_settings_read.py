@@ -189,8 +189,8 @@ def test_every_setting_is_a_key_of_set_sweep_and_tune():
     keys = setting_keys(RunSpec.__dataclass_fields__)
     assert {"algorithm", "offpolicy", "clip_range", "offpolicy.tau", "offpolicy.sac.actor_lr", "mmd.alpha"} <= set(keys)
     assert "offpolicy.num_envs" not in keys and "offpolicy.sac.gamma" not in keys  # the run's own settings
-    assert "trainer" not in keys and set(RunSpec.__dataclass_fields__) - {"trainer", "given"} <= set(keys)
-    assert "given" not in keys  # what the command line gave, not a setting
+    assert "trainer" not in keys and set(RunSpec.__dataclass_fields__) - {"trainer", "given", "reasons"} <= set(keys)
+    assert "given" not in keys and "reasons" not in keys  # what the command line gave and why a rule chose: no settings
 
 
 def test_tune_refuses_a_range_the_algorithm_does_not_read():

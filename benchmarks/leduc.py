@@ -396,8 +396,10 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(1)
-    if args.env_workers not in (None, "auto") and not (args.env_workers.isdigit() and int(args.env_workers) > 0):
-        raise SystemExit(f"--env-workers takes 'auto' or a positive number of workers, got {args.env_workers!r}")
+    if args.env_workers not in (None, "auto") and not args.env_workers.isdigit():
+        raise SystemExit(
+            f"--env-workers takes 'auto', 0 (collect in this process) or a number of workers, got {args.env_workers!r}"
+        )
     changes = parse_changes(args.set)
     done = set()
     if args.csv.is_file():

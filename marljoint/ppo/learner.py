@@ -49,6 +49,8 @@ class JointStats:
         clip_fraction: fraction of ratios outside the clip range, per agent.
         approx_kl: approximate KL(old ‖ new) per agent.
         explained_var: explained variance of the rollout's value estimates w.r.t. the returns, per agent.
+        advantage_std: standard deviation of the rollout's advantages per agent, over its valid rows, before any
+            normalisation (the scale of each agent's learning signal, in its reward's units).
         aux_loss: mean auxiliary loss (0 without ``aux_fn``).
         total_loss: mean joint loss (Σ agents' losses + aux).
         num_mb_steps: optimizer steps taken (minibatches processed).
@@ -64,6 +66,7 @@ class JointStats:
     clip_fraction: list[float]
     approx_kl: list[float]
     explained_var: list[float]
+    advantage_std: list[float]
     aux_loss: float
     total_loss: float
     num_mb_steps: int
@@ -85,6 +88,8 @@ class _Batch(NamedTuple):
     advantages: torch.Tensor
     returns: torch.Tensor
     explained_var: torch.Tensor
+    advantage_std: torch.Tensor
+    """``[N]`` the standard deviation of the advantages over the valid rows, before normalisation."""
     sequences: SequenceChunks | None = None
     proximal: torch.Tensor | None = None
     """``[R, N]`` the taken actions' log-probs under the weights the update started from (policy lag 1 only)."""
@@ -129,13 +134,15 @@ class _Totals:
         self.sums["approx_kl"] += loss.pg.approx_kl
         self.total_loss += loss.joint.detach()
 
-    def stats(self, explained_var: torch.Tensor) -> JointStats:
-        """The means over the steps taken, read to the host once."""
+    def stats(self, explained_var: torch.Tensor, advantage_std: torch.Tensor) -> JointStats:
+        """The means over the steps taken (with the rollout's ``explained_var`` and ``advantage_std``), read to the
+        host once."""
         denom = max(self.steps, 1)
         means = _to_host(
             {
                 **{k: v / denom for k, v in self.sums.items()},
                 "explained_var": explained_var,
+                "advantage_std": advantage_std,
                 "aux_loss": self.aux_loss / denom,
                 "total_loss": self.total_loss / denom,
                 "grad_norm": {k: v / denom for k, v in self.grad_norm.items()},
@@ -374,7 +381,7 @@ class Learner:
             rollout.alive.reshape(rows, self.spec.num_agents),
             active_on_device,
         )
-        return totals.stats(batch.explained_var)
+        return totals.stats(batch.explained_var, batch.advantage_std)
 
     def _check_rollout(self, rollout: JointRollout) -> None:
         """Refuses a rollout whose shapes disagree or whose agents are not the trainer's (ValueError)."""
@@ -442,6 +449,9 @@ class Learner:
             self.value_normalizer.update(returns.reshape(rows, n), valid.reshape(rows, n), active_mask)
         b_valid = valid.reshape(rows, n)
         ev = explained_variance(rollout.values.reshape(rows, n), returns.reshape(rows, n), b_valid)
+        b_advantages = advantages.reshape(rows, n)
+        centred = b_advantages - masked_mean(b_advantages, b_valid)
+        advantage_std = masked_mean(centred.square(), b_valid).sqrt()
         b_values = rollout.values.reshape(rows, n)
         b_returns = returns.reshape(rows, n)
         if self.value_normalizer is not None:
@@ -456,9 +466,10 @@ class Learner:
             valid=b_valid,
             log_probs=rollout.log_probs.reshape(rows, n),
             values=b_values,
-            advantages=advantages.reshape(rows, n),
+            advantages=b_advantages,
             returns=b_returns,
             explained_var=ev,
+            advantage_std=advantage_std,
             row_weights=None if row_weights is None else row_weights.reshape(rows, n).to(self.device),
         )
         if rollout.states is None:
@@ -654,6 +665,7 @@ def _with_sequences(batch: _Batch, rollout: JointRollout, carried: int, length: 
         advantages=pad_row(batch.advantages),
         returns=pad_row(batch.returns),
         explained_var=batch.explained_var,
+        advantage_std=batch.advantage_std,
         sequences=seq,
         row_weights=None if batch.row_weights is None else pad_row(batch.row_weights),
     )

@@ -11,7 +11,15 @@ from marljoint.ppo.learner import JointStats
 
 __all__ = ["PER_AGENT_STATS", "MetricKeys", "iteration_metrics"]
 
-PER_AGENT_STATS = ("policy_loss", "value_loss", "entropy", "clip_fraction", "approx_kl", "explained_var")
+PER_AGENT_STATS = (
+    "policy_loss",
+    "value_loss",
+    "entropy",
+    "clip_fraction",
+    "approx_kl",
+    "explained_var",
+    "advantage_std",
+)
 """The :class:`~marljoint.JointStats` fields logged once per agent, as ``"<field>/<agent>"``."""
 
 

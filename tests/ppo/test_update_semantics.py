@@ -207,3 +207,18 @@ def test_iterate_is_one_loop_body_and_needs_the_end_with_anneal_lr():
         annealed.iterate()
     annealed.iterate(4)
     assert annealed.policies[0] is not None and annealed.iteration == 1
+
+
+def test_advantage_std_is_each_agents_spread_of_advantages_before_normalisation():
+    trainer = _trainer(share_parameters=False, normalize_advantages=True)
+    rollout = trainer.collect_rollout()
+    advantages, _ = trainer.learner._gae(rollout.extended())
+    stats = trainer.update(rollout)
+    valid = rollout.valid
+    for i, agent in enumerate(trainer.spec.agents):
+        rows = advantages[..., i][valid[..., i]].double()
+        expected = float(((rows - rows.mean()) ** 2).mean().sqrt())
+        assert expected > 0
+        assert stats.advantage_std[i] == pytest.approx(expected, rel=1e-5), agent
+    metrics = trainer.iteration_metrics(rollout, stats, 1.0)
+    assert [metrics[f"advantage_std/{a}"] for a in trainer.spec.agents] == stats.advantage_std

@@ -63,7 +63,15 @@ def test_metrics_csv_has_one_row_per_iteration_with_counters(run_dir):
     walls = [r["wall_time"] for r in rows]
     assert walls == sorted(walls) and walls[0] > 0
     assert all(r["sps"] > 0 for r in rows)
-    for name in ("policy_loss", "value_loss", "entropy", "clip_fraction", "approx_kl", "explained_var"):
+    for name in (
+        "policy_loss",
+        "value_loss",
+        "entropy",
+        "clip_fraction",
+        "approx_kl",
+        "explained_var",
+        "advantage_std",
+    ):
         assert f"{name}/agent_0" in columns and f"{name}/agent_1" in columns
     # One network shared by both agents: its actor's and its critic's gradient norms, under the network's name.
     assert sorted(c for c in columns if c.startswith("grad_norm/")) == [

@@ -478,6 +478,27 @@ class OpenSpielGame(KnownGame):
             return np.asarray(import_pyspiel().expected_returns(self.game.new_initial_state(), joint, -1, True))
         return self.profile_values([[table] for table in tables], np.zeros((1, self.num_players), dtype=np.int64))[0]
 
+    def return_sd(self, tables: Sequence[np.ndarray]) -> np.ndarray | None:
+        """``[N]``: the standard deviation of each player's return when every player plays its table (exact, a
+        sum over the game's terminal histories), or ``None`` for a game with more than :data:`MAX_TERMINALS` of
+        them. With uniform tables it is the game's payoff scale, which ``--self-play mmd`` measures its
+        regularisation in (:func:`marljoint.run.recipes.mmd_magnet_rule`).
+
+        Example:
+            >>> game = OpenSpielGame("kuhn_poker")
+            >>> uniform = [game.check_table(np.ones((6, 2)), p) for p in range(2)]
+            >>> [round(float(x), 3) for x in game.return_sd(uniform)]
+            [1.452, 1.452]
+        """
+        if self._terminals is None:
+            return None
+        probability = self._terminals["chance"].copy()
+        for player, table in enumerate(tables):
+            probability *= self._realisation(self.check_table(table, player)[None], player)[0]
+        returns = self._terminals["returns"]  # [Z, N]
+        mean = probability @ returns
+        return np.sqrt(np.maximum(probability @ (returns - mean) ** 2, 0.0))
+
     def profile_values(self, member_tables: Sequence[Sequence[np.ndarray]], profiles: np.ndarray) -> np.ndarray:
         """``[P, N]`` expected returns of ``P`` pure profiles of the players' members: every member's realisation
         weights over the terminal histories are computed once, and each profile's value is their product weighted

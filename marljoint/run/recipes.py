@@ -56,14 +56,23 @@ update moves the policy less, which the iterates' jitter needs more than speed).
 
 MMD_MAGNETS: dict[str, dict[str, Any]] = {
     "ema": {"mmd.magnet": "ema"},
-    "uniform": {"mmd.magnet": "uniform", "mmd.alpha_min": 0.2, "uniform_mix": 0.1},
+    "uniform": {"mmd.magnet": "uniform", "mmd.alpha": 0.5, "mmd.alpha_min": 0.2, "uniform_mix": 0.1},
 }
 """The two regimes of :func:`mmd_magnet_rule`, as run settings. ``"ema"``: the ``"ema"`` magnet (no bias: it follows
-the policy). ``"uniform"``: the uniform magnet with α held at 0.2 or more (the iterates settle near the regularised
-equilibrium of α = 0.2, a bias that stays: 0.044 on Kuhn poker, 0.085 on Leduc poker), and uniform play mixed into
-the rollouts at 0.1 (each seat plays 0.9·π + 0.1·uniform, its own rows weighed by π / behaviour), so that the states
-a best response against a seat would steer to, which an update samples rarely in such a game, are sampled and
-learned; where every state is sampled often (the ``"ema"`` regime) the mixture only slows each update's progress."""
+the policy). ``"uniform"``: the uniform magnet with α held at ``alpha_min`` or more (the iterates settle near the
+regularised equilibrium of α_min, a bias that stays), and uniform play mixed into the rollouts at 0.1 (each seat plays
+0.9·π + 0.1·uniform, its own rows weighed by π / behaviour), so that the states a best response against a seat would
+steer to, which an update samples rarely in such a game, are sampled and learned; where every state is sampled often
+(the ``"ema"`` regime) the mixture only slows each update's progress. The uniform regime's α and ``alpha_min`` are
+those of a game whose payoffs spread as Leduc poker's (:data:`PAYOFF_SD_REFERENCE`); :func:`mmd_magnet_rule` scales
+them to the game's own spread."""
+
+PAYOFF_SD_REFERENCE = 4.513
+"""The standard deviation of a seat's return in Leduc poker under uniform play (chips), the payoff scale at which the
+uniform regime's α = 0.5 and ``alpha_min`` = 0.2 were measured (bias 0.085 there). α weighs the KL against the
+advantages, which are in the game's payoffs: the same α in a game of ±1 payoffs (liar's dice, goofspiel: 1.0 and
+0.955) pulls about 4.5 times as hard, and its regularised equilibrium is far from a Nash equilibrium (0.18 and 0.28
+exploitable at α = 0.2, against 0.085 in Leduc poker)."""
 
 EMA_MAGNET_DECISIONS = 32
 """Decisions per information state per update (all seats together) from which :func:`mmd_magnet_rule` chooses the
@@ -79,14 +88,16 @@ def mmd_magnet_rule(
     env_name: str, env_kwargs: Mapping[str, Any] | None, decisions_per_update: int
 ) -> tuple[dict[str, Any], str]:
     """The magnet (and with it the exploration) ``--self-play mmd`` chooses for a game, from its size and the
-    rollout's.
+    rollout's, and in the uniform regime the regularisation's strength from the game's payoff scale.
 
     Rule: ``decisions_per_update`` (``num_envs × rollout_steps``: in a turn-based game each env step is one seat's
     decision; in a game of simultaneous moves every seat decides at every step, so the rule counts the steps times
     the seats) over the game's information states (every seat's, counted from its tree) is the number of times an
     update samples each state on average. At :data:`EMA_MAGNET_DECISIONS` or more, the ``"ema"`` regime; below, or
-    when the game is too large to count, the ``"uniform"`` regime: the uniform magnet with ``alpha_min`` 0.2 and
-    uniform play mixed into the rollouts (:data:`MMD_MAGNETS`).
+    when the game is too large to count, the ``"uniform"`` regime (:data:`MMD_MAGNETS`): the uniform magnet, α and
+    ``alpha_min`` 0.5 and 0.2 times the game's payoff standard deviation under uniform play over
+    :data:`PAYOFF_SD_REFERENCE` (:func:`payoff_sd`; two significant digits, so Leduc poker gets 0.5 and 0.2 exactly;
+    0.5 and 0.2 where the spread cannot be computed), and uniform play mixed into the rollouts.
 
     Args:
         env_name: ``openspiel:<game>`` or ``kuhn_poker_v0``.
@@ -101,25 +112,82 @@ def mmd_magnet_rule(
         {'mmd.magnet': 'ema'}
     """
     size = game_size(env_name, env_kwargs)
-    if size is None:
-        return dict(MMD_MAGNETS["uniform"]), (
-            "a uniform magnet held at alpha_min 0.2, and uniform play mixed into the rollouts: the game's information "
-            "states are too many to count, so an update samples each of them too rarely for an ema magnet to settle"
+    if size is not None:
+        states, seats_per_step = size
+        decisions_per_update *= seats_per_step
+        per_state = decisions_per_update / states
+        counted = (
+            f"{decisions_per_update:,} decisions per update over {states:,} information states, {per_state:.3g} each"
         )
-    states, seats_per_step = size
-    decisions_per_update *= seats_per_step
-    per_state = decisions_per_update / states
-    counted = f"{decisions_per_update:,} decisions per update over {states:,} information states, {per_state:.3g} each"
-    if per_state >= EMA_MAGNET_DECISIONS:
-        return dict(MMD_MAGNETS["ema"]), (
-            f"an ema magnet: {counted}, at least {EMA_MAGNET_DECISIONS}, so the magnet follows the policy without "
-            "drifting with the sampling noise, and leaves no bias"
+        if per_state >= EMA_MAGNET_DECISIONS:
+            return dict(MMD_MAGNETS["ema"]), (
+                f"an ema magnet: {counted}, at least {EMA_MAGNET_DECISIONS}, so the magnet follows the policy without "
+                "drifting with the sampling noise, and leaves no bias"
+            )
+        why = f"{counted}, fewer than {EMA_MAGNET_DECISIONS}, too few for an ema magnet to settle"
+    else:
+        why = "the game's information states are too many to count, so an update samples each of them too rarely for "
+        why += "an ema magnet to settle"
+    settings = dict(MMD_MAGNETS["uniform"])
+    spread = payoff_sd(env_name, env_kwargs)
+    if spread is None:
+        scale = "alpha 0.5 and alpha_min 0.2 in payoff units (the game's payoff spread is not computed here)"
+    else:
+        ratio = spread / PAYOFF_SD_REFERENCE
+        settings["mmd.alpha"] = _two_digits(0.5 * ratio)
+        settings["mmd.alpha_min"] = _two_digits(0.2 * ratio)
+        scale = (
+            f"alpha {settings['mmd.alpha']:g} and alpha_min {settings['mmd.alpha_min']:g}: 0.5 and 0.2 times the "
+            f"game's payoff standard deviation under uniform play ({spread:.4g}) over Leduc poker's "
+            f"({PAYOFF_SD_REFERENCE}), so the KL pulls against the advantages as hard as where they were measured"
         )
-    return dict(MMD_MAGNETS["uniform"]), (
-        f"a uniform magnet held at alpha_min 0.2, and uniform play mixed into the rollouts: {counted}, fewer than "
-        f"{EMA_MAGNET_DECISIONS}, too few for an ema magnet to settle; the uniform one's bias at 0.2 is small beside "
-        "the sampling noise, and the mixture samples the states a best response would steer to"
+    return settings, (
+        f"a uniform magnet with {scale}, and uniform play mixed into the rollouts: {why}; the uniform magnet's bias at "
+        "alpha_min is small beside the sampling noise, and the mixture samples the states a best response would "
+        "steer to"
     )
+
+
+def _two_digits(value: float) -> float:
+    """``value`` to two significant digits (``0.50094`` → ``0.5``)."""
+    return float(f"{value:.2g}")
+
+
+_SPREADS: dict[str, float | None] = {}
+
+
+def payoff_sd(env_name: str, env_kwargs: Mapping[str, Any] | None) -> float | None:
+    """The standard deviation of a seat's return (the largest over the seats) when every seat plays uniformly over
+    its legal actions: exact, from the terminal histories of an OpenSpiel game's tree; ``None`` for a game without
+    one here (too many information states or terminal histories) and for the bundled games. Computed once per process
+    and game.
+
+    Example:
+        >>> round(payoff_sd("openspiel:leduc_poker", {}), 3)
+        4.513
+    """
+    import json
+
+    import numpy as np
+
+    from marljoint.best_response.openspiel_game import OpenSpielGame
+    from marljoint.run.registry import known_game
+
+    key = f"{env_name} {json.dumps(dict(env_kwargs or {}), sort_keys=True, default=str)}"
+    if key not in _SPREADS:
+        _SPREADS[key] = None
+        if env_name.startswith(OPENSPIEL_PREFIX):
+            try:
+                game = known_game(env_name, dict(env_kwargs or {}))
+            except ValueError:  # too many information states to tabulate
+                game = None
+            if isinstance(game, OpenSpielGame):
+                uniform = [
+                    game.check_table(np.ones(game.legal_mask(seat).shape), seat) for seat in range(game.num_players)
+                ]
+                spread = game.return_sd(uniform)
+                _SPREADS[key] = None if spread is None else float(spread.max())
+    return _SPREADS[key]
 
 
 MEASURE_EVERY = 10
@@ -206,6 +274,9 @@ def self_play_rule(
         if not (name in given_keys if table else key in values):
             settings[key] = value
             reasons[table or key] = reason
+    given_alpha = given.get("alpha") if isinstance(given, Mapping) else values.get("mmd.alpha")
+    if isinstance(given_alpha, (int, float)) and "mmd.alpha_min" in settings:
+        settings["mmd.alpha_min"] = min(settings["mmd.alpha_min"], given_alpha)  # a floor above α is no floor
     return settings, reasons
 
 

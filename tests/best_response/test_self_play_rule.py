@@ -3,6 +3,7 @@ config.toml with the rule's reason, and never over a setting the user gave."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from marljoint.cli import main as run_cli
@@ -13,6 +14,7 @@ from marljoint.run.recipes import (
     MMD_TRAINER,
     SELF_PLAY_TRAINER,
     mmd_magnet_rule,
+    payoff_sd,
     self_play_rule,
 )
 from marljoint.run.spec import RunSpec, read_config_file
@@ -36,8 +38,40 @@ def test_kuhn_poker_gets_the_ema_magnet_from_its_twelve_information_states(env):
 
 def test_leduc_poker_gets_the_uniform_magnet_held_at_0_2_and_uniform_play_in_the_rollouts():
     magnet, reason = mmd_magnet_rule("openspiel:leduc_poker", {}, DECISIONS)
-    assert magnet == {"mmd.magnet": "uniform", "mmd.alpha_min": 0.2, "uniform_mix": 0.1}
+    assert magnet == {"mmd.magnet": "uniform", "mmd.alpha": 0.5, "mmd.alpha_min": 0.2, "uniform_mix": 0.1}
     assert "over 936 information states, 4.38 each, fewer than 32" in reason
+    assert "payoff standard deviation under uniform play (4.513)" in reason
+
+
+def test_the_uniform_regime_scales_alpha_to_the_game_s_payoff_spread():
+    # liar's dice pays +-1 (spread 1.0 under uniform play, Leduc poker's 4.513): the same pull takes 0.22 times alpha
+    assert payoff_sd("openspiel:liars_dice", {"dice_sides": 4}) == pytest.approx(1.0, abs=1e-3)
+    magnet, reason = mmd_magnet_rule("openspiel:liars_dice", {"dice_sides": 4}, DECISIONS)
+    assert magnet == {"mmd.magnet": "uniform", "mmd.alpha": 0.11, "mmd.alpha_min": 0.044, "uniform_mix": 0.1}
+    assert "alpha 0.11 and alpha_min 0.044" in reason
+    spec, _ = _spec({"env": "openspiel:liars_dice", "env_kwargs": {"dice_sides": 4}, "self_play": "mmd"})
+    assert (spec.mmd.alpha, spec.mmd.alpha_min) == (0.11, 0.044)
+    # an alpha the user gives is kept, and a floor above it would be none: it falls to the alpha
+    spec, _ = _spec({"env": "openspiel:leduc_poker", "self_play": "mmd", "mmd": {"alpha": 0.1}})
+    assert (spec.mmd.alpha, spec.mmd.alpha_min) == (0.1, 0.1)
+    spec, _ = _spec({"env": "openspiel:leduc_poker", "self_play": "mmd", "mmd.alpha": 0.3})
+    assert (spec.mmd.alpha, spec.mmd.alpha_min) == (0.3, 0.2)
+
+
+def test_the_payoff_spread_is_exact_and_absent_where_the_game_has_no_tree_here():
+    from marljoint.best_response.openspiel_game import OpenSpielGame
+
+    game = OpenSpielGame("kuhn_poker")
+    shape = game.legal_mask(0).shape
+    bet, check = np.zeros(shape), np.zeros(shape)
+    bet[:, 1], check[:, 0] = 1.0, 1.0
+    assert game.return_sd([bet, bet]) == pytest.approx([2.0, 2.0])  # both bet: +-2, the cards decide
+    assert game.return_sd([check, check]) == pytest.approx([1.0, 1.0])  # both check: +-1
+    # uniform play: E[r] = 1/4 (bet, fold) - 1/8 (check, bet, fold) = 0.125, E[r^2] = 1/4*4 + 1/4 + 1/4 + 1/8 + 1/8*4
+    assert payoff_sd("openspiel:kuhn_poker", {}) == pytest.approx(np.sqrt(2.125 - 0.125**2))
+    assert payoff_sd("kuhn_poker_v0", {}) is None  # a bundled game: alpha stays in payoff units
+    magnet, reason = mmd_magnet_rule("kuhn_poker_v0", {}, 12)
+    assert (magnet["mmd.alpha"], magnet["mmd.alpha_min"]) == (0.5, 0.2) and "not computed" in reason
 
 
 def test_the_rule_reads_the_game_parameters_and_the_rollout_size():

@@ -54,6 +54,8 @@ import numpy as np
 from selfplay import SELF_PLAY_METHODS, run_self_play
 
 GAME = "openspiel:leduc_poker"
+GOALS = {GAME: 0.2, "openspiel:kuhn_poker": 0.02}
+"""The exploitability goal drawn into a game's figure (none for other games)."""
 METHODS = ("psro-sim", "psro-exact", "nfsp", *SELF_PLAY_METHODS)
 AVERAGE_OF = {
     "mmd-average": ("mmd", "average_exploitability"),
@@ -168,8 +170,14 @@ def run_one(
         run.run(max_seconds=seconds, callback=record)
     wall = run.history[-1]["wall_time"]
     return [
-        {"method": method, "seed": seed, "checkpoint_s": t, "exploitability": value, "iterations": iteration,
-         "wall_s": round(wall, 1)}
+        {
+            "method": method,
+            "seed": seed,
+            "checkpoint_s": t,
+            "exploitability": value,
+            "iterations": iteration,
+            "wall_s": round(wall, 1),
+        }
         for t, value, iteration in at_checkpoints(run.history, checkpoints)
     ]
 
@@ -212,8 +220,14 @@ def _self_play_rows(
     reported = [(method, "exploitability")]
     reported += [(name, key) for name, (of, key) in AVERAGE_OF.items() if of == method and key in history[-1]]
     return [
-        {"method": name, "seed": seed, "checkpoint_s": t, "exploitability": value, "iterations": iteration,
-         "wall_s": round(wall, 1)}
+        {
+            "method": name,
+            "seed": seed,
+            "checkpoint_s": t,
+            "exploitability": value,
+            "iterations": iteration,
+            "wall_s": round(wall, 1),
+        }
         for name, key in reported
         for t, value, iteration in at_checkpoints(history, checkpoints, key)
     ]
@@ -254,8 +268,10 @@ def report(path: Path, anchors: bool = False) -> str:
     with path.open(newline="") as f:
         rows = list(csv.DictReader(f))
     checkpoints = sorted({float(r["checkpoint_s"]) for r in rows})
-    lines = ["| method | " + " | ".join(f"{t:.0f} s" for t in checkpoints) + " | seeds |",
-             "|---|" + "---|" * len(checkpoints) + "---|"]
+    lines = [
+        "| method | " + " | ".join(f"{t:.0f} s" for t in checkpoints) + " | seeds |",
+        "|---|" + "---|" * len(checkpoints) + "---|",
+    ]
     for method in REPORTED:
         mine = [r for r in rows if r["method"] == method]
         if not mine:
@@ -290,7 +306,9 @@ def metrics_files(directory: Path, method: str) -> list[Path]:
     return flat or sorted(directory.glob(f"{method}/seed*/metrics.csv"))
 
 
-def plot_curves(directory: Path, out: Path, goal: float = 0.2, title: str = "Leduc poker", anchors: bool = True) -> int:
+def plot_curves(
+    directory: Path, out: Path, goal: float | None = 0.2, title: str = "Leduc poker", anchors: bool = True
+) -> int:
     """Exploitability against wall time, one line per run (colour: method), OpenSpiel's anchors as markers, uniform
     play and the goal as horizontal lines; log scales. Returns the number of runs drawn."""
     import matplotlib
@@ -299,8 +317,14 @@ def plot_curves(directory: Path, out: Path, goal: float = 0.2, title: str = "Led
     import matplotlib.pyplot as plt
 
     colours = {
-        "psro-sim": "tab:blue", "psro-exact": "tab:green", "nfsp": "tab:orange", "mmd": "tab:red",
-        "mmd-average": "tab:red", "mmd-magnet": "tab:brown", "mmd-best": "tab:pink", "ppo-selfplay": "tab:purple",
+        "psro-sim": "tab:blue",
+        "psro-exact": "tab:green",
+        "nfsp": "tab:orange",
+        "mmd": "tab:red",
+        "mmd-average": "tab:red",
+        "mmd-magnet": "tab:brown",
+        "mmd-best": "tab:pink",
+        "ppo-selfplay": "tab:purple",
     }
     fig, ax = plt.subplots(figsize=(8.0, 4.0))
     drawn = 0
@@ -312,9 +336,15 @@ def plot_curves(directory: Path, out: Path, goal: float = 0.2, title: str = "Led
                 rows = [r for r in csv.DictReader(f) if float(r["wall_time"]) > 0 and r.get(key) not in (None, "")]
             if not rows:  # metrics written before the average was kept, or a run without a magnet
                 continue
-            ax.plot([float(r["wall_time"]) for r in rows], [float(r[key]) for r in rows], color=colours[method],
-                    linewidth=1, alpha=0.8, linestyle="--" if method in AVERAGE_OF else "-",
-                    label=None if labelled else method)
+            ax.plot(
+                [float(r["wall_time"]) for r in rows],
+                [float(r[key]) for r in rows],
+                color=colours[method],
+                linewidth=1,
+                alpha=0.8,
+                linestyle="--" if method in AVERAGE_OF else "-",
+                label=None if labelled else method,
+            )
             labelled = True
             drawn += 1
     for (label, seconds, value), marker in zip(ANCHORS if anchors else (), ("", "s", "^", "*")):
@@ -322,9 +352,15 @@ def plot_curves(directory: Path, out: Path, goal: float = 0.2, title: str = "Led
             ax.axhline(value, color="grey", linestyle="--", linewidth=1, label=label)
         else:
             ax.plot([seconds], [value], marker=marker, color="black", linestyle="none", markersize=7, label=label)
-    ax.axhline(goal, color="red", linestyle=":", linewidth=1, label=f"goal {goal}")
-    ax.set(xscale="log", yscale="log", xlabel="wall time (s)", ylabel="exploitability (OpenSpiel)",
-           title=f"{title}: PSRO, NFSP and self-play with PPO")
+    if goal is not None:
+        ax.axhline(goal, color="red", linestyle=":", linewidth=1, label=f"goal {goal}")
+    ax.set(
+        xscale="log",
+        yscale="log",
+        xlabel="wall time (s)",
+        ylabel="exploitability (OpenSpiel)",
+        title=f"{title}:\nPSRO, NFSP and self-play with PPO",
+    )
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0))
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -384,9 +420,8 @@ def main() -> None:
         if args.plot is not None:
             beside = any(metrics_files(args.csv.parent, method) for method in METHODS)
             leduc = args.game == GAME
-            drawn = plot_curves(
-                args.csv.parent if beside else args.out, args.plot, 0.2 if leduc else 0.02, args.game, anchors=leduc
-            )
+            goal = GOALS.get(args.game)
+            drawn = plot_curves(args.csv.parent if beside else args.out, args.plot, goal, args.game, anchors=leduc)
             print(f"{drawn} runs drawn into {args.plot}")
         return
     if args.anchor:

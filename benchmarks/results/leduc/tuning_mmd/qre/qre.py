@@ -17,42 +17,34 @@ import numpy as np
 from marljoint.best_response.openspiel_game import OpenSpielGame
 
 
-def conditional_values(game: OpenSpielGame, tables: list[np.ndarray], player: int) -> np.ndarray:
-    """``[S, A]``: each action's expected return for ``player`` given its information state is reached."""
-    terminals = game._terminals
-    others = terminals["chance"].copy()
+def _others(game: OpenSpielGame, tables: list[np.ndarray], player: int) -> np.ndarray:
+    """``[Z]``: chance's and the other players' probability of every terminal history."""
+    others = game._terminals["chance"].copy()
     for other in range(game.num_players):
         if other != player:
             others *= game._realisation(tables[other][None], other)[0]
-    rows, actions = terminals["rows"][player], terminals["actions"][player]
-    decided = rows >= 0
-    shape = game._legal[player].shape
-    value, mass = np.zeros(shape), np.zeros(shape)
-    np.add.at(value, (rows[decided], actions[decided]), (others * terminals["returns"][:, player])[decided])
-    np.add.at(mass, (rows[decided], actions[decided]), others[decided])
+    return others
+
+
+def _up(game: OpenSpielGame, tables: list[np.ndarray], player: int, weight: np.ndarray) -> np.ndarray:
+    """``[S, A]``: ``weight`` summed over the terminal histories below each (state, action) of ``player``, its own
+    later moves weighted by its table."""
+    legal = game._legal[player]
+    size, width = legal.shape
+    sequences = game._terminals["sequences"][player]
+    out = np.bincount(sequences, weights=weight, minlength=size * width + 1)[:-1].reshape(size, width)
     previous, previous_action, table = game._previous[player], game._previous_action[player], tables[player]
-    for level in reversed(game._levels[player]):  # a state's value flows into the action that led to it
-        np.add.at(value, (previous[level], previous_action[level]), (table[level] * value[level]).sum(1))
-        np.add.at(mass, (previous[level], previous_action[level]), (table[level] * mass[level]).sum(1))
-    reached = mass.max(1, keepdims=True)  # the others' and chance's probability of reaching the state
+    for level in reversed(game._levels[player]):  # a state's sum flows into the action that led to it
+        np.add.at(out, (previous[level], previous_action[level]), (table[level] * out[level]).sum(1))
+    return out
+
+
+def conditional_values(game: OpenSpielGame, tables: list[np.ndarray], player: int) -> np.ndarray:
+    """``[S, A]``: each action's expected return for ``player`` given its information state is reached."""
+    others = _others(game, tables, player)
+    value = _up(game, tables, player, others * game._terminals["returns"][:, player])
+    reached = _up(game, tables, player, others).max(1, keepdims=True)  # the others' and chance's reach
     return np.where(reached > 0, value / np.maximum(reached, 1e-300), 0.0)
-
-
-def others_reach(game: OpenSpielGame, profile: list[np.ndarray], player: int) -> np.ndarray:
-    """``[S]``: the probability that chance and the other players bring the game to each of ``player``'s states."""
-    terminals = game._terminals
-    others = terminals["chance"].copy()
-    for other in range(game.num_players):
-        if other != player:
-            others *= game._realisation(profile[other][None], other)[0]
-    rows, actions = terminals["rows"][player], terminals["actions"][player]
-    decided = rows >= 0
-    mass = np.zeros(game._legal[player].shape)
-    np.add.at(mass, (rows[decided], actions[decided]), others[decided])
-    previous, previous_action, table = game._previous[player], game._previous_action[player], profile[player]
-    for level in reversed(game._levels[player]):
-        np.add.at(mass, (previous[level], previous_action[level]), (table[level] * mass[level]).sum(1))
-    return mass.max(1)
 
 
 def regularised_equilibrium(game: OpenSpielGame, alpha: float, eta: float, iters: int) -> list[np.ndarray]:

@@ -128,23 +128,28 @@ def mmd_magnet_rule(
     else:
         why = "the game's information states are too many to count, so an update samples each of them too rarely for "
         why += "an ema magnet to settle"
-    settings = dict(MMD_MAGNETS["uniform"])
-    spread = payoff_sd(env_name, env_kwargs)
-    if spread is None:
-        scale = "alpha 0.5 and alpha_min 0.2 in payoff units (the game's payoff spread is not computed here)"
-    else:
-        ratio = spread / PAYOFF_SD_REFERENCE
-        settings["mmd.alpha"] = _two_digits(0.5 * ratio)
-        settings["mmd.alpha_min"] = _two_digits(0.2 * ratio)
-        scale = (
-            f"alpha {settings['mmd.alpha']:g} and alpha_min {settings['mmd.alpha_min']:g}: 0.5 and 0.2 times the "
-            f"game's payoff standard deviation under uniform play ({spread:.4g}) over Leduc poker's "
-            f"({PAYOFF_SD_REFERENCE}), so the KL pulls against the advantages as hard as where they were measured"
-        )
+    settings, scale = _uniform_regime(env_name, env_kwargs)
     return settings, (
         f"a uniform magnet with {scale}, and uniform play mixed into the rollouts: {why}; the uniform magnet's bias at "
         "alpha_min is small beside the sampling noise, and the mixture samples the states a best response would "
         "steer to"
+    )
+
+
+def _uniform_regime(env_name: str, env_kwargs: Mapping[str, Any] | None) -> tuple[dict[str, Any], str]:
+    """The ``"uniform"`` regime's settings for a game, α and ``alpha_min`` in its payoff scale (:func:`payoff_sd`
+    over :data:`PAYOFF_SD_REFERENCE`, two significant digits), and the words that say how they were chosen."""
+    settings = dict(MMD_MAGNETS["uniform"])
+    spread = payoff_sd(env_name, env_kwargs)
+    if spread is None:
+        return settings, "alpha 0.5 and alpha_min 0.2 in payoff units (the game's payoff spread is not computed here)"
+    ratio = spread / PAYOFF_SD_REFERENCE
+    settings["mmd.alpha"] = _two_digits(0.5 * ratio)
+    settings["mmd.alpha_min"] = _two_digits(0.2 * ratio)
+    return settings, (
+        f"alpha {settings['mmd.alpha']:g} and alpha_min {settings['mmd.alpha_min']:g}: 0.5 and 0.2 times the "
+        f"game's payoff standard deviation under uniform play ({spread:.4g}) over Leduc poker's "
+        f"({PAYOFF_SD_REFERENCE}), so the KL pulls against the advantages as hard as where they were measured"
     )
 
 

@@ -121,7 +121,8 @@ def test_the_overlapped_self_play_clock_runs_through_the_scoring(monkeypatch):
 def test_the_leduc_script_refuses_a_bad_worker_count(monkeypatch):
     with benchmark_module("leduc") as bench:
         monkeypatch.setattr(sys, "argv", ["leduc.py", "--methods", "mmd", "--env-workers", "two"])
-        with pytest.raises(SystemExit, match="--env-workers takes 'auto' or a positive number of workers, got 'two'"):
+        message = r"--env-workers takes 'auto', 0 \(collect in this process\) or a number of workers, got 'two'"
+        with pytest.raises(SystemExit, match=message):
             bench.main()
 
 

@@ -7,6 +7,7 @@ import torch
 from rank_harness import run_ranks
 
 from marljoint import JointMultiAgentTrainer, JointTrainerConfig, PettingZooJointEnv
+from marljoint.ppo.metrics import PER_AGENT_STATS
 
 BASE = {"num_envs": 4, "rollout_steps": 8, "minibatch_size": 16, "n_epochs": 2, "seed": 3, "torch_threads": 1}
 
@@ -141,15 +142,7 @@ def test_two_ranks_update_like_one_process_and_stay_bitwise_equal(outcomes, name
         assert s_ranked.num_mb_steps == s_one.num_mb_steps
         if name == "uniform_mix_target_kl":  # the early stop was taken, at the same minibatch on every rank
             assert s_one.num_mb_steps < 4 * BASE["num_envs"] * BASE["rollout_steps"] // BASE["minibatch_size"]
-        for field in (
-            "policy_loss",
-            "value_loss",
-            "entropy",
-            "clip_fraction",
-            "approx_kl",
-            "explained_var",
-            "advantage_std",
-        ):
+        for field in PER_AGENT_STATS:
             assert getattr(s_ranked, field) == pytest.approx(getattr(s_one, field), rel=1e-5, abs=1e-6), field
         assert s_ranked.total_loss == pytest.approx(s_one.total_loss, rel=1e-5, abs=1e-6)
         assert s_ranked.aux_loss == pytest.approx(s_one.aux_loss, rel=1e-5, abs=1e-6)

@@ -14,6 +14,7 @@ import pytest
 from _product_helpers import TINY_ENV_KWARGS, run_cli, tiny_config, train_args
 
 from marljoint.collect import CollectionConfig
+from marljoint.ppo.metrics import PER_AGENT_STATS
 from marljoint.run import _toml
 from marljoint.run.evaluate import evaluate_run
 from marljoint.run.runlog import Progress, read_metrics
@@ -63,15 +64,7 @@ def test_metrics_csv_has_one_row_per_iteration_with_counters(run_dir):
     walls = [r["wall_time"] for r in rows]
     assert walls == sorted(walls) and walls[0] > 0
     assert all(r["sps"] > 0 for r in rows)
-    for name in (
-        "policy_loss",
-        "value_loss",
-        "entropy",
-        "clip_fraction",
-        "approx_kl",
-        "explained_var",
-        "advantage_std",
-    ):
+    for name in PER_AGENT_STATS:
         assert f"{name}/agent_0" in columns and f"{name}/agent_1" in columns
     # One network shared by both agents: its actor's and its critic's gradient norms, under the network's name.
     assert sorted(c for c in columns if c.startswith("grad_norm/")) == [

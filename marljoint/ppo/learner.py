@@ -28,7 +28,14 @@ from marljoint.policies.recurrent import resolve_replay
 from marljoint.ppo.config import JointTrainerConfig
 from marljoint.ppo.divergence import DivergenceError, all_finite, first_non_finite, non_finite_parameter
 from marljoint.ppo.gae import compute_gae
-from marljoint.ppo.losses import explained_variance, masked_mean, normalize_advantages, policy_loss, value_loss
+from marljoint.ppo.losses import (
+    explained_variance,
+    masked_mean,
+    masked_moments,
+    normalize_advantages,
+    policy_loss,
+    value_loss,
+)
 from marljoint.ppo.ppo_settings import PpoConfig
 from marljoint.ppo.regularizer import PolicyRegularizer, RegularizerBatch
 from marljoint.ppo.sequences import SequenceChunks, chunk_rows, pad_row
@@ -450,8 +457,7 @@ class Learner:
         b_valid = valid.reshape(rows, n)
         ev = explained_variance(rollout.values.reshape(rows, n), returns.reshape(rows, n), b_valid)
         b_advantages = advantages.reshape(rows, n)
-        centred = b_advantages - masked_mean(b_advantages, b_valid)
-        advantage_std = masked_mean(centred.square(), b_valid).sqrt()
+        _, advantage_std = masked_moments(b_advantages, b_valid)
         b_values = rollout.values.reshape(rows, n)
         b_returns = returns.reshape(rows, n)
         if self.value_normalizer is not None:

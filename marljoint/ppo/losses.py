@@ -14,6 +14,7 @@ import torch
 __all__ = [
     "PolicyLossTerms",
     "masked_mean",
+    "masked_moments",
     "normalize_advantages",
     "policy_loss",
     "value_loss",
@@ -51,6 +52,25 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor, count: torch.Tensor | None 
     return (x * weights).sum(0) / (weights.sum(0).clamp_min(1.0) if count is None else count)
 
 
+def masked_moments(x: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Mean and (biased) standard deviation over rows (dim 0) where ``mask`` holds, per column.
+
+    Args:
+        x: ``[B, N]``.
+        mask: ``[B, N]`` bool.
+
+    Returns:
+        ``([N], [N])``: the mean and the standard deviation; 0 for columns with no valid row.
+
+    Example:
+        >>> x = torch.tensor([[1.0], [3.0], [100.0]])
+        >>> masked_moments(x, torch.tensor([[True], [True], [False]]))
+        (tensor([2.]), tensor([1.]))
+    """
+    mean = masked_mean(x, mask)
+    return mean, masked_mean((x - mean) ** 2, mask).sqrt()
+
+
 def normalize_advantages(advantages: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
     """Standardises advantages per agent over its valid rows only (other rows become 0).
 
@@ -62,9 +82,8 @@ def normalize_advantages(advantages: torch.Tensor, mask: torch.Tensor, eps: floa
     Returns:
         ``[B, N]`` advantages with zero mean and unit (biased) standard deviation over each agent's valid rows.
     """
-    mean = masked_mean(advantages, mask)
-    var = masked_mean((advantages - mean) ** 2, mask)
-    return torch.where(mask.bool(), (advantages - mean) / (var.sqrt() + eps), torch.zeros_like(advantages))
+    mean, std = masked_moments(advantages, mask)
+    return torch.where(mask.bool(), (advantages - mean) / (std + eps), torch.zeros_like(advantages))
 
 
 def policy_loss(

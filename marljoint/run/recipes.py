@@ -74,6 +74,16 @@ advantages, which are in the game's payoffs: the same α in a game of ±1 payoff
 0.955) pulls about 4.5 times as hard, and its regularised equilibrium is far from a Nash equilibrium (0.18 and 0.28
 exploitable at α = 0.2, against 0.085 in Leduc poker)."""
 
+SIMULTANEOUS_FLOOR = 0.4
+"""The uniform regime's ``alpha_min`` in a game of simultaneous moves, before the payoff scaling (0.2 in a turn-based
+game). Both seats' policies move at once there, against each other, and once α_t falls below about 0.055 in
+goofspiel (five cards, ±1 payoffs; 0.25 in Leduc poker's scale) the sampled iterates leave the regularised
+equilibrium for nearly deterministic policies: the last iterate at 0.4 to 0.77 exploitable and the average, which
+weighs late iterates most, rising from 0.13 to 0.33. Held at twice the turn-based floor the iterates stay near it
+(the average 0.096 at 120 s and 0.111 at 300 s on one core, the tabular regularised equilibrium of α = 0.085 about
+0.11 exploitable; ``benchmarks/results/goofspiel/five_cards/``). The turn-based games measured (Kuhn and Leduc
+poker, liar's dice) do not leave it at their floor."""
+
 EMA_MAGNET_DECISIONS = 32
 """Decisions per information state per update (all seats together) from which :func:`mmd_magnet_rule` chooses the
 ``"ema"`` magnet. An ``"ema"`` magnet moves with the policy's parameters, so it carries each update's sampling noise
@@ -95,9 +105,10 @@ def mmd_magnet_rule(
     the seats) over the game's information states (every seat's, counted from its tree) is the number of times an
     update samples each state on average. At :data:`EMA_MAGNET_DECISIONS` or more, the ``"ema"`` regime; below, or
     when the game is too large to count, the ``"uniform"`` regime (:data:`MMD_MAGNETS`): the uniform magnet, α and
-    ``alpha_min`` 0.5 and 0.2 times the game's payoff standard deviation under uniform play over
-    :data:`PAYOFF_SD_REFERENCE` (:func:`payoff_sd`; two significant digits, so Leduc poker gets 0.5 and 0.2 exactly;
-    0.5 and 0.2 where the spread cannot be computed), and uniform play mixed into the rollouts.
+    ``alpha_min`` 0.5 and 0.2 (:data:`SIMULTANEOUS_FLOOR` in a game of simultaneous moves) times the game's payoff
+    standard deviation under uniform play over :data:`PAYOFF_SD_REFERENCE` (:func:`payoff_sd`; two significant
+    digits, so Leduc poker gets 0.5 and 0.2 exactly; unscaled where the spread cannot be computed), and uniform play
+    mixed into the rollouts.
 
     Args:
         env_name: ``openspiel:<game>`` or ``kuhn_poker_v0``.
@@ -128,7 +139,7 @@ def mmd_magnet_rule(
     else:
         why = "the game's information states are too many to count, so an update samples each of them too rarely for "
         why += "an ema magnet to settle"
-    settings, scale = _uniform_regime(env_name, env_kwargs)
+    settings, scale = _uniform_regime(env_name, env_kwargs, simultaneous=size is not None and size[1] > 1)
     return settings, (
         f"a uniform magnet with {scale}, and uniform play mixed into the rollouts: {why}; the uniform magnet's bias at "
         "alpha_min is small beside the sampling noise, and the mixture samples the states a best response would "
@@ -136,19 +147,29 @@ def mmd_magnet_rule(
     )
 
 
-def _uniform_regime(env_name: str, env_kwargs: Mapping[str, Any] | None) -> tuple[dict[str, Any], str]:
+def _uniform_regime(
+    env_name: str, env_kwargs: Mapping[str, Any] | None, simultaneous: bool
+) -> tuple[dict[str, Any], str]:
     """The ``"uniform"`` regime's settings for a game, α and ``alpha_min`` in its payoff scale (:func:`payoff_sd`
-    over :data:`PAYOFF_SD_REFERENCE`, two significant digits), and the words that say how they were chosen."""
+    over :data:`PAYOFF_SD_REFERENCE`, two significant digits; the floor :data:`SIMULTANEOUS_FLOOR` in a game of
+    simultaneous moves), and the words that say how they were chosen."""
     settings = dict(MMD_MAGNETS["uniform"])
+    alpha, floor = settings["mmd.alpha"], SIMULTANEOUS_FLOOR if simultaneous else settings["mmd.alpha_min"]
+    moves = (
+        f"alpha_min {floor:g} in a game of simultaneous moves, where the iterates leave a lower floor's equilibrium"
+        if simultaneous
+        else f"alpha_min {floor:g}"
+    )
     spread = payoff_sd(env_name, env_kwargs)
     if spread is None:
-        return settings, "alpha 0.5 and alpha_min 0.2 in payoff units (the game's payoff spread is not computed here)"
+        settings["mmd.alpha_min"] = floor
+        return settings, f"alpha {alpha:g} and {moves} in payoff units (the game's payoff spread is not computed here)"
     ratio = spread / PAYOFF_SD_REFERENCE
-    settings["mmd.alpha"] = _two_digits(0.5 * ratio)
-    settings["mmd.alpha_min"] = _two_digits(0.2 * ratio)
+    settings["mmd.alpha"] = _two_digits(alpha * ratio)
+    settings["mmd.alpha_min"] = _two_digits(floor * ratio)
     return settings, (
-        f"alpha {settings['mmd.alpha']:g} and alpha_min {settings['mmd.alpha_min']:g}: 0.5 and 0.2 times the "
-        f"game's payoff standard deviation under uniform play ({spread:.4g}) over Leduc poker's "
+        f"alpha {settings['mmd.alpha']:g} and alpha_min {settings['mmd.alpha_min']:g}: alpha {alpha:g} and {moves}, "
+        f"times the game's payoff standard deviation under uniform play ({spread:.4g}) over Leduc poker's "
         f"({PAYOFF_SD_REFERENCE}), so the KL pulls against the advantages as hard as where they were measured"
     )
 

@@ -13,6 +13,7 @@ from marljoint.run.recipes import (
     MMD_MAGNETS,
     MMD_TRAINER,
     SELF_PLAY_TRAINER,
+    SIMULTANEOUS_FLOOR,
     mmd_magnet_rule,
     payoff_sd,
     self_play_rule,
@@ -87,6 +88,21 @@ def test_in_a_game_of_simultaneous_moves_every_seat_decides_at_every_step():
     kwargs = {"num_cards": 3, "imp_info": True, "points_order": "descending"}
     _, reason = mmd_magnet_rule("openspiel:goofspiel", kwargs, 100)
     assert "200 decisions per update" in reason
+
+
+def test_a_game_of_simultaneous_moves_holds_alpha_at_twice_the_turn_based_floor(monkeypatch):
+    import marljoint.run.recipes as recipes
+
+    kwargs = {"num_cards": 3, "imp_info": True, "points_order": "descending"}
+    spread = payoff_sd("openspiel:goofspiel", kwargs)
+    magnet, reason = mmd_magnet_rule("openspiel:goofspiel", kwargs, 100)
+    assert magnet["mmd.alpha_min"] == float(f"{SIMULTANEOUS_FLOOR * spread / recipes.PAYOFF_SD_REFERENCE:.2g}")
+    assert magnet["mmd.alpha"] == float(f"{0.5 * spread / recipes.PAYOFF_SD_REFERENCE:.2g}")
+    assert "alpha_min 0.4 in a game of simultaneous moves" in reason
+    # where the payoff spread is not computed the floor stays unscaled, still the simultaneous one
+    monkeypatch.setattr(recipes, "payoff_sd", lambda *args: None)
+    magnet, reason = mmd_magnet_rule("openspiel:goofspiel", kwargs, 100)
+    assert (magnet["mmd.alpha"], magnet["mmd.alpha_min"]) == (0.5, SIMULTANEOUS_FLOOR) and "not computed" in reason
 
 
 def test_a_game_too_large_to_count_gets_the_uniform_magnet(monkeypatch):

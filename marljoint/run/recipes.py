@@ -80,8 +80,8 @@ game). Both seats' policies move at once there, against each other, and once α_
 goofspiel (five cards, ±1 payoffs; 0.25 in Leduc poker's scale) the sampled iterates leave the regularised
 equilibrium for nearly deterministic policies: the last iterate at 0.4 to 0.77 exploitable and the average, which
 weighs late iterates most, rising from 0.13 to 0.33. Held at twice the turn-based floor the iterates stay near it
-(the average 0.096 at 120 s and 0.111 at 300 s on one core, the tabular regularised equilibrium of α = 0.085 about
-0.11 exploitable; ``benchmarks/results/goofspiel/five_cards/``). The turn-based games measured (Kuhn and Leduc
+(the average at 300 s 0.129 and 0.094 on two seeds, two cores; the tabular regularised equilibrium of α = 0.085
+about 0.11 exploitable; ``benchmarks/results/goofspiel/five_cards/``). The turn-based games measured (Kuhn and Leduc
 poker, liar's dice) do not leave it at their floor."""
 
 EMA_MAGNET_DECISIONS = 32

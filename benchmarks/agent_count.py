@@ -612,10 +612,48 @@ def _methods(rows: list[dict[str, str]]) -> list[str]:
     return [m for m in order if m in found] + sorted(found - set(order))
 
 
-def report(path: Path) -> str:
+def rise(rows: list[dict[str, str]], method: str, first: int, last: int) -> tuple[float, float, int]:
+    """A method's rise from checkpoint ``first`` to ``last``, paired by seed (the seeds that reached both): mean,
+    95% CI half-width (``nan`` for one seed) and the number of seeds. No plateau means the mean exceeds the
+    half-width: the interval lies above 0.
+
+    Example:
+        >>> rows = [{"method": "m", "seed": str(s), "checkpoint": str(c), "return_mean": str(v)}
+        ...         for s, (a, b) in enumerate([(-30.0, -29.0), (-29.5, -28.6), (-29.8, -28.7)])
+        ...         for c, v in ((250, a), (1000, b))]
+        >>> mean, half, n = rise(rows, "m", 250, 1000)
+        >>> round(mean, 3), round(half, 3), n
+        (1.0, 0.248, 3)
+    """
+    from marljoint.run.stats import confidence_interval
+
+    at: dict[int, dict[int, float]] = {first: {}, last: {}}
+    for r in rows:
+        if r["method"] == method and int(r["checkpoint"]) in at:
+            at[int(r["checkpoint"])][int(r["seed"])] = float(r["return_mean"])
+    seeds = sorted(at[first].keys() & at[last].keys())
+    mean, half = confidence_interval([at[last][s] - at[first][s] for s in seeds])
+    return mean, half, len(seeds)
+
+
+def _rise_cell(rows: list[dict[str, str]], method: str, points: list[int]) -> str:
+    if len(points) < 2:
+        return "–"
+    mean, half, n = rise(rows, method, points[0], points[-1])
+    if n == 0:
+        return "–"
+    if n < 2:
+        return f"{mean:+.3g} (1)"
+    verdict = "rises" if mean > half else "flat"
+    return f"{mean:+.3g} ± {half:.2g} ({n}): {verdict}"
+
+
+def report(paths: Sequence[Path]) -> str:
     """Markdown: per env and agent count, a table of each method's mean greedy return ± 95% CI over seeds at each
-    checkpoint (the number of seeds in brackets), its training seconds per run at the last, and the random return."""
-    rows = _read(path)
+    checkpoint (the number of seeds in brackets), its rise from the first checkpoint to the last paired by seed
+    (:func:`rise`; "rises" when the interval lies above 0), its training seconds per run at the last, and the
+    random return. ``paths``: the CSVs of one or more runs of the benchmark, read as one."""
+    rows = [row for path in paths for row in _read(path)]
     cases = sorted({(r["env"], int(r["agents"])) for r in rows}, key=lambda c: (list(FAMILIES).index(c[0]), c[1]))
     out = []
     for env, agents in cases:
@@ -625,13 +663,15 @@ def report(path: Path) -> str:
         out.append(f"### {env}, {agents} agents\n")
         if randoms:
             out.append(f"uniformly random: {generalization._number(float(np.mean(randoms)))}\n")
-        out.append("| method | " + " | ".join(f"{p:,} steps" for p in points) + " | s/run | CPU s/run |")
-        out.append("|---" * (len(points) + 3) + "|")
+        rise_head = f"rise {points[0]:,} → {points[-1]:,}" if len(points) > 1 else "rise"
+        out.append("| method | " + " | ".join(f"{p:,} steps" for p in points) + f" | {rise_head} | s/run | CPU s/run |")
+        out.append("|---" * (len(points) + 4) + "|")
         for method in _methods(mine):
             cells = []
             for p in points:
                 values = [float(r["return_mean"]) for r in mine if (r["method"], int(r["checkpoint"])) == (method, p)]
                 cells.append(generalization.seeds_cell(values, generalization._number))
+            cells.append(_rise_cell(mine, method, points))
             last = [r for r in mine if r["method"] == method and int(r["checkpoint"]) == max(points)]
             for column in ("train_seconds", "cpu_seconds"):
                 cells.append(f"{np.mean([float(r[column]) for r in last]):.0f}" if last else "–")
@@ -655,15 +695,15 @@ def curves(rows: list[dict[str, str]], env: str, agents: int, method: str) -> tu
     return np.array(points), np.array(means), np.array(halves)
 
 
-def plot(path: Path, out: Path) -> None:
+def plot(paths: Sequence[Path], out: Path) -> None:
     """One panel per env (rows) and agent count (columns): each method's mean greedy return against env steps with
-    its 95% CI band, and the uniformly random return as a dashed line."""
+    its 95% CI band, and the uniformly random return as a dashed line. ``paths`` as :func:`report`'s."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows = _read(path)
+    rows = [row for path in paths for row in _read(path)]
     envs = [n for n in FAMILIES if any(r["env"] == n for r in rows)]
     counts = sorted({int(r["agents"]) for r in rows})
     fig, axes = plt.subplots(len(envs), len(counts), figsize=(3.6 * len(counts), 2.8 * len(envs)), squeeze=False)
@@ -691,6 +731,61 @@ def plot(path: Path, out: Path) -> None:
     plt.close(fig)
 
 
+DIAGNOSTICS = {
+    "episode_return_mean": "training return per agent (sampled)",
+    "entropy": "policy entropy",
+    "explained_var": "explained variance",
+    "approx_kl": "approx KL",
+    "clip_fraction": "clip fraction",
+    "advantage_std": "advantage scale (std before normalisation)",
+}
+"""The columns of a run's ``metrics.csv`` that :func:`diagnostics` draws (per-agent ones averaged over agents)."""
+
+
+def diagnostic_curves(path: Path) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """``{column: (env steps, value)}`` of one ``metrics.csv``: each of :data:`DIAGNOSTICS`, the per-agent columns
+    (``entropy/<agent>``) averaged over the agents; a column the file lacks is left out."""
+    rows = _read(path)
+    steps = np.array([float(r["env_steps"]) for r in rows])
+    found: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    for name in DIAGNOSTICS:
+        columns = [c for c in rows[0] if c == name or c.startswith(f"{name}/")] if rows else []
+        if columns:
+            found[name] = (steps, np.array([np.mean([float(r[c]) for c in columns]) for r in rows]))
+    return found
+
+
+def diagnostics(paths: Sequence[Path], out: Path, smooth: int = 10) -> None:
+    """One panel per :data:`DIAGNOSTICS` column against env steps, one line per ``metrics.csv`` (named by its
+    file or its run directory), each a running mean over ``smooth`` iterations."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(2, 3, figsize=(11, 5.6))
+    for path in paths:
+        label = path.parent.name if path.name == "metrics.csv" else path.stem
+        curves = diagnostic_curves(path)
+        for ax, name in zip(axes.flat, DIAGNOSTICS):
+            if name not in curves:
+                continue
+            x, y = curves[name]
+            window = min(smooth, len(y))
+            y = np.convolve(y, np.ones(window) / window, mode="valid")
+            ax.plot(x[window - 1:], y, label=label, linewidth=1)
+    for ax, title in zip(axes.flat, DIAGNOSTICS.values()):
+        ax.set_title(title, fontsize=9)
+        ax.set_xlabel("env steps", fontsize=8)
+        ax.tick_params(labelsize=7)
+    handles, labels = axes[0, 0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", fontsize=7, ncol=2)
+    fig.tight_layout(rect=(0, 0.1, 1, 1))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+
+
 # ------------------------------------------------------------------ the command
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="agent_count.py", description=__doc__.splitlines()[0])
@@ -708,17 +803,28 @@ def parser() -> argparse.ArgumentParser:
                    help="marljoint's defaults with these settings changed, as marljoint train --set (the method "
                    "column becomes marljoint[KEY=VALUE,...])")
     p.add_argument("--report", action="store_true", help="print the tables of --out instead of training")
-    p.add_argument("--plot", type=Path, help="with --report: also draw the learning curves into this PNG")
+    p.add_argument("--csv", type=Path, nargs="+", help="with --report: the CSVs to read as one (default: --out)")
+    p.add_argument("--plot", type=Path, help="with --report: also draw the learning curves into this PNG; with "
+                   "--diagnostics: the curves of the runs' metrics")
+    p.add_argument("--diagnostics", type=Path, nargs="+", metavar="METRICS_CSV",
+                   help="draw these runs' entropy, explained variance, approx KL, clip fraction and advantage scale "
+                   "against env steps into --plot")
     return p
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     p = parser()
     args = p.parse_args(argv)
+    if args.diagnostics:
+        if args.plot is None:
+            p.error("--diagnostics draws into --plot PNG; give it")
+        diagnostics(args.diagnostics, args.plot)
+        return
     if args.report:
-        print(report(args.out))
+        paths = args.csv or [args.out]
+        print(report(paths))
         if args.plot is not None:
-            plot(args.out, args.plot)
+            plot(paths, args.plot)
         return
     try:
         plan = plan_from(args.steps, args.checkpoints, args.episodes)

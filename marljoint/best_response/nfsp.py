@@ -143,6 +143,8 @@ class NfspConfig:
             object.__setattr__(self, "trainer", JointTrainerConfig.from_dict(self.trainer))
         if not isinstance(self.trainer, JointTrainerConfig):
             raise ValueError(f"trainer must be a JointTrainerConfig, got {type(self.trainer).__name__}")
+        if self.trainer.anneal_lr is None:  # the agent-count rule: NFSP has no run end to anneal towards
+            object.__setattr__(self, "trainer", self.trainer.replace(anneal_lr=False))
         if self.trainer.anneal_lr:
             raise ValueError(
                 "trainer.anneal_lr=True decays the best responses' learning rate to 0 at a run's end, but NFSP runs "

@@ -130,10 +130,13 @@ class JointTrainerConfig:
     False (the default, as in CleanRL, SB3 and MAPPO): actor and critic are separate networks, the value loss never
     moves the actor, and each is clipped on its own. True halves the encoder cost (CNNs, large MLPs) but lets the
     value loss shape the policy's features. A centralised critic always has its own network."""
-    anneal_lr: bool = False
+    anneal_lr: bool | None = False
     """Decay every optimizer's learning rate linearly from its initial value to 0 over the run: the scale at
     iteration k of a run that ends at iteration K is ``1 − k / K`` (see
-    :meth:`~marljoint.JointMultiAgentTrainer.anneal_learning_rate`)."""
+    :meth:`~marljoint.JointMultiAgentTrainer.anneal_learning_rate`). ``None`` derives it from the env (``marljoint
+    train``'s default): on from :data:`~marljoint.ppo.derived.MANY_AGENTS` agents, off below; the trainer's
+    :attr:`~marljoint.JointMultiAgentTrainer.config` holds the resolved value and
+    :attr:`~marljoint.JointMultiAgentTrainer.derived` the reason."""
     target_kl: float | None = None
     """Stop an update's epochs early once an agent's approx KL exceeds ``1.5 × target_kl``."""
     uniform_mix: float = 0.0

@@ -25,10 +25,14 @@ class OptimConfig:
     critic_lr: float | None
     adam_eps: float
     max_grad_norm: float
-    anneal_lr: bool
+    anneal_lr: bool | None
 
     def __post_init__(self) -> None:
-        checks.booleans(self, ("anneal_lr",))
+        if self.anneal_lr is not None and not isinstance(self.anneal_lr, bool):
+            raise ValueError(
+                f"anneal_lr must be true, false or None (derived from the agent count), got {self.anneal_lr!r}"
+                + (" (a string: write it without quotes in TOML)" if isinstance(self.anneal_lr, str) else "")
+            )
         checks.positive("max_grad_norm", self.max_grad_norm, "use math.inf to disable clipping")
         if self.learning_rate is not None:
             checks.positive("learning_rate", self.learning_rate, "e.g. 3e-4, or None to derive it from the env")

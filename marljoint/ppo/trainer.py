@@ -516,8 +516,11 @@ class JointMultiAgentTrainer:
         """
         if self.config.optim.anneal_lr:
             if end_iteration is None:
+                rule = "anneal_lr"
+                if "anneal_lr" in self.derived:
+                    rule = f"anneal_lr is on ({self.spec.num_agents} agents: derived from the agent count)"
                 raise ValueError(
-                    "anneal_lr decays the learning rate to 0 at the end of the run, so iterate() needs "
+                    f"{rule} decays the learning rate to 0 at the end of the run, so iterate() needs "
                     "end_iteration (the iteration the run ends at); or set anneal_lr=False"
                 )
             self.anneal_learning_rate(end_iteration)

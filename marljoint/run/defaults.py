@@ -89,6 +89,12 @@ PRODUCT_CHANGES: dict[str, tuple[Any, str]] = {
         "derived from the action spaces (1e-3 when every agent's actions are discrete, 3e-4 when some agent acts "
         f"in a Box; see DERIVED_RULES); {_MEASURED}",
     ),
+    "anneal_lr": (
+        None,
+        "derived from the agent count (annealed from 5 agents; see DERIVED_RULES): with six agents on "
+        "simple_spread a constant rate stops improving after 250k env steps (benchmarks/agent_count.py; "
+        "docs/learning.md, 'Learning against the number of agents')",
+    ),
 }
 """The trainer settings ``marljoint train`` changes from :class:`~marljoint.JointTrainerConfig`'s defaults:
 ``{setting: (its value in marljoint train, why)}``."""
@@ -99,6 +105,8 @@ DERIVED_RULES: dict[str, str] = {
     "ent_coef": "None: 0.01 when every agent's actions are discrete, 0 when some agent acts in a Box "
     "(marljoint.ppo.derive_settings)",
     "learning_rate": "None: 1e-3 when every agent's actions are discrete, 3e-4 when some agent acts in a Box "
+    "(marljoint.ppo.derive_settings)",
+    "anneal_lr": "None: the learning rate annealed linearly to 0 over the run from 5 agents, constant below "
     "(marljoint.ppo.derive_settings)",
     "normalize_observations": "None: on when some agent observes a Box with an infinite bound (or one of "
     "magnitude >= 1e6), off otherwise (marljoint.ppo.derive_settings)",

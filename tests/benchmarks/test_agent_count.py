@@ -123,14 +123,26 @@ def test_the_report_gives_the_mean_and_95_ci_over_seeds_at_each_checkpoint(bench
     rows.append(("simple_spread", 3, "sb3", 0, 200, 32768, 50, 60, 5, -5.0, 0))
     rows.append(("bucket_brigade", 6, "marljoint[n_epochs=4]", 0, 200, 8192, 5, 5, 5, 7.0, 0))
     write_rows(path, rows)
-    table = bench.report(path)
+    table = bench.report([path])
     assert "### simple_spread, 3 agents" in table and "### bucket_brigade, 6 agents" in table
     assert "uniformly random: -30" in table
-    assert "| method | 100 steps | 200 steps | s/run | CPU s/run |" in table
-    assert "| marljoint | 2 ± 2.48 (3) | 12 ± 2.48 (3) | 21 | 40 |" in table
-    assert "| sb3 | – | -5 (1) | 50 | 60 |" in table
-    assert "| marljoint[n_epochs=4] | 7 (1) | 5 | 5 |" in table
+    assert "| method | 100 steps | 200 steps | rise 100 → 200 | s/run | CPU s/run |" in table
+    assert "| marljoint | 2 ± 2.48 (3) | 12 ± 2.48 (3) | +10 ± 0 (3): rises | 21 | 40 |" in table
+    assert "| sb3 | – | -5 (1) | – | 50 | 60 |" in table
+    assert "| marljoint[n_epochs=4] | 7 (1) | – | 5 | 5 |" in table
     assert table.index("simple_spread") < table.index("bucket_brigade")
+
+
+def test_the_rise_is_paired_by_seed_and_flat_when_its_interval_holds_zero(bench, tmp_path):
+    first, second = tmp_path / "a.csv", tmp_path / "b.csv"
+    # seed 2 reached only the first checkpoint: it is left out of the pairs
+    write_rows(first, [("pursuit", 6, "sb3", s, 100, 100, 1, 1, 5, v, 0) for s, v in enumerate([1.0, 5.0, 9.0])])
+    write_rows(second, [("pursuit", 6, "sb3", s, 200, 200, 1, 1, 5, v, 0) for s, v in enumerate([1.5, 5.0])])
+    rows = bench._read(first) + bench._read(second)
+    mean, half, n = bench.rise(rows, "sb3", 100, 200)
+    assert (mean, n) == (0.25, 2) and half == pytest.approx(12.706 * np.sqrt(0.125) / np.sqrt(2), rel=1e-3)
+    table = bench.report([first, second])
+    assert "| sb3 | 5 ± 9.94 (3) | 3.25 ± 22.2 (2) | +0.25 ± 3.2 (2): flat | 1 | 1 |" in table
 
 
 def test_the_curves_and_the_plot(bench, tmp_path):
@@ -213,3 +225,24 @@ def test_marljoint_stopped_and_resumed_at_a_checkpoint_trains_as_one_run(bench, 
 def test_the_module_docstring_holds_the_full_command(bench):
     assert "python benchmarks/agent_count.py --out benchmarks/results/agent-count/runs.csv" in bench.__doc__
     assert sys.modules["agent_count"] is bench
+
+
+def test_the_diagnostics_average_each_metric_over_the_agents_and_draw_every_run(bench, tmp_path, capsys):
+    path = tmp_path / "metrics.csv"
+    path.write_text(
+        "iteration,env_steps,episode_return_mean,entropy/agent_0,entropy/agent_1,approx_kl/agent_0,approx_kl/agent_1\n"
+        "1,100,-3.0,1.0,2.0,0.01,0.03\n"
+        "2,200,-2.0,0.5,1.5,0.02,0.04\n"
+    )
+    curves = bench.diagnostic_curves(path)
+    assert set(curves) == {"episode_return_mean", "entropy", "approx_kl"}  # the file has no clip fraction
+    steps, entropy = curves["entropy"]
+    assert steps.tolist() == [100, 200] and entropy.tolist() == [1.5, 1.0]
+    assert curves["approx_kl"][1] == pytest.approx([0.02, 0.03])
+    pytest.importorskip("matplotlib")
+    picture = tmp_path / "diagnostics.png"
+    bench.main(["--diagnostics", str(path), str(path), "--plot", str(picture)])
+    assert picture.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    with pytest.raises(SystemExit):
+        bench.main(["--diagnostics", str(path)])
+    assert "--diagnostics draws into --plot PNG" in capsys.readouterr().err

@@ -94,7 +94,7 @@ def test_groups_are_frozen():
         (PpoConfig, {"bptt_length": 9, "rollout_steps": 8}, r"bptt_length must be .* \(lower bptt_length or raise"),
         (OptimConfig, {"learning_rate": math.inf}, "learning_rate must be finite, got inf"),
         (OptimConfig, {"max_grad_norm": -1.0}, "use math.inf to disable clipping"),
-        (OptimConfig, {"anneal_lr": 1}, "anneal_lr must be true or false, got 1"),
+        (OptimConfig, {"anneal_lr": 1}, r"anneal_lr must be true, false or None \(derived .*, got 1"),
         (NetworkConfig, {"hidden_sizes": "64"}, r"hidden_sizes must be a list .* such as \[64, 64\], got '64'"),
         (NetworkConfig, {"recurrent": "rnn"}, r"recurrent must be one of \['gru', 'lstm'\].*got 'rnn'"),
         (NetworkConfig, {"normalize_observations": 1}, "normalize_observations must be true, false or None"),

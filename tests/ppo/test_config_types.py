@@ -13,7 +13,7 @@ from marljoint_envs import mock_v0
     [
         ({"centralized_critic": "false"}, r"centralized_critic must be true or false, got 'false' \(a string"),
         ({"share_parameters": "no"}, "share_parameters must be true or false, got 'no'"),
-        ({"anneal_lr": 1}, "anneal_lr must be true or false, got 1"),
+        ({"anneal_lr": 1}, r"anneal_lr must be true, false or None \(derived .*, got 1"),
         ({"normalize_advantages": None}, "normalize_advantages must be true or false, got None"),
         ({"hidden_sizes": "256"}, r"hidden_sizes must be a list of positive integer widths such as \[64, 64\]"),
         ({"hidden_sizes": 256}, "hidden_sizes must be a list of positive integer widths"),

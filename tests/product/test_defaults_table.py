@@ -26,7 +26,9 @@ from tests.product._product_helpers import run_cli
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "cli.md"
 # Resolved when the trainer is built (from the env or the machine), so a run's config.toml holds the resolved value.
-RESOLVED = {"gamma", "ent_coef", "learning_rate", "normalize_observations", "torch_threads", "acting_device"}
+RESOLVED = {
+    "gamma", "ent_coef", "learning_rate", "anneal_lr", "normalize_observations", "torch_threads", "acting_device"
+}
 
 
 def _plain(value):
@@ -124,4 +126,5 @@ def test_a_fresh_run_writes_the_product_defaults(tmp_path):
             unset = row.product is None or row.setting in OPTIONAL_SETTINGS
             assert _plain(value) == _plain(row.product) or (value == "absent" and unset), row.setting
     assert written["learning_rate"] == 1e-3  # mock_v0's discrete actions, by the rule the table names
+    assert written["anneal_lr"] is False  # mock_v0 has two agents, below the rule's five
     assert dataclasses.asdict(RunSpec().trainer)["learning_rate"] is None

@@ -5,7 +5,13 @@ from marljoint.auxiliary import AuxFn, AuxOutput, features_only
 from marljoint.collect.rollout import JointRollout
 from marljoint.policies.normalizer import RunningNormalizer
 from marljoint.ppo.config import JointTrainerConfig, NetworkConfig, OptimConfig, PpoConfig, RuntimeConfig
-from marljoint.ppo.derived import derive_replay, derive_settings, derive_threads, gamma_for_episodes
+from marljoint.ppo.derived import (
+    anneal_for_agents,
+    derive_replay,
+    derive_settings,
+    derive_threads,
+    gamma_for_episodes,
+)
 from marljoint.ppo.divergence import DivergenceError
 from marljoint.ppo.gae import compute_gae
 from marljoint.ppo.learner import Learner, NetworkUnit
@@ -37,6 +43,7 @@ __all__ = [
     "PpoConfig",
     "RunningNormalizer",
     "RuntimeConfig",
+    "anneal_for_agents",
     "compute_gae",
     "derive_replay",
     "derive_settings",

@@ -26,6 +26,7 @@ __all__ = [
     "DISCRETE_ACTION_SETTINGS",
     "GAMMA_RANGE",
     "MANY_AGENTS",
+    "anneal_for_agents",
     "derive_acting_device",
     "derive_replay",
     "derive_settings",
@@ -80,12 +81,7 @@ def derive_settings(spec: JointSpec, config: JointTrainerConfig) -> tuple[JointT
         recipe's rate) keeps ten epochs per rollout from overshooting. The rule is one setting for all agents,
         so in an env that mixes both kinds the discrete agents get the Box values too.
 
-        ``anneal_lr``: on from :data:`MANY_AGENTS` agents, off below. An agent's advantage carries the noise of
-        every other agent's exploration in a shared return, so with many agents a constant step keeps the policy
-        moving as it sharpens: on ``simple_spread`` with six agents the clip fraction climbs from 0.06 to 0.12
-        over 1M env steps and the greedy return stays where it was at 250k (-30.2, -30.5 at 1M); annealed to 0,
-        it rises on every seed (-29.5 to -28.8, three seeds). Below five agents the constant rate is the one the
-        generalization suite chose.
+        ``anneal_lr``: :func:`anneal_for_agents` of the number of agents (on from :data:`MANY_AGENTS`).
 
     Args:
         spec: the env's agents and layouts.
@@ -97,14 +93,7 @@ def derive_settings(spec: JointSpec, config: JointTrainerConfig) -> tuple[JointT
     changes: dict[str, Any] = {}
     derived: dict[str, str] = {}
     if config.network.normalize_observations is None:
-        unbounded = [a for a, o in zip(spec.agents, spec.observations) if o.kind == "flat" and o.unbounded]
-        changes["normalize_observations"] = bool(unbounded)
-        if unbounded:
-            derived["normalize_observations"] = (
-                f"on: {_names(unbounded)} observe a Box with unbounded bounds, whose scale nothing tells in advance"
-            )
-        else:
-            derived["normalize_observations"] = "off: every agent's observation space is bounded"
+        changes["normalize_observations"], derived["normalize_observations"] = _normalization_rule(spec)
     if config.ppo.gamma is None:
         changes["gamma"], derived["gamma"] = _gamma_rule(spec.episode_limit)
     box = [a for a, layout in zip(spec.agents, spec.actions) if layout.kind == "box"]
@@ -118,11 +107,23 @@ def derive_settings(spec: JointSpec, config: JointTrainerConfig) -> tuple[JointT
                 else f"{value}: every agent's actions are discrete"
             )
     if config.optim.anneal_lr is None:
-        changes["anneal_lr"], derived["anneal_lr"] = _anneal_rule(spec.num_agents)
+        changes["anneal_lr"], derived["anneal_lr"] = anneal_for_agents(spec.num_agents)
     return (config.replace(**changes) if changes else config), derived
 
 
-def _anneal_rule(num_agents: int) -> tuple[bool, str]:
+def anneal_for_agents(num_agents: int) -> tuple[bool, str]:
+    """Whether a run of ``num_agents`` agents anneals its learning rate to 0 (``anneal_lr``), and why.
+
+    On from :data:`MANY_AGENTS` agents. An agent's advantage carries the noise of every other agent's exploration
+    in a shared return, so with many agents a constant step keeps moving a policy that has sharpened: on
+    ``simple_spread`` with six agents the clip fraction climbs from 0.06 to 0.12 over 1M env steps and the greedy
+    return stays where it was at 250k (-30.2, -30.5 at 1M); annealed to 0, it rises on every seed (-29.5 to -28.8,
+    three seeds). Below five agents the constant rate is the one the generalization suite chose.
+
+    Example:
+        >>> anneal_for_agents(6)[0], anneal_for_agents(3)
+        (True, (False, 'off: 3 agents (< 5), the constant rate'))
+    """
     if num_agents >= MANY_AGENTS:
         return True, (
             f"on: {num_agents} agents (>= {MANY_AGENTS}), whose shared return a constant step keeps chasing; "
@@ -274,6 +275,14 @@ def gamma_for_episodes(episode_limit: int | None) -> float:
     if isinstance(episode_limit, bool) or not isinstance(episode_limit, int) or episode_limit < 1:
         raise ValueError(f"episode_limit must be a positive integer or None, got {episode_limit!r}")
     return round(min(high, max(low, 1.0 - 1.0 / episode_limit)), 4)
+
+
+def _normalization_rule(spec: JointSpec) -> tuple[bool, str]:
+    unbounded = [a for a, o in zip(spec.agents, spec.observations) if o.kind == "flat" and o.unbounded]
+    if unbounded:
+        reason = f"on: {_names(unbounded)} observe a Box with unbounded bounds, whose scale nothing tells in advance"
+        return True, reason
+    return False, "off: every agent's observation space is bounded"
 
 
 def _gamma_rule(episode_limit: int | None) -> tuple[float, str]:

@@ -708,10 +708,15 @@ def plot(paths: Sequence[Path], out: Path) -> None:
     counts = sorted({int(r["agents"]) for r in rows})
     fig, axes = plt.subplots(len(envs), len(counts), figsize=(3.6 * len(counts), 2.8 * len(envs)), squeeze=False)
     colours = {"marljoint": "tab:blue", "sb3": "tab:orange", "benchmarl": "tab:green"}
+    others = ["tab:purple", "tab:brown", "tab:red", "tab:pink", "tab:olive", "tab:cyan", "tab:grey"]
+    for k, method in enumerate(m for m in _methods(rows) if m not in colours):  # one colour per method, every panel
+        colours[method] = others[k % len(others)]
     for i, env in enumerate(envs):
         for j, agents in enumerate(counts):
             ax = axes[i, j]
             mine = [r for r in rows if (r["env"], int(r["agents"])) == (env, agents)]
+            if not mine:
+                ax.text(0.5, 0.5, "not measured", ha="center", va="center", transform=ax.transAxes, fontsize=8)
             for method in _methods(mine):
                 x, mean, half = curves(rows, env, agents, method)
                 line = ax.plot(x, mean, marker="o", markersize=3, label=method, color=colours.get(method))[0]
@@ -722,10 +727,13 @@ def plot(paths: Sequence[Path], out: Path) -> None:
             ax.set_title(f"{env}, {agents} agents", fontsize=9)
             ax.set_xlabel("env steps", fontsize=8)
             ax.tick_params(labelsize=7)
-    handles, labels = axes[0, 0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="upper right", fontsize=8)
+    legend: dict[str, Any] = {}
+    for ax in axes.flat:
+        for handle, label in zip(*ax.get_legend_handles_labels()):
+            legend.setdefault(label, handle)
+    fig.legend(list(legend.values()), list(legend), loc="lower center", fontsize=8, ncol=3)
     fig.suptitle("mean greedy episode return per agent (95% CI over seeds; dashed: random)", fontsize=9)
-    fig.tight_layout(rect=(0, 0, 0.9, 0.96))
+    fig.tight_layout(rect=(0, 0.12, 1, 0.96))
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=120)
     plt.close(fig)

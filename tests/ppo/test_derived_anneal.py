@@ -79,24 +79,11 @@ def test_iterate_without_the_run_end_names_the_rule_and_the_fix():
     assert trainer.iteration == 1
 
 
-def test_marljoint_train_writes_the_rule_with_its_reason_and_resumes_with_the_value(tmp_path):
-    from marljoint.run.train import RunSpec, load_run_spec, train_run
-
-    spec = RunSpec.from_dict(
-        {
-            "env": "marljoint_envs.mock_v0",
-            "env_kwargs": {"num_agents": 6},
-            "total_steps": 64,
-            "num_envs": 2,
-            "rollout_steps": 16,
-            "minibatch_size": 16,
-        }
-    )
+def test_marljoint_train_writes_the_rule_with_its_reason_and_resumes_with_the_value(tiny_run):
+    spec, text, saved = tiny_run("marljoint_envs.mock_v0", {"num_agents": 6})
     assert spec.trainer.anneal_lr is None
-    train_run(spec, tmp_path / "run", progress=False)
-    text = (tmp_path / "run" / "config.toml").read_text()
     assert "# derived from the env (on: 6 agents (>= 5)" in text and "\nanneal_lr = true\n" in text
-    assert load_run_spec(tmp_path / "run").trainer.anneal_lr is True
+    assert saved.anneal_lr is True
 
 
 def test_nfsp_takes_the_constant_rate_when_the_rule_is_left_to_it():

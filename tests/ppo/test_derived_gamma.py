@@ -99,25 +99,12 @@ def test_the_derived_value_trains_exactly_as_the_same_value_given():
     assert not all(torch.equal(a, b) for a, b in zip(derived, other))
 
 
-def test_config_toml_holds_the_derived_gamma_and_a_resumed_run_keeps_it(tmp_path):
-    from marljoint.run.train import RunSpec, load_run_spec, train_run
-
-    spec = RunSpec.from_dict(
-        {
-            "env": "marljoint_envs.mock_v0",
-            "env_kwargs": {"num_agents": 2, "max_cycles": 20},
-            "total_steps": 64,
-            "num_envs": 2,
-            "rollout_steps": 16,
-            "minibatch_size": 16,
-        }
-    )
+def test_config_toml_holds_the_derived_gamma_and_a_resumed_run_keeps_it(tiny_run):
+    spec, text, saved = tiny_run("marljoint_envs.mock_v0", {"num_agents": 2, "max_cycles": 20})
     assert spec.trainer.gamma is None
-    train_run(spec, tmp_path / "run", progress=False)
-    text = (tmp_path / "run" / "config.toml").read_text()
     assert "# derived from the env (0.95: 1 - 1/20 for 20-step episodes" in text
     assert "\ngamma = 0.95\n" in text
-    assert load_run_spec(tmp_path / "run").trainer.gamma == 0.95
+    assert saved.gamma == 0.95
 
 
 def test_bucket_brigade_states_its_nights_as_max_cycles_and_setting_it_is_checked():

@@ -70,6 +70,7 @@ class _UnitActing:
         n = len(slots)
         self.n = n
         self.shared = policy.share_parameters
+        self.per_frame = critic_size is not None and policy.critic_per_frame
         layout = policy.observation
         self.flatten = layout.kind == "image"
         self.obs_size = layout.size
@@ -77,8 +78,11 @@ class _UnitActing:
         self.obs_norm = _standardiser(policy.obs_normalizer)
         self.critic_norm = _standardiser(policy.critic_obs_normalizer)
         head = policy.value_head
-        self.value_w = head.weight.detach().numpy()[:, :, 0][:, None, :]  # [M, 1, d]
-        self.value_b = head.bias.detach().numpy()  # [M, 1]
+        if self.per_frame:  # one row per frame, n_g values: [d, n_g] and [n_g]
+            self.value_w, self.value_b = head.weight.detach().numpy()[0], head.bias.detach().numpy()[0]
+        else:
+            self.value_w = head.weight.detach().numpy()[:, :, 0][:, None, :]  # [M, 1, d]
+            self.value_b = head.bias.detach().numpy()  # [M, 1]
         self.total = total
         self._action_layout(rows)
 
@@ -95,7 +99,11 @@ class _UnitActing:
         if self.shared:
             self.x_np.reshape(total, n, -1)[:, :, self.obs_size :] = np.eye(n, dtype=np.float32)
         self.critic_x: torch.Tensor | None = None
-        if critic_size is not None:
+        if self.per_frame:  # the joint state once per frame, no agent ids
+            self.critic_x = torch.zeros((1, total, critic_size))
+            self.critic_np = self.critic_x.numpy()
+            self.critic_size = critic_size
+        elif critic_size is not None:
             self.critic_x = torch.zeros((members, batch, critic_size + ids))
             self.critic_np = self.critic_x.numpy()
             if self.shared:
@@ -160,6 +168,12 @@ class _UnitActing:
             # A local critic: the actor's trunk (shared) or the critic's own trunk on the same input.
             encoder = policy.critic_encoder
             trunk = (features if encoder is None else encoder.forward_member_major(self.x)).numpy()
+        elif self.per_frame:
+            joint = critic if self.critic_norm is None else self.critic_norm(critic[:, None, :])[:, 0]
+            self.critic_np[0, self.start : self.stop] = joint
+            trunk = policy.critic_encoder.forward_member_major(self.critic_x).numpy()[0]  # [total, d]
+            values = (trunk @ self.value_w + self.value_b)[self.start : self.stop]  # [R, n_g]
+            return (*self._actions(head, mask, noise), values)
         else:
             if self.shared:
                 joint = critic[:, None, :] if self.critic_norm is None else self.critic_norm(critic[:, None, :])
@@ -170,11 +184,13 @@ class _UnitActing:
             trunk = policy.critic_encoder.forward_member_major(self.critic_x).numpy()
         values = (trunk * self.value_w).sum(-1) + self.value_b  # [M, B']
         values = self._agent_major(values[..., None])[..., 0]
+        return (*self._actions(head, mask, noise), values)
+
+    def _actions(self, head: np.ndarray, mask: np.ndarray | None, noise: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Actions and log-probabilities of the played rows from the action head's ``[R, n, L]`` outputs."""
         if self.kind == "box":
-            actions, log_probs = self._gaussian(head, noise)
-        else:
-            actions, log_probs = self._categorical(head, mask, noise)
-        return actions, log_probs, values
+            return self._gaussian(head, noise)
+        return self._categorical(head, mask, noise)
 
     def _gaussian(self, mean: np.ndarray, noise: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         std = np.exp(self.log_std)

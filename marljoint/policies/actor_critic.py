@@ -13,6 +13,7 @@ from marljoint.policies.distributions import Categorical, DiagGaussian, Factored
 from marljoint.policies.encoders import (
     TrunkBuilder,
     check_arguments,
+    check_critic_per_frame,
     observation_normalizers,
     plain_settings,
     step_core,
@@ -69,6 +70,9 @@ class ActorCritic(nn.Module):
         share_trunk: a local critic reads the actor's trunk features (True) instead of having a trunk of its own
             (False, the default, as in CleanRL, SB3 and MAPPO). Ignored by a centralised critic, which always has
             its own MLP.
+        critic_per_frame: a centralised critic shared by the agents (``share_parameters``, feed-forward) runs once
+            per frame on the joint state (``critic_obs`` row 0), without agent ids, its value head giving one value
+            per agent (``n_g`` outputs): ``n_g`` times less critic work.
         log_std_init: initial log standard deviation of a Box action.
         recurrent: ``"gru"`` or ``"lstm"`` gives the actor's trunk, and the critic's own trunk, a recurrent core
             after its MLP (:class:`~marljoint.policies.recurrent.StackedRecurrentCell`, one per member, all in one
@@ -93,7 +97,7 @@ class ActorCritic(nn.Module):
     Raises:
         TypeError: if the layouts are not :class:`ObservationLayout` / :class:`ActionLayout`.
         ValueError: for a non-positive ``num_agents``, empty or non-positive sizes, an image too small for the
-            CNN settings given, or ``normalize_observations`` with image observations.
+            CNN settings given, ``normalize_observations`` with images, or ``critic_per_frame`` where none exists.
 
     Example:
         >>> import numpy as np, torch
@@ -121,6 +125,7 @@ class ActorCritic(nn.Module):
         log_std_init: float = 0.0,
         *,
         share_trunk: bool = False,
+        critic_per_frame: bool = False,
         recurrent: str | None = None,
         rnn_hidden_size: int = 64,
         normalize_observations: bool = False,
@@ -133,13 +138,12 @@ class ActorCritic(nn.Module):
     ) -> None:
         super().__init__()
         check_arguments(observation, action, num_agents, critic_input_size, recurrent)
-        self.observation = observation
-        self.action = action
-        self.num_agents = num_agents
+        self.observation, self.action, self.num_agents = observation, action, num_agents
         self.share_parameters = bool(share_parameters)
         self.members = 1 if self.share_parameters else num_agents
         self.critic_input_size = critic_input_size
         self.share_trunk = bool(share_trunk) and critic_input_size is None
+        self.critic_per_frame = check_critic_per_frame(critic_per_frame, critic_input_size, share_parameters, recurrent)
         self.recurrent = recurrent
         cnn_settings = (cnn_channels, cnn_kernel_sizes, cnn_strides, cnn_features)
         build = TrunkBuilder(
@@ -154,21 +158,20 @@ class ActorCritic(nn.Module):
         self.log_std: nn.Parameter | None = None
         if action.kind == "box":
             self.log_std = nn.Parameter(torch.full((self.members, action.logits_size), float(log_std_init)))
-        self.critic_cnn, self.critic_encoder = build.critic_trunk(critic_input_size, self.share_trunk)
-        self.critic_core = None if self.critic_encoder is None else build.core(self.critic_encoder.out_features)
-        self.value_head = build.value_head(self.feature_size, self.critic_encoder, self.critic_core)
+        self.critic_cnn, self.critic_encoder, self.critic_core, self.value_head = build.critic(
+            critic_input_size, self.share_trunk, self.critic_per_frame, self.feature_size, num_agents
+        )
         self.obs_normalizer, self.critic_obs_normalizer = observation_normalizers(
             normalize_observations, observation, self.members, critic_input_size
         )
         self.register_buffer("agent_ids", torch.eye(num_agents), persistent=False)
         self.axis = MemberAxis(
-            observation, num_agents, share_parameters, critic_input_size, self.core, self.critic_core
+            observation, num_agents, share_parameters, critic_input_size, self.core, self.critic_core, critic_per_frame
         )
         """The shapes of the inputs and states, and the conversions between the agent and member axes."""
-        # The settings as plain values: with the layouts and the activation, they build it again (policies.description).
         self.settings = plain_settings(
             num_agents, self.share_parameters, hidden_sizes, critic_input_size, log_std_init, share_trunk, recurrent,
-            rnn_hidden_size, normalize_observations, cnn_settings,
+            rnn_hidden_size, normalize_observations, cnn_settings, self.critic_per_frame,
         )  # fmt: skip
 
     @property
@@ -395,7 +398,7 @@ class ActorCritic(nn.Module):
 
     def _value_head(self, hidden: torch.Tensor, batch: int) -> torch.Tensor:
         """The value head on the critic's member-major ``hidden`` features, agent-major: ``[B, n_g]``."""
-        return self.axis.agent_major(self.value_head.forward_member_major(hidden), batch).squeeze(-1)
+        return self.axis.agent_values(self.value_head.forward_member_major(hidden), batch)
 
     def _trunk(self, obs: torch.Tensor, state: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Member-major actor trunk features ``[M, B', d]`` (``B' = B`` independent, ``B * n_g`` shared) and the
@@ -435,8 +438,8 @@ class ActorCritic(nn.Module):
 
     def _critic_hidden(self, critic_obs: torch.Tensor | None, batch: int) -> torch.Tensor:
         """Member-major features of the centralised critic's MLP on ``[B, n_g, critic_input_size]``."""
-        critic_obs = self.axis.check_critic_obs(critic_obs, batch)
+        critic_obs = self.axis.critic_rows(self.axis.check_critic_obs(critic_obs, batch))
         if self.critic_obs_normalizer is not None:
             critic_obs = self.critic_obs_normalizer(critic_obs)
         assert self.critic_encoder is not None
-        return self.critic_encoder.forward_member_major(self.axis.member_major(critic_obs, self.agent_ids))
+        return self.critic_encoder.forward_member_major(self.axis.critic_member_major(critic_obs, self.agent_ids))

@@ -62,6 +62,37 @@ def check_arguments(observation: Any, action: Any, num_agents: Any, critic_input
         raise ValueError(f"recurrent must be one of {list(RECURRENT_KINDS)} or None, got {recurrent!r}")
 
 
+def check_critic_per_frame(
+    critic_per_frame: Any, critic_input_size: int | None, share_parameters: bool, recurrent: str | None
+) -> bool:
+    """``critic_per_frame``, checked: refuses one that is not a bool, or True without a centralised critic shared
+    by the group's agents on a feed-forward network.
+
+    Raises:
+        ValueError: naming what is missing and the fix.
+    """
+    if not isinstance(critic_per_frame, bool):
+        raise ValueError(f"critic_per_frame must be True or False, got {critic_per_frame!r}")
+    if not critic_per_frame:
+        return False
+    if critic_input_size is None:
+        raise ValueError(
+            "critic_per_frame=True needs a centralised critic (critic_input_size); a local critic reads one agent's "
+            "observation. Pass critic_input_size, or critic_per_frame=False"
+        )
+    if not share_parameters:
+        raise ValueError(
+            "critic_per_frame=True needs share_parameters=True: with one network per agent each agent has its own "
+            "critic. Share the parameters, or critic_per_frame=False"
+        )
+    if recurrent is not None:
+        raise ValueError(
+            f"critic_per_frame=True needs a feed-forward network, got recurrent={recurrent!r} (a recurrent critic "
+            "keeps one state per agent); pass recurrent=None, or critic_per_frame=False"
+        )
+    return True
+
+
 def observation_normalizers(
     enabled: bool, observation: ObservationLayout, members: int, critic_input_size: int | None
 ) -> tuple[ObservationNormalizer | None, ObservationNormalizer | None]:
@@ -96,8 +127,10 @@ def plain_settings(
     rnn_hidden_size: int,
     normalize_observations: bool,
     cnn_settings: CnnSettings,
+    critic_per_frame: bool = False,
 ) -> dict[str, Any]:
-    """The actor-critic's keyword arguments other than the layouts, activation and generator, as plain values."""
+    """The actor-critic's keyword arguments other than the layouts, activation and generator, as plain values:
+    with the layouts and the activation they build it again (:mod:`marljoint.policies.description`)."""
     channels, kernel_sizes, strides, features = cnn_settings
     return {
         "num_agents": int(num_agents),
@@ -106,6 +139,7 @@ def plain_settings(
         "critic_input_size": None if critic_input_size is None else int(critic_input_size),
         "log_std_init": float(log_std_init),
         "share_trunk": bool(share_trunk),
+        "critic_per_frame": bool(critic_per_frame),
         "recurrent": recurrent,
         "rnn_hidden_size": int(rnn_hidden_size),
         "normalize_observations": bool(normalize_observations),
@@ -171,22 +205,36 @@ class TrunkBuilder:
         )
 
     def value_head(
-        self, feature_size: int, critic_encoder: StackedMLP | None, critic_core: StackedRecurrentCell | None
+        self,
+        feature_size: int,
+        critic_encoder: StackedMLP | None,
+        critic_core: StackedRecurrentCell | None,
+        outputs: int = 1,
     ) -> StackedLinear:
         """The value head (gain 1) on the critic core's output, the critic MLP's, or (shared trunk, no critic MLP)
-        the actor's ``feature_size`` features."""
+        the actor's ``feature_size`` features: ``outputs`` values per row (one per agent for a per-frame critic)."""
         if critic_encoder is None:
             inputs = feature_size
         else:
             inputs = critic_encoder.out_features if critic_core is None else critic_core.hidden_size
-        return StackedLinear(self.members, inputs, 1, 1.0, generator=self.generator)
+        return StackedLinear(self.members, inputs, outputs, 1.0, generator=self.generator)
+
+    def critic(
+        self, critic_input_size: int | None, share_trunk: bool, per_frame: bool, feature_size: int, num_agents: int
+    ) -> tuple[StackedCNN | None, StackedMLP | None, StackedRecurrentCell | None, StackedLinear]:
+        """The critic's parts in the order of their weights' draws: its own trunk (:meth:`critic_trunk`), its
+        recurrent core and its value head (one output, or ``num_agents`` for a critic run ``per_frame``)."""
+        cnn, encoder = self.critic_trunk(critic_input_size, share_trunk, per_frame)
+        core = None if encoder is None else self.core(encoder.out_features)
+        return cnn, encoder, core, self.value_head(feature_size, encoder, core, num_agents if per_frame else 1)
 
     def critic_trunk(
-        self, critic_input_size: int | None, share_trunk: bool
+        self, critic_input_size: int | None, share_trunk: bool, per_frame: bool = False
     ) -> tuple[StackedCNN | None, StackedMLP | None]:
-        """The critic's own layers: a centralised MLP, a local trunk (CNN + MLP), or nothing (shared trunk)."""
+        """The critic's own layers: a centralised MLP (without agent ids when it runs ``per_frame``), a local trunk
+        (CNN + MLP), or nothing (shared trunk)."""
         if critic_input_size is not None:
-            return None, self.mlp(critic_input_size + self.id_size)
+            return None, self.mlp(critic_input_size + (0 if per_frame else self.id_size))
         if share_trunk:
             return None, None
         return self.trunk()

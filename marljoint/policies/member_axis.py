@@ -30,6 +30,8 @@ class MemberAxis:
         critic_input_size: the per-agent input of a centralised critic, ``None`` for a local critic.
         core: the actor's recurrent core, ``None`` when feed-forward.
         critic_core: the critic's own recurrent core, ``None`` without one.
+        critic_per_frame: the centralised critic runs once per frame (``[1, B, S]``, no agent ids) and its head
+            gives the ``n_g`` values of a frame at once.
     """
 
     def __init__(
@@ -40,11 +42,13 @@ class MemberAxis:
         critic_input_size: int | None,
         core: StackedRecurrentCell | None,
         critic_core: StackedRecurrentCell | None,
+        critic_per_frame: bool = False,
     ) -> None:
         self.observation = observation
         self.num_agents = num_agents
         self.share_parameters = bool(share_parameters)
         self.critic_input_size = critic_input_size
+        self.critic_per_frame = critic_per_frame
         self.recurrent = None if core is None else core.kind
         """The recurrent core's kind (``"gru"``, ``"lstm"``), ``None`` when feed-forward."""
         self.actor_state_size = 0 if core is None else core.state_size
@@ -213,6 +217,20 @@ class MemberAxis:
         batch = x.shape[0]
         ids = agent_ids.expand(batch, self.num_agents, self.num_agents)
         return torch.cat((x, ids), dim=-1).view(1, batch * self.num_agents, -1)
+
+    def critic_rows(self, critic_obs: torch.Tensor) -> torch.Tensor:
+        """The rows of a checked ``[B, n_g, S]`` critic input the critic reads: ``[B, 1, S]`` (the frame's joint
+        state, which every agent's row holds) for a per-frame critic, else every agent's."""
+        return critic_obs[:, :1] if self.critic_per_frame else critic_obs
+
+    def critic_member_major(self, rows: torch.Tensor, agent_ids: torch.Tensor) -> torch.Tensor:
+        """:meth:`critic_rows` → the critic's ``[M, B', S']`` input: ``[1, B, S]`` per frame, else as
+        :meth:`member_major`."""
+        return rows.transpose(0, 1) if self.critic_per_frame else self.member_major(rows, agent_ids)
+
+    def agent_values(self, y: torch.Tensor, batch: int) -> torch.Tensor:
+        """The value head's ``[M, B', k]`` output → ``[B, n_g]`` values (a per-frame head's ``[1, B, n_g]``)."""
+        return y[0] if self.critic_per_frame else self.agent_major(y, batch).squeeze(-1)
 
     def agent_major(self, y: torch.Tensor, batch: int) -> torch.Tensor:
         """Inverse of :meth:`member_major` for outputs: ``[M, B', k]`` → ``[B, n_g, k]``."""

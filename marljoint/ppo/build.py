@@ -44,6 +44,7 @@ def default_units(spec: JointSpec, config: JointTrainerConfig, **policy_kwargs: 
             share_parameters=network.share_parameters,
             critic_input_size=critic_size,
             share_trunk=network.share_trunk,
+            critic_per_frame=network.critic_per_frame,
             normalize_observations=bool(network.normalize_observations) and group.observation.kind == "flat",
             recurrent=network.recurrent,
             rnn_hidden_size=network.rnn_hidden_size,

@@ -125,6 +125,13 @@ class JointTrainerConfig:
     :attr:`~marljoint.JointMultiAgentTrainer.derived` the reason."""
     centralized_critic: bool = False
     """The critic sees every agent's observation (and who is alive), not only its own."""
+    critic_per_frame: bool = False
+    """With :attr:`centralized_critic` and :attr:`share_parameters`: each group's critic runs once per frame on
+    the joint state and gives one value per agent of the group (a head of ``n_g`` outputs, as BenchMARL's and
+    MAPPO's shared centralised critic runs once per frame), instead of once per agent on the joint state with the
+    agent's one-hot id. The same inputs and returns; ``n_g`` times less critic work per frame, and no agent id in
+    the critic's trunk (the agents share its features and differ in their output). False (the default): once per
+    agent. Feed-forward networks only."""
     share_trunk: bool = False
     """A local critic reads the actor's encoder trunk (one network with two heads) instead of a trunk of its own.
     False (the default, as in CleanRL, SB3 and MAPPO): actor and critic are separate networks, the value loss never

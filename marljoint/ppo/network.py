@@ -26,6 +26,7 @@ class NetworkConfig:
     share_parameters: bool
     share_trunk: bool
     centralized_critic: bool
+    critic_per_frame: bool
     normalize_observations: bool | None
     recurrent: str | None
     rnn_hidden_size: int
@@ -33,18 +34,35 @@ class NetworkConfig:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "hidden_sizes", _widths(self.hidden_sizes))
-        checks.booleans(self, ("share_parameters", "centralized_critic", "share_trunk"))
+        checks.booleans(self, ("share_parameters", "centralized_critic", "critic_per_frame", "share_trunk"))
         if self.normalize_observations is not None and not isinstance(self.normalize_observations, bool):
             raise ValueError(
                 f"normalize_observations must be true, false or None (derived from the env), got "
                 f"{self.normalize_observations!r}"
             )
         self._check_recurrent()
+        self._check_critic_per_frame()
 
     @property
     def own_critic_trunk(self) -> bool:
         """Whether the critic has a trunk of its own (no :attr:`share_trunk`, or a centralised critic)."""
         return self.centralized_critic or not self.share_trunk
+
+    def _check_critic_per_frame(self) -> None:
+        """Refuses ``critic_per_frame`` where a per-frame critic does not exist: without a centralised critic (a
+        local critic reads one agent's observation), with one network per agent (each has its own critic), or
+        with recurrent cores (whose state is one agent's)."""
+        if not self.critic_per_frame:
+            return
+        needs = (
+            ("centralized_critic", not self.centralized_critic, "a local critic reads one agent's observation"),
+            ("share_parameters", not self.share_parameters, "one network per agent has a critic per agent"),
+            ("recurrent", self.recurrent is not None, "a recurrent critic keeps one state per agent"),
+        )
+        for name, broken, why in needs:
+            if broken:
+                fix = "recurrent = None" if name == "recurrent" else f"{name} = true"
+                raise ValueError(f"critic_per_frame=True needs {fix} ({why}); set {fix}, or critic_per_frame = false")
 
     def _check_recurrent(self) -> None:
         from marljoint.policies.recurrent import RECURRENT_KINDS, RECURRENT_REPLAYS

@@ -78,10 +78,12 @@ def _current(trainer):
         (variable_agents_v0.parallel_env, {}),
         # centralised critic, one network per agent, truncations, 3 + 2 copies per worker
         (_spread, {"share_parameters": False, "centralized_critic": True}),
+        # a shared centralised critic run once per frame: its n_g-wide value head on 5 rows, then on 3 and 2
+        (_spread, {"centralized_critic": True, "critic_per_frame": True}),
         # turn-based AEC env with action masks
         (kuhn_poker_v0.env, {"value_normalization": True}),
     ],
-    ids=["variable_agents", "spread", "kuhn"],
+    ids=["variable_agents", "spread", "spread_critic_per_frame", "kuhn"],
 )
 def test_policies_in_workers_give_the_sync_rollouts_and_parameters(env_fn, cfg):
     sync, sub = _trainer(env_fn, "sync", **cfg), _trainer(env_fn, "subprocess", **cfg)

@@ -29,6 +29,11 @@ def _env_fn(name):
 # (the second update on a rollout one update old), mmd = MMD self-play's regulariser.
 CASES = {
     "mappo": ("spread", {"centralized_critic": True}, {}),
+    "mappo_critic_per_frame": (
+        "spread",
+        {"centralized_critic": True, "critic_per_frame": True, "normalize_observations": True},
+        {},
+    ),
     "ippo_no_value_norm": ("spread", {"value_normalization": False, "normalize_observations": True}, {}),
     "recurrent": ("mock", {"recurrent": "gru", "rollout_steps": 12, "minibatch_size": 12, "bptt_length": 4}, {}),
     "recurrent_uniform_mix": (

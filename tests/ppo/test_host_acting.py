@@ -116,6 +116,10 @@ CASES = {
         lambda: simple_spread_v3.parallel_env(max_cycles=10),
         {"share_parameters": False, "centralized_critic": True},
     ),
+    "spread-critic-per-frame": (
+        lambda: simple_spread_v3.parallel_env(max_cycles=10),
+        {"centralized_critic": True, "critic_per_frame": True, "normalize_observations": True},
+    ),
     "spread-continuous": (lambda: simple_spread_v3.parallel_env(max_cycles=10, continuous_actions=True), {}),
     "kuhn-masks": (kuhn_poker_v0.env, {}),
     "mock-multidiscrete": (lambda: mock_v0.parallel_env(num_agents=3, nvec=(3, 2, 4), max_cycles=7), {}),

@@ -228,8 +228,8 @@ class RunLoop:
                 if last or trainer.iteration % spec.checkpoint_every == 0 or stop is not None:
                     self._save(clock)
                     last_saved = trainer.iteration
-                if self._new_best:
-                    self._save(clock, best=True)
+                if self._new_best:  # weights for eval and export: a resume continues from the newest ckpt_*.pt
+                    self._save(clock, best=True, with_env=False)
                     self._new_best = False
                 display.update(trainer.env_steps, row["sps"], row["episode_return_mean"], force=last)
                 if stop is not None and not last:
@@ -406,11 +406,15 @@ class RunLoop:
         return out
 
     def _save(self, clock: float, best: bool = False, with_env: bool = True) -> None:
-        """Writes a checkpoint (rank 0; every rank of a run of ranks takes part in gathering the env copies' state)."""
+        """Writes a checkpoint (rank 0; every rank of a run of ranks takes part in gathering the env copies' state).
+
+        ``with_env=False`` leaves the env copies' state out: ``best.pt``, which serves eval and export (gathering
+        the copies from env workers can cost as much as an iteration), and the last checkpoint after an env failed.
+        """
         seconds = self.clock_offset + time.perf_counter() - clock
         run = {"best_eval_return": self.best_eval, **(self.tracker.state() if self.writes else {})}
         with writing(self.run_dir / CHECKPOINT_DIR):
-            self.env_state_saved = save_state(
+            saved = save_state(
                 self.trainer,
                 self.run_dir,
                 self.spec,
@@ -422,6 +426,8 @@ class RunLoop:
                 best,
                 write=self.writes,
             )
+        if with_env:  # a checkpoint left without the copies' state on purpose says nothing of whether they pickle
+            self.env_state_saved = saved
 
     def _env_failure(self, exc: Exception, clock: float, last_saved: int) -> RunError:
         """Checkpoints the last completed iteration, if no checkpoint holds it, and says what the user can do.
